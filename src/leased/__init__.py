@@ -1,0 +1,23 @@
+"""leased: durable background jobs in the database your application already runs."""
+
+from leased.app import Leased
+from leased.backoff import Backoff
+from leased.engine.context import CancelReason, TaskContext
+from leased.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    InvalidTransition,
+    JobNotFound,
+    LeasedError,
+    PayloadError,
+    PermanentError,
+)
+from leased.jobs import Attempt, Job, JobStatus, Outcome
+from leased.tasks import Task
+
+__all__ = [
+    "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseUnavailable", "InvalidTransition",
+    "Job", "JobNotFound", "JobStatus", "Leased", "LeasedError", "Outcome", "PayloadError", "PermanentError",
+    "Task", "TaskContext",
+]
+__version__ = "0.1.0"

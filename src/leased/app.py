@@ -1,0 +1,160 @@
+"""Leased: the application object. It holds the task registry and opens the backend on first use."""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from datetime import timedelta
+from typing import Any, Callable, ParamSpec, TypeVar, overload
+
+from leased.backends import connect
+from leased.backends.base import Backend, JobFilter, NewJob
+from leased.backoff import Backoff
+from leased.engine.worker import Worker, WorkerStats
+from leased.errors import ConfigurationError, JobNotFound
+from leased.jobs import Job, JobStatus
+from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from leased.tasks import Task, check_queue_name
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_DATABASE_URL = "sqlite:///leased.db"
+
+class Leased:
+    """Jobs in your database. `Leased()` uses $LEASED_DATABASE_URL, else sqlite:///leased.db.
+
+    The schema is created or upgraded on first use unless `migrate=False` (then run `leased migrate`,
+    or apply `leased migrate --sql` with your own migration tool).
+    """
+
+    def __init__(self, database_url: str | None = None, *, migrate: bool = True,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES):
+        self.database_url = database_url or os.environ.get("LEASED_DATABASE_URL") or DEFAULT_DATABASE_URL
+        self.auto_migrate = migrate
+        self.max_payload_bytes = max_payload_bytes
+        self.tasks: dict[str, Task] = {}
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()
+        self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+    def __repr__(self) -> str:
+        return f"Leased({self.database_url!r})"
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            with self._lock:
+                if self._backend is None:
+                    backend = connect(self.database_url)
+                    if self.auto_migrate:
+                        backend.migrate()
+                    self._backend = backend
+        return self._backend
+
+    def close(self) -> None:
+        with self._lock:
+            if self._backend is not None:
+                self._backend.close()
+                self._backend = None
+
+    # Tasks.
+    @overload
+    def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, *, name: str | None = None, queue_name: str = "default", priority: int = 0,
+             max_attempts: int = 3, lease: float | timedelta = 30.0, backoff: Backoff | None = None,
+             takes_context: bool = False) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(self, func=None, /, *, name=None, queue_name="default", priority=0, max_attempts=3, lease=30.0,
+             backoff=None, takes_context=False):
+        """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors."""
+
+        def register(function: Callable[P, R]) -> Task[P, R]:
+            task_name = name or f"{function.__module__}.{function.__qualname__}"
+            if task_name in self.tasks and self.tasks[task_name].func is not function:
+                raise ConfigurationError(f"two handlers registered as task {task_name!r}; give one another name=")
+            task = Task(self, function, name=task_name, queue_name=queue_name, priority=priority,
+                        max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
+                        takes_context=takes_context)
+            self.tasks[task_name] = task
+            return task
+
+        return register if func is None else register(func)
+
+    def get_task(self, name: str) -> Task:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none registered"
+            raise ConfigurationError(f"unknown task {name!r}; known tasks: {known}") from None
+
+    def _enqueue(self, job: NewJob, connection: Any) -> Job:
+        created, _ = self.backend.enqueue(job, connection)
+        if connection is None:
+            for worker in list(self._workers):
+                worker.notify()
+        return created
+
+    async def _enqueue_async(self, job: NewJob, connection: Any) -> Job:
+        created, _ = await self.backend.enqueue_async(job, connection)
+        return created
+
+    # Inspection and administration.
+    def get_job(self, job_id: int) -> Job:
+        job = self.backend.get_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def list_jobs(self, *, status: JobStatus | str | None = None, queue_name: str | None = None,
+                  task_name: str | None = None, limit: int = 100, before_id: int | None = None) -> list[Job]:
+        """Jobs newest first. Page with before_id=<the last id of the previous page>."""
+        if status is not None:
+            try:
+                status = JobStatus(status)
+            except ValueError:
+                choices = ", ".join(s.value for s in JobStatus)
+                raise ConfigurationError(f"invalid status {status!r}; use one of {choices}") from None
+        if queue_name is not None:
+            check_queue_name(queue_name)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ConfigurationError(f"invalid limit {limit!r}: use a whole number from 1 to 10000")
+        return self.backend.list_jobs(JobFilter(status, queue_name, task_name, limit, before_id))
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """{queue_name: {status: count}}, every status present (zero when none)."""
+        table: dict[str, dict[str, int]] = {}
+        for (queue, status), count in sorted(self.backend.counts().items()):
+            table.setdefault(queue, {s.value: 0 for s in JobStatus})[status.value] = count
+        return table
+
+    def retry(self, job_id: int) -> Job:
+        """Take a failed or cancelled job back to pending, now, with at least one more attempt."""
+        job = self.backend.retry(job_id)
+        for worker in list(self._workers):
+            worker.notify()
+        return job
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a pending job, or a running one: its worker loses the lease and stops the handler."""
+        return self.backend.cancel(job_id)
+
+    # Workers.
+    def worker(self, *, concurrency: int = 8, queues: list[str] | None = None, poll_interval: float = 1.0,
+               shutdown_grace: float = 30.0, worker_id: str | None = None) -> Worker:
+        if not self.tasks:
+            raise ConfigurationError("no tasks registered: decorate handlers with @app.task before starting a worker")
+        for queue in queues or ():
+            check_queue_name(queue)
+        worker = Worker(self.backend, self.tasks, concurrency=concurrency, queues=queues,
+                        poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
+                        max_payload_bytes=self.max_payload_bytes)
+        self._workers.add(worker)
+        return worker
+
+    def run_until_empty(self, *, concurrency: int = 1, queues: list[str] | None = None) -> WorkerStats:
+        """Run every job that is due now (and any it enqueues) in this process, then return."""
+        return self.worker(concurrency=concurrency, queues=queues).run(stop_when_idle=True)

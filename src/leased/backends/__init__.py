@@ -1,0 +1,36 @@
+"""Storage backends, chosen by the database URL. Each lives in its own package with its SQL."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from leased.backends.base import Backend
+from leased.errors import ConfigurationError
+
+URL_HELP = "use sqlite:///path/to/jobs.db or postgresql://user@host/dbname"
+
+
+def connect(url: str) -> Backend:
+    """Open the backend a database URL names. Imports a driver only when its backend is used."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(f"invalid database URL {url!r}: {URL_HELP}")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "sqlite":
+        from leased.backends.sqlite import SQLiteBackend
+
+        path = url[len("sqlite://"):]
+        if path.startswith("/"):
+            path = path[1:]  # sqlite:///jobs.db is relative, sqlite:////var/jobs.db absolute
+        if not path or path == ":memory:":
+            raise ConfigurationError(
+                f"invalid database URL {url!r}: SQLite needs a file that every worker and thread can open "
+                "(e.g. sqlite:///jobs.db, or a temporary file in tests)")
+        return SQLiteBackend(path)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from leased.backends.postgres import PostgresBackend
+        except ImportError as error:
+            raise ConfigurationError(
+                f"PostgreSQL needs psycopg: pip install 'leased[postgres]' ({error})") from None
+        return PostgresBackend(url)
+    raise ConfigurationError(f"unsupported database URL scheme {scheme!r} in {url!r}: {URL_HELP}")

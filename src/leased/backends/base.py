@@ -1,0 +1,107 @@
+"""The storage interface: the only door between the engine and a database.
+
+Internal. Verbs on jobs, one frozen parameter object per call; the engine never sees SQL. Every
+backend passes the same behavioural suite in tests/, so a new backend is done when it is green.
+Times that decide leases and schedules are taken from the database's clock, never the caller's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, Sequence
+
+from leased.jobs import Job, JobStatus, Lease, Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    task_name: str
+    queue_name: str
+    args_json: str
+    kwargs_json: str
+    priority: int
+    max_attempts: int
+    lease_seconds: float
+    run_at: datetime | None = None  # an absolute time, or
+    delay_seconds: float = 0.0  # seconds after the database's now
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    worker_id: str
+    task_names: tuple[str, ...]  # only tasks this worker can run
+    queue_names: tuple[str, ...] | None  # None: every queue
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """How the holder of `lease` ended its attempt, and what becomes of the job."""
+
+    lease: Lease
+    outcome: Outcome
+    result_json: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    retry_in_seconds: float | None = None  # with an error: schedule another attempt; None: the job fails
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    status: JobStatus | None = None
+    queue_name: str | None = None
+    task_name: str | None = None
+    limit: int = 100
+    before_id: int | None = None  # keyset pagination, newest first
+
+
+class Backend(Protocol):
+    """Runtime verbs used by workers and producers."""
+
+    transient_errors: tuple[type[BaseException], ...]  # beyond DatabaseUnavailable: errors worth retrying
+
+    def enqueue(self, job: NewJob, connection: Any = None) -> tuple[Job, bool]:
+        """Write a pending job; returns it and whether it was created (False: an idempotent duplicate)."""
+
+    async def enqueue_async(self, job: NewJob, connection: Any) -> tuple[Job, bool]:
+        """enqueue() on the caller's async connection, inside the caller's transaction."""
+
+    def claim(self, request: ClaimRequest) -> list[Job]:
+        """Atomically lease up to `limit` due jobs, counting the attempt and opening its history record."""
+
+    def renew(self, leases: Sequence[Lease]) -> set[Lease]:
+        """Extend every given lease in one statement; returns those still held."""
+
+    def finish(self, end: AttemptEnd) -> bool:
+        """Record an attempt's end, fenced on the lease. False: the lease was lost and nothing was written."""
+
+    def release(self, leases: Sequence[Lease]) -> None:
+        """Give jobs back at once (shutdown): pending again, the attempt recorded as shut down."""
+
+    def abandon(self, lease: Lease, outcome: Outcome, message: str) -> None:
+        """Close the history record of an attempt whose lease is gone, if nothing closed it yet."""
+
+    def reclaim_expired(self) -> int:
+        """Return jobs whose lease expired to the pool (or fail them, out of attempts)."""
+
+    # Inspection and administration.
+    def get_job(self, job_id: int) -> Job | None: ...
+
+    def list_jobs(self, where: JobFilter) -> list[Job]: ...
+
+    def counts(self) -> dict[tuple[str, JobStatus], int]: ...
+
+    def retry(self, job_id: int) -> Job: ...
+
+    def cancel(self, job_id: int) -> Job: ...
+
+    # Schema.
+    def migrate(self) -> list[int]:
+        """Apply pending migrations; safe when several processes call it at once. Returns versions applied."""
+
+    def migration_sql(self) -> str: ...
+
+    def close(self) -> None: ...

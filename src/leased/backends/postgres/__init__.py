@@ -1,0 +1,3 @@
+from leased.backends.postgres.backend import PostgresBackend
+
+__all__ = ["PostgresBackend"]

@@ -1,0 +1,339 @@
+"""PostgreSQL: many workers on many hosts, one pool of connections per process.
+
+Claims use FOR UPDATE SKIP LOCKED, so workers never wait on each other's rows. Every write is one
+statement on an autocommit connection: a job and its attempt record change together through
+data-modifying CTEs, which keeps each round trip a transaction of its own. Times come from now()
+on the server, so the clocks of worker hosts never decide a lease.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import psycopg
+from psycopg import errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob
+from leased.backends.sql import load_migrations, load_queries
+from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
+from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
+
+_HERE = Path(__file__).parent
+QUERIES = load_queries(_HERE / "queries.sql")
+MIGRATIONS = load_migrations(_HERE / "migrations")
+CONNECT_TIMEOUT_SECONDS = 10
+POOL_TIMEOUT_SECONDS = 30  # how long a call waits for a free connection
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    # The session's TimeZone decides the offset psycopg returns; give the same UTC values as SQLite.
+    return None if value is None else value.astimezone(UTC)
+
+
+def _lease_arrays(leases: Sequence[Lease]) -> dict[str, Any]:
+    return {"worker_id": leases[0].worker_id, "job_ids": [lease.job_id for lease in leases],
+            "attempts": [lease.attempt for lease in leases]}
+
+
+def job_from_row(row: dict[str, Any], history: tuple[Attempt, ...] = ()) -> Job:
+    return Job(
+        id=row["id"],
+        task_name=row["task_name"],
+        queue_name=row["queue_name"],
+        status=JobStatus(row["status"]),
+        args=row["args"],  # json: psycopg has decoded it already
+        kwargs=row["kwargs"],
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        lease_seconds=row["lease_seconds"],
+        run_after=_utc(row["run_after"]),
+        created_at=_utc(row["created_at"]),
+        finished_at=_utc(row["finished_at"]),
+        last_error=row["last_error"],
+        idempotency_key=row["idempotency_key"],
+        result=row["result"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=_utc(row["lease_expires_at"]),
+        history=history,
+    )
+
+
+def attempt_from_row(row: dict[str, Any]) -> Attempt:
+    return Attempt(
+        number=row["attempt"],
+        worker_id=row["worker_id"],
+        started_at=_utc(row["started_at"]),
+        finished_at=_utc(row["finished_at"]),
+        outcome=Outcome(row["outcome"]) if row["outcome"] else None,
+        error_type=row["error_type"],
+        error_message=row["error_message"],
+        traceback=row["traceback"],
+    )
+
+
+def _job_params(job: NewJob) -> dict[str, Any]:
+    return {
+        "task_name": job.task_name,
+        "queue_name": job.queue_name,
+        "args": job.args_json,
+        "kwargs": job.kwargs_json,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "lease_seconds": job.lease_seconds,
+        # astimezone(): a naive time means local time, as datetime.timestamp() reads it for SQLite.
+        "run_at": None if job.run_at is None else job.run_at.astimezone(UTC),
+        "delay_seconds": job.delay_seconds,
+        "idempotency_key": job.idempotency_key,
+    }
+
+
+def _is_connection_failure(error: psycopg.OperationalError) -> bool:
+    # OperationalError also covers serialization failures, deadlocks and cancelled queries, which
+    # are not an unreachable database: only client-side failures and SQLSTATE 08/57P0x are.
+    state = error.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+class PostgresBackend:
+    transient_errors: tuple[type[BaseException], ...] = ()  # connection failures become DatabaseUnavailable
+
+    def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10):
+        if not 0 <= min_connections <= max_connections or max_connections < 1:
+            raise ConfigurationError(
+                f"need 0 <= min_connections <= max_connections and max_connections >= 1, "
+                f"got {min_connections} and {max_connections}")
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.ProgrammingError as error:
+            raise ConfigurationError(f"invalid PostgreSQL URL: {_first_line(error)}") from None
+        # Named without the password, for messages and repr.
+        host = params.get("host") or "the default host"
+        self._where = f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {host}" + (
+            f":{params['port']}" if params.get("port") else "")
+        connect_kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+        if "connect_timeout" not in params:
+            connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+
+        self._url, self._connect_kwargs = url, connect_kwargs
+        self._sizes = (min_connections, max_connections)
+        self._pool: ConnectionPool | None = None
+        self._pool_lock = threading.Lock()
+
+    def _open_pool(self) -> ConnectionPool:
+        """Connect on first use, so that e.g. printing the migration SQL needs no server."""
+        with self._pool_lock:
+            if self._pool is not None:
+                return self._pool
+            url, connect_kwargs, (min_connections, max_connections) = self._url, self._connect_kwargs, self._sizes
+            # One plain connection first: it fails at once with libpq's reason (refused, bad password,
+            # no such database), where the pool would retry quietly until its wait timed out.
+            try:
+                psycopg.connect(url, **connect_kwargs).close()
+            except psycopg.OperationalError as error:
+                raise DatabaseUnavailable(f"cannot connect to {self._where}: {_first_line(error)}") from None
+            pool = ConnectionPool(url, min_size=min_connections, max_size=max_connections,
+                                  kwargs=connect_kwargs, timeout=POOL_TIMEOUT_SECONDS, name="leased", open=True)
+            try:
+                pool.wait(timeout=CONNECT_TIMEOUT_SECONDS)
+            except PoolTimeout:
+                pool.close()
+                raise DatabaseUnavailable(
+                    f"cannot connect to {self._where}: no connection within {CONNECT_TIMEOUT_SECONDS} s") from None
+            self._pool = pool
+            return pool
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self._where})"
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        try:
+            with (self._pool or self._open_pool()).connection() as connection:
+                yield connection
+        except PoolTimeout:
+            raise DatabaseUnavailable(
+                f"no connection to {self._where} within {POOL_TIMEOUT_SECONDS} s "
+                f"(all {self._sizes[1]} busy, or the database is unreachable)") from None
+        except psycopg.OperationalError as error:
+            if _is_connection_failure(error):
+                raise DatabaseUnavailable(f"lost the connection to {self._where}: {_first_line(error)}") from error
+            raise
+
+    # One named query, one statement, one transaction (the connections autocommit).
+    def _run(self, name: str, **params: Any) -> None:
+        with self._connection() as connection:
+            connection.execute(QUERIES[name], params)
+
+    def _fetch_all(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        with self._connection() as connection:
+            return connection.execute(QUERIES[name], params).fetchall()
+
+    def _fetch_one(self, name: str, **params: Any) -> dict[str, Any] | None:
+        with self._connection() as connection:
+            return connection.execute(QUERIES[name], params).fetchone()
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    # Runtime.
+    def enqueue(self, job: NewJob, connection: psycopg.Connection | None = None) -> tuple[Job, bool]:
+        if connection is not None:
+            if not isinstance(connection, psycopg.Connection):
+                raise ConfigurationError(
+                    f"enqueue() needs a psycopg.Connection, got {type(connection).__name__}; "
+                    "for a psycopg.AsyncConnection use enqueue_async()")
+            # The caller's transaction: write with their connection and leave commit to them.
+            return self._insert(connection, job)
+        with self._connection() as own:
+            return self._insert(own, job)
+
+    # enqueue_async mirrors _insert line for line; only execute and fetch are awaited.
+    def _insert(self, connection: psycopg.Connection, job: NewJob) -> tuple[Job, bool]:
+        params = _job_params(job)
+        # dict_row on the cursor: the caller's connection may use any row factory.
+        with connection.cursor(row_factory=dict_row) as cursor:
+            # A conflict means a pending job holds the key; if a worker claims it before we read
+            # it, the key is free again and the next insert succeeds.
+            while True:
+                row = cursor.execute(QUERIES["insert_job"], params).fetchone()
+                if row is not None:
+                    return job_from_row(row), True
+                existing = cursor.execute(QUERIES["pending_with_key"], params).fetchone()
+                if existing is not None:
+                    return job_from_row(existing), False
+
+    async def enqueue_async(self, job: NewJob, connection: psycopg.AsyncConnection) -> tuple[Job, bool]:
+        if not isinstance(connection, psycopg.AsyncConnection):
+            raise ConfigurationError(
+                f"enqueue_async() needs a psycopg.AsyncConnection, got {type(connection).__name__}")
+        params = _job_params(job)
+        async with connection.cursor(row_factory=dict_row) as cursor:
+            while True:
+                await cursor.execute(QUERIES["insert_job"], params)
+                row = await cursor.fetchone()
+                if row is not None:
+                    return job_from_row(row), True
+                await cursor.execute(QUERIES["pending_with_key"], params)
+                existing = await cursor.fetchone()
+                if existing is not None:
+                    return job_from_row(existing), False
+
+    def claim(self, request: ClaimRequest) -> list[Job]:
+        rows = self._fetch_all("claim", worker_id=request.worker_id, task_names=list(request.task_names),
+                          queue_names=None if request.queue_names is None else list(request.queue_names),
+                          limit=request.limit)
+        jobs = [job_from_row(row) for row in rows]
+        jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
+        return jobs
+
+    def renew(self, leases: Sequence[Lease]) -> set[Lease]:
+        if not leases:
+            return set()
+        worker_id = leases[0].worker_id
+        rows = self._fetch_all("renew", **_lease_arrays(leases))
+        return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
+
+    def finish(self, end: AttemptEnd) -> bool:
+        lease = end.lease
+        if end.outcome is Outcome.DONE:
+            status = JobStatus.DONE
+        elif end.retry_in_seconds is not None:
+            status = JobStatus.PENDING
+        else:
+            status = JobStatus.FAILED
+        last_error = None if end.error_message is None else f"{end.error_type}: {end.error_message}"
+        row = self._fetch_one(
+            "finish", status=status.value, result=end.result_json, last_error=last_error,
+            retry_in_seconds=end.retry_in_seconds or 0.0,
+            job_id=lease.job_id, attempt=lease.attempt, worker_id=lease.worker_id,
+            outcome=end.outcome.value, error_type=end.error_type, error_message=end.error_message,
+            traceback=end.traceback)
+        return row is not None
+
+    def release(self, leases: Sequence[Lease]) -> None:
+        if not leases:
+            return
+        self._run("release", **_lease_arrays(leases))
+
+    def abandon(self, lease: Lease, outcome: Outcome, message: str) -> None:
+        self._run("close_attempt", job_id=lease.job_id, attempt=lease.attempt, worker_id=lease.worker_id,
+                  outcome=outcome.value, error_type=None, error_message=message, traceback=None)
+
+    def reclaim_expired(self) -> int:
+        return self._fetch_one("reclaim_expired")["n"]
+
+    # Inspection and administration.
+    def get_job(self, job_id: int) -> Job | None:
+        with self._connection() as connection:
+            row = connection.execute(QUERIES["get_job"], {"job_id": job_id}).fetchone()
+            if row is None:
+                return None
+            history = connection.execute(QUERIES["get_history"], {"job_id": job_id}).fetchall()
+        return job_from_row(row, tuple(attempt_from_row(attempt) for attempt in history))
+
+    def list_jobs(self, where: JobFilter) -> list[Job]:
+        rows = self._fetch_all("list_jobs", status=where.status and where.status.value, queue_name=where.queue_name,
+                          task_name=where.task_name, before_id=where.before_id, limit=where.limit)
+        return [job_from_row(row) for row in rows]
+
+    def counts(self) -> dict[tuple[str, JobStatus], int]:
+        return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._fetch_all("counts")}
+
+    def retry(self, job_id: int) -> Job:
+        try:
+            row = self._fetch_one("retry", job_id=job_id)
+        except errors.UniqueViolation:
+            raise InvalidTransition(
+                f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
+        return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
+
+    def cancel(self, job_id: int) -> Job:
+        row = self._fetch_one("cancel", job_id=job_id)
+        return self._changed_or_explain(row, job_id, "cancel", "pending or running")
+
+    def _changed_or_explain(self, row: dict[str, Any] | None, job_id: int, action: str, allowed: str) -> Job:
+        job = self.get_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        if row is None:
+            raise InvalidTransition(f"cannot {action} job {job_id}: it is {job.status}, and only {allowed} jobs can be")
+        return job
+
+    # Schema.
+    def migrate(self) -> list[int]:
+        applied = []
+        with self._connection() as connection, connection.transaction():
+            # The lock comes before CREATE TABLE IF NOT EXISTS, which is not safe against a
+            # concurrent twin; the second migrator then reads the versions the first committed.
+            connection.execute(QUERIES["migration_lock"])
+            connection.execute(QUERIES["create_version_table"])
+            current = connection.execute(QUERIES["schema_version"]).fetchone()["version"]
+            for migration in MIGRATIONS:
+                if migration.version > current:
+                    connection.execute(migration.sql)  # no parameters: sent as one multi-statement script
+                    connection.execute(QUERIES["record_version"], {"version": migration.version})
+                    applied.append(migration.version)
+        return applied
+
+    def migration_sql(self) -> str:
+        parts = [QUERIES["create_version_table"] + ";"]
+        for migration in MIGRATIONS:
+            parts.append(f"-- {migration.version:04d}_{migration.name}\n{migration.sql.strip()}")
+            parts.append(f"INSERT INTO leased_schema_version (version, applied_at) "
+                         f"VALUES ({migration.version}, now());")
+        return "\n\n".join(parts) + "\n"

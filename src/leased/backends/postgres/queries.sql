@@ -1,0 +1,175 @@
+-- Named queries of the PostgreSQL backend, with psycopg's named parameters. Every time is the
+-- database's now(); table names are unqualified, so the connection's search_path picks the schema.
+-- Leases travel as two parallel arrays, job_ids and attempts. Each write that changes a job and
+-- its attempt record does both in one statement, with data-modifying CTEs.
+
+-- name: insert_job
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+                         run_after, created_at, idempotency_key)
+VALUES (%(task_name)s, %(queue_name)s, %(args)s::json, %(kwargs)s::json, %(priority)s, %(max_attempts)s,
+        %(lease_seconds)s::float8,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay_seconds)s::float8)),
+        now(), %(idempotency_key)s)
+ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
+DO NOTHING
+RETURNING *;
+
+-- name: pending_with_key
+SELECT * FROM leased_jobs
+WHERE idempotency_key = %(idempotency_key)s AND status = 'pending' AND attempt = 0;
+
+-- name: claim
+WITH due AS (
+    SELECT id FROM leased_jobs
+    WHERE status = 'pending' AND run_after <= now()
+      AND task_name = ANY(%(task_names)s::text[])
+      AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
+    ORDER BY priority DESC, run_after, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE leased_jobs AS job
+    SET status = 'running', attempt = job.attempt + 1, lease_owner = %(worker_id)s,
+        lease_expires_at = now() + make_interval(secs => job.lease_seconds)
+    FROM due
+    WHERE job.id = due.id
+    RETURNING job.*
+), opened AS (
+    INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
+    SELECT id, attempt, lease_owner, now() FROM claimed
+)
+SELECT * FROM claimed;
+
+-- name: renew
+UPDATE leased_jobs
+SET lease_expires_at = now() + make_interval(secs => lease_seconds)
+WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > now()
+  AND (id, attempt) IN (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]))
+RETURNING id, attempt;
+
+-- name: finish
+WITH finished AS (
+    UPDATE leased_jobs
+    SET status = %(status)s::text,
+        result = %(result)s::json,
+        last_error = coalesce(%(last_error)s::text, last_error),
+        finished_at = CASE WHEN %(status)s::text = 'pending' THEN NULL ELSE now() END,
+        run_after = CASE WHEN %(status)s::text = 'pending'
+                         THEN now() + make_interval(secs => %(retry_in_seconds)s::float8)
+                         ELSE run_after END,
+        lease_owner = NULL,
+        lease_expires_at = NULL
+    WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s AND status = 'running'
+    RETURNING id, attempt
+), closed AS (
+    UPDATE leased_attempts AS a
+    SET finished_at = now(), outcome = %(outcome)s, error_type = %(error_type)s,
+        error_message = %(error_message)s, traceback = %(traceback)s
+    FROM finished
+    WHERE a.job_id = finished.id AND a.attempt = finished.attempt AND a.worker_id = %(worker_id)s
+      AND a.outcome IS NULL
+)
+SELECT id FROM finished;
+
+-- name: close_attempt
+UPDATE leased_attempts
+SET finished_at = now(), outcome = %(outcome)s, error_type = %(error_type)s,
+    error_message = %(error_message)s, traceback = %(traceback)s
+WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND worker_id = %(worker_id)s AND outcome IS NULL;
+
+-- name: release
+WITH released AS (
+    UPDATE leased_jobs
+    SET status = 'pending', run_after = now(), lease_owner = NULL, lease_expires_at = NULL
+    WHERE status = 'running' AND lease_owner = %(worker_id)s
+      AND (id, attempt) IN (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]))
+    RETURNING id, attempt
+)
+UPDATE leased_attempts AS a
+SET finished_at = now(), outcome = 'shutdown', error_message = 'released by the worker at shutdown'
+FROM released
+WHERE a.job_id = released.id AND a.attempt = released.attempt AND a.worker_id = %(worker_id)s
+  AND a.outcome IS NULL;
+
+-- name: reclaim_expired
+-- SKIP LOCKED: a row another reclaimer or a finishing worker holds is theirs to settle; waiting
+-- on it could deadlock two reclaimers that lock the same rows in different orders.
+WITH expired AS (
+    SELECT id FROM leased_jobs
+    WHERE status = 'running' AND lease_expires_at <= now()
+    FOR UPDATE SKIP LOCKED
+), reclaimed AS (
+    UPDATE leased_jobs AS job
+    SET status = CASE WHEN job.attempt >= job.max_attempts THEN 'failed' ELSE 'pending' END,
+        finished_at = CASE WHEN job.attempt >= job.max_attempts THEN now() END,
+        last_error = 'lease expired: worker ' || job.lease_owner
+                     || ' stopped renewing it (crashed, stalled or cut off)',
+        run_after = now(),
+        lease_owner = NULL,
+        lease_expires_at = NULL
+    FROM expired
+    WHERE job.id = expired.id
+    RETURNING job.id, job.attempt, job.last_error
+), closed AS (
+    UPDATE leased_attempts AS a
+    SET finished_at = now(), outcome = 'expired', error_message = reclaimed.last_error
+    FROM reclaimed
+    WHERE a.job_id = reclaimed.id AND a.attempt = reclaimed.attempt AND a.outcome IS NULL
+)
+SELECT count(*) AS n FROM reclaimed;
+
+-- name: get_job
+SELECT * FROM leased_jobs WHERE id = %(job_id)s;
+
+-- name: get_history
+SELECT * FROM leased_attempts WHERE job_id = %(job_id)s ORDER BY attempt;
+
+-- name: list_jobs
+SELECT * FROM leased_jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: counts
+SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, status;
+
+-- name: retry
+UPDATE leased_jobs
+SET status = 'pending', run_after = now(), finished_at = NULL,
+    max_attempts = greatest(max_attempts, attempt + 1)
+WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
+RETURNING *;
+
+-- name: cancel
+WITH cancelled AS (
+    UPDATE leased_jobs
+    SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+    WHERE id = %(job_id)s AND status IN ('pending', 'running')
+    RETURNING *
+), closed AS (
+    UPDATE leased_attempts AS a
+    SET finished_at = now(), outcome = 'cancelled', error_message = 'cancelled by a user'
+    FROM cancelled
+    WHERE a.job_id = cancelled.id AND a.attempt = cancelled.attempt AND a.outcome IS NULL
+)
+SELECT * FROM cancelled;
+
+-- name: migration_lock
+-- The key is b"leased" as an integer. Advisory locks are per database, so migrators of every
+-- schema in it queue behind one another.
+SELECT pg_advisory_xact_lock(119182682449252);
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) AS version FROM leased_schema_version;
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS leased_schema_version (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: record_version
+INSERT INTO leased_schema_version (version, applied_at) VALUES (%(version)s, now());

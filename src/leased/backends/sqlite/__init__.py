@@ -1,0 +1,3 @@
+from leased.backends.sqlite.backend import SQLiteBackend
+
+__all__ = ["SQLiteBackend"]

@@ -1,0 +1,328 @@
+"""SQLite: the embedded default. One file, WAL, every write in a BEGIN IMMEDIATE transaction.
+
+SQLite has one writer at a time. BEGIN IMMEDIATE takes the write lock up front, so a transaction
+never has to upgrade a read lock (the case that returns "database is locked" at once, whatever
+the busy timeout), and the busy timeout makes other processes queue behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob
+from leased.backends.sql import load_migrations, load_queries
+from leased.errors import DatabaseUnavailable, InvalidTransition, JobNotFound
+from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
+from leased.payloads import decode
+
+_HERE = Path(__file__).parent
+QUERIES = load_queries(_HERE / "queries.sql")
+MIGRATIONS = load_migrations(_HERE / "migrations")
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _time(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def _leases_json(leases: Sequence[Lease]) -> str:
+    return json.dumps([[lease.job_id, lease.attempt] for lease in leases])
+
+
+def prepare_connection(connection: sqlite3.Connection) -> None:
+    """Give a connection (ours or a caller's) the clock function our queries use."""
+    connection.create_function("leased_now", 0, time.time)
+
+
+def job_from_row(row: sqlite3.Row, history: tuple[Attempt, ...] = ()) -> Job:
+    return Job(
+        id=row["id"],
+        task_name=row["task_name"],
+        queue_name=row["queue_name"],
+        status=JobStatus(row["status"]),
+        args=json.loads(row["args"]),
+        kwargs=json.loads(row["kwargs"]),
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        lease_seconds=row["lease_seconds"],
+        run_after=_time(row["run_after"]),
+        created_at=_time(row["created_at"]),
+        finished_at=_time(row["finished_at"]),
+        last_error=row["last_error"],
+        idempotency_key=row["idempotency_key"],
+        result=decode(row["result"]),
+        lease_owner=row["lease_owner"],
+        lease_expires_at=_time(row["lease_expires_at"]),
+        history=history,
+    )
+
+
+def attempt_from_row(row: sqlite3.Row) -> Attempt:
+    return Attempt(
+        number=row["attempt"],
+        worker_id=row["worker_id"],
+        started_at=_time(row["started_at"]),
+        finished_at=_time(row["finished_at"]),
+        outcome=Outcome(row["outcome"]) if row["outcome"] else None,
+        error_type=row["error_type"],
+        error_message=row["error_message"],
+        traceback=row["traceback"],
+    )
+
+
+def _job_params(job: NewJob) -> dict[str, Any]:
+    return {
+        "task_name": job.task_name,
+        "queue_name": job.queue_name,
+        "args": job.args_json,
+        "kwargs": job.kwargs_json,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "lease_seconds": job.lease_seconds,
+        "run_at": _epoch(job.run_at),
+        "delay_seconds": job.delay_seconds,
+        "idempotency_key": job.idempotency_key,
+    }
+
+
+class SQLiteBackend:
+    # "database is locked" past the busy timeout, disk I/O errors: worth retrying, not a bug.
+    transient_errors: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
+
+    def __init__(self, path: str):
+        self.path = path
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SQLiteBackend({self.path!r})"
+
+    # Connections: one per thread, since a sqlite3 connection must not be shared by threads at once.
+    def _connection(self) -> sqlite3.Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            try:
+                connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                             timeout=BUSY_TIMEOUT_MS / 1000)
+                connection.row_factory = sqlite3.Row
+                connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute("PRAGMA synchronous = NORMAL")
+                connection.execute("PRAGMA foreign_keys = ON")
+                connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            except sqlite3.OperationalError as error:
+                raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {error}") from None
+            prepare_connection(connection)
+            self._local.connection = connection
+            with self._lock:
+                self._connections.append(connection)
+        return connection
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    def _read(self, name: str, **params: Any) -> list[sqlite3.Row]:
+        return self._connection().execute(QUERIES[name], params).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # Runtime.
+    def enqueue(self, job: NewJob, connection: sqlite3.Connection | None = None) -> tuple[Job, bool]:
+        if connection is not None:
+            # The caller's transaction: write with their connection and leave commit to them.
+            prepare_connection(connection)
+            return self._insert(connection, job)
+        with self._write() as own:
+            return self._insert(own, job)
+
+    async def enqueue_async(self, job: NewJob, connection: Any) -> tuple[Job, bool]:
+        return self.enqueue(job, connection)
+
+    def _insert(self, connection: sqlite3.Connection, job: NewJob) -> tuple[Job, bool]:
+        factory = connection.row_factory
+        connection.row_factory = sqlite3.Row
+        try:
+            row = connection.execute(QUERIES["insert_job"], _job_params(job)).fetchone()
+            if row is not None:
+                return job_from_row(row), True
+            existing = connection.execute(QUERIES["pending_with_key"],
+                                          {"idempotency_key": job.idempotency_key}).fetchone()
+            return job_from_row(existing), False
+        finally:
+            connection.row_factory = factory
+
+    def claim(self, request: ClaimRequest) -> list[Job]:
+        params = {
+            "worker_id": request.worker_id,
+            "task_names": json.dumps(list(request.task_names)),
+            "queue_names": None if request.queue_names is None else json.dumps(list(request.queue_names)),
+            "limit": request.limit,
+        }
+        with self._write() as connection:
+            rows = connection.execute(QUERIES["claim"], params).fetchall()
+            if rows:
+                connection.execute(QUERIES["open_attempts"], {
+                    "job_ids": json.dumps([row["id"] for row in rows]), "worker_id": request.worker_id})
+        jobs = [job_from_row(row) for row in rows]
+        jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
+        return jobs
+
+    def renew(self, leases: Sequence[Lease]) -> set[Lease]:
+        if not leases:
+            return set()
+        worker_id = leases[0].worker_id
+        with self._write() as connection:
+            rows = connection.execute(QUERIES["renew"], {"worker_id": worker_id,
+                                                         "leases": _leases_json(leases)}).fetchall()
+        return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
+
+    def finish(self, end: AttemptEnd) -> bool:
+        lease = end.lease
+        if end.outcome is Outcome.DONE:
+            status = JobStatus.DONE
+        elif end.retry_in_seconds is not None:
+            status = JobStatus.PENDING
+        else:
+            status = JobStatus.FAILED
+        last_error = None if end.error_message is None else f"{end.error_type}: {end.error_message}"
+        with self._write() as connection:
+            row = connection.execute(QUERIES["finish"], {
+                "status": status.value, "result": end.result_json, "last_error": last_error,
+                "retry_in_seconds": end.retry_in_seconds or 0.0,
+                "job_id": lease.job_id, "attempt": lease.attempt, "worker_id": lease.worker_id,
+            }).fetchone()
+            if row is None:
+                return False
+            self._close_attempt(connection, lease, end.outcome, end.error_type, end.error_message, end.traceback)
+        return True
+
+    def _close_attempt(self, connection: sqlite3.Connection, lease: Lease, outcome: Outcome,
+                       error_type: str | None = None, error_message: str | None = None,
+                       traceback: str | None = None) -> None:
+        connection.execute(QUERIES["close_attempt"], {
+            "job_id": lease.job_id, "attempt": lease.attempt, "worker_id": lease.worker_id,
+            "outcome": outcome.value, "error_type": error_type, "error_message": error_message,
+            "traceback": traceback,
+        })
+
+    def release(self, leases: Sequence[Lease]) -> None:
+        if not leases:
+            return
+        worker_id = leases[0].worker_id
+        with self._write() as connection:
+            rows = connection.execute(QUERIES["release"], {"worker_id": worker_id,
+                                                           "leases": _leases_json(leases)}).fetchall()
+            for row in rows:
+                self._close_attempt(connection, Lease(row["id"], row["attempt"], worker_id), Outcome.SHUTDOWN,
+                                    error_message="released by the worker at shutdown")
+
+    def abandon(self, lease: Lease, outcome: Outcome, message: str) -> None:
+        with self._write() as connection:
+            self._close_attempt(connection, lease, outcome, error_message=message)
+
+    def reclaim_expired(self) -> int:
+        with self._write() as connection:
+            rows = connection.execute(QUERIES["reclaim_expired"]).fetchall()
+            for row in rows:
+                connection.execute(QUERIES["close_expired_attempt"], {
+                    "job_id": row["id"], "attempt": row["attempt"], "message": row["last_error"]})
+        return len(rows)
+
+    # Inspection and administration.
+    def get_job(self, job_id: int) -> Job | None:
+        rows = self._read("get_job", job_id=job_id)
+        if not rows:
+            return None
+        history = tuple(attempt_from_row(row) for row in self._read("get_history", job_id=job_id))
+        return job_from_row(rows[0], history)
+
+    def list_jobs(self, where: JobFilter) -> list[Job]:
+        rows = self._read("list_jobs", status=where.status and where.status.value, queue_name=where.queue_name,
+                          task_name=where.task_name, before_id=where.before_id, limit=where.limit)
+        return [job_from_row(row) for row in rows]
+
+    def counts(self) -> dict[tuple[str, JobStatus], int]:
+        return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._read("counts")}
+
+    def retry(self, job_id: int) -> Job:
+        try:
+            with self._write() as connection:
+                row = connection.execute(QUERIES["retry"], {"job_id": job_id}).fetchone()
+        except sqlite3.IntegrityError:
+            raise InvalidTransition(
+                f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
+        return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
+
+    def cancel(self, job_id: int) -> Job:
+        with self._write() as connection:
+            row = connection.execute(QUERIES["cancel"], {"job_id": job_id}).fetchone()
+            if row is not None:
+                connection.execute(QUERIES["close_cancelled_attempt"], {"job_id": job_id, "attempt": row["attempt"]})
+        return self._changed_or_explain(row, job_id, "cancel", "pending or running")
+
+    def _changed_or_explain(self, row: sqlite3.Row | None, job_id: int, action: str, allowed: str) -> Job:
+        job = self.get_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        if row is None:
+            raise InvalidTransition(f"cannot {action} job {job_id}: it is {job.status}, and only {allowed} jobs can be")
+        return job
+
+    # Schema.
+    def migrate(self) -> list[int]:
+        applied = []
+        # BEGIN IMMEDIATE serializes concurrent migrators: the second sees the first one's versions.
+        with self._write() as connection:
+            connection.execute(QUERIES["create_version_table"])
+            current = connection.execute(QUERIES["schema_version"]).fetchone()[0]
+            for migration in MIGRATIONS:
+                if migration.version > current:
+                    for statement in _statements(migration.sql):
+                        connection.execute(statement)
+                    connection.execute(QUERIES["record_version"], {"version": migration.version})
+                    applied.append(migration.version)
+        return applied
+
+    def migration_sql(self) -> str:
+        parts = [QUERIES["create_version_table"] + ";"]
+        for migration in MIGRATIONS:
+            parts.append(f"-- {migration.version:04d}_{migration.name}\n{migration.sql.strip()}")
+            parts.append(f"INSERT INTO leased_schema_version (version, applied_at) "
+                         f"VALUES ({migration.version}, unixepoch());")
+        return "\n\n".join(parts) + "\n"
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (executescript would commit our transaction)."""
+    statements, current = [], []
+    for line in script.splitlines():
+        current.append(line)
+        if sqlite3.complete_statement("\n".join(current)):
+            statements.append("\n".join(current))
+            current = []
+    return [s for s in statements if s.strip()]

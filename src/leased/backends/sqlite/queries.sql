@@ -1,0 +1,130 @@
+-- Named queries of the SQLite backend. leased_now() is the connection's clock in epoch seconds;
+-- lease lists are JSON arrays of [job_id, attempt] pairs.
+
+-- name: insert_job
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+                         run_after, created_at, idempotency_key)
+VALUES (:task_name, :queue_name, :args, :kwargs, :priority, :max_attempts, :lease_seconds,
+        coalesce(:run_at, leased_now() + :delay_seconds), leased_now(), :idempotency_key)
+ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
+DO NOTHING
+RETURNING *;
+
+-- name: pending_with_key
+SELECT * FROM leased_jobs
+WHERE idempotency_key = :idempotency_key AND status = 'pending' AND attempt = 0;
+
+-- name: claim
+UPDATE leased_jobs
+SET status = 'running', attempt = attempt + 1, lease_owner = :worker_id,
+    lease_expires_at = leased_now() + lease_seconds
+WHERE id IN (
+    SELECT id FROM leased_jobs
+    WHERE status = 'pending' AND run_after <= leased_now()
+      AND task_name IN (SELECT value FROM json_each(:task_names))
+      AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+    ORDER BY priority DESC, run_after, id
+    LIMIT :limit
+)
+RETURNING *;
+
+-- name: open_attempts
+INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
+SELECT id, attempt, lease_owner, leased_now() FROM leased_jobs
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND lease_owner = :worker_id AND status = 'running';
+
+-- name: renew
+UPDATE leased_jobs
+SET lease_expires_at = leased_now() + lease_seconds
+WHERE status = 'running' AND lease_owner = :worker_id AND lease_expires_at > leased_now()
+  AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
+RETURNING id, attempt;
+
+-- name: finish
+UPDATE leased_jobs
+SET status = :status,
+    result = :result,
+    last_error = coalesce(:last_error, last_error),
+    finished_at = CASE WHEN :status = 'pending' THEN NULL ELSE leased_now() END,
+    run_after = CASE WHEN :status = 'pending' THEN leased_now() + :retry_in_seconds ELSE run_after END,
+    lease_owner = NULL,
+    lease_expires_at = NULL
+WHERE id = :job_id AND attempt = :attempt AND lease_owner = :worker_id AND status = 'running'
+RETURNING id;
+
+-- name: close_attempt
+UPDATE leased_attempts
+SET finished_at = leased_now(), outcome = :outcome, error_type = :error_type,
+    error_message = :error_message, traceback = :traceback
+WHERE job_id = :job_id AND attempt = :attempt AND worker_id = :worker_id AND outcome IS NULL;
+
+-- name: release
+UPDATE leased_jobs
+SET status = 'pending', run_after = leased_now(), lease_owner = NULL, lease_expires_at = NULL
+WHERE status = 'running' AND lease_owner = :worker_id
+  AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
+RETURNING id, attempt;
+
+-- name: reclaim_expired
+UPDATE leased_jobs
+SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN attempt >= max_attempts THEN leased_now() END,
+    last_error = 'lease expired: worker ' || lease_owner || ' stopped renewing it (crashed, stalled or cut off)',
+    run_after = leased_now(),
+    lease_owner = NULL,
+    lease_expires_at = NULL
+WHERE status = 'running' AND lease_expires_at <= leased_now()
+RETURNING id, attempt, last_error;
+
+-- name: close_expired_attempt
+UPDATE leased_attempts
+SET finished_at = leased_now(), outcome = 'expired', error_message = :message
+WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL;
+
+-- name: get_job
+SELECT * FROM leased_jobs WHERE id = :job_id;
+
+-- name: get_history
+SELECT * FROM leased_attempts WHERE job_id = :job_id ORDER BY attempt;
+
+-- name: list_jobs
+SELECT * FROM leased_jobs
+WHERE (:status IS NULL OR status = :status)
+  AND (:queue_name IS NULL OR queue_name = :queue_name)
+  AND (:task_name IS NULL OR task_name = :task_name)
+  AND (:before_id IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: counts
+SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, status;
+
+-- name: retry
+UPDATE leased_jobs
+SET status = 'pending', run_after = leased_now(), finished_at = NULL,
+    max_attempts = max(max_attempts, attempt + 1)
+WHERE id = :job_id AND status IN ('failed', 'cancelled')
+RETURNING *;
+
+-- name: cancel
+UPDATE leased_jobs
+SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
+WHERE id = :job_id AND status IN ('pending', 'running')
+RETURNING *;
+
+-- name: close_cancelled_attempt
+UPDATE leased_attempts
+SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
+WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL;
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) FROM leased_schema_version;
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS leased_schema_version (
+    version INTEGER PRIMARY KEY,
+    applied_at REAL NOT NULL
+);
+
+-- name: record_version
+INSERT INTO leased_schema_version (version, applied_at) VALUES (:version, leased_now());

@@ -1,0 +1,118 @@
+"""Lease renewal on a thread of its own, so that it does not share the fate of the handlers.
+
+A handler that blocks the event loop, or a thread that hogs the GIL between switches, must not
+starve renewal: the heartbeat only needs the GIL for a moment every few seconds. One statement
+renews every lease the worker holds, once the oldest renewal is a third of a lease old; an idle
+worker's heartbeat sleeps until a job is claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from leased.backends.base import Backend
+from leased.jobs import Lease
+
+log = logging.getLogger("leased.worker")
+
+RENEWALS_PER_LEASE = 3  # renew at a third of the lease, so two renewals may fail before it runs out
+
+
+@dataclass
+class _Held:
+    lease_seconds: float
+    deadline: float  # monotonic time before which the lease surely holds (measured from the request)
+
+    def renew_in(self, now: float) -> float:
+        return self.deadline - now - self.lease_seconds * (1 - 1 / RENEWALS_PER_LEASE)
+
+
+class Heartbeat:
+    def __init__(self, backend: Backend, on_lost: Callable[[Lease], None],
+                 is_transient: Callable[[BaseException], bool]):
+        self._backend = backend
+        self._on_lost = on_lost
+        self._is_transient = is_transient
+        self._held: dict[Lease, _Held] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = False
+        self._retry_at = 0.0  # after a failed renewal, when to try again
+        self._thread = threading.Thread(target=self._run, name="leased-heartbeat", daemon=True)
+        self.failure: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def track(self, lease: Lease, lease_seconds: float, claimed_at: float) -> None:
+        with self._lock:
+            self._held[lease] = _Held(lease_seconds, claimed_at + lease_seconds)
+        self._wake.set()
+
+    def untrack(self, lease: Lease) -> None:
+        with self._lock:
+            self._held.pop(lease, None)
+
+    def overdue(self, now: float) -> list[Lease]:
+        """Leases that may run out before the next renewal could land: their handlers must stop now."""
+        with self._lock:
+            return [lease for lease, held in self._held.items()
+                    if held.deadline - now < held.lease_seconds / RENEWALS_PER_LEASE / 2]
+
+    def _seconds_until_due(self) -> float | None:
+        now = time.monotonic()
+        with self._lock:
+            if not self._held:
+                return None
+            due = min(held.renew_in(now) for held in self._held.values())
+        return max(due, self._retry_at - now, 0.0)
+
+    def _run(self) -> None:
+        try:
+            while not self._stopped:
+                self._wake.wait(self._seconds_until_due())
+                self._wake.clear()
+                if not self._stopped and self._seconds_until_due() == 0.0:
+                    self.renew_now()
+        except BaseException as error:  # a dead heartbeat must stop the worker loudly, not silently
+            self.failure = error
+            log.exception("heartbeat stopped")
+
+    def renew_now(self) -> None:
+        with self._lock:
+            leases = list(self._held)
+            shortest = min((held.lease_seconds for held in self._held.values()), default=1.0)
+        if not leases:
+            return
+        sent = time.monotonic()
+        try:
+            kept = self._backend.renew(leases)
+        except BaseException as error:
+            if not self._is_transient(error):
+                raise
+            self._retry_at = time.monotonic() + shortest / RENEWALS_PER_LEASE / 2
+            log.warning("could not renew %d lease(s): %s", len(leases), error)
+            return
+        self._retry_at = 0.0
+        with self._lock:
+            for lease in kept:
+                held = self._held.get(lease)
+                if held is not None:
+                    held.deadline = sent + held.lease_seconds
+            lost = [lease for lease in leases if lease not in kept and lease in self._held]
+        for lease in lost:
+            self._on_lost(lease)

@@ -1,0 +1,387 @@
+"""The worker loop: claim due jobs into free slots, run them, record every attempt's end.
+
+Services, each small: the claimer (claims and, now and then, returns expired leases to the pool),
+the heartbeat (a thread renewing every held lease in one statement), and the lease watchdog
+(stops a handler whose lease could run out before a renewal lands). Shutdown has two phases:
+stop claiming and let running jobs finish within a grace period, then cancel what is left and
+release its leases at once. Signal handlers only call stop().
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from leased.backends.base import AttemptEnd, Backend, ClaimRequest
+from leased.engine.context import CancelReason, JobCancelled, TaskContext
+from leased.engine.heartbeat import Heartbeat
+from leased.errors import DatabaseUnavailable, PayloadError, PermanentError
+from leased.jobs import Job, Lease, Outcome
+from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, clean_text, encode_result
+
+if TYPE_CHECKING:
+    from leased.tasks import Task
+
+log = logging.getLogger("leased.worker")
+
+MAX_ERROR_MESSAGE = 4_000
+MAX_TRACEBACK = 32_000
+RECLAIM_INTERVAL = 1.0
+WATCHDOG_INTERVAL = 0.25
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    abandoned: int = 0  # lease lost, cancelled by a user, or released at shutdown
+
+
+@dataclass
+class _Running:
+    job: Job
+    context: TaskContext
+    handler: asyncio.Future | None = None
+    execution: asyncio.Task | None = field(default=None, repr=False)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _run_in_thread(function: Callable[..., Any], args: tuple, kwargs: dict, name: str) -> concurrent.futures.Future:
+    """Run a sync handler on a daemon thread of its own: one that ignores cancellation cannot hold up exit."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(function(*args, **kwargs))
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return future
+
+
+class Worker:
+    def __init__(self, backend: Backend, tasks: Mapping[str, Task], *, concurrency: int = 8,
+                 queues: list[str] | tuple[str, ...] | None = None, poll_interval: float = 1.0,
+                 shutdown_grace: float = 30.0, worker_id: str | None = None,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.backend = backend
+        self.tasks = dict(tasks)
+        self.concurrency = concurrency
+        self.queues = tuple(queues) if queues else None
+        self.poll_interval = poll_interval
+        self.shutdown_grace = shutdown_grace
+        self.id = worker_id or default_worker_id()
+        self.max_payload_bytes = max_payload_bytes
+        self.stats = WorkerStats()
+        self._running: dict[Lease, _Running] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._force: asyncio.Event | None = None
+        self._stopping = False
+        self._stop_requests = 0
+        self._heartbeat = Heartbeat(backend, self._on_lease_lost, self._is_transient)
+
+    # Control, from any thread.
+    def run(self, *, stop_when_idle: bool = False) -> WorkerStats:
+        """Run until stopped (SIGINT/SIGTERM in the main thread, or stop()). Blocks."""
+        return asyncio.run(self.run_async(stop_when_idle=stop_when_idle))
+
+    def stop(self) -> None:
+        """First call: stop claiming and let running jobs finish. Second call: cancel them now."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self._stopping = True
+            return
+        try:
+            loop.call_soon_threadsafe(self._request_stop)
+        except RuntimeError:  # the loop closed meanwhile: nothing left to stop
+            pass
+
+    def notify(self) -> None:
+        """A job was enqueued in this process: look for work now instead of at the next poll."""
+        loop = self._loop
+        if loop is not None and self._wakeup is not None:
+            try:
+                loop.call_soon_threadsafe(self._wakeup.set)
+            except RuntimeError:
+                pass
+
+    def _request_stop(self) -> None:
+        self._stop_requests += 1
+        self._stopping = True
+        self._wakeup.set()
+        if self._stop_requests == 1:
+            log.info("worker %s stopping: no new jobs; %d running may finish within %.0fs (signal again to force)",
+                     self.id, len(self._running), self.shutdown_grace)
+        else:
+            log.warning("worker %s: forced stop, cancelling %d running job(s)", self.id, len(self._running))
+            self._force.set()
+
+    async def run_async(self, *, stop_when_idle: bool = False) -> WorkerStats:
+        self._loop = asyncio.get_running_loop()
+        self._wakeup, self._force = asyncio.Event(), asyncio.Event()
+        signals = self._install_signal_handlers()
+        self._heartbeat.start()
+        watchdog = asyncio.create_task(self._watch_leases())
+        log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
+                 ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
+        try:
+            await self._claim_loop(stop_when_idle)
+        finally:
+            watchdog.cancel()
+            await self._shut_down()
+            self._heartbeat.stop()
+            for signum in signals:
+                self._loop.remove_signal_handler(signum)
+            self._loop = None
+        if self._heartbeat.failure is not None:
+            raise RuntimeError("the heartbeat failed; see the log above") from self._heartbeat.failure
+        log.info("worker %s stopped: %s", self.id, self.stats)
+        return self.stats
+
+    def _install_signal_handlers(self) -> list[int]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        installed = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._loop.add_signal_handler(signum, self._request_stop)
+                installed.append(signum)
+            except (NotImplementedError, RuntimeError):
+                pass
+        return installed
+
+    # Claiming.
+    async def _claim_loop(self, stop_when_idle: bool) -> None:
+        failures = 0
+        next_reclaim = 0.0
+        request = ClaimRequest(self.id, tuple(sorted(self.tasks)), self.queues, limit=0)
+        while not self._stopping:
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                await self._nap(None)
+                continue
+            try:
+                if time.monotonic() >= next_reclaim:
+                    await asyncio.to_thread(self.backend.reclaim_expired)
+                    next_reclaim = time.monotonic() + RECLAIM_INTERVAL
+                claimed_at = time.monotonic()
+                jobs = await asyncio.to_thread(self.backend.claim, replace(request, limit=free))
+            except Exception as error:
+                if not self._is_transient(error):
+                    raise
+                failures += 1
+                delay = min(30.0, 0.25 * 2**failures)
+                log.warning("worker %s: database unavailable (%s); retrying in %.1fs", self.id,
+                            _one_line(error), delay)
+                await self._nap(delay)
+                continue
+            if failures:
+                log.info("worker %s: database reachable again", self.id)
+                failures = 0
+            for job in jobs:
+                self._start(job, claimed_at)
+            if len(jobs) < free:
+                if stop_when_idle and not jobs and not self._running:
+                    return
+                await self._nap(None if stop_when_idle else self.poll_interval)
+
+    async def _nap(self, timeout: float | None) -> None:
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+        except TimeoutError:
+            pass
+        self._wakeup.clear()
+
+    def _is_transient(self, error: BaseException) -> bool:
+        return isinstance(error, (DatabaseUnavailable, *self.backend.transient_errors))
+
+    # Running.
+    def _start(self, job: Job, claimed_at: float) -> None:
+        running = _Running(job, TaskContext(job, self.id))
+        self._running[job.lease] = running
+        self._heartbeat.track(job.lease, job.lease_seconds, claimed_at)
+        self.stats.claimed += 1
+        running.execution = asyncio.create_task(self._execute(running), name=f"leased-job-{job.id}")
+
+    async def _execute(self, running: _Running) -> None:
+        job, context, lease = running.job, running.context, running.job.lease
+        try:
+            end = await self._attempt(running)
+            if end is None or context.is_cancelled:
+                await self._abandon(running)
+            elif await self._finish(end):
+                self._count(end)
+            else:
+                log.warning("job %d (%s) attempt %d: lease lost before the result was written; result discarded",
+                            job.id, job.task_name, job.attempt)
+                context.cancel(CancelReason.LEASE_LOST)
+                await self._abandon(running)
+        except Exception:
+            # Storage failed while recording the end: the lease will expire and the job run again.
+            log.exception("job %d (%s) attempt %d: could not record its end", job.id, job.task_name, job.attempt)
+        finally:
+            self._heartbeat.untrack(lease)
+            self._running.pop(lease, None)
+            self._wakeup.set()
+
+    async def _attempt(self, running: _Running) -> AttemptEnd | None:
+        """Run the handler once. None means it was cancelled and nothing is to be written."""
+        job, context = running.job, running.context
+        task = self.tasks[job.task_name]
+        leading = (context,) if task.takes_context else ()
+        try:
+            task.check_arguments(job.args, job.kwargs)
+        except PayloadError as error:
+            return self._error_end(job, error, retry=False)
+        try:
+            if task.is_async:
+                running.handler = asyncio.ensure_future(task.func(*leading, *job.args, **job.kwargs))
+            else:
+                thread = _run_in_thread(task.func, (*leading, *job.args), job.kwargs, f"leased-job-{job.id}")
+                running.handler = asyncio.wrap_future(thread)
+            if context.is_cancelled:
+                running.handler.cancel()
+            result = await running.handler
+        except asyncio.CancelledError:
+            if context.is_cancelled:
+                return None
+            raise
+        except JobCancelled:
+            return None
+        except PermanentError as error:
+            return self._error_end(job, error, retry=False)
+        except (Exception, SystemExit) as error:
+            return self._error_end(job, error, retry=job.attempt < job.max_attempts, backoff=task.backoff)
+        if context.is_cancelled:
+            return None
+        try:
+            result_json = encode_result(result, self.max_payload_bytes)
+        except PayloadError as error:
+            return self._error_end(job, error, retry=False)
+        log.debug("job %d (%s) attempt %d done", job.id, job.task_name, job.attempt)
+        return AttemptEnd(job.lease, Outcome.DONE, result_json=result_json)
+
+    def _error_end(self, job: Job, error: BaseException, *, retry: bool, backoff=None) -> AttemptEnd:
+        delay = backoff.delay(job.attempt) if retry else None
+        message = clean_text(str(error), MAX_ERROR_MESSAGE)
+        if retry:
+            log.warning("job %d (%s) attempt %d/%d failed: %s: %s; retrying in %.1fs", job.id, job.task_name,
+                        job.attempt, job.max_attempts, type(error).__name__, _one_line(message), delay)
+        else:
+            log.error("job %d (%s) attempt %d/%d failed for good: %s: %s", job.id, job.task_name,
+                      job.attempt, job.max_attempts, type(error).__name__, _one_line(message))
+        return AttemptEnd(
+            job.lease, Outcome.ERROR, error_type=type(error).__name__, error_message=message,
+            traceback=clean_text("".join(traceback.format_exception(error)), MAX_TRACEBACK),
+            retry_in_seconds=delay,
+        )
+
+    async def _finish(self, end: AttemptEnd) -> bool:
+        """Write the attempt's end, retrying through a brief outage while the lease still holds."""
+        delay = 0.1
+        while True:
+            try:
+                return await asyncio.to_thread(self.backend.finish, end)
+            except Exception as error:
+                if not self._is_transient(error) or end.lease in self._heartbeat.overdue(time.monotonic()):
+                    raise
+                log.warning("job %d: could not record its end (%s); retrying", end.lease.job_id, _one_line(error))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _abandon(self, running: _Running) -> None:
+        reason = running.context.cancel_reason
+        self.stats.abandoned += 1
+        if reason is CancelReason.LEASE_LOST:
+            await asyncio.to_thread(self.backend.abandon, running.job.lease, Outcome.LEASE_LOST,
+                                    "the worker lost its lease; handler cancelled, result discarded")
+        # A user's cancel and a shutdown release have already closed the attempt's record.
+
+    def _count(self, end: AttemptEnd) -> None:
+        if end.outcome is Outcome.DONE:
+            self.stats.done += 1
+        elif end.retry_in_seconds is not None:
+            self.stats.retried += 1
+        else:
+            self.stats.failed += 1
+
+    # Losing leases.
+    def _on_lease_lost(self, lease: Lease) -> None:
+        """Called on the heartbeat thread when a renewal did not match: find out why, then cancel."""
+        try:
+            job = self.backend.get_job(lease.job_id)
+        except Exception:
+            job = None
+        reason = CancelReason.CANCELLED if job is not None and job.status == "cancelled" else CancelReason.LEASE_LOST
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._cancel, lease, reason)
+
+    def _cancel(self, lease: Lease, reason: CancelReason) -> None:
+        running = self._running.get(lease)
+        if running is None or not running.context.cancel(reason):
+            return
+        log.warning("job %d (%s) attempt %d: %s; cancelling its handler", lease.job_id, running.job.task_name,
+                    lease.attempt, reason)
+        if running.handler is not None:
+            running.handler.cancel()
+
+    async def _watch_leases(self) -> None:
+        while True:
+            await asyncio.sleep(WATCHDOG_INTERVAL)
+            if not self._heartbeat.is_alive and not self._stopping:
+                log.error("worker %s: heartbeat died; stopping", self.id)
+                self._request_stop()
+                self._force.set()
+            for lease in self._heartbeat.overdue(time.monotonic()):
+                self._cancel(lease, CancelReason.LEASE_LOST)
+
+    # Shutting down.
+    async def _shut_down(self) -> None:
+        self._stopping = True
+        if self._running:
+            finished = asyncio.create_task(asyncio.wait([running.execution for running in self._running.values()]))
+            forced = asyncio.create_task(self._force.wait())
+            await asyncio.wait([finished, forced], timeout=self.shutdown_grace, return_when=asyncio.FIRST_COMPLETED)
+            finished.cancel()
+            forced.cancel()
+        leftovers = [running for running in self._running.values()
+                     if running.context.cancel(CancelReason.SHUTDOWN)]
+        if not leftovers:
+            return
+        log.warning("worker %s: releasing %d unfinished job(s)", self.id, len(leftovers))
+        try:
+            await asyncio.to_thread(self.backend.release, [running.job.lease for running in leftovers])
+        except Exception as error:
+            log.error("worker %s: could not release leases (%s); they return when they expire", self.id,
+                      _one_line(error))
+        for running in leftovers:
+            if running.handler is not None:
+                running.handler.cancel()
+        await asyncio.wait([running.execution for running in leftovers])
+
+
+def _one_line(error: object) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

@@ -1,0 +1,31 @@
+"""Every error leased raises on purpose derives from LeasedError."""
+
+
+class LeasedError(Exception):
+    """Base class of leased's own errors."""
+
+
+class ConfigurationError(LeasedError, ValueError):
+    """A setting or argument is wrong; the message names it and the fix."""
+
+
+class PayloadError(LeasedError, TypeError):
+    """Job arguments or a result cannot be stored as JSON, or are too large."""
+
+
+class JobNotFound(LeasedError, LookupError):
+    def __init__(self, job_id: int):
+        super().__init__(f"no job with id {job_id}")
+        self.job_id = job_id
+
+
+class InvalidTransition(LeasedError):
+    """The job is not in a status that allows the requested action (e.g. retrying a done job)."""
+
+
+class DatabaseUnavailable(LeasedError, ConnectionError):
+    """The database could not be reached or refused the connection."""
+
+
+class PermanentError(Exception):
+    """Raise from a handler to fail the job at once, without further retries."""

@@ -1,0 +1,90 @@
+"""The values leased hands out: a job, one attempt at it, and their statuses.
+
+They are plain frozen data. Nothing here talks to a database; persistence is the backend's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+
+class JobStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Outcome(StrEnum):
+    """How one attempt ended."""
+
+    DONE = "done"
+    ERROR = "error"
+    LEASE_LOST = "lease_lost"  # the worker found its lease gone and abandoned the attempt
+    EXPIRED = "expired"  # the worker stopped renewing (crashed, stalled, partitioned)
+    CANCELLED = "cancelled"  # a user cancelled the job while it ran
+    SHUTDOWN = "shutdown"  # the worker shut down and released the job
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    number: int
+    worker_id: str
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: Outcome | None  # None while the attempt runs
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who holds one attempt of a job. Every write after a claim is fenced on all three."""
+
+    job_id: int
+    attempt: int
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    task_name: str
+    queue_name: str
+    status: JobStatus
+    args: list[Any]
+    kwargs: dict[str, Any]
+    priority: int
+    attempt: int
+    max_attempts: int
+    lease_seconds: float
+    run_after: datetime
+    created_at: datetime
+    finished_at: datetime | None = None
+    last_error: str | None = None
+    idempotency_key: str | None = None
+    result: Any = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    history: tuple[Attempt, ...] = field(default=())
+
+    @property
+    def lease(self) -> Lease:
+        if self.lease_owner is None:
+            raise ValueError(f"job {self.id} is not leased (status {self.status})")
+        return Lease(self.id, self.attempt, self.lease_owner)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)

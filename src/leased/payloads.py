@@ -1,0 +1,67 @@
+"""JSON encoding of job arguments and results. Never pickle: any producer and the dashboard can read them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from leased.errors import PayloadError
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _check_json(value: Any, where: str) -> None:
+    try:
+        _dumps(value)
+    except (TypeError, ValueError) as error:
+        raise PayloadError(
+            f"{where} is not JSON-serializable ({error}); pass plain JSON values "
+            "(str, int, float, bool, None, list, dict with str keys), e.g. an id instead of an object"
+        ) from None
+
+
+def encode_arguments(args: tuple | list, kwargs: dict[str, Any], limit: int) -> tuple[str, str]:
+    """Encode arguments as two JSON documents, naming the first argument that cannot be stored."""
+    for position, value in enumerate(args):
+        _check_json(value, f"argument {position} ({type(value).__name__})")
+    for name, value in kwargs.items():
+        if not isinstance(name, str):
+            raise PayloadError(f"keyword argument names must be strings, got {name!r}")
+        _check_json(value, f"keyword argument {name!r} ({type(value).__name__})")
+    args_json, kwargs_json = _dumps(list(args)), _dumps(kwargs)
+    size = len(args_json.encode()) + len(kwargs_json.encode())
+    if size > limit:
+        raise PayloadError(
+            f"job arguments are {size} bytes encoded, over the limit of {limit} bytes; "
+            "store large data elsewhere and pass a reference, or raise max_payload_bytes"
+        )
+    return args_json, kwargs_json
+
+
+def encode_result(value: Any, limit: int) -> str | None:
+    if value is None:
+        return None
+    _check_json(value, f"the handler's return value ({type(value).__name__})")
+    encoded = _dumps(value)
+    if len(encoded.encode()) > limit:
+        raise PayloadError(f"the handler's return value is {len(encoded.encode())} bytes, over the limit of {limit}")
+    return encoded
+
+
+def decode(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def clean_text(text: str | None, limit: int) -> str | None:
+    """Make error text safe to store: no NUL bytes (PostgreSQL refuses them), at most `limit` characters."""
+    if text is None:
+        return None
+    text = text.replace("\x00", "\\x00")
+    if len(text) > limit:
+        cut = len(text) - limit
+        text = text[: limit // 2] + f"\n... [{cut} characters cut] ...\n" + text[-limit // 2 :]
+    return text

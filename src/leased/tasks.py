@@ -1,0 +1,185 @@
+"""Tasks: a handler with a stable name and its defaults; enqueueing turns a call into a job row."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, ParamSpec, TypeVar
+
+from leased.backends.base import NewJob
+from leased.backoff import Backoff
+from leased.errors import ConfigurationError, PayloadError
+from leased.jobs import Job
+from leased.payloads import encode_arguments
+
+if TYPE_CHECKING:
+    from leased.app import Leased
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+PRIORITY_RANGE = (-32768, 32767)
+MAX_IDEMPOTENCY_KEY = 255
+_UNSET: Any = object()
+
+
+def lease_seconds(value: float | timedelta, field: str = "lease") -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 86_400:
+        raise ConfigurationError(f"{field} must be a number of seconds or a timedelta between 0 and one day, "
+                                 f"got {value!r}")
+    return float(seconds)
+
+
+def check_queue_name(value: object) -> str:
+    if not isinstance(value, str) or not QUEUE_NAME.match(value):
+        raise ConfigurationError(f"invalid queue_name {value!r}: use 1-100 letters, digits or _.:- "
+                                 "starting with a letter or digit")
+    return value
+
+
+def check_priority(value: object) -> int:
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigurationError(f"invalid priority {value!r}: use a whole number from {low} to {high} "
+                                 "(higher runs first)")
+    return value
+
+
+def check_max_attempts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"invalid max_attempts {value!r}: use a whole number >= 1")
+    return value
+
+
+def schedule(run_after: datetime | timedelta | None) -> tuple[datetime | None, float]:
+    """(absolute time, delay) for a job's run_after; a delay is added to the database's clock."""
+    if run_after is None:
+        return None, 0.0
+    if isinstance(run_after, timedelta):
+        return None, max(run_after.total_seconds(), 0.0)
+    if isinstance(run_after, datetime):
+        if run_after.tzinfo is None or run_after.utcoffset() is None:
+            raise ConfigurationError(
+                f"run_after {run_after!r} is a naive datetime; give it a timezone "
+                "(datetime.now(timezone.utc) + ...) or pass a timedelta")
+        return run_after, 0.0
+    raise ConfigurationError(f"run_after must be a timezone-aware datetime or a timedelta, got {run_after!r}")
+
+
+@dataclass(frozen=True)
+class TaskCall(Generic[P, R]):
+    """A task with per-call options (from Task.using); enqueue() writes the job."""
+
+    task: Task[P, R]
+    queue_name: str
+    priority: int
+    max_attempts: int
+    lease_seconds: float
+    run_after: datetime | timedelta | None = None
+    idempotency_key: str | None = None
+    connection: Any = None
+
+    def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET, run_after: datetime | timedelta | None = _UNSET,
+              idempotency_key: str | None = _UNSET, connection: Any = _UNSET, max_attempts: int = _UNSET,
+              lease: float | timedelta = _UNSET) -> TaskCall[P, R]:
+        changes: dict[str, Any] = {}
+        if queue_name is not _UNSET:
+            changes["queue_name"] = check_queue_name(queue_name)
+        if priority is not _UNSET:
+            changes["priority"] = check_priority(priority)
+        if run_after is not _UNSET:
+            schedule(run_after)
+            changes["run_after"] = run_after
+        if idempotency_key is not _UNSET:
+            if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key
+                                                or len(idempotency_key) > MAX_IDEMPOTENCY_KEY):
+                raise ConfigurationError(f"invalid idempotency_key {idempotency_key!r}: use a non-empty string "
+                                         f"of at most {MAX_IDEMPOTENCY_KEY} characters")
+            changes["idempotency_key"] = idempotency_key
+        if connection is not _UNSET:
+            changes["connection"] = connection
+        if max_attempts is not _UNSET:
+            changes["max_attempts"] = check_max_attempts(max_attempts)
+        if lease is not _UNSET:
+            changes["lease_seconds"] = lease_seconds(lease)
+        return replace(self, **changes)
+
+    def new_job(self, args: tuple, kwargs: dict[str, Any]) -> NewJob:
+        self.task.check_arguments(args, kwargs)
+        args_json, kwargs_json = encode_arguments(args, kwargs, self.task.app.max_payload_bytes)
+        run_at, delay = schedule(self.run_after)
+        return NewJob(task_name=self.task.name, queue_name=self.queue_name, args_json=args_json,
+                      kwargs_json=kwargs_json, priority=self.priority, max_attempts=self.max_attempts,
+                      lease_seconds=self.lease_seconds, run_at=run_at, delay_seconds=delay,
+                      idempotency_key=self.idempotency_key)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Write the job (in `connection`'s open transaction if one was given) and return it."""
+        return self.task.app._enqueue(self.new_job(args, kwargs), self.connection)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        new_job = self.new_job(args, kwargs)
+        if self.connection is not None:
+            return await self.task.app._enqueue_async(new_job, self.connection)
+        return await asyncio.to_thread(self.task.app._enqueue, new_job, None)
+
+
+class Task(Generic[P, R]):
+    """A registered handler. Calling it runs the function directly; enqueue() schedules it."""
+
+    def __init__(self, app: Leased, func: Callable[P, R], *, name: str, queue_name: str, priority: int,
+                 max_attempts: int, lease: float | timedelta, backoff: Backoff, takes_context: bool):
+        if not callable(func):
+            raise ConfigurationError(f"a task needs a function, got {func!r}")
+        if not isinstance(backoff, Backoff):
+            raise ConfigurationError(f"backoff must be a leased.Backoff, got {backoff!r}")
+        self.app = app
+        self.func = func
+        self.name = name
+        self.backoff = backoff
+        self.takes_context = takes_context
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.signature = inspect.signature(func)
+        self.call_shape = self.signature.replace(  # how errors show the signature: names and defaults
+            parameters=[p.replace(annotation=p.empty) for p in self.signature.parameters.values()],
+            return_annotation=inspect.Signature.empty)
+        if takes_context and not self.signature.parameters:
+            raise ConfigurationError(f"task {name!r} has takes_context=True, so its first parameter receives "
+                                     "the TaskContext; the function takes no parameters")
+        self.defaults: TaskCall[P, R] = TaskCall(
+            self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),
+            lease_seconds(lease))
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    @property
+    def queue_name(self) -> str:
+        return self.defaults.queue_name
+
+    def check_arguments(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        leading = (None,) if self.takes_context else ()
+        try:
+            self.signature.bind(*leading, *args, **kwargs)
+        except TypeError as error:
+            raise PayloadError(f"arguments do not match {self.name}{self.call_shape}: {error}") from None
+
+    def using(self, **options: Any) -> TaskCall[P, R]:
+        """Per-call options: queue_name, priority, run_after, idempotency_key, connection, max_attempts, lease."""
+        return self.defaults.using(**options)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        return self.defaults.enqueue(*args, **kwargs)
+
+    def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[Job]:
+        return self.defaults.aenqueue(*args, **kwargs)

@@ -1,0 +1,117 @@
+"""Every behavioural test runs once per backend, against a real database.
+
+SQLite gets a fresh file per test; PostgreSQL a fresh schema per test in $LEASED_TEST_POSTGRES_URL
+(default postgresql://postgres@127.0.0.1:5432/test). Without a reachable PostgreSQL the
+PostgreSQL half is skipped, unless LEASED_REQUIRE_POSTGRES=1 (CI sets it) makes that an error.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from typing import Callable, Iterator
+from urllib.parse import quote
+
+import pytest
+
+from leased import Leased
+
+POSTGRES_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_POSTGRES = os.environ.get("LEASED_REQUIRE_POSTGRES") == "1"
+BACKENDS = ["sqlite", "postgres"]
+
+
+def _postgres_problem() -> str | None:
+    try:
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL, connect_timeout=3):
+            return None
+    except Exception as error:  # missing driver or unreachable server
+        return f"PostgreSQL not available at {POSTGRES_URL}: {error}"
+
+
+_POSTGRES_PROBLEM = _postgres_problem()
+
+
+@contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A URL whose search_path is a schema of its own, dropped afterwards."""
+    import psycopg
+
+    schema = f"leased_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+        connection.execute(f'CREATE SCHEMA "{schema}"')
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    try:
+        yield f"{POSTGRES_URL}{separator}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_name(request) -> str:
+    if request.param == "postgres" and _POSTGRES_PROBLEM:
+        if REQUIRE_POSTGRES:
+            pytest.fail(_POSTGRES_PROBLEM)
+        pytest.skip(_POSTGRES_PROBLEM)
+    return request.param
+
+
+@pytest.fixture
+def database_url(backend_name, tmp_path) -> Iterator[str]:
+    if backend_name == "sqlite":
+        yield f"sqlite:///{tmp_path / 'jobs.db'}"
+    else:
+        with postgres_schema() as url:
+            yield url
+
+
+@pytest.fixture
+def app(database_url) -> Iterator[Leased]:
+    application = Leased(database_url)
+    yield application
+    application.close()
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, message: str = "condition") -> object:
+    """Poll a condition until it holds; the timeout only bounds a failing test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(0.01)
+
+
+@contextmanager
+def running_worker(app: Leased, **options) -> Iterator:
+    """A worker on a background thread, stopped (gracefully, unless the test stopped it) and joined on exit."""
+    options.setdefault("poll_interval", 0.05)
+    worker = app.worker(**options)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="test-worker")
+    thread.start()
+    wait_for(lambda: worker._loop is not None or failure or not thread.is_alive(), message="worker start")
+    try:
+        yield worker
+    finally:
+        if not worker._stopping:
+            worker.stop()
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "worker did not stop"
+        if failure:
+            raise failure[0]

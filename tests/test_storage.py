@@ -1,0 +1,217 @@
+"""The storage conformance suite: claim, lease, fencing, expiry and admin verbs, on every backend."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from conftest import wait_for
+from leased import InvalidTransition, JobNotFound, JobStatus, Outcome
+from leased.backends.base import AttemptEnd, ClaimRequest
+from leased.jobs import Lease
+
+
+@pytest.fixture
+def tasks(app):
+    @app.task(name="a", max_attempts=2)
+    def a(n=0): ...
+
+    @app.task(name="b")
+    def b(n=0): ...
+
+    return a, b
+
+
+def claim(app, worker="w1", tasks=("a", "b"), queues=None, limit=10):
+    return app.backend.claim(ClaimRequest(worker, tuple(tasks), queues, limit))
+
+
+def test_claim_orders_by_priority_then_run_after_then_id(app, tasks):
+    a, _ = tasks
+    past = datetime.now(timezone.utc) - timedelta(minutes=1)
+    low = a.enqueue(1)
+    high = a.using(priority=5).enqueue(2)
+    early = a.using(run_after=past).enqueue(3)
+    low_twin = a.enqueue(4)
+    assert [job.id for job in claim(app)] == [high.id, early.id, low.id, low_twin.id]
+
+
+def test_claim_takes_only_registered_tasks_and_chosen_queues(app, tasks):
+    a, b = tasks
+    job_a, job_b = a.enqueue(), b.using(queue_name="mail").enqueue()
+    assert claim(app, tasks=["zzz"]) == []
+    assert [job.id for job in claim(app, queues=("mail",))] == [job_b.id]
+    assert [job.id for job in claim(app, tasks=["a"])] == [job_a.id]
+
+
+def test_claim_respects_limit_and_run_after(app, tasks):
+    a, _ = tasks
+    for n in range(3):
+        a.enqueue(n)
+    later = a.using(run_after=timedelta(hours=1)).enqueue()
+    first = claim(app, limit=2)
+    assert len(first) == 2
+    (rest,) = claim(app)
+    assert rest.id != later.id
+    assert claim(app) == []
+
+
+def test_claim_leases_counts_the_attempt_and_opens_history(app, tasks):
+    a, _ = tasks
+    a.enqueue()
+    (job,) = claim(app, worker="worker-1")
+    assert job.status is JobStatus.RUNNING and job.attempt == 1 and job.lease_owner == "worker-1"
+    assert job.lease_expires_at > job.created_at
+    (attempt,) = app.get_job(job.id).history
+    assert (attempt.number, attempt.worker_id, attempt.outcome, attempt.finished_at) == (1, "worker-1", None, None)
+
+
+def test_concurrent_claimers_never_share_a_job(app, tasks):
+    a, _ = tasks
+    ids = {a.enqueue(n).id for n in range(60)}
+    claimed: list[list[int]] = []
+
+    def claimer(name):
+        mine = []
+        while batch := claim(app, worker=name, limit=3):
+            mine.extend(job.id for job in batch)
+        claimed.append(mine)
+
+    threads = [threading.Thread(target=claimer, args=(f"w{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    everything = [job_id for batch in claimed for job_id in batch]
+    assert sorted(everything) == sorted(ids)
+
+
+def test_renew_extends_only_leases_still_held(app, tasks):
+    a, _ = tasks
+    a.enqueue(), a.enqueue()
+    one, two = claim(app, worker="w1")
+    stale = Lease(one.id, one.attempt + 1, "w1")
+    foreign = Lease(two.id, two.attempt, "w2")
+    assert app.backend.renew([one.lease, stale]) == {one.lease}
+    assert app.backend.renew([foreign]) == set()
+    assert app.get_job(one.id).lease_expires_at >= one.lease_expires_at
+
+
+def test_finish_is_fenced_on_owner_and_attempt(app, tasks):
+    a, _ = tasks
+    a.enqueue()
+    (job,) = claim(app, worker="w1")
+    for wrong in (Lease(job.id, job.attempt, "w2"), Lease(job.id, job.attempt + 1, "w1")):
+        assert app.backend.finish(AttemptEnd(wrong, Outcome.DONE, result_json="1")) is False
+    assert app.get_job(job.id).status is JobStatus.RUNNING
+    assert app.backend.finish(AttemptEnd(job.lease, Outcome.DONE, result_json='{"ok": true}')) is True
+    assert app.backend.finish(AttemptEnd(job.lease, Outcome.DONE, result_json="2")) is False
+    done = app.get_job(job.id)
+    assert done.status is JobStatus.DONE and done.result == {"ok": True} and done.finished_at is not None
+    assert done.lease_owner is None and done.history[0].outcome is Outcome.DONE
+
+
+def test_error_schedules_a_retry_or_fails(app, tasks):
+    a, _ = tasks
+    a.enqueue()
+    (job,) = claim(app)
+    end = AttemptEnd(job.lease, Outcome.ERROR, error_type="ValueError", error_message="boom",
+                     traceback="Traceback...", retry_in_seconds=3600)
+    assert app.backend.finish(end)
+    waiting = app.get_job(job.id)
+    assert waiting.status is JobStatus.PENDING and waiting.last_error == "ValueError: boom"
+    assert waiting.run_after - waiting.history[0].finished_at > timedelta(minutes=59)
+    assert waiting.history[0].traceback == "Traceback..."
+    assert claim(app) == []  # not before run_after
+
+    b_job = tasks[1].enqueue()
+    (claimed,) = claim(app)
+    assert claimed.id == b_job.id
+    app.backend.finish(AttemptEnd(claimed.lease, Outcome.ERROR, error_type="KeyError", error_message="'x'"))
+    failed = app.get_job(b_job.id)
+    assert failed.status is JobStatus.FAILED and failed.finished_at is not None
+
+
+def test_expired_lease_returns_to_the_pool_and_history_says_so(app, tasks):
+    a, _ = tasks
+    a.using(lease=0.2).enqueue()
+    (job,) = claim(app, worker="crashed")
+    wait_for(lambda: app.backend.reclaim_expired() == 1, message="lease expiry")
+    back = app.get_job(job.id)
+    assert back.status is JobStatus.PENDING and back.lease_owner is None
+    assert "lease expired" in back.last_error and "crashed" in back.last_error
+    assert back.history[0].outcome is Outcome.EXPIRED
+    assert app.backend.finish(AttemptEnd(job.lease, Outcome.DONE)) is False  # the late result is fenced off
+
+    (second,) = claim(app, worker="w2")
+    assert second.attempt == 2
+    wait_for(lambda: app.backend.reclaim_expired() == 1, message="second expiry")
+    exhausted = app.get_job(job.id)
+    assert exhausted.status is JobStatus.FAILED and [a.outcome for a in exhausted.history] == [Outcome.EXPIRED] * 2
+
+
+def test_live_leases_are_not_reclaimed(app, tasks):
+    a, _ = tasks
+    a.enqueue()
+    claim(app)
+    assert app.backend.reclaim_expired() == 0
+
+
+def test_release_gives_jobs_back_at_once(app, tasks):
+    a, _ = tasks
+    a.enqueue(), a.enqueue()
+    jobs = claim(app, worker="w1")
+    app.backend.release([job.lease for job in jobs])
+    for job in jobs:
+        released = app.get_job(job.id)
+        assert released.status is JobStatus.PENDING and released.history[0].outcome is Outcome.SHUTDOWN
+    assert len(claim(app, worker="w2")) == 2
+
+
+def test_cancel_and_retry_transitions(app, tasks):
+    a, _ = tasks
+    pending = a.enqueue()
+    assert app.cancel(pending.id).status is JobStatus.CANCELLED
+    assert app.retry(pending.id).status is JobStatus.PENDING
+
+    (running,) = claim(app)
+    cancelled = app.cancel(running.id)
+    assert cancelled.status is JobStatus.CANCELLED and cancelled.history[-1].outcome is Outcome.CANCELLED
+    assert app.backend.renew([running.lease]) == set()  # the worker learns at its next renewal
+    assert app.backend.finish(AttemptEnd(running.lease, Outcome.DONE)) is False
+
+    with pytest.raises(InvalidTransition, match="cancelled"):
+        app.cancel(running.id)
+    retried = app.retry(running.id)
+    assert retried.status is JobStatus.PENDING and retried.finished_at is None
+    (again,) = claim(app)
+    app.backend.finish(AttemptEnd(again.lease, Outcome.DONE))
+    with pytest.raises(InvalidTransition, match="it is done"):
+        app.retry(again.id)
+    with pytest.raises(JobNotFound):
+        app.retry(10**9)
+
+
+def test_retry_of_a_failed_job_grants_another_attempt(app, tasks):
+    a, _ = tasks
+    a.enqueue()
+    for _ in range(2):
+        (job,) = claim(app)
+        app.backend.finish(AttemptEnd(job.lease, Outcome.ERROR, error_type="E", error_message="x",
+                                      retry_in_seconds=0 if job.attempt < 2 else None))
+    assert app.get_job(job.id).status is JobStatus.FAILED
+    retried = app.retry(job.id)
+    assert retried.max_attempts == 3
+    (third,) = claim(app)
+    assert third.attempt == 3
+
+
+def test_retry_refuses_to_duplicate_a_pending_idempotency_key(app, tasks):
+    a, _ = tasks
+    first = a.using(idempotency_key="k").enqueue()
+    app.cancel(first.id)
+    a.using(idempotency_key="k").enqueue()
+    with pytest.raises(InvalidTransition, match="idempotency key"):
+        app.retry(first.id)

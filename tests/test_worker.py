@@ -1,0 +1,274 @@
+"""The worker end to end: results, retries, cancellation, lease loss, shutdown and no deadlock."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from conftest import running_worker, wait_for
+from leased import Backoff, CancelReason, JobStatus, Outcome, PermanentError, TaskContext
+
+FAST = Backoff(base=0.01, cap=0.05, jitter=0.5)
+
+
+def test_results_of_sync_and_async_handlers_are_stored(app):
+    @app.task(name="add")
+    def add(a, b):
+        return {"sum": a + b}
+
+    @app.task(name="shout")
+    async def shout(word):
+        await asyncio.sleep(0)
+        return word.upper()
+
+    first, second = add.enqueue(2, 3), shout.enqueue("hi")
+    stats = app.run_until_empty(concurrency=2)
+    assert stats.done == 2
+    assert app.get_job(first.id).result == {"sum": 5}
+    done = app.get_job(second.id)
+    assert done.status is JobStatus.DONE and done.result == "HI"
+    assert [(a.number, a.outcome) for a in done.history] == [(1, Outcome.DONE)]
+    assert done.history[0].duration is not None
+
+
+def test_failures_retry_with_backoff_then_fail_with_the_last_error(app):
+    calls = []
+
+    @app.task(name="flaky", max_attempts=3, backoff=FAST)
+    def flaky():
+        calls.append(1)
+        raise ConnectionError(f"relay down #{len(calls)}")
+
+    job = flaky.enqueue()
+    with running_worker(app, concurrency=2):
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.FAILED, message="job to fail")
+    failed = app.get_job(job.id)
+    assert len(calls) == 3 and failed.attempt == 3
+    assert failed.last_error == "ConnectionError: relay down #3"
+    assert [a.outcome for a in failed.history] == [Outcome.ERROR] * 3
+    assert all("ConnectionError" in a.traceback for a in failed.history)
+
+
+def test_flaky_job_succeeds_on_a_later_attempt(app):
+    @app.task(name="second_time_lucky", backoff=FAST, takes_context=True)
+    def second_time_lucky(context: TaskContext):
+        if context.attempt == 1:
+            raise TimeoutError("first try")
+        return context.attempt
+
+    job = second_time_lucky.enqueue()
+    with running_worker(app):
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, message="retry to succeed")
+    assert app.get_job(job.id).result == 2
+
+
+def test_permanent_error_and_bad_arguments_fail_at_once(app):
+    @app.task(name="reject", max_attempts=5)
+    def reject(order_id):
+        raise PermanentError(f"order {order_id} does not exist")
+
+    bad = reject.enqueue("o-1")
+    hand_edited = reject.enqueue("o-2")
+    with app.backend._connection() if app.database_url.startswith("sqlite") else _pg(app) as connection:
+        connection.execute("UPDATE leased_jobs SET kwargs = '{\"colour\": 1}' WHERE id = %d" % hand_edited.id)
+    app.run_until_empty()
+    job = app.get_job(bad.id)
+    assert job.status is JobStatus.FAILED and job.attempt == 1
+    assert job.last_error == "PermanentError: order o-1 does not exist"
+    edited = app.get_job(hand_edited.id)
+    assert edited.status is JobStatus.FAILED and edited.attempt == 1
+    assert "arguments do not match reject(order_id)" in edited.last_error
+
+
+def _pg(app):
+    import psycopg
+
+    return psycopg.connect(app.database_url, autocommit=True)
+
+
+def test_result_that_is_not_json_fails_the_job_clearly(app):
+    @app.task(name="returns_object")
+    def returns_object():
+        return object()
+
+    job = returns_object.enqueue()
+    app.run_until_empty()
+    failed = app.get_job(job.id)
+    assert failed.status is JobStatus.FAILED and "return value" in failed.last_error
+
+
+def test_context_carries_job_and_attempt(app):
+    seen = {}
+
+    @app.task(name="introspect", takes_context=True)
+    def introspect(context, label):
+        seen.update(job_id=context.job_id, attempt=context.attempt, label=label, cancelled=context.is_cancelled)
+
+    job = introspect.enqueue("x")
+    app.run_until_empty()
+    assert seen == {"job_id": job.id, "attempt": 1, "label": "x", "cancelled": False}
+
+
+def test_cancelling_a_running_job_stops_its_handler(app):
+    started, stopped = threading.Event(), threading.Event()
+    reasons = []
+
+    @app.task(name="long_sync", takes_context=True, lease=0.6)
+    def long_sync(context):
+        started.set()
+        context.cancelled.wait(30)
+        reasons.append(context.cancel_reason)
+        stopped.set()
+        return "should be discarded"
+
+    @app.task(name="long_async", takes_context=True, lease=0.6)
+    async def long_async(context):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            reasons.append(context.cancel_reason)
+            raise
+
+    sync_job, async_job = long_sync.enqueue(), long_async.enqueue()
+    with running_worker(app, concurrency=2):
+        wait_for(lambda: started.is_set() and app.get_job(async_job.id).status is JobStatus.RUNNING)
+        app.cancel(sync_job.id)
+        app.cancel(async_job.id)
+        assert stopped.wait(10)
+        wait_for(lambda: len(reasons) == 2, message="both handlers to see the cancellation")
+    assert reasons == [CancelReason.CANCELLED, CancelReason.CANCELLED]
+    for job_id in (sync_job.id, async_job.id):
+        job = app.get_job(job_id)
+        assert job.status is JobStatus.CANCELLED and job.result is None
+        assert job.history[-1].outcome is Outcome.CANCELLED
+
+
+class LosingRenewals:
+    """The real backend, except that every renewal finds the lease gone."""
+
+    def __init__(self, backend):
+        self._backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def renew(self, leases):
+        return set()
+
+
+def test_lost_lease_cancels_the_handler_and_discards_its_result(app):
+    app._backend = LosingRenewals(app.backend)
+    release = threading.Event()
+    reasons = []
+
+    @app.task(name="slow", takes_context=True, lease=0.3)
+    def slow(context):
+        context.cancelled.wait(30)
+        reasons.append(context.cancel_reason)
+        release.set()
+        return "late result"
+
+    job = slow.enqueue()
+    with running_worker(app):
+        assert release.wait(20)
+        wait_for(lambda: app.get_job(job.id).history[0].outcome is not None, message="attempt to close")
+    assert reasons == [CancelReason.LEASE_LOST]
+    lost = app.get_job(job.id)
+    assert lost.result is None and lost.history[0].outcome is Outcome.LEASE_LOST
+
+
+def test_graceful_shutdown_lets_running_jobs_finish(app):
+    started, proceed = threading.Event(), threading.Event()
+
+    @app.task(name="finishing")
+    def finishing():
+        started.set()
+        proceed.wait(30)
+        return "finished"
+
+    job = finishing.enqueue()
+    later = finishing.using(run_after=None).enqueue()
+    with running_worker(app, concurrency=1, shutdown_grace=30) as worker:
+        assert started.wait(10)
+        worker.stop()
+        proceed.set()
+    assert app.get_job(job.id).result == "finished"
+    assert app.get_job(later.id).status is JobStatus.PENDING  # no claims after stop
+
+
+def test_shutdown_past_the_grace_period_releases_jobs_at_once(app):
+    started = threading.Event()
+    seen = []
+
+    @app.task(name="stubborn", takes_context=True)
+    async def stubborn(context):
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            seen.append(context.cancel_reason)
+
+    job = stubborn.enqueue()
+    began = time.monotonic()
+    with running_worker(app, shutdown_grace=0.2):
+        assert started.wait(10)
+    assert time.monotonic() - began < 30
+    released = app.get_job(job.id)
+    assert released.status is JobStatus.PENDING and released.lease_owner is None
+    assert released.history[0].outcome is Outcome.SHUTDOWN
+    assert seen == [CancelReason.SHUTDOWN]
+
+
+def test_second_stop_forces_cancellation(app):
+    started = threading.Event()
+
+    @app.task(name="sleeper", takes_context=True)
+    def sleeper(context):
+        started.set()
+        context.cancelled.wait(60)
+
+    job = sleeper.enqueue()
+    with running_worker(app, shutdown_grace=600) as worker:
+        assert started.wait(10)
+        worker.stop()
+        wait_for(lambda: worker._stopping, message="first stop")
+        worker.stop()  # the second must not wait out the 600 s grace
+    assert app.get_job(job.id).status is JobStatus.PENDING
+
+
+def test_many_more_jobs_than_slots_all_finish(app):
+    """The seed's deadlock: a worker waiting for its heartbeat, which waited for the job to end."""
+
+    @app.task(name="tick", lease=0.5)
+    def tick(n):
+        return n
+
+    @app.task(name="atick", lease=0.5)
+    async def atick(n):
+        return n
+
+    jobs = [tick.enqueue(n) for n in range(60)] + [atick.enqueue(n) for n in range(60)]
+    with running_worker(app, concurrency=3):
+        wait_for(lambda: app.counts()["default"]["done"] == len(jobs), timeout=60, message="all jobs done")
+    assert all(app.get_job(job.id).result == job.args[0] for job in jobs[::17])
+
+
+def test_jobs_of_unregistered_tasks_wait_instead_of_burning_attempts(app, database_url):
+    from leased import Leased
+
+    producer = Leased(database_url)
+
+    @producer.task(name="not_deployed_here")
+    def not_deployed_here(): ...
+
+    job = not_deployed_here.enqueue()
+
+    @app.task(name="something_else")
+    def something_else(): ...
+
+    app.run_until_empty()
+    assert app.get_job(job.id).status is JobStatus.PENDING and app.get_job(job.id).attempt == 0
+    producer.close()
