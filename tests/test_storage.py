@@ -68,6 +68,21 @@ def test_claim_leases_counts_the_attempt_and_opens_history(app, tasks):
     assert (attempt.number, attempt.worker_id, attempt.outcome, attempt.finished_at) == (1, "worker-1", None, None)
 
 
+def finish(app, end: AttemptEnd) -> bool:
+    (written,) = app.backend.finish([end])
+    return written
+
+
+def test_finish_writes_a_batch_fenced_one_by_one(app, tasks):
+    a, _ = tasks
+    a.enqueue(), a.enqueue()
+    one, two = claim(app)
+    ends = [AttemptEnd(Lease(one.id, one.attempt, "intruder"), Outcome.DONE, result_json="1"),
+            AttemptEnd(two.lease, Outcome.DONE, result_json="2")]
+    assert app.backend.finish(ends) == [False, True]
+    assert (app.get_job(one.id).status, app.get_job(two.id).result) == (JobStatus.RUNNING, 2)
+
+
 def test_concurrent_claimers_never_share_a_job(app, tasks):
     a, _ = tasks
     ids = {a.enqueue(n).id for n in range(60)}
@@ -104,10 +119,10 @@ def test_finish_is_fenced_on_owner_and_attempt(app, tasks):
     a.enqueue()
     (job,) = claim(app, worker="w1")
     for wrong in (Lease(job.id, job.attempt, "w2"), Lease(job.id, job.attempt + 1, "w1")):
-        assert app.backend.finish(AttemptEnd(wrong, Outcome.DONE, result_json="1")) is False
+        assert finish(app, AttemptEnd(wrong, Outcome.DONE, result_json="1")) is False
     assert app.get_job(job.id).status is JobStatus.RUNNING
-    assert app.backend.finish(AttemptEnd(job.lease, Outcome.DONE, result_json='{"ok": true}')) is True
-    assert app.backend.finish(AttemptEnd(job.lease, Outcome.DONE, result_json="2")) is False
+    assert finish(app, AttemptEnd(job.lease, Outcome.DONE, result_json='{"ok": true}')) is True
+    assert finish(app, AttemptEnd(job.lease, Outcome.DONE, result_json="2")) is False
     done = app.get_job(job.id)
     assert done.status is JobStatus.DONE and done.result == {"ok": True} and done.finished_at is not None
     assert done.lease_owner is None and done.history[0].outcome is Outcome.DONE
@@ -119,7 +134,7 @@ def test_error_schedules_a_retry_or_fails(app, tasks):
     (job,) = claim(app)
     end = AttemptEnd(job.lease, Outcome.ERROR, error_type="ValueError", error_message="boom",
                      traceback="Traceback...", retry_in_seconds=3600)
-    assert app.backend.finish(end)
+    assert finish(app, end)
     waiting = app.get_job(job.id)
     assert waiting.status is JobStatus.PENDING and waiting.last_error == "ValueError: boom"
     assert waiting.run_after - waiting.history[0].finished_at > timedelta(minutes=59)
@@ -129,7 +144,7 @@ def test_error_schedules_a_retry_or_fails(app, tasks):
     b_job = tasks[1].enqueue()
     (claimed,) = claim(app)
     assert claimed.id == b_job.id
-    app.backend.finish(AttemptEnd(claimed.lease, Outcome.ERROR, error_type="KeyError", error_message="'x'"))
+    finish(app, AttemptEnd(claimed.lease, Outcome.ERROR, error_type="KeyError", error_message="'x'"))
     failed = app.get_job(b_job.id)
     assert failed.status is JobStatus.FAILED and failed.finished_at is not None
 
@@ -143,7 +158,7 @@ def test_expired_lease_returns_to_the_pool_and_history_says_so(app, tasks):
     assert back.status is JobStatus.PENDING and back.lease_owner is None
     assert "lease expired" in back.last_error and "crashed" in back.last_error
     assert back.history[0].outcome is Outcome.EXPIRED
-    assert app.backend.finish(AttemptEnd(job.lease, Outcome.DONE)) is False  # the late result is fenced off
+    assert finish(app, AttemptEnd(job.lease, Outcome.DONE)) is False  # the late result is fenced off
 
     (second,) = claim(app, worker="w2")
     assert second.attempt == 2
@@ -180,14 +195,14 @@ def test_cancel_and_retry_transitions(app, tasks):
     cancelled = app.cancel(running.id)
     assert cancelled.status is JobStatus.CANCELLED and cancelled.history[-1].outcome is Outcome.CANCELLED
     assert app.backend.renew([running.lease]) == set()  # the worker learns at its next renewal
-    assert app.backend.finish(AttemptEnd(running.lease, Outcome.DONE)) is False
+    assert finish(app, AttemptEnd(running.lease, Outcome.DONE)) is False
 
     with pytest.raises(InvalidTransition, match="cancelled"):
         app.cancel(running.id)
     retried = app.retry(running.id)
     assert retried.status is JobStatus.PENDING and retried.finished_at is None
     (again,) = claim(app)
-    app.backend.finish(AttemptEnd(again.lease, Outcome.DONE))
+    finish(app, AttemptEnd(again.lease, Outcome.DONE))
     with pytest.raises(InvalidTransition, match="it is done"):
         app.retry(again.id)
     with pytest.raises(JobNotFound):
@@ -199,7 +214,7 @@ def test_retry_of_a_failed_job_grants_another_attempt(app, tasks):
     a.enqueue()
     for _ in range(2):
         (job,) = claim(app)
-        app.backend.finish(AttemptEnd(job.lease, Outcome.ERROR, error_type="E", error_message="x",
+        finish(app, AttemptEnd(job.lease, Outcome.ERROR, error_type="E", error_message="x",
                                       retry_in_seconds=0 if job.attempt < 2 else None))
     assert app.get_job(job.id).status is JobStatus.FAILED
     retried = app.retry(job.id)

@@ -6,7 +6,6 @@ import asyncio
 import threading
 import time
 
-import pytest
 
 from conftest import running_worker, wait_for
 from leased import Backoff, CancelReason, JobStatus, Outcome, PermanentError, TaskContext

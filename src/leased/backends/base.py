@@ -48,6 +48,16 @@ class AttemptEnd:
     traceback: str | None = None
     retry_in_seconds: float | None = None  # with an error: schedule another attempt; None: the job fails
 
+    @property
+    def job_status(self) -> JobStatus:
+        if self.outcome is Outcome.DONE:
+            return JobStatus.DONE
+        return JobStatus.PENDING if self.retry_in_seconds is not None else JobStatus.FAILED
+
+    @property
+    def last_error(self) -> str | None:
+        return None if self.error_message is None else f"{self.error_type}: {self.error_message}"
+
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
@@ -75,8 +85,11 @@ class Backend(Protocol):
     def renew(self, leases: Sequence[Lease]) -> set[Lease]:
         """Extend every given lease in one statement; returns those still held."""
 
-    def finish(self, end: AttemptEnd) -> bool:
-        """Record an attempt's end, fenced on the lease. False: the lease was lost and nothing was written."""
+    def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
+        """Record attempts' ends in one transaction, each fenced on its lease.
+
+        One flag per end: False when that lease was lost, and nothing was written for it.
+        """
 
     def release(self, leases: Sequence[Lease]) -> None:
         """Give jobs back at once (shutdown): pending again, the attempt recorded as shut down."""

@@ -10,7 +10,6 @@ release its leases at once. Signal handlers only call stop().
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import signal
@@ -20,11 +19,12 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from leased.backends.base import AttemptEnd, Backend, ClaimRequest
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.heartbeat import Heartbeat
+from leased.engine.threads import HandlerThreads
 from leased.errors import DatabaseUnavailable, PayloadError, PermanentError
 from leased.jobs import Job, Lease, Outcome
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, clean_text, encode_result
@@ -38,6 +38,7 @@ MAX_ERROR_MESSAGE = 4_000
 MAX_TRACEBACK = 32_000
 RECLAIM_INTERVAL = 1.0
 WATCHDOG_INTERVAL = 0.25
+CLAIM_GATHER_SECONDS = 0.002
 
 
 @dataclass
@@ -61,22 +62,6 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _run_in_thread(function: Callable[..., Any], args: tuple, kwargs: dict, name: str) -> concurrent.futures.Future:
-    """Run a sync handler on a daemon thread of its own: one that ignores cancellation cannot hold up exit."""
-    future: concurrent.futures.Future = concurrent.futures.Future()
-
-    def target() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(function(*args, **kwargs))
-        except BaseException as error:
-            future.set_exception(error)
-
-    threading.Thread(target=target, name=name, daemon=True).start()
-    return future
-
-
 class Worker:
     def __init__(self, backend: Backend, tasks: Mapping[str, Task], *, concurrency: int = 8,
                  queues: list[str] | tuple[str, ...] | None = None, poll_interval: float = 1.0,
@@ -94,11 +79,15 @@ class Worker:
         self.max_payload_bytes = max_payload_bytes
         self.stats = WorkerStats()
         self._running: dict[Lease, _Running] = {}
+        self._completions: list[tuple[AttemptEnd, asyncio.Future]] = []
+        self._completions_ready: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
         self._stopping = False
         self._stop_requests = 0
+        self._stop_lock = threading.Lock()
+        self._threads = HandlerThreads()
         self._heartbeat = Heartbeat(backend, self._on_lease_lost, self._is_transient)
 
     # Control, from any thread.
@@ -108,14 +97,16 @@ class Worker:
 
     def stop(self) -> None:
         """First call: stop claiming and let running jobs finish. Second call: cancel them now."""
+        with self._stop_lock:
+            self._stop_requests += 1
+            forced = self._stop_requests > 1
+        self._stopping = True
         loop = self._loop
-        if loop is None or loop.is_closed():
-            self._stopping = True
-            return
-        try:
-            loop.call_soon_threadsafe(self._request_stop)
-        except RuntimeError:  # the loop closed meanwhile: nothing left to stop
-            pass
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._apply_stop, forced)
+            except RuntimeError:  # the loop closed meanwhile: nothing left to stop
+                pass
 
     def notify(self) -> None:
         """A job was enqueued in this process: look for work now instead of at the next poll."""
@@ -126,11 +117,9 @@ class Worker:
             except RuntimeError:
                 pass
 
-    def _request_stop(self) -> None:
-        self._stop_requests += 1
-        self._stopping = True
+    def _apply_stop(self, forced: bool) -> None:
         self._wakeup.set()
-        if self._stop_requests == 1:
+        if not forced:
             log.info("worker %s stopping: no new jobs; %d running may finish within %.0fs (signal again to force)",
                      self.id, len(self._running), self.shutdown_grace)
         else:
@@ -139,10 +128,11 @@ class Worker:
 
     async def run_async(self, *, stop_when_idle: bool = False) -> WorkerStats:
         self._loop = asyncio.get_running_loop()
-        self._wakeup, self._force = asyncio.Event(), asyncio.Event()
+        self._wakeup, self._force, self._completions_ready = asyncio.Event(), asyncio.Event(), asyncio.Event()
         signals = self._install_signal_handlers()
         self._heartbeat.start()
         watchdog = asyncio.create_task(self._watch_leases())
+        completer = asyncio.create_task(self._complete_loop())
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
                  ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
         try:
@@ -150,6 +140,8 @@ class Worker:
         finally:
             watchdog.cancel()
             await self._shut_down()
+            completer.cancel()
+            self._threads.shutdown()
             self._heartbeat.stop()
             for signum in signals:
                 self._loop.remove_signal_handler(signum)
@@ -165,7 +157,7 @@ class Worker:
         installed = []
         for signum in (signal.SIGINT, signal.SIGTERM):
             try:
-                self._loop.add_signal_handler(signum, self._request_stop)
+                self._loop.add_signal_handler(signum, self.stop)
                 installed.append(signum)
             except (NotImplementedError, RuntimeError):
                 pass
@@ -181,6 +173,10 @@ class Worker:
             if free <= 0:
                 await self._nap(None)
                 continue
+            if free < self.concurrency // 2:
+                # Let a few more slots free up: one claim of many costs little more than a claim of one.
+                await asyncio.sleep(CLAIM_GATHER_SECONDS)
+                free = self.concurrency - len(self._running)
             try:
                 if time.monotonic() >= next_reclaim:
                     await asyncio.to_thread(self.backend.reclaim_expired)
@@ -258,8 +254,7 @@ class Worker:
             if task.is_async:
                 running.handler = asyncio.ensure_future(task.func(*leading, *job.args, **job.kwargs))
             else:
-                thread = _run_in_thread(task.func, (*leading, *job.args), job.kwargs, f"leased-job-{job.id}")
-                running.handler = asyncio.wrap_future(thread)
+                running.handler = asyncio.wrap_future(self._threads.submit(task.func, (*leading, *job.args), job.kwargs))
             if context.is_cancelled:
                 running.handler.cancel()
             result = await running.handler
@@ -298,17 +293,43 @@ class Worker:
         )
 
     async def _finish(self, end: AttemptEnd) -> bool:
-        """Write the attempt's end, retrying through a brief outage while the lease still holds."""
+        """Hand the attempt's end to the completer; True once written, False if the lease was lost."""
+        written = self._loop.create_future()
+        self._completions.append((end, written))
+        self._completions_ready.set()
+        return await written
+
+    async def _complete_loop(self) -> None:
+        """The completer: writes every end that arrived meanwhile in one transaction."""
         delay = 0.1
         while True:
+            await self._completions_ready.wait()
+            self._completions_ready.clear()
+            batch, self._completions = self._completions, []
+            if not batch:
+                continue
             try:
-                return await asyncio.to_thread(self.backend.finish, end)
+                kept = await asyncio.to_thread(self.backend.finish, [end for end, _ in batch])
             except Exception as error:
-                if not self._is_transient(error) or end.lease in self._heartbeat.overdue(time.monotonic()):
-                    raise
-                log.warning("job %d: could not record its end (%s); retrying", end.lease.job_id, _one_line(error))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                # Through a brief outage, keep trying while the leases hold; past that the jobs
+                # will be reclaimed and run again, which at-least-once allows.
+                overdue = set(self._heartbeat.overdue(time.monotonic()))
+                retry = [(end, written) for end, written in batch
+                         if self._is_transient(error) and end.lease not in overdue]
+                for end, written in batch:
+                    if (end, written) not in retry:
+                        written.set_exception(error)
+                if retry:
+                    log.warning("worker %s: could not record %d result(s) (%s); retrying", self.id, len(retry),
+                                _one_line(error))
+                    self._completions[:0] = retry
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    self._completions_ready.set()
+                continue
+            delay = 0.1
+            for (_, written), flag in zip(batch, kept):
+                written.set_result(flag)
 
     async def _abandon(self, running: _Running) -> None:
         reason = running.context.cancel_reason
@@ -352,8 +373,8 @@ class Worker:
             await asyncio.sleep(WATCHDOG_INTERVAL)
             if not self._heartbeat.is_alive and not self._stopping:
                 log.error("worker %s: heartbeat died; stopping", self.id)
-                self._request_stop()
-                self._force.set()
+                self._stopping = True
+                self._apply_stop(forced=True)
             for lease in self._heartbeat.overdue(time.monotonic()):
                 self._cancel(lease, CancelReason.LEASE_LOST)
 

@@ -248,22 +248,23 @@ class PostgresBackend:
         rows = self._fetch_all("renew", **_lease_arrays(leases))
         return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
 
-    def finish(self, end: AttemptEnd) -> bool:
-        lease = end.lease
-        if end.outcome is Outcome.DONE:
-            status = JobStatus.DONE
-        elif end.retry_in_seconds is not None:
-            status = JobStatus.PENDING
-        else:
-            status = JobStatus.FAILED
-        last_error = None if end.error_message is None else f"{end.error_type}: {end.error_message}"
-        row = self._fetch_one(
-            "finish", status=status.value, result=end.result_json, last_error=last_error,
-            retry_in_seconds=end.retry_in_seconds or 0.0,
-            job_id=lease.job_id, attempt=lease.attempt, worker_id=lease.worker_id,
-            outcome=end.outcome.value, error_type=end.error_type, error_message=end.error_message,
-            traceback=end.traceback)
-        return row is not None
+    def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
+        params = [{
+            "status": end.job_status.value, "result": end.result_json, "last_error": end.last_error,
+            "retry_in_seconds": end.retry_in_seconds or 0.0,
+            "job_id": end.lease.job_id, "attempt": end.lease.attempt, "worker_id": end.lease.worker_id,
+            "outcome": end.outcome.value, "error_type": end.error_type, "error_message": end.error_message,
+            "traceback": end.traceback,
+        } for end in ends]
+        # executemany pipelines the statements: one round trip and one commit for the whole batch.
+        with self._connection() as connection, connection.transaction(), connection.cursor() as cursor:
+            cursor.executemany(QUERIES["finish"], params, returning=True)
+            kept = []
+            while True:
+                kept.append(cursor.fetchone() is not None)
+                if not cursor.nextset():
+                    break
+        return kept
 
     def release(self, leases: Sequence[Lease]) -> None:
         if not leases:

@@ -106,6 +106,7 @@ class SQLiteBackend:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.path!r})"
@@ -133,13 +134,16 @@ class SQLiteBackend:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         connection = self._connection()
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            yield connection
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        connection.execute("COMMIT")
+        # Threads of one process queue here rather than in SQLite's busy handler, which polls
+        # with sleeps of up to 100 ms; other processes still wait in the busy handler.
+        with self._write_lock:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
 
     def _read(self, name: str, **params: Any) -> list[sqlite3.Row]:
         return self._connection().execute(QUERIES[name], params).fetchall()
@@ -201,25 +205,21 @@ class SQLiteBackend:
                                                          "leases": _leases_json(leases)}).fetchall()
         return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
 
-    def finish(self, end: AttemptEnd) -> bool:
-        lease = end.lease
-        if end.outcome is Outcome.DONE:
-            status = JobStatus.DONE
-        elif end.retry_in_seconds is not None:
-            status = JobStatus.PENDING
-        else:
-            status = JobStatus.FAILED
-        last_error = None if end.error_message is None else f"{end.error_type}: {end.error_message}"
+    def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
+        kept = []
         with self._write() as connection:
-            row = connection.execute(QUERIES["finish"], {
-                "status": status.value, "result": end.result_json, "last_error": last_error,
-                "retry_in_seconds": end.retry_in_seconds or 0.0,
-                "job_id": lease.job_id, "attempt": lease.attempt, "worker_id": lease.worker_id,
-            }).fetchone()
-            if row is None:
-                return False
-            self._close_attempt(connection, lease, end.outcome, end.error_type, end.error_message, end.traceback)
-        return True
+            for end in ends:
+                lease = end.lease
+                row = connection.execute(QUERIES["finish"], {
+                    "status": end.job_status.value, "result": end.result_json, "last_error": end.last_error,
+                    "retry_in_seconds": end.retry_in_seconds or 0.0,
+                    "job_id": lease.job_id, "attempt": lease.attempt, "worker_id": lease.worker_id,
+                }).fetchone()
+                if row is not None:
+                    self._close_attempt(connection, lease, end.outcome, end.error_type, end.error_message,
+                                        end.traceback)
+                kept.append(row is not None)
+        return kept
 
     def _close_attempt(self, connection: sqlite3.Connection, lease: Lease, outcome: Outcome,
                        error_type: str | None = None, error_message: str | None = None,

@@ -1,0 +1,77 @@
+"""Drain N pre-queued no-op jobs with one worker and report jobs/s, per backend.
+
+    python bench/drain.py                      # SQLite (temp file) and the local PostgreSQL
+    python bench/drain.py --jobs 10000 --concurrency 10 --backend sqlite
+
+A measurement, not a test: run it by hand and compare runs on the same machine. Issue 5's suite
+will put these figures side by side with the peers'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from leased import Leased
+
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def noop(n: int) -> None:
+    return None
+
+
+def drain(url: str, jobs: int, concurrency: int) -> tuple[float, float]:
+    app = Leased(url)
+    task = app.task(name="bench.noop")(noop)
+    started = time.perf_counter()
+    for n in range(jobs):
+        task.enqueue(n)
+    enqueued = time.perf_counter()
+    stats = app.run_until_empty(concurrency=concurrency)
+    drained = time.perf_counter()
+    assert stats.done == jobs, stats
+    assert app.counts()["default"]["done"] == jobs
+    app.close()
+    return jobs / (enqueued - started), jobs / (drained - enqueued)
+
+
+def postgres_url() -> tuple[str, callable]:
+    import psycopg
+
+    schema = f"leased_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+        connection.execute(f'CREATE SCHEMA "{schema}"')
+
+    def drop() -> None:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+    return f"{POSTGRES_URL}?options=-csearch_path%3D{schema}", drop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    options = parser.parse_args()
+    print(f"{'backend':10} {'jobs':>7} {'enqueue/s':>10} {'drain/s':>10}")
+    if options.backend in ("sqlite", "all"):
+        with tempfile.TemporaryDirectory() as folder:
+            rates = drain(f"sqlite:///{Path(folder) / 'bench.db'}", options.jobs, options.concurrency)
+        print(f"{'sqlite':10} {options.jobs:>7} {rates[0]:>10.0f} {rates[1]:>10.0f}")
+    if options.backend in ("postgres", "all"):
+        url, drop = postgres_url()
+        try:
+            rates = drain(url, options.jobs, options.concurrency)
+        finally:
+            drop()
+        print(f"{'postgres':10} {options.jobs:>7} {rates[0]:>10.0f} {rates[1]:>10.0f}")
+
+
+if __name__ == "__main__":
+    main()

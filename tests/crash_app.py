@@ -1,0 +1,28 @@
+"""A worker process for the crash tests: python crash_app.py WORKER_ID (database from $LEASED_DATABASE_URL)."""
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from leased import Leased
+
+app = Leased(os.environ["LEASED_DATABASE_URL"])
+MARKERS = Path(os.environ.get("CRASH_MARKERS", "."))
+
+
+@app.task(name="hold", lease=1.0, takes_context=True, max_attempts=3)
+def hold(context, mode):
+    if context.attempt == 1 and mode == "forever":
+        time.sleep(3600)
+    if context.attempt == 1 and mode == "late":
+        time.sleep(2)  # deliberately deaf to cancellation: it will try to finish after losing its lease
+        (MARKERS / f"returned-{context.worker_id}").touch()
+        return f"late from {context.worker_id}"
+    return f"done by {context.worker_id}"
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    app.worker(concurrency=2, poll_interval=0.05, worker_id=sys.argv[1]).run()

@@ -1,0 +1,52 @@
+"""Payloads are JSON and round-trip exactly on every backend; backoff is a pure, bounded function."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leased import Backoff, ConfigurationError
+from leased.payloads import clean_text
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=st.lists(json_values, max_size=3), kwargs=st.dictionaries(st.text(max_size=8), json_values, max_size=3))
+def test_any_json_payload_round_trips_exactly(app, args, kwargs):
+    echo = app.tasks.get("echo") or app.task(name="echo")(lambda *args, **kwargs: None)
+    job = echo.enqueue(*args, **kwargs)
+    stored = app.get_job(job.id)
+    assert (stored.args, stored.kwargs) == (args, kwargs)
+    assert list(stored.kwargs) == list(kwargs)  # key order too
+
+
+@given(attempt=st.integers(min_value=1, max_value=10_000), u=st.floats(min_value=0, max_value=1))
+def test_backoff_is_bounded_and_grows(attempt, u):
+    backoff = Backoff(base=1, factor=2, cap=600, jitter=0.25)
+    delay = backoff.delay(attempt, uniform=lambda: u)
+    assert 0 <= delay <= 600 * 1.25
+    if attempt < 9:
+        assert backoff.delay(attempt, lambda: 0.5) < backoff.delay(attempt + 1, lambda: 0.5)
+
+
+def test_backoff_without_jitter_is_exact():
+    backoff = Backoff(base=2, factor=3, cap=100, jitter=0)
+    assert [backoff.delay(n) for n in (1, 2, 3, 4, 5)] == [2, 6, 18, 54, 100]
+
+
+@pytest.mark.parametrize("options", [{"base": -1}, {"factor": 0.5}, {"jitter": 2}])
+def test_backoff_refuses_nonsense(options):
+    with pytest.raises(ConfigurationError):
+        Backoff(**options)
+
+
+def test_error_text_is_stored_clean_and_capped():
+    assert clean_text("a\x00b", 100) == "a\\x00b"
+    long = clean_text("x" * 10_000 + "END", 1000)
+    assert len(long) < 1100 and long.endswith("END") and "characters cut" in long

@@ -1,0 +1,86 @@
+"""Migrations and the SQL files: concurrent migrators, printed SQL equal to applied SQL, no missing query."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leased import Leased
+from leased.backends import sql
+
+BACKENDS_DIR = Path(__file__).parent.parent / "src" / "leased" / "backends"
+
+
+def test_migrate_is_idempotent(database_url):
+    app = Leased(database_url, migrate=False)
+    assert app.backend.migrate() == [1]
+    assert app.backend.migrate() == []
+    app.close()
+
+
+def test_concurrent_migrators_all_succeed_with_one_schema(database_url):
+    script = "import sys; from leased import Leased; print(Leased(sys.argv[1], migrate=False).backend.migrate())"
+    processes = [subprocess.Popen([sys.executable, "-c", script, database_url], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outputs = [process.communicate(timeout=60) for process in processes]
+    assert [process.returncode for process in processes] == [0] * 4, outputs
+    assert sorted(out.strip() for out, _ in outputs) == ["[1]", "[]", "[]", "[]"]
+
+
+def _sqlite_schema(path: str) -> list[tuple]:
+    with sqlite3.connect(path) as connection:
+        return connection.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
+        ).fetchall()
+
+
+def _postgres_schema(url: str) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(url) as connection:
+        columns = connection.execute(
+            "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns"
+            " WHERE table_schema = current_schema() ORDER BY 1, 2").fetchall()
+        indexes = connection.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() ORDER BY 1").fetchall()
+    return columns + [(name, re.sub(r"leased_test_\w+\.", "", definition)) for name, definition in indexes]
+
+
+def test_printed_sql_builds_the_schema_that_migrate_builds(backend_name, tmp_path):
+    from conftest import postgres_schema
+
+    if backend_name == "sqlite":
+        migrated, printed = str(tmp_path / "a.db"), str(tmp_path / "b.db")
+        Leased(f"sqlite:///{migrated}").backend.migrate()
+        sqlite3.connect(printed).executescript(Leased(f"sqlite:///{printed}", migrate=False).backend.migration_sql())
+        assert _sqlite_schema(migrated) == _sqlite_schema(printed)
+        return
+    import psycopg
+
+    with postgres_schema() as migrated, postgres_schema() as printed:
+        Leased(migrated).backend.migrate()
+        with psycopg.connect(printed) as connection:
+            connection.execute(Leased(printed, migrate=False).backend.migration_sql())
+        assert _postgres_schema(migrated) == _postgres_schema(printed)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_every_query_used_is_defined_and_every_query_defined_is_used(backend):
+    folder = BACKENDS_DIR / backend
+    defined = set(sql.load_queries(folder / "queries.sql"))
+    code = (folder / "backend.py").read_text()
+    used = set(re.findall(r'QUERIES\["(\w+)"\]', code)) | set(re.findall(r'_(?:run|fetch_all|fetch_one|read)\(\s*"(\w+)"', code))
+    assert used - defined == set(), "queries used but not defined"
+    assert defined - used == set(), "queries defined but never used"
+
+
+def test_migrations_are_numbered_without_gaps(tmp_path):
+    for name in ["0001_a.sql", "0003_c.sql"]:
+        (tmp_path / name).write_text("SELECT 1;")
+    with pytest.raises(ValueError, match="without gaps"):
+        sql.load_migrations(tmp_path)
