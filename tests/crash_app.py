@@ -17,6 +17,7 @@ def hold(context, mode):
     if context.attempt == 1 and mode == "forever":
         time.sleep(3600)
     if context.attempt == 1 and mode == "late":
+        (MARKERS / f"started-{context.worker_id}").touch()
         time.sleep(2)  # deliberately deaf to cancellation: it will try to finish after losing its lease
         (MARKERS / f"returned-{context.worker_id}").touch()
         return f"late from {context.worker_id}"

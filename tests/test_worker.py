@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
+from datetime import datetime, timezone
 
 
 from conftest import running_worker, wait_for
@@ -271,3 +273,64 @@ def test_jobs_of_unregistered_tasks_wait_instead_of_burning_attempts(app, databa
     app.run_until_empty()
     assert app.get_job(job.id).status is JobStatus.PENDING and app.get_job(job.id).attempt == 0
     producer.close()
+
+
+class UnreachableForRenewals(LosingRenewals):
+    """The real backend, except that renewals cannot reach the database."""
+
+    def renew(self, leases):
+        from leased import DatabaseUnavailable
+
+        raise DatabaseUnavailable("connection refused (injected)")
+
+
+def test_worker_that_cannot_renew_cancels_its_handler_before_the_lease_runs_out(app):
+    app._backend = UnreachableForRenewals(app.backend)
+    seen = []
+
+    @app.task(name="patient", takes_context=True, lease=0.6)
+    def patient(context):
+        context.cancelled.wait(30)
+        lease_ends = app.backend.get_job(context.job_id).lease_expires_at
+        seen.append((context.cancel_reason, lease_ends > datetime.now(timezone.utc)))
+
+    patient.enqueue()
+    with running_worker(app):
+        wait_for(lambda: seen, message="handler to be cancelled")
+    assert seen == [(CancelReason.LEASE_LOST, True)]  # cancelled while the lease still held
+
+
+class FlakyClaims(LosingRenewals):
+    """The real backend, except that the first claims fail as if the database were restarting."""
+
+    def __init__(self, backend, failures):
+        super().__init__(backend)
+        self.failures = failures
+
+    def renew(self, leases):
+        return self._backend.renew(leases)
+
+    def claim(self, request):
+        if self.failures:
+            self.failures -= 1
+            from leased import DatabaseUnavailable
+
+            raise DatabaseUnavailable("the database system is starting up (injected)")
+        return self._backend.claim(request)
+
+
+def test_worker_rides_out_an_unreachable_database(app, caplog):
+    caplog.set_level(logging.INFO, logger="leased.worker")
+    flaky = FlakyClaims(app.backend, failures=2)
+    app._backend = flaky
+
+    @app.task(name="after_outage")
+    def after_outage():
+        return "ok"
+
+    job = after_outage.enqueue()
+    with running_worker(app):
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, message="job after the outage")
+    outage_lines = [r for r in caplog.records if "database unavailable" in r.getMessage()]
+    assert len(outage_lines) == 2 and all("\n" not in r.getMessage() for r in outage_lines)
+    assert any("database reachable again" in r.getMessage() for r in caplog.records)

@@ -67,6 +67,10 @@ class Heartbeat:
         with self._lock:
             self._held.pop(lease, None)
 
+    def shortest_lease(self, default: float = 3.0) -> float:
+        with self._lock:
+            return min((held.lease_seconds for held in self._held.values()), default=default)
+
     def overdue(self, now: float) -> list[Lease]:
         """Leases that may run out before the next renewal could land: their handlers must stop now."""
         with self._lock:
@@ -95,9 +99,9 @@ class Heartbeat:
     def renew_now(self) -> None:
         with self._lock:
             leases = list(self._held)
-            shortest = min((held.lease_seconds for held in self._held.values()), default=1.0)
         if not leases:
             return
+        shortest = self.shortest_lease()
         sent = time.monotonic()
         try:
             kept = self._backend.renew(leases)

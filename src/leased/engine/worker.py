@@ -370,7 +370,7 @@ class Worker:
 
     async def _watch_leases(self) -> None:
         while True:
-            await asyncio.sleep(WATCHDOG_INTERVAL)
+            await asyncio.sleep(min(WATCHDOG_INTERVAL, self._heartbeat.shortest_lease() / 12))
             if not self._heartbeat.is_alive and not self._stopping:
                 log.error("worker %s: heartbeat died; stopping", self.id)
                 self._stopping = True

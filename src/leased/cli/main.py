@@ -1,0 +1,344 @@
+"""The `leased` command: run a worker, enqueue and inspect jobs, apply the schema, try the demo.
+
+Every mistake a user can make here (a wrong APP path, bad JSON, an unknown job, an unreachable
+database) ends as one `error: ...` line on stderr and exit status 1; click's own usage errors exit
+with 2. A traceback means a bug in leased or in the user's handlers, never a typo.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any, Callable
+
+import click
+
+from leased.cli import output
+from leased.cli.loading import Failure, load_app, open_app
+from leased.errors import LeasedError
+from leased.jobs import Job, JobStatus, Outcome
+
+
+class LeasedGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # in the order defined below: a tour, not the alphabet
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # LeasedError messages are written for users (they name the problem and the fix), so every
+        # command can let them propagate and they still end as one line.
+        try:
+            return super().invoke(ctx)
+        except LeasedError as error:
+            raise Failure(output.one_line(str(error))) from None
+
+
+class Duration(click.ParamType):
+    """250ms, 10s, 5m, 2h, 1d or a plain number of seconds, as float seconds."""
+
+    name = "duration"
+
+    def __init__(self, positive: bool = False):
+        self.positive = positive
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            seconds = float(value)
+        else:
+            try:
+                seconds = output.parse_duration(value)
+            except ValueError as error:
+                self.fail(str(error), param, ctx)
+        if self.positive and seconds <= 0:
+            self.fail(f"{value!r} must be more than zero", param, ctx)
+        return seconds
+
+
+def database_option(function: Callable) -> Callable:
+    return click.option("--database", metavar="URL", envvar="LEASED_DATABASE_URL",
+                        help="Database URL, instead of APP (default: $LEASED_DATABASE_URL).")(function)
+
+
+def job_target(values: tuple[str, ...]) -> tuple[str | None, int]:
+    """[APP] JOB_ID: APP is optional before the id, so the arguments are split by count."""
+    if len(values) > 2:
+        raise click.UsageError(f"expected [APP] JOB_ID, got {len(values)} arguments")
+    app_spec, raw = (None, values[0]) if len(values) == 1 else values
+    if app_spec is None and ":" in raw:
+        raise click.UsageError("missing JOB_ID")
+    try:
+        return app_spec, int(raw)
+    except ValueError:
+        raise Failure(f"a job id is a whole number, got {raw!r}") from None
+
+
+JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+              type(None): "null"}
+
+
+def parse_json(text: str, what: str, kind: type, example: str) -> Any:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise Failure(f"{what} is not valid JSON ({error}); expected {example}") from None
+    if not isinstance(value, kind):
+        raise Failure(f"{what} must be {example}, got a JSON {JSON_TYPES.get(type(value), type(value).__name__)}")
+    return value
+
+
+# Commands.
+@click.group(cls=LeasedGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="leased", prog_name="leased")
+def cli() -> None:
+    """Durable background jobs in your database.
+
+    APP names your Leased instance as module:attribute (e.g. myproject.jobs:app), imported with the
+    current directory first on the path. Start with `leased demo`.
+    """
+
+
+@cli.command()
+@click.option("--database", metavar="URL", help="Instead of a fresh ./leased-demo.db (must not be in use).")
+@click.option("--jobs", "job_count", type=click.IntRange(1, 1000), default=40, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True)
+@click.option("--seed", type=int, help="Replay the same failures (default: random).")
+def demo(database: str | None, job_count: int, concurrency: int, seed: int | None) -> None:
+    """Watch a worker run sample jobs: start here.
+
+    A burst of sample jobs, some failing and retrying, on a fresh ./leased-demo.db.
+    """
+    from leased.cli.demo import run_demo  # its sample tasks are registered only when asked for
+
+    sys.exit(run_demo(database, job_count=job_count, concurrency=concurrency, seed=seed))
+
+
+@cli.command()
+@click.argument("app_spec", metavar="APP")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Jobs run at once.")
+@click.option("--queues", metavar="A,B", help="Only these queues, comma-separated (default: all).")
+@click.option("--poll-interval", type=Duration(positive=True), default="1s", show_default=True,
+              help="How often to look for due jobs when idle (e.g. 500ms, 2s).")
+@click.option("--shutdown-grace", type=Duration(), default="30s", show_default=True,
+              help="On SIGINT/SIGTERM, how long running jobs may finish before they are released.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              default="info", show_default=True)
+def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
+           log_level: str) -> None:
+    """Run jobs until SIGINT or SIGTERM.
+
+    On the first signal no new jobs are claimed and running ones may finish within the grace
+    period; a second signal cancels them and gives them back at once.
+    """
+    configure_logging(log_level)
+    app = load_app(app_spec)
+    queue_names = [name.strip() for name in queues.split(",") if name.strip()] if queues else None
+    try:
+        app.worker(concurrency=concurrency, queues=queue_names, poll_interval=poll_interval,
+                   shutdown_grace=shutdown_grace).run()
+    finally:
+        app.close()
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr, datefmt="%Y-%m-%d %H:%M:%S",
+                        format="%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s")
+    # The connection pool narrates every connection at INFO; its warnings are what a reader needs.
+    logging.getLogger("psycopg").setLevel(max(logging.getLogger().level, logging.WARNING))
+
+
+@cli.command()
+@click.argument("app_spec", metavar="APP")
+@click.argument("task_name", metavar="TASK")
+@click.argument("args_json", required=False, default="[]")
+@click.option("--kwargs", "kwargs_json", metavar="JSON", default="{}", help="Keyword arguments, a JSON object.")
+@click.option("--delay", type=Duration(), help="Run no sooner than this from now (e.g. 250ms, 10s, 5m, 2h, 1d).")
+@click.option("--idempotency-key", metavar="KEY", help="While a job with this key waits, enqueue returns it.")
+@click.option("--queue", "queue_name", metavar="QUEUE", help="Instead of the task's queue.")
+@click.option("--priority", type=int, help="Instead of the task's priority; higher runs first.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@click.pass_context
+def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, kwargs_json: str,
+            delay: float | None, idempotency_key: str | None, queue_name: str | None, priority: int | None,
+            as_json: bool) -> None:
+    """Enqueue a job for TASK.
+
+    ARGS_JSON is a JSON array of positional arguments, e.g. '[42, "ada@example.com"]'.
+    """
+    args = parse_json(args_json, "ARGS_JSON", list, "a JSON array of positional arguments, e.g. '[1, \"two\"]'")
+    kwargs = parse_json(kwargs_json, "--kwargs", dict, "a JSON object of keyword arguments, e.g. '{\"to\": \"ada\"}'")
+    app = load_app(app_spec)
+    ctx.call_on_close(app.close)
+    options: dict[str, Any] = {}
+    if delay is not None:
+        options["run_after"] = timedelta(seconds=delay)
+    if idempotency_key is not None:
+        options["idempotency_key"] = idempotency_key
+    if queue_name is not None:
+        options["queue_name"] = queue_name
+    if priority is not None:
+        options["priority"] = priority
+    job = app.get_task(task_name).using(**options).enqueue(*args, **kwargs)
+    if as_json:
+        click.echo(output.to_json(output.job_to_dict(job)))
+        return
+    wait = job.run_after - datetime.now(UTC)
+    when = "now" if wait.total_seconds() < 1 else f"in {output.format_duration(wait)}"
+    click.echo(f"job {job.id} {job.status}: {job.task_name} on queue {job.queue_name}, "
+               f"runs {when} ({output.local_time(job.run_after)})")
+
+
+@cli.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--status", type=click.Choice([status.value for status in JobStatus]))
+@click.option("--queue", "queue_name", metavar="QUEUE")
+@click.option("--task", "task_name", metavar="TASK")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--before-id", type=int, metavar="ID", help="Next page: jobs older than ID (the last id shown).")
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON array.")
+@click.pass_context
+def jobs(ctx: click.Context, app_spec: str | None, database: str | None, status: str | None,
+         queue_name: str | None, task_name: str | None, limit: int, before_id: int | None, as_json: bool) -> None:
+    """List jobs, newest first."""
+    app = open_app(ctx, app_spec, database)
+    found = app.list_jobs(status=status, queue_name=queue_name, task_name=task_name, limit=limit,
+                          before_id=before_id)
+    if as_json:
+        click.echo(output.to_json([output.job_to_dict(job) for job in found]))
+        return
+    if not found:
+        click.echo("no jobs" + (" match" if status or queue_name or task_name or before_id else ""))
+        return
+    click.echo(output.jobs_table(found))
+    if len(found) == limit:
+        click.echo(f"(first {limit}; next page: --before-id {found[-1].id})", err=True)
+
+
+@cli.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] JOB_ID")
+@database_option
+@click.option("--json", "as_json", is_flag=True, help="Print the job and its attempts as JSON.")
+@click.pass_context
+def show(ctx: click.Context, target: tuple[str, ...], database: str | None, as_json: bool) -> None:
+    """Show one job: its fields, arguments, result and every attempt."""
+    app_spec, job_id = job_target(target)
+    job = open_app(ctx, app_spec, database).get_job(job_id)
+    if as_json:
+        click.echo(output.to_json(output.job_to_dict(job)))
+        return
+    click.echo(describe_job(job))
+
+
+def describe_job(job: Job) -> str:
+    fields = [
+        ("status", str(job.status)),
+        ("queue", job.queue_name),
+        ("priority", str(job.priority)),
+        ("attempt", f"{job.attempt} of {job.max_attempts}"),
+        ("created", output.local_time(job.created_at)),
+        ("run after", output.local_time(job.run_after)),
+        ("finished", output.local_time(job.finished_at)),
+    ]
+    if job.lease_owner:
+        fields.append(("leased by", f"{job.lease_owner} until {output.local_time(job.lease_expires_at)} "
+                                    f"(lease {output.format_duration(job.lease_seconds)})"))
+    if job.idempotency_key:
+        fields.append(("idempotency key", job.idempotency_key))
+    if job.last_error:
+        fields.append(("last error", job.last_error))
+    fields += [("args", output.readable_json(job.args)), ("kwargs", output.readable_json(job.kwargs))]
+    if job.status == JobStatus.DONE:
+        fields.append(("result", output.readable_json(job.result)))
+    parts = [f"job {job.id}  {job.task_name}", output.labelled(fields)]
+    if not job.history:
+        parts.append("\nno attempts yet")
+        return "\n".join(parts)
+    rows = [(attempt.number, attempt.worker_id, output.local_time(attempt.started_at),
+             output.format_duration(attempt.duration), attempt.outcome or "running",
+             output.one_line(f"{attempt.error_type}: {attempt.error_message}" if attempt.error_type
+                             else attempt.error_message))
+            for attempt in job.history]
+    parts += ["", "attempts", output.table(["#", "WORKER", "STARTED", "DURATION", "OUTCOME", "ERROR"], rows,
+                                           right=[0, 3], shrink=5, width=output.terminal_width(), indent="  ")]
+    # Earlier tracebacks are usually the same story; the last failure's is the one to read.
+    failed = [attempt for attempt in job.history if attempt.outcome == Outcome.ERROR and attempt.traceback]
+    if failed:
+        parts += ["", f"traceback of attempt {failed[-1].number}",
+                  "\n".join("  " + line for line in failed[-1].traceback.rstrip().splitlines())]
+    return "\n".join(parts)
+
+
+@cli.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] JOB_ID")
+@database_option
+@click.pass_context
+def retry(ctx: click.Context, target: tuple[str, ...], database: str | None) -> None:
+    """Send a failed or cancelled job back to pending, to run now."""
+    app_spec, job_id = job_target(target)
+    job = open_app(ctx, app_spec, database).retry(job_id)
+    click.echo(f"job {job.id} ({job.task_name}) is {job.status} again: up to {job.max_attempts - job.attempt} "
+               f"more attempt(s), from now")
+
+
+@cli.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] JOB_ID")
+@database_option
+@click.pass_context
+def cancel(ctx: click.Context, target: tuple[str, ...], database: str | None) -> None:
+    """Cancel a pending or running job.
+
+    A running job's worker loses its lease and stops the handler.
+    """
+    app_spec, job_id = job_target(target)
+    app = open_app(ctx, app_spec, database)
+    was_running = app.get_job(job_id).status == JobStatus.RUNNING  # only for the message; a race is harmless
+    job = app.cancel(job_id)
+    click.echo(f"job {job.id} ({job.task_name}) cancelled" + ("; its worker will stop the handler" if was_running
+                                                              else ""))
+
+
+@cli.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--json", "as_json", is_flag=True, help="Print {queue: {status: count}} as JSON.")
+@click.pass_context
+def stats(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
+    """Count jobs per queue and status."""
+    counts = open_app(ctx, app_spec, database).counts()
+    if as_json:
+        click.echo(output.to_json(counts))
+    elif not counts:
+        click.echo("no jobs yet")
+    else:
+        click.echo(output.counts_table(counts))
+
+
+@cli.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--sql", "print_sql", is_flag=True,
+              help="Print the schema SQL instead of applying it, for your own migration tool.")
+@click.pass_context
+def migrate(ctx: click.Context, app_spec: str | None, database: str | None, print_sql: bool) -> None:
+    """Create or upgrade the jobs schema.
+
+    Leased applies it on first use anyway, unless created with Leased(migrate=False).
+    """
+    backend = open_app(ctx, app_spec, database, migrating=True).backend
+    if print_sql:
+        click.echo(backend.migration_sql(), nl=False)
+        return
+    applied = backend.migrate()
+    if applied:
+        click.echo("applied migration" + ("s " if len(applied) > 1 else " ") + ", ".join(f"{v:04d}" for v in applied))
+    else:
+        click.echo("schema up to date: no migrations to apply")
+
+
+def main() -> None:
+    cli(prog_name="leased")
+
+
+if __name__ == "__main__":
+    main()

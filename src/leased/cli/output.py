@@ -1,0 +1,166 @@
+"""Terminal output: aligned tables, compact local times and durations, JSON for scripts.
+
+Pure functions returning strings, so the commands stay short and the formats are easy to test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Sequence
+
+from leased.jobs import Job, JobStatus
+
+NONE = "-"
+ELLIPSIS = "..."  # ASCII: some terminals and log collectors mangle the Unicode ellipsis
+
+
+# Times and durations.
+def local_time(value: datetime | None) -> str:
+    """2026-11-29 13:40:02 in the viewer's time zone (the database stores UTC)."""
+    if value is None:
+        return NONE
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_duration(value: float | timedelta | None) -> str:
+    """12ms, 3.4s, 42s, 2m05s, 1h02m, 3d04h: short enough for a table column, precise where it matters."""
+    if value is None:
+        return NONE
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    seconds = max(seconds, 0.0)
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86_400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86_400}d{whole % 86_400 // 3600:02d}h"
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, None: 1}
+
+
+def parse_duration(text: str) -> float:
+    """'250ms', '10s', '5m', '2h', '1d' or a plain number of seconds; ValueError otherwise."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration: use e.g. 250ms, 10s, 5m, 2h, 1d or a number of seconds")
+    number, unit = match.groups()
+    return float(number) * _UNIT_SECONDS[unit.lower() if unit else None]
+
+
+# Text fitting.
+def terminal_width() -> int:
+    # Falls back to 120 columns when stdout is not a terminal (pipes, CI logs), or honours $COLUMNS.
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def one_line(text: str | None) -> str:
+    """Errors can span lines (tracebacks, SQL); a table cell must not."""
+    if not text:
+        return NONE
+    return " ".join(text.split())
+
+
+def truncate(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    if width <= len(ELLIPSIS):
+        return text[:width]
+    return text[: width - len(ELLIPSIS)] + ELLIPSIS
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Iterable[int] = (),
+          shrink: int | None = None, width: int | None = None, indent: str = "") -> str:
+    """Columns padded to their widest cell, two spaces apart.
+
+    `right` lists the columns to right-align (numbers). When the table is wider than `width`, the
+    column `shrink` (the free text one, such as the last error) is cut to fit, keeping at least a
+    few characters so that it still says something.
+    """
+    cells = [[str(cell) for cell in row] for row in rows]
+    right = set(right)
+    widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, header in enumerate(headers)]
+    if shrink is not None and width is not None:
+        others = sum(w for i, w in enumerate(widths) if i != shrink) + 2 * (len(widths) - 1) + len(indent)
+        widths[shrink] = max(min(widths[shrink], width - others), len(headers[shrink]), 12)
+        for row in cells:
+            row[shrink] = truncate(row[shrink], widths[shrink])
+
+    def line(values: Sequence[str]) -> str:
+        padded = [value.rjust(widths[i]) if i in right else value.ljust(widths[i]) for i, value in enumerate(values)]
+        return (indent + "  ".join(padded)).rstrip()
+
+    return "\n".join([line(headers)] + [line(row) for row in cells])
+
+
+def labelled(pairs: Sequence[tuple[str, str]], indent: str = "  ") -> str:
+    """'label   value' lines; a multi-line value (pretty JSON) continues under its first line."""
+    width = max(len(label) for label, _ in pairs)
+    lines = []
+    for label, value in pairs:
+        first, *rest = str(value).splitlines() or [""]
+        lines.append(f"{indent}{label.ljust(width)}  {first}".rstrip())
+        lines.extend(f"{indent}{' ' * width}  {more}".rstrip() for more in rest)
+    return "\n".join(lines)
+
+
+# The tables several commands share.
+def jobs_table(found: list[Job], indent: str = "") -> str:
+    """One line per job; the time column is when it may run, or when it finished."""
+    rows = [(job.id, job.task_name, job.queue_name, job.status, f"{job.attempt}/{job.max_attempts}",
+             local_time(job.finished_at if job.is_finished else job.run_after), one_line(job.last_error))
+            for job in found]
+    # The last error is cut to the terminal's width: `leased show ID` has all of it.
+    return table(["ID", "TASK", "QUEUE", "STATUS", "ATTEMPT", "RUN AFTER/FINISHED", "LAST ERROR"], rows,
+                 right=[0], shrink=6, width=terminal_width(), indent=indent)
+
+
+def counts_table(counts: dict[str, dict[str, int]], indent: str = "") -> str:
+    """app.counts() as queues by statuses, with a total column (and row, for several queues)."""
+    statuses = [status.value for status in JobStatus]
+    rows = [[queue, *(by_status[s] for s in statuses), sum(by_status.values())] for queue, by_status in counts.items()]
+    if len(rows) > 1:
+        rows.append(["(all)", *(sum(row[i] for row in rows) for i in range(1, len(statuses) + 2))])
+    return table(["QUEUE", *(s.upper() for s in statuses), "TOTAL"], rows,
+                 right=range(1, len(statuses) + 2), indent=indent)
+
+
+# JSON.
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()  # UTC with offset: unambiguous for scripts, unlike the local display
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def to_json(value: Any, *, pretty: bool = True) -> str:
+    return json.dumps(value, default=_json_default, ensure_ascii=False, indent=2 if pretty else None)
+
+
+def readable_json(value: Any, width: int = 72) -> str:
+    """On one line when it fits, indented otherwise: `[1, 2]` reads better than four lines."""
+    compact = json.dumps(value, default=_json_default, ensure_ascii=False)
+    return compact if len(compact) <= width else to_json(value)
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """Every field of the job, and each attempt with its duration in seconds."""
+    data = {field.name: getattr(job, field.name) for field in dataclasses.fields(job) if field.name != "history"}
+    data["history"] = [
+        {**{field.name: getattr(attempt, field.name) for field in dataclasses.fields(attempt)},
+         "duration_seconds": attempt.duration.total_seconds() if attempt.duration is not None else None}
+        for attempt in job.history
+    ]
+    return data

@@ -1,0 +1,244 @@
+"""The `leased` command, run for real in subprocesses against both backends.
+
+A small app module is written to tmp_path and the CLI runs there, the way a user runs it from
+their project directory. Jobs are executed in-process (run_until_empty) where the test is about
+the inspection commands, and by `leased worker` where it is about the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_for
+from leased import Leased
+
+APP = "tasks_app:app"
+
+APP_SOURCE = """
+import os
+from leased import Leased
+
+app = Leased(os.environ["TEST_APP_URL"])
+
+
+@app.task(name="add")
+def add(a, b):
+    return a + b
+
+
+@app.task(name="boom", max_attempts=1)
+def boom():
+    raise ValueError("kaboom")
+
+
+not_an_app = 42
+"""
+
+
+def register_tasks(app: Leased) -> None:
+    """The same handlers as APP_SOURCE, for running jobs in the test process."""
+
+    @app.task(name="add")
+    def add(a, b):
+        return a + b
+
+    @app.task(name="boom", max_attempts=1)
+    def boom():
+        raise ValueError("kaboom")
+
+
+class Cli:
+    """Runs `python -m leased.cli.main` in a project directory whose app uses `url`."""
+
+    def __init__(self, cwd: Path, url: str):
+        self.cwd = cwd
+        self.url = url
+        (cwd / "tasks_app.py").write_text(APP_SOURCE)
+        (cwd / "broken_app.py").write_text("import os\nratio = 1 / 0\n")
+        self.env = {**os.environ, "TEST_APP_URL": url}
+        self.env.pop("LEASED_DATABASE_URL", None)  # the "neither APP nor --database" case must stay reachable
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "leased.cli.main", *args]
+
+    def run(self, *args: str, code: int = 0, timeout: float = 60) -> subprocess.CompletedProcess:
+        result = subprocess.run(self.command(*args), cwd=self.cwd, env=self.env, capture_output=True, text=True,
+                                timeout=timeout)
+        assert result.returncode == code, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        assert "Traceback" not in result.stderr, result.stderr
+        return result
+
+    def json(self, *args: str) -> object:
+        return json.loads(self.run(*args, "--json").stdout)
+
+    def error(self, *args: str, code: int = 1) -> str:
+        """The one line a failing command prints on stderr."""
+        lines = self.run(*args, code=code).stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), lines
+        return lines[0]
+
+
+@pytest.fixture
+def cli(tmp_path, database_url) -> Cli:
+    return Cli(tmp_path, database_url)
+
+
+@pytest.fixture
+def sqlite_cli(tmp_path) -> Cli:
+    """For checks that do not depend on the backend: one run is enough."""
+    return Cli(tmp_path, f"sqlite:///{tmp_path / 'jobs.db'}")
+
+
+def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
+    register_tasks(app)
+    added = cli.json("enqueue", APP, "add", "[1, 2]")
+    assert (added["status"], added["task_name"], added["args"]) == ("pending", "add", [1, 2])
+    failing = cli.json("enqueue", APP, "boom", "--queue", "other", "--priority", "5")
+    assert (failing["queue_name"], failing["priority"]) == ("other", 5)
+    later = cli.json("enqueue", APP, "add", "[1]", "--kwargs", '{"b": 2}', "--delay", "1h",
+                     "--idempotency-key", "once")
+    delay = datetime.fromisoformat(later["run_after"]) - datetime.fromisoformat(later["created_at"])
+    assert 3590 < delay.total_seconds() < 3610
+    assert cli.json("enqueue", APP, "add", "[5]", "--kwargs", '{"b": 2}', "--idempotency-key", "once")["id"] == later["id"]
+    printed = cli.run("enqueue", APP, "add", "[3, 4]").stdout
+    assert printed.startswith("job ") and " pending: add on queue default, runs now" in printed
+    other_add = int(printed.split()[1])
+
+    app.run_until_empty()  # everything due: both adds done, boom failed; `later` waits
+
+    table = cli.run("jobs", APP).stdout.splitlines()
+    assert table[0].split() == ["ID", "TASK", "QUEUE", "STATUS", "ATTEMPT", "RUN", "AFTER/FINISHED", "LAST", "ERROR"]
+    rows = {int(line.split()[0]): line for line in table[1:]}
+    assert set(rows) == {added["id"], failing["id"], later["id"], other_add}
+    assert " failed " in rows[failing["id"]] and "ValueError: kaboom" in rows[failing["id"]]
+    assert " done " in rows[added["id"]] and "1/3" in rows[added["id"]]
+    assert [job["id"] for job in cli.json("jobs", "--database", cli.url, "--status", "failed")] == [failing["id"]]
+    paged = cli.run("jobs", APP, "--task", "add", "--limit", "1")
+    assert len(paged.stdout.splitlines()) == 2 and f"--before-id {other_add}" in paged.stderr
+    assert "no jobs match" in cli.run("jobs", APP, "--queue", "nowhere").stdout
+
+    shown = " ".join(cli.run("show", APP, str(failing["id"])).stdout.split())  # labels are padded to fit
+    for text in ["status failed", "last error ValueError: kaboom", "attempts", "error ValueError: kaboom",
+                 "traceback of attempt 1", "Traceback (most recent call last)", "raise ValueError"]:
+        assert text in shown, shown
+    detail = cli.json("show", "--database", cli.url, str(added["id"]))
+    assert detail["result"] == 3 and [attempt["outcome"] for attempt in detail["history"]] == ["done"]
+    assert detail["history"][0]["duration_seconds"] >= 0
+    assert "result 3" in " ".join(cli.run("show", "--database", cli.url, str(added["id"])).stdout.split())
+
+    counts = cli.json("stats", APP)
+    assert counts["default"] == {"pending": 1, "running": 0, "done": 2, "failed": 0, "cancelled": 0}
+    assert counts["other"]["failed"] == 1
+    stats = cli.run("stats", "--database", cli.url).stdout.splitlines()
+    assert stats[0].split() == ["QUEUE", "PENDING", "RUNNING", "DONE", "FAILED", "CANCELLED", "TOTAL"]
+    assert stats[-1].split() == ["(all)", "1", "0", "2", "1", "0", "4"]
+
+    assert "is pending again" in cli.run("retry", APP, str(failing["id"])).stdout
+    assert app.get_job(failing["id"]).status == "pending"
+    assert "cannot retry" in cli.error("retry", APP, str(failing["id"]))
+    assert cli.run("cancel", "--database", cli.url, str(later["id"])).stdout.strip() == f"job {later['id']} (add) cancelled"
+    assert app.get_job(later["id"]).status == "cancelled"
+    assert "cannot cancel" in cli.error("cancel", "--database", cli.url, str(later["id"]))
+    assert cli.error("show", APP, "999999") == "error: no job with id 999999"
+
+
+def test_migrate_applies_once_and_prints_sql(cli):
+    assert cli.run("migrate", "--database", cli.url).stdout.strip() == "applied migration 0001"
+    assert cli.run("migrate", APP).stdout.strip() == "schema up to date: no migrations to apply"
+    assert "CREATE TABLE" in cli.run("migrate", "--database", cli.url, "--sql").stdout
+
+
+def test_migrate_sql_leaves_the_database_alone(sqlite_cli, tmp_path):
+    fresh = tmp_path / "fresh.db"
+    assert "CREATE TABLE leased_jobs" in sqlite_cli.run("migrate", "--database", f"sqlite:///{fresh}", "--sql").stdout
+    # Through an APP whose Leased would migrate on first use, too.
+    sqlite_cli.env["TEST_APP_URL"] = f"sqlite:///{fresh}"
+    assert "CREATE TABLE leased_jobs" in sqlite_cli.run("migrate", APP, "--sql").stdout
+    assert not fresh.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["enqueue", APP, "add", '{"a": 1}'], "ARGS_JSON must be a JSON array of positional arguments"),
+    (["enqueue", APP, "add", "[1,"], "ARGS_JSON is not valid JSON"),
+    (["enqueue", APP, "add", "[1]", "--kwargs", "[2]"], "--kwargs must be a JSON object"),
+    (["enqueue", APP, "add", "[1]", "--kwargs", "{"], "--kwargs is not valid JSON"),
+    (["enqueue", APP, "nope"], "unknown task 'nope'; known tasks: add, boom"),
+    (["enqueue", APP, "add", "[1]"], "arguments do not match add(a, b)"),
+    (["enqueue", APP, "add", "[1, 2]", "--priority", "100000"], "invalid priority 100000"),
+    (["jobs", "missing_module:app"], "cannot import 'missing_module'"),
+    (["jobs", "tasks_app:nothing"], "module 'tasks_app' has no attribute 'nothing'"),
+    (["jobs", "tasks_app:not_an_app"], "not a leased.Leased instance"),
+    (["worker", "tasks_app:not_an_app"], "not a leased.Leased instance"),
+    (["jobs", "tasks_app"], "invalid APP 'tasks_app'"),
+    (["jobs", "broken_app:app"], "importing 'broken_app' failed: ZeroDivisionError: division by zero"),
+    (["jobs"], "give APP (module:attribute) or --database URL"),
+    (["retry", "7"], "give APP (module:attribute) or --database URL"),
+    (["jobs", APP, "--database", "sqlite:///other.db"], "give APP or --database, not both"),
+    (["show", "--database", "sqlite:///missing.db", "1"], "no SQLite database at 'missing.db'"),
+    (["show", APP, "abc"], "a job id is a whole number"),
+    (["stats", "--database", "mysql://localhost/jobs"], "unsupported database URL scheme"),
+    (["stats", "--database", "postgresql://postgres@127.0.0.1:1/test"], ""),  # unreachable, or no driver
+])
+def test_user_mistakes_are_one_line_errors(sqlite_cli, args, message):
+    assert message in sqlite_cli.error(*args)
+
+
+def test_usage_errors_exit_2_without_traceback(sqlite_cli):
+    assert "not a duration" in sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--delay", "5x", code=2).stderr
+    assert "missing JOB_ID" in sqlite_cli.run("show", APP, code=2).stderr
+
+
+def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
+    register_tasks(app)
+    jobs = [app.get_task("add").enqueue(n, n) for n in range(5)] + [app.get_task("boom").enqueue()]
+    log = tmp_path / "worker.log"
+    with log.open("w") as stderr:
+        worker = subprocess.Popen(cli.command("worker", APP, "--concurrency", "2", "--poll-interval", "100ms"),
+                                  cwd=cli.cwd, env=cli.env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        wait_for(lambda: all(app.get_job(job.id).is_finished for job in jobs) or worker.poll() is not None,
+                 message="the worker to finish every job")
+        assert worker.poll() is None, log.read_text()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert [app.get_job(job.id).result for job in jobs[:5]] == [0, 2, 4, 6, 8]
+    assert app.get_job(jobs[5].id).status == "failed"
+    text = log.read_text()
+    assert "INFO    worker" in text and " started: concurrency 2" in text and " stopped: " in text
+    assert "ERROR   job" in text and "failed for good: ValueError: kaboom" in text
+    assert "Traceback" not in text
+
+
+def test_demo_runs_to_completion_and_replays_with_a_seed(tmp_path):
+    runner = Cli(tmp_path, "sqlite:///unused.db")
+
+    def failures(url: str) -> list[tuple[int, str, str]]:
+        return [(job["id"], job["task_name"], job["last_error"])
+                for job in runner.json("jobs", "--database", url, "--status", "failed")]
+
+    custom = f"sqlite:///{tmp_path / 'custom.db'}"
+    out = runner.run("demo", "--database", custom, "--jobs", "12", "--seed", "5", timeout=30).stdout
+    assert "12 sample jobs" in out and "12/12" in out and "finished in" in out
+    assert f"leased jobs --database {custom} --status failed" in out
+    assert len(out.splitlines()) < 60  # not a TTY: a few progress lines, not one per poll
+    expected = failures(custom)
+
+    for _ in range(2):  # the default file in the current directory, recreated each run
+        out = runner.run("demo", "--jobs", "12", "--seed", "5", "--concurrency", "3", timeout=30).stdout
+        assert "leased jobs --database sqlite:///leased-demo.db --status failed" in out
+        assert (tmp_path / "leased-demo.db").exists()
+    counts = runner.json("stats", "--database", "sqlite:///leased-demo.db")
+    assert sum(counts["demo"].values()) == 12 and counts["demo"]["pending"] == counts["demo"]["running"] == 0
+    assert failures("sqlite:///leased-demo.db") == expected
