@@ -19,7 +19,9 @@ UPDATE leased_jobs
 SET status = 'running', attempt = attempt + 1, lease_owner = :worker_id,
     lease_expires_at = leased_now() + lease_seconds
 WHERE id IN (
-    SELECT id FROM leased_jobs
+    -- The planner would rather use leased_jobs_status and sort every pending row; the due index
+    -- is already in claim order, so the scan stops after `limit` matches.
+    SELECT id FROM leased_jobs INDEXED BY leased_jobs_due
     WHERE status = 'pending' AND run_after <= leased_now()
       AND task_name IN (SELECT value FROM json_each(:task_names))
       AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
