@@ -115,3 +115,18 @@ def running_worker(app: Leased, **options) -> Iterator:
         assert not thread.is_alive(), "worker did not stop"
         if failure:
             raise failure[0]
+
+
+def raw_sql(app: Leased, statement: str) -> None:
+    """Change rows behind leased's back, as another program (or a person with a SQL shell) would."""
+    if app.database_url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(app.backend.path) as connection:
+            connection.execute(statement)
+        connection.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(app.database_url, autocommit=True) as connection:
+            connection.execute(statement)

@@ -178,7 +178,7 @@ def test_release_gives_jobs_back_at_once(app, tasks):
     a, _ = tasks
     a.enqueue(), a.enqueue()
     jobs = claim(app, worker="w1")
-    app.backend.release([job.lease for job in jobs])
+    app.backend.release([job.lease for job in jobs], Outcome.SHUTDOWN, "released at shutdown")
     for job in jobs:
         released = app.get_job(job.id)
         assert released.status is JobStatus.PENDING and released.history[0].outcome is Outcome.SHUTDOWN

@@ -8,8 +8,9 @@ import threading
 import time
 from datetime import datetime, timezone
 
+import pytest
 
-from conftest import running_worker, wait_for
+from conftest import raw_sql, running_worker, wait_for
 from leased import Backoff, CancelReason, JobStatus, Outcome, PermanentError, TaskContext
 
 FAST = Backoff(base=0.01, cap=0.05, jitter=0.5)
@@ -73,8 +74,7 @@ def test_permanent_error_and_bad_arguments_fail_at_once(app):
 
     bad = reject.enqueue("o-1")
     hand_edited = reject.enqueue("o-2")
-    with app.backend._connection() if app.database_url.startswith("sqlite") else _pg(app) as connection:
-        connection.execute("UPDATE leased_jobs SET kwargs = '{\"colour\": 1}' WHERE id = %d" % hand_edited.id)
+    raw_sql(app, f"UPDATE leased_jobs SET kwargs = '{{\"colour\": 1}}' WHERE id = {hand_edited.id}")
     app.run_until_empty()
     job = app.get_job(bad.id)
     assert job.status is JobStatus.FAILED and job.attempt == 1
@@ -82,12 +82,6 @@ def test_permanent_error_and_bad_arguments_fail_at_once(app):
     edited = app.get_job(hand_edited.id)
     assert edited.status is JobStatus.FAILED and edited.attempt == 1
     assert "arguments do not match reject(order_id)" in edited.last_error
-
-
-def _pg(app):
-    import psycopg
-
-    return psycopg.connect(app.database_url, autocommit=True)
 
 
 def test_result_that_is_not_json_fails_the_job_clearly(app):
@@ -147,8 +141,8 @@ def test_cancelling_a_running_job_stops_its_handler(app):
         assert job.history[-1].outcome is Outcome.CANCELLED
 
 
-class LosingRenewals:
-    """The real backend, except that every renewal finds the lease gone."""
+class InjectedFault:
+    """The real backend, with one method overridden by a subclass to inject a fault."""
 
     def __init__(self, backend):
         self._backend = backend
@@ -156,29 +150,29 @@ class LosingRenewals:
     def __getattr__(self, name):
         return getattr(self._backend, name)
 
-    def renew(self, leases):
-        return set()
-
 
 def test_lost_lease_cancels_the_handler_and_discards_its_result(app):
-    app._backend = LosingRenewals(app.backend)
-    release = threading.Event()
+    started, returned = threading.Event(), threading.Event()
     reasons = []
 
-    @app.task(name="slow", takes_context=True, lease=0.3)
+    @app.task(name="slow", takes_context=True, lease=0.6)
     def slow(context):
+        started.set()
         context.cancelled.wait(30)
         reasons.append(context.cancel_reason)
-        release.set()
+        returned.set()
         return "late result"
 
     job = slow.enqueue()
     with running_worker(app):
-        assert release.wait(20)
+        assert started.wait(10)
+        raw_sql(app, f"UPDATE leased_jobs SET lease_owner = 'another-worker' WHERE id = {job.id}")
+        assert returned.wait(20)
         wait_for(lambda: app.get_job(job.id).history[0].outcome is not None, message="attempt to close")
     assert reasons == [CancelReason.LEASE_LOST]
     lost = app.get_job(job.id)
     assert lost.result is None and lost.history[0].outcome is Outcome.LEASE_LOST
+    assert (lost.status, lost.lease_owner) == (JobStatus.RUNNING, "another-worker")  # not ours to touch
 
 
 def test_graceful_shutdown_lets_running_jobs_finish(app):
@@ -275,7 +269,7 @@ def test_jobs_of_unregistered_tasks_wait_instead_of_burning_attempts(app, databa
     producer.close()
 
 
-class UnreachableForRenewals(LosingRenewals):
+class UnreachableForRenewals(InjectedFault):
     """The real backend, except that renewals cannot reach the database."""
 
     def renew(self, leases):
@@ -297,18 +291,15 @@ def test_worker_that_cannot_renew_cancels_its_handler_before_the_lease_runs_out(
     patient.enqueue()
     with running_worker(app):
         wait_for(lambda: seen, message="handler to be cancelled")
-    assert seen == [(CancelReason.LEASE_LOST, True)]  # cancelled while the lease still held
+    assert seen[0] == (CancelReason.LEASE_LOST, True)  # cancelled while the lease still held
 
 
-class FlakyClaims(LosingRenewals):
+class FlakyClaims(InjectedFault):
     """The real backend, except that the first claims fail as if the database were restarting."""
 
     def __init__(self, backend, failures):
         super().__init__(backend)
         self.failures = failures
-
-    def renew(self, leases):
-        return self._backend.renew(leases)
 
     def claim(self, request):
         if self.failures:
@@ -334,3 +325,28 @@ def test_worker_rides_out_an_unreachable_database(app, caplog):
     outage_lines = [r for r in caplog.records if "database unavailable" in r.getMessage()]
     assert len(outage_lines) == 2 and all("\n" not in r.getMessage() for r in outage_lines)
     assert any("database reachable again" in r.getMessage() for r in caplog.records)
+
+
+class BrokenRenewals(InjectedFault):
+    def renew(self, leases):
+        raise RuntimeError("a bug in renewal (injected)")
+
+
+def test_a_dead_heartbeat_stops_the_worker_loudly_and_releases_its_jobs(app):
+    app._backend = BrokenRenewals(app.backend)
+    started = threading.Event()
+
+    @app.task(name="waits", takes_context=True, lease=0.3)
+    def waits(context):
+        started.set()
+        context.cancelled.wait(30)
+
+    job = waits.enqueue()
+    with pytest.raises(RuntimeError, match="service failed"):
+        with running_worker(app) as worker:
+            assert started.wait(10)
+            wait_for(lambda: worker._stopping, message="the worker to stop itself")
+    released = app.get_job(job.id)
+    # Given back at once: by the shutdown, or by the watchdog first if the lease was about to run out.
+    assert released.status is JobStatus.PENDING
+    assert released.history[0].outcome in (Outcome.SHUTDOWN, Outcome.LEASE_LOST)

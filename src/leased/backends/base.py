@@ -91,11 +91,9 @@ class Backend(Protocol):
         One flag per end: False when that lease was lost, and nothing was written for it.
         """
 
-    def release(self, leases: Sequence[Lease]) -> None:
-        """Give jobs back at once (shutdown): pending again, the attempt recorded as shut down."""
-
-    def abandon(self, lease: Lease, outcome: Outcome, message: str) -> None:
-        """Close the history record of an attempt whose lease is gone, if nothing closed it yet."""
+    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str) -> None:
+        """Give up attempts: each job still held goes back to pending at once, and each attempt's
+        record is closed as `outcome` unless something (expiry, a user's cancel) closed it first."""
 
     def reclaim_expired(self) -> int:
         """Return jobs whose lease expired to the pool (or fail them, out of attempts)."""

@@ -87,6 +87,7 @@ class Worker:
         self._stopping = False
         self._stop_requests = 0
         self._stop_lock = threading.Lock()
+        self._service_failure: BaseException | None = None
         self._threads = HandlerThreads()
         self._heartbeat = Heartbeat(backend, self._on_lease_lost, self._is_transient)
 
@@ -131,8 +132,8 @@ class Worker:
         self._wakeup, self._force, self._completions_ready = asyncio.Event(), asyncio.Event(), asyncio.Event()
         signals = self._install_signal_handlers()
         self._heartbeat.start()
-        watchdog = asyncio.create_task(self._watch_leases())
-        completer = asyncio.create_task(self._complete_loop())
+        watchdog = self._service(self._watch_leases())
+        completer = self._service(self._complete_loop())
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
                  ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
         try:
@@ -146,10 +147,25 @@ class Worker:
             for signum in signals:
                 self._loop.remove_signal_handler(signum)
             self._loop = None
-        if self._heartbeat.failure is not None:
-            raise RuntimeError("the heartbeat failed; see the log above") from self._heartbeat.failure
+        failure = self._service_failure or self._heartbeat.failure
+        if failure is not None:
+            raise RuntimeError(f"worker {self.id} stopped because a service failed: {failure!r}") from failure
         log.info("worker %s stopped: %s", self.id, self.stats)
         return self.stats
+
+    def _service(self, coroutine) -> asyncio.Task:
+        """Start a background loop; if it dies, the worker stops loudly instead of limping on."""
+        task = asyncio.create_task(coroutine)
+
+        def ended(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                self._service_failure = task.exception()
+                log.error("worker %s: %s failed; stopping", self.id, coroutine.__name__, exc_info=task.exception())
+                self._stopping = True
+                self._apply_stop(forced=True)
+
+        task.add_done_callback(ended)
+        return task
 
     def _install_signal_handlers(self) -> list[int]:
         if threading.current_thread() is not threading.main_thread():
@@ -332,11 +348,18 @@ class Worker:
                 written.set_result(flag)
 
     async def _abandon(self, running: _Running) -> None:
-        reason = running.context.cancel_reason
         self.stats.abandoned += 1
-        if reason is CancelReason.LEASE_LOST:
-            await asyncio.to_thread(self.backend.abandon, running.job.lease, Outcome.LEASE_LOST,
-                                    "the worker lost its lease; handler cancelled, result discarded")
+        if running.context.cancel_reason is CancelReason.LEASE_LOST:
+            # If the lease was taken over, this writes nothing. If this worker gave up on its own
+            # (it could not renew), the job goes back to the pool now rather than at expiry.
+            try:
+                await asyncio.to_thread(self.backend.release, [running.job.lease], Outcome.LEASE_LOST,
+                                        "the worker lost its lease; handler cancelled, result discarded")
+            except Exception as error:
+                if not self._is_transient(error):
+                    raise
+                log.warning("job %d: could not give it back (%s); it returns when its lease expires",
+                            running.job.id, _one_line(error))
         # A user's cancel and a shutdown release have already closed the attempt's record.
 
     def _count(self, end: AttemptEnd) -> None:
@@ -389,18 +412,21 @@ class Worker:
             forced.cancel()
         leftovers = [running for running in self._running.values()
                      if running.context.cancel(CancelReason.SHUTDOWN)]
-        if not leftovers:
-            return
-        log.warning("worker %s: releasing %d unfinished job(s)", self.id, len(leftovers))
-        try:
-            await asyncio.to_thread(self.backend.release, [running.job.lease for running in leftovers])
-        except Exception as error:
-            log.error("worker %s: could not release leases (%s); they return when they expire", self.id,
-                      _one_line(error))
-        for running in leftovers:
-            if running.handler is not None:
-                running.handler.cancel()
-        await asyncio.wait([running.execution for running in leftovers])
+        if leftovers:
+            log.warning("worker %s: releasing %d unfinished job(s)", self.id, len(leftovers))
+            try:
+                await asyncio.to_thread(self.backend.release, [running.job.lease for running in leftovers],
+                                        Outcome.SHUTDOWN, "released by the worker at shutdown")
+            except Exception as error:
+                log.error("worker %s: could not release leases (%s); they return when they expire", self.id,
+                          _one_line(error))
+            for running in leftovers:
+                if running.handler is not None:
+                    running.handler.cancel()
+        # Every execution, including those cancelled earlier for another reason, records its end
+        # before the loop closes.
+        if self._running:
+            await asyncio.wait([running.execution for running in self._running.values()])
 
 
 def _one_line(error: object) -> str:

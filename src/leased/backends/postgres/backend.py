@@ -266,14 +266,9 @@ class PostgresBackend:
                     break
         return kept
 
-    def release(self, leases: Sequence[Lease]) -> None:
-        if not leases:
-            return
-        self._run("release", **_lease_arrays(leases))
-
-    def abandon(self, lease: Lease, outcome: Outcome, message: str) -> None:
-        self._run("close_attempt", job_id=lease.job_id, attempt=lease.attempt, worker_id=lease.worker_id,
-                  outcome=outcome.value, error_type=None, error_message=message, traceback=None)
+    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str) -> None:
+        if leases:
+            self._run("release", **_lease_arrays(leases), outcome=outcome.value, message=message)
 
     def reclaim_expired(self) -> int:
         return self._fetch_one("reclaim_expired")["n"]

@@ -71,25 +71,18 @@ WITH finished AS (
 )
 SELECT id FROM finished;
 
--- name: close_attempt
-UPDATE leased_attempts
-SET finished_at = now(), outcome = %(outcome)s, error_type = %(error_type)s,
-    error_message = %(error_message)s, traceback = %(traceback)s
-WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND worker_id = %(worker_id)s AND outcome IS NULL;
-
 -- name: release
-WITH released AS (
+WITH given AS (
+    SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS given (id, attempt)
+), released AS (
     UPDATE leased_jobs
     SET status = 'pending', run_after = now(), lease_owner = NULL, lease_expires_at = NULL
-    WHERE status = 'running' AND lease_owner = %(worker_id)s
-      AND (id, attempt) IN (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]))
-    RETURNING id, attempt
+    WHERE status = 'running' AND lease_owner = %(worker_id)s AND (id, attempt) IN (SELECT id, attempt FROM given)
 )
 UPDATE leased_attempts AS a
-SET finished_at = now(), outcome = 'shutdown', error_message = 'released by the worker at shutdown'
-FROM released
-WHERE a.job_id = released.id AND a.attempt = released.attempt AND a.worker_id = %(worker_id)s
-  AND a.outcome IS NULL;
+SET finished_at = now(), outcome = %(outcome)s, error_message = %(message)s
+FROM given
+WHERE a.job_id = given.id AND a.attempt = given.attempt AND a.worker_id = %(worker_id)s AND a.outcome IS NULL;
 
 -- name: reclaim_expired
 -- SKIP LOCKED: a row another reclaimer or a finishing worker holds is theirs to settle; waiting

@@ -230,20 +230,13 @@ class SQLiteBackend:
             "traceback": traceback,
         })
 
-    def release(self, leases: Sequence[Lease]) -> None:
+    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str) -> None:
         if not leases:
             return
-        worker_id = leases[0].worker_id
         with self._write() as connection:
-            rows = connection.execute(QUERIES["release"], {"worker_id": worker_id,
-                                                           "leases": _leases_json(leases)}).fetchall()
-            for row in rows:
-                self._close_attempt(connection, Lease(row["id"], row["attempt"], worker_id), Outcome.SHUTDOWN,
-                                    error_message="released by the worker at shutdown")
-
-    def abandon(self, lease: Lease, outcome: Outcome, message: str) -> None:
-        with self._write() as connection:
-            self._close_attempt(connection, lease, outcome, error_message=message)
+            connection.execute(QUERIES["release"], {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)})
+            for lease in leases:
+                self._close_attempt(connection, lease, outcome, error_message=message)
 
     def reclaim_expired(self) -> int:
         with self._write() as connection:

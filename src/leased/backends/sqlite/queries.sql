@@ -64,8 +64,7 @@ WHERE job_id = :job_id AND attempt = :attempt AND worker_id = :worker_id AND out
 UPDATE leased_jobs
 SET status = 'pending', run_after = leased_now(), lease_owner = NULL, lease_expires_at = NULL
 WHERE status = 'running' AND lease_owner = :worker_id
-  AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
-RETURNING id, attempt;
+  AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
 -- name: reclaim_expired
 UPDATE leased_jobs
