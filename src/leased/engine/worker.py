@@ -139,8 +139,8 @@ class Worker:
         try:
             await self._claim_loop(stop_when_idle)
         finally:
+            await self._shut_down()  # leases still watched while running jobs finish
             watchdog.cancel()
-            await self._shut_down()
             completer.cancel()
             self._threads.shutdown()
             self._heartbeat.stop()

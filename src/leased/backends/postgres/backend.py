@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob
+from leased.backends.rows import attempt_from_row, job_from_row, job_params
 from leased.backends.sql import load_migrations, load_queries
 from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
@@ -42,57 +43,17 @@ def _lease_arrays(leases: Sequence[Lease]) -> dict[str, Any]:
             "attempts": [lease.attempt for lease in leases]}
 
 
-def job_from_row(row: dict[str, Any], history: tuple[Attempt, ...] = ()) -> Job:
-    return Job(
-        id=row["id"],
-        task_name=row["task_name"],
-        queue_name=row["queue_name"],
-        status=JobStatus(row["status"]),
-        args=row["args"],  # json: psycopg has decoded it already
-        kwargs=row["kwargs"],
-        priority=row["priority"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        lease_seconds=row["lease_seconds"],
-        run_after=_utc(row["run_after"]),
-        created_at=_utc(row["created_at"]),
-        finished_at=_utc(row["finished_at"]),
-        last_error=row["last_error"],
-        idempotency_key=row["idempotency_key"],
-        result=row["result"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=_utc(row["lease_expires_at"]),
-        history=history,
-    )
+def _job(row: dict[str, Any], history: tuple[Attempt, ...] = ()) -> Job:
+    return job_from_row(row, _utc, _decoded, history)
 
 
-def attempt_from_row(row: dict[str, Any]) -> Attempt:
-    return Attempt(
-        number=row["attempt"],
-        worker_id=row["worker_id"],
-        started_at=_utc(row["started_at"]),
-        finished_at=_utc(row["finished_at"]),
-        outcome=Outcome(row["outcome"]) if row["outcome"] else None,
-        error_type=row["error_type"],
-        error_message=row["error_message"],
-        traceback=row["traceback"],
-    )
+def _decoded(value: Any) -> Any:
+    return value  # psycopg has decoded json columns already
 
 
 def _job_params(job: NewJob) -> dict[str, Any]:
-    return {
-        "task_name": job.task_name,
-        "queue_name": job.queue_name,
-        "args": job.args_json,
-        "kwargs": job.kwargs_json,
-        "priority": job.priority,
-        "max_attempts": job.max_attempts,
-        "lease_seconds": job.lease_seconds,
-        # astimezone(): a naive time means local time, as datetime.timestamp() reads it for SQLite.
-        "run_at": None if job.run_at is None else job.run_at.astimezone(UTC),
-        "delay_seconds": job.delay_seconds,
-        "idempotency_key": job.idempotency_key,
-    }
+    # astimezone(): a naive time means local time, as datetime.timestamp() reads it for SQLite.
+    return job_params(job, None if job.run_at is None else job.run_at.astimezone(UTC))
 
 
 def _is_connection_failure(error: psycopg.OperationalError) -> bool:
@@ -212,10 +173,10 @@ class PostgresBackend:
             while True:
                 row = cursor.execute(QUERIES["insert_job"], params).fetchone()
                 if row is not None:
-                    return job_from_row(row), True
+                    return _job(row), True
                 existing = cursor.execute(QUERIES["pending_with_key"], params).fetchone()
                 if existing is not None:
-                    return job_from_row(existing), False
+                    return _job(existing), False
 
     async def enqueue_async(self, job: NewJob, connection: psycopg.AsyncConnection) -> tuple[Job, bool]:
         if not isinstance(connection, psycopg.AsyncConnection):
@@ -227,17 +188,17 @@ class PostgresBackend:
                 await cursor.execute(QUERIES["insert_job"], params)
                 row = await cursor.fetchone()
                 if row is not None:
-                    return job_from_row(row), True
+                    return _job(row), True
                 await cursor.execute(QUERIES["pending_with_key"], params)
                 existing = await cursor.fetchone()
                 if existing is not None:
-                    return job_from_row(existing), False
+                    return _job(existing), False
 
     def claim(self, request: ClaimRequest) -> list[Job]:
         rows = self._fetch_all("claim", worker_id=request.worker_id, task_names=list(request.task_names),
                           queue_names=None if request.queue_names is None else list(request.queue_names),
                           limit=request.limit)
-        jobs = [job_from_row(row) for row in rows]
+        jobs = [_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs
 
@@ -280,12 +241,12 @@ class PostgresBackend:
             if row is None:
                 return None
             history = connection.execute(QUERIES["get_history"], {"job_id": job_id}).fetchall()
-        return job_from_row(row, tuple(attempt_from_row(attempt) for attempt in history))
+        return _job(row, tuple(attempt_from_row(attempt, _utc) for attempt in history))
 
     def list_jobs(self, where: JobFilter) -> list[Job]:
         rows = self._fetch_all("list_jobs", status=where.status and where.status.value, queue_name=where.queue_name,
                           task_name=where.task_name, before_id=where.before_id, limit=where.limit)
-        return [job_from_row(row) for row in rows]
+        return [_job(row) for row in rows]
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._fetch_all("counts")}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob
+from leased.backends.rows import attempt_from_row, job_from_row, job_params
 from leased.backends.sql import load_migrations, load_queries
 from leased.errors import DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
@@ -45,56 +46,12 @@ def prepare_connection(connection: sqlite3.Connection) -> None:
     connection.create_function("leased_now", 0, time.time)
 
 
-def job_from_row(row: sqlite3.Row, history: tuple[Attempt, ...] = ()) -> Job:
-    return Job(
-        id=row["id"],
-        task_name=row["task_name"],
-        queue_name=row["queue_name"],
-        status=JobStatus(row["status"]),
-        args=json.loads(row["args"]),
-        kwargs=json.loads(row["kwargs"]),
-        priority=row["priority"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        lease_seconds=row["lease_seconds"],
-        run_after=_time(row["run_after"]),
-        created_at=_time(row["created_at"]),
-        finished_at=_time(row["finished_at"]),
-        last_error=row["last_error"],
-        idempotency_key=row["idempotency_key"],
-        result=decode(row["result"]),
-        lease_owner=row["lease_owner"],
-        lease_expires_at=_time(row["lease_expires_at"]),
-        history=history,
-    )
+def _job(row: sqlite3.Row, history: tuple[Attempt, ...] = ()) -> Job:
+    return job_from_row(row, _time, decode, history)
 
 
-def attempt_from_row(row: sqlite3.Row) -> Attempt:
-    return Attempt(
-        number=row["attempt"],
-        worker_id=row["worker_id"],
-        started_at=_time(row["started_at"]),
-        finished_at=_time(row["finished_at"]),
-        outcome=Outcome(row["outcome"]) if row["outcome"] else None,
-        error_type=row["error_type"],
-        error_message=row["error_message"],
-        traceback=row["traceback"],
-    )
-
-
-def _job_params(job: NewJob) -> dict[str, Any]:
-    return {
-        "task_name": job.task_name,
-        "queue_name": job.queue_name,
-        "args": job.args_json,
-        "kwargs": job.kwargs_json,
-        "priority": job.priority,
-        "max_attempts": job.max_attempts,
-        "lease_seconds": job.lease_seconds,
-        "run_at": _epoch(job.run_at),
-        "delay_seconds": job.delay_seconds,
-        "idempotency_key": job.idempotency_key,
-    }
+def _attempt(row: sqlite3.Row) -> Attempt:
+    return attempt_from_row(row, _time)
 
 
 class SQLiteBackend:
@@ -171,12 +128,12 @@ class SQLiteBackend:
         factory = connection.row_factory
         connection.row_factory = sqlite3.Row
         try:
-            row = connection.execute(QUERIES["insert_job"], _job_params(job)).fetchone()
+            row = connection.execute(QUERIES["insert_job"], job_params(job, _epoch(job.run_at))).fetchone()
             if row is not None:
-                return job_from_row(row), True
+                return _job(row), True
             existing = connection.execute(QUERIES["pending_with_key"],
                                           {"idempotency_key": job.idempotency_key}).fetchone()
-            return job_from_row(existing), False
+            return _job(existing), False
         finally:
             connection.row_factory = factory
 
@@ -192,7 +149,7 @@ class SQLiteBackend:
             if rows:
                 connection.execute(QUERIES["open_attempts"], {
                     "job_ids": json.dumps([row["id"] for row in rows]), "worker_id": request.worker_id})
-        jobs = [job_from_row(row) for row in rows]
+        jobs = [_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs
 
@@ -251,13 +208,13 @@ class SQLiteBackend:
         rows = self._read("get_job", job_id=job_id)
         if not rows:
             return None
-        history = tuple(attempt_from_row(row) for row in self._read("get_history", job_id=job_id))
-        return job_from_row(rows[0], history)
+        history = tuple(_attempt(row) for row in self._read("get_history", job_id=job_id))
+        return _job(rows[0], history)
 
     def list_jobs(self, where: JobFilter) -> list[Job]:
         rows = self._read("list_jobs", status=where.status and where.status.value, queue_name=where.queue_name,
                           task_name=where.task_name, before_id=where.before_id, limit=where.limit)
-        return [job_from_row(row) for row in rows]
+        return [_job(row) for row in rows]
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._read("counts")}

@@ -1,0 +1,56 @@
+"""Rows to values, shared by the backends: each passes how its driver returns times and JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Callable, Mapping
+
+from leased.backends.base import NewJob
+from leased.jobs import Attempt, Job, JobStatus, Outcome
+
+ToTime = Callable[[Any], Any]
+
+
+def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[Any], Any],
+                 history: tuple[Attempt, ...] = ()) -> Job:
+    return Job(
+        id=row["id"],
+        task_name=row["task_name"],
+        queue_name=row["queue_name"],
+        status=JobStatus(row["status"]),
+        args=from_json(row["args"]),
+        kwargs=from_json(row["kwargs"]),
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        lease_seconds=row["lease_seconds"],
+        run_after=to_time(row["run_after"]),
+        created_at=to_time(row["created_at"]),
+        finished_at=to_time(row["finished_at"]),
+        last_error=row["last_error"],
+        idempotency_key=row["idempotency_key"],
+        result=from_json(row["result"]),
+        lease_owner=row["lease_owner"],
+        lease_expires_at=to_time(row["lease_expires_at"]),
+        history=history,
+    )
+
+
+def attempt_from_row(row: Mapping[str, Any], to_time: ToTime) -> Attempt:
+    return Attempt(
+        number=row["attempt"],
+        worker_id=row["worker_id"],
+        started_at=to_time(row["started_at"]),
+        finished_at=to_time(row["finished_at"]),
+        outcome=Outcome(row["outcome"]) if row["outcome"] else None,
+        error_type=row["error_type"],
+        error_message=row["error_message"],
+        traceback=row["traceback"],
+    )
+
+
+def job_params(job: NewJob, run_at: Any) -> dict[str, Any]:
+    """The insert_job query's parameters; `run_at` already in the driver's form."""
+    params = asdict(job)
+    params.update(args=params.pop("args_json"), kwargs=params.pop("kwargs_json"), run_at=run_at)
+    return params
