@@ -151,7 +151,7 @@ def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
 
 
 def test_migrate_applies_once_and_prints_sql(cli):
-    assert cli.run("migrate", "--database", cli.url).stdout.strip() == "applied migration 0001"
+    assert cli.run("migrate", "--database", cli.url).stdout.strip() == "applied migrations 0001, 0002"
     assert cli.run("migrate", APP).stdout.strip() == "schema up to date: no migrations to apply"
     assert "CREATE TABLE" in cli.run("migrate", "--database", cli.url, "--sql").stdout
 

@@ -8,11 +8,13 @@ import weakref
 from datetime import timedelta
 from typing import Any, Callable, ParamSpec, TypeVar, overload
 
+from leased.admin import WORKER_SILENT_AFTER, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect
 from leased.backends.base import Backend, JobFilter, NewJob
 from leased.backoff import Backoff
 from leased.engine.worker import Worker, WorkerStats
 from leased.errors import ConfigurationError, JobNotFound
+from leased.events import Events
 from leased.jobs import Job, JobStatus
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.tasks import Task, check_queue_name
@@ -38,6 +40,7 @@ class Leased:
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
+        self.events = Events()
 
     def __repr__(self) -> str:
         return f"Leased({self.database_url!r})"
@@ -110,8 +113,13 @@ class Leased:
         return job
 
     def list_jobs(self, *, status: JobStatus | str | None = None, queue_name: str | None = None,
-                  task_name: str | None = None, limit: int = 100, before_id: int | None = None) -> list[Job]:
-        """Jobs newest first. Page with before_id=<the last id of the previous page>."""
+                  task_name: str | None = None, search: str | int | None = None, limit: int = 100,
+                  before_id: int | None = None, after_id: int | None = None,
+                  order: str = "newest") -> list[Job]:
+        """Jobs newest first (page on with before_id=<last id>), or oldest first (after_id=<last id>).
+
+        `search` matches a job id or an idempotency key exactly.
+        """
         if status is not None:
             try:
                 status = JobStatus(status)
@@ -122,14 +130,44 @@ class Leased:
             check_queue_name(queue_name)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise ConfigurationError(f"invalid limit {limit!r}: use a whole number from 1 to 10000")
-        return self.backend.list_jobs(JobFilter(status, queue_name, task_name, limit, before_id))
+        if order not in ("newest", "oldest"):
+            raise ConfigurationError(f"invalid order {order!r}: use 'newest' or 'oldest'")
+        search = None if search is None or str(search).strip() == "" else str(search).strip()
+        return self.backend.list_jobs(JobFilter(status, queue_name, task_name, search, limit, order == "newest",
+                                                before_id, after_id))
 
     def counts(self) -> dict[str, dict[str, int]]:
         """{queue_name: {status: count}}, every status present (zero when none)."""
         table: dict[str, dict[str, int]] = {}
         for (queue, status), count in sorted(self.backend.counts().items()):
-            table.setdefault(queue, {s.value: 0 for s in JobStatus})[status.value] = count
+            table.setdefault(queue, _zeros())[status.value] = count
         return table
+
+    def overview(self, window: timedelta = timedelta(hours=1)) -> Overview:
+        """Per queue: counts, the wait of the oldest due job, what finished within `window`; and the workers."""
+        counts = self.counts()
+        oldest = self.backend.oldest_due()
+        finished = self.backend.finished_since(window.total_seconds())
+        queues = [
+            QueueSummary(queue, counts.get(queue, _zeros()), oldest.get(queue),
+                         finished.get((queue, JobStatus.DONE), 0), finished.get((queue, JobStatus.FAILED), 0))
+            for queue in sorted(set(counts) | set(oldest))
+        ]
+        totals = _zeros()
+        for summary in queues:
+            for status, count in summary.counts.items():
+                totals[status] += count
+        return Overview(queues, self.workers(), window.total_seconds(), totals)
+
+    def workers(self) -> list[WorkerInfo]:
+        """Workers that announced themselves recently; `alive` is False once one has been silent a while."""
+        return self.backend.list_workers(WORKER_SILENT_AFTER)
+
+    def task_names(self) -> list[str]:
+        return self.backend.names()[0]
+
+    def queue_names(self) -> list[str]:
+        return self.backend.names()[1]
 
     def retry(self, job_id: int) -> Job:
         """Take a failed or cancelled job back to pending, now, with at least one more attempt."""
@@ -137,6 +175,13 @@ class Leased:
         for worker in list(self._workers):
             worker.notify()
         return job
+
+    def retry_failed(self, *, task_name: str | None = None, queue_name: str | None = None) -> int:
+        """Take every failed job (of one task, or queue) back to pending; returns how many."""
+        retried = self.backend.retry_failed(task_name, queue_name)
+        for worker in list(self._workers):
+            worker.notify()
+        return retried
 
     def cancel(self, job_id: int) -> Job:
         """Cancel a pending job, or a running one: its worker loses the lease and stops the handler."""
@@ -151,10 +196,14 @@ class Leased:
             check_queue_name(queue)
         worker = Worker(self.backend, self.tasks, concurrency=concurrency, queues=queues,
                         poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
-                        max_payload_bytes=self.max_payload_bytes)
+                        max_payload_bytes=self.max_payload_bytes, events=self.events)
         self._workers.add(worker)
         return worker
 
     def run_until_empty(self, *, concurrency: int = 1, queues: list[str] | None = None) -> WorkerStats:
         """Run every job that is due now (and any it enqueues) in this process, then return."""
         return self.worker(concurrency=concurrency, queues=queues).run(stop_when_idle=True)
+
+
+def _zeros() -> dict[str, int]:
+    return {status.value: 0 for status in JobStatus}

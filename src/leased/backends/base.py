@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, Sequence
 
+from leased.admin import WorkerInfo
 from leased.jobs import Job, JobStatus, Lease, Outcome
 
 
@@ -64,8 +65,25 @@ class JobFilter:
     status: JobStatus | None = None
     queue_name: str | None = None
     task_name: str | None = None
+    search: str | None = None  # an exact job id or idempotency key
     limit: int = 100
+    newest_first: bool = True
     before_id: int | None = None  # keyset pagination, newest first
+    after_id: int | None = None  # keyset pagination, oldest first
+
+    @property
+    def search_id(self) -> int | None:
+        return int(self.search) if self.search and self.search.isdigit() and len(self.search) < 19 else None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    id: str
+    host: str
+    pid: int
+    concurrency: int
+    queues: tuple[str, ...] | None
+    tasks: tuple[str, ...]
 
 
 class Backend(Protocol):
@@ -104,6 +122,25 @@ class Backend(Protocol):
     def list_jobs(self, where: JobFilter) -> list[Job]: ...
 
     def counts(self) -> dict[tuple[str, JobStatus], int]: ...
+
+    def oldest_due(self) -> dict[str, float]:
+        """Per queue: seconds the oldest due pending job has waited."""
+
+    def finished_since(self, window_seconds: float) -> dict[tuple[str, JobStatus], int]:
+        """Per queue: jobs done and failed within the last `window_seconds`."""
+
+    def names(self) -> tuple[list[str], list[str]]:
+        """The task names and queue names that occur in the table."""
+
+    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int: ...
+
+    # Workers announce themselves for inspection; nothing in the queue's correctness depends on it.
+    def register_worker(self, worker: WorkerRecord) -> None:
+        """Insert or refresh the worker's row (its heartbeat), and forget workers silent for a day."""
+
+    def unregister_worker(self, worker_id: str) -> None: ...
+
+    def list_workers(self, silent_after: float) -> list[WorkerInfo]: ...
 
     def retry(self, job_id: int) -> Job: ...
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from typing import Any, Callable, Mapping
 
-from leased.backends.base import NewJob
+from leased.admin import WorkerInfo
+from leased.backends.base import JobFilter, NewJob, WorkerRecord
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 
 ToTime = Callable[[Any], Any]
@@ -47,6 +49,28 @@ def attempt_from_row(row: Mapping[str, Any], to_time: ToTime) -> Attempt:
         error_message=row["error_message"],
         traceback=row["traceback"],
     )
+
+
+def worker_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[Any], Any],
+                    silent_after: float) -> WorkerInfo:
+    return WorkerInfo(
+        id=row["id"], host=row["host"], pid=row["pid"], started_at=to_time(row["started_at"]),
+        last_seen_at=to_time(row["last_seen_at"]), concurrency=row["concurrency"],
+        queues=from_json(row["queues"]), tasks=from_json(row["tasks"]), running=row["running"],
+        alive=row["silent_seconds"] < silent_after,
+    )
+
+
+def worker_params(worker: WorkerRecord) -> dict[str, Any]:
+    return {"id": worker.id, "host": worker.host, "pid": worker.pid, "concurrency": worker.concurrency,
+            "queues": None if worker.queues is None else json.dumps(list(worker.queues)),
+            "tasks": json.dumps(list(worker.tasks))}
+
+
+def filter_params(where: JobFilter) -> dict[str, Any]:
+    return {"status": where.status and where.status.value, "queue_name": where.queue_name,
+            "task_name": where.task_name, "search": where.search, "search_id": where.search_id,
+            "before_id": where.before_id, "after_id": where.after_id, "limit": where.limit}
 
 
 def job_params(job: NewJob, run_at: Any) -> dict[str, Any]:

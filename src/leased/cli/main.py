@@ -123,8 +123,10 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
               help="On SIGINT/SIGTERM, how long running jobs may finish before they are released.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
+              help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT/metrics (needs leased[web]).")
 def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
-           log_level: str) -> None:
+           log_level: str, metrics_port: int | None) -> None:
     """Run jobs until SIGINT or SIGTERM.
 
     On the first signal no new jobs are claimed and running ones may finish within the grace
@@ -133,6 +135,16 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
     configure_logging(log_level)
     app = load_app(app_spec)
     queue_names = [name.strip() for name in queues.split(",") if name.strip()] if queues else None
+    if metrics_port is not None:
+        try:
+            from leased.metrics import serve_worker_metrics
+        except ImportError:
+            raise Failure("--metrics-port needs prometheus_client: pip install 'leased[web]'") from None
+        try:
+            serve_worker_metrics(app, metrics_port)
+        except OSError as error:
+            raise Failure(f"cannot serve metrics on port {metrics_port}: {error.strerror}") from None
+        logging.getLogger("leased.worker").info("metrics on http://127.0.0.1:%d/metrics", metrics_port)
     try:
         app.worker(concurrency=concurrency, queues=queue_names, poll_interval=poll_interval,
                    shutdown_grace=shutdown_grace).run()

@@ -21,11 +21,13 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping
 
-from leased.backends.base import AttemptEnd, Backend, ClaimRequest
+from leased.admin import WORKER_BEAT_SECONDS
+from leased.backends.base import AttemptEnd, Backend, ClaimRequest, WorkerRecord
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.heartbeat import Heartbeat
 from leased.engine.threads import HandlerThreads
 from leased.errors import DatabaseUnavailable, PayloadError, PermanentError
+from leased.events import AttemptEnded, Events
 from leased.jobs import Job, Lease, Outcome
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, clean_text, encode_result
 
@@ -58,6 +60,13 @@ class _Running:
     execution: asyncio.Task | None = field(default=None, repr=False)
 
 
+_OUTCOME_OF_CANCEL = {
+    CancelReason.LEASE_LOST: Outcome.LEASE_LOST,
+    CancelReason.CANCELLED: Outcome.CANCELLED,
+    CancelReason.SHUTDOWN: Outcome.SHUTDOWN,
+}
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -66,7 +75,7 @@ class Worker:
     def __init__(self, backend: Backend, tasks: Mapping[str, Task], *, concurrency: int = 8,
                  queues: list[str] | tuple[str, ...] | None = None, poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, worker_id: str | None = None,
-                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES):
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, events: Events | None = None):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.backend = backend
@@ -78,6 +87,7 @@ class Worker:
         self.id = worker_id or default_worker_id()
         self.max_payload_bytes = max_payload_bytes
         self.stats = WorkerStats()
+        self.events = events or Events()
         self._running: dict[Lease, _Running] = {}
         self._completions: list[tuple[AttemptEnd, asyncio.Future]] = []
         self._completions_ready: asyncio.Event | None = None
@@ -134,6 +144,7 @@ class Worker:
         self._heartbeat.start()
         watchdog = self._service(self._watch_leases())
         completer = self._service(self._complete_loop())
+        announcer = self._service(self._announce_loop())
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
                  ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
         try:
@@ -142,6 +153,8 @@ class Worker:
             await self._shut_down()  # leases still watched while running jobs finish
             watchdog.cancel()
             completer.cancel()
+            announcer.cancel()
+            await self._unregister()
             self._threads.shutdown()
             self._heartbeat.stop()
             for signum in signals:
@@ -238,16 +251,20 @@ class Worker:
 
     async def _execute(self, running: _Running) -> None:
         job, context, lease = running.job, running.context, running.job.lease
+        started = time.monotonic()
+        outcome, will_retry = None, False
         try:
             end = await self._attempt(running)
-            if end is None or context.is_cancelled:
-                await self._abandon(running)
-            elif await self._finish(end):
-                self._count(end)
-            else:
-                log.warning("job %d (%s) attempt %d: lease lost before the result was written; result discarded",
-                            job.id, job.task_name, job.attempt)
-                context.cancel(CancelReason.LEASE_LOST)
+            if end is not None and not context.is_cancelled:
+                if await self._finish(end):
+                    self._count(end)
+                    outcome, will_retry = end.outcome, end.retry_in_seconds is not None
+                else:
+                    log.warning("job %d (%s) attempt %d: lease lost before the result was written; "
+                                "result discarded", job.id, job.task_name, job.attempt)
+                    context.cancel(CancelReason.LEASE_LOST)
+            if context.is_cancelled:
+                outcome = _OUTCOME_OF_CANCEL[context.cancel_reason]
                 await self._abandon(running)
         except Exception:
             # Storage failed while recording the end: the lease will expire and the job run again.
@@ -256,6 +273,9 @@ class Worker:
             self._heartbeat.untrack(lease)
             self._running.pop(lease, None)
             self._wakeup.set()
+        if outcome is not None:
+            self.events.emit(AttemptEnded(job.id, job.task_name, job.queue_name, job.attempt, outcome,
+                                          time.monotonic() - started, self.id, will_retry))
 
     async def _attempt(self, running: _Running) -> AttemptEnd | None:
         """Run the handler once. None means it was cancelled and nothing is to be written."""
@@ -390,6 +410,24 @@ class Worker:
                     lease.attempt, reason)
         if running.handler is not None:
             running.handler.cancel()
+
+    async def _announce_loop(self) -> None:
+        """Keep this worker's row fresh so that inspection can tell who is alive."""
+        record = WorkerRecord(self.id, socket.gethostname(), os.getpid(), self.concurrency, self.queues,
+                              tuple(sorted(self.tasks)))
+        while True:
+            try:
+                await asyncio.to_thread(self.backend.register_worker, record)
+            except Exception as error:
+                if not self._is_transient(error):
+                    raise
+            await asyncio.sleep(WORKER_BEAT_SECONDS)
+
+    async def _unregister(self) -> None:
+        try:
+            await asyncio.to_thread(self.backend.unregister_worker, self.id)
+        except Exception as error:
+            log.warning("worker %s: could not sign off (%s)", self.id, _one_line(error))
 
     async def _watch_leases(self) -> None:
         while True:

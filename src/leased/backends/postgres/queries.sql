@@ -117,13 +117,24 @@ SELECT * FROM leased_jobs WHERE id = %(job_id)s;
 -- name: get_history
 SELECT * FROM leased_attempts WHERE job_id = %(job_id)s ORDER BY attempt;
 
--- name: list_jobs
+-- name: list_jobs_newest
 SELECT * FROM leased_jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(search)s::text IS NULL OR id = %(search_id)s::bigint OR idempotency_key = %(search)s::text)
   AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
 ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: list_jobs_oldest
+SELECT * FROM leased_jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(search)s::text IS NULL OR id = %(search_id)s::bigint OR idempotency_key = %(search)s::text)
+  AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s::bigint)
+ORDER BY id
 LIMIT %(limit)s;
 
 -- name: counts
@@ -166,3 +177,54 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
 
 -- name: record_version
 INSERT INTO leased_schema_version (version, applied_at) VALUES (%(version)s, now());
+
+-- name: oldest_due
+SELECT queue_name, extract(epoch FROM now() - min(run_after))::float8 AS seconds FROM leased_jobs
+WHERE status = 'pending' AND run_after <= now()
+GROUP BY queue_name;
+
+-- name: finished_since
+SELECT queue_name, status, count(*) AS n FROM leased_jobs
+WHERE finished_at >= now() - make_interval(secs => %(window_seconds)s::float8) AND status IN ('done', 'failed')
+GROUP BY queue_name, status;
+
+-- name: retry_failed
+UPDATE leased_jobs
+SET status = 'pending', run_after = now(), finished_at = NULL, max_attempts = greatest(max_attempts, attempt + 1)
+WHERE status = 'failed'
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text);
+
+-- name: task_names
+-- Distinct names by skipping through an index: a few lookups, not a scan of every row.
+WITH RECURSIVE names (name) AS (
+    SELECT min(task_name) FROM leased_jobs
+    UNION ALL
+    SELECT (SELECT min(task_name) FROM leased_jobs WHERE task_name > names.name) FROM names WHERE name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL;
+
+-- name: queue_names
+WITH RECURSIVE names (name) AS (
+    SELECT min(queue_name) FROM leased_jobs
+    UNION ALL
+    SELECT (SELECT min(queue_name) FROM leased_jobs WHERE queue_name > names.name) FROM names WHERE name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL;
+
+-- name: register_worker
+INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks)
+VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s::json, %(tasks)s::json)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
+
+-- name: prune_workers
+DELETE FROM leased_workers WHERE last_seen_at < now() - interval '1 day';
+
+-- name: unregister_worker
+DELETE FROM leased_workers WHERE id = %(id)s;
+
+-- name: list_workers
+SELECT w.*, extract(epoch FROM now() - w.last_seen_at)::float8 AS silent_seconds,
+       (SELECT count(*) FROM leased_jobs AS j WHERE j.status = 'running' AND j.lease_owner = w.id) AS running
+FROM leased_workers AS w
+ORDER BY w.started_at;

@@ -16,8 +16,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob
-from leased.backends.rows import attempt_from_row, job_from_row, job_params
+from leased.admin import WorkerInfo
+from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, WorkerRecord
+from leased.backends.rows import (
+    attempt_from_row,
+    filter_params,
+    job_from_row,
+    job_params,
+    worker_from_row,
+    worker_params,
+)
 from leased.backends.sql import load_migrations, load_queries
 from leased.errors import DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
@@ -212,12 +220,38 @@ class SQLiteBackend:
         return _job(rows[0], history)
 
     def list_jobs(self, where: JobFilter) -> list[Job]:
-        rows = self._read("list_jobs", status=where.status and where.status.value, queue_name=where.queue_name,
-                          task_name=where.task_name, before_id=where.before_id, limit=where.limit)
-        return [_job(row) for row in rows]
+        query = "list_jobs_newest" if where.newest_first else "list_jobs_oldest"
+        return [_job(row) for row in self._read(query, **filter_params(where))]
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._read("counts")}
+
+    def oldest_due(self) -> dict[str, float]:
+        return {row["queue_name"]: row["seconds"] for row in self._read("oldest_due")}
+
+    def finished_since(self, window_seconds: float) -> dict[tuple[str, JobStatus], int]:
+        rows = self._read("finished_since", window_seconds=window_seconds)
+        return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in rows}
+
+    def names(self) -> tuple[list[str], list[str]]:
+        return [row["name"] for row in self._read("task_names")], [row["name"] for row in self._read("queue_names")]
+
+    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
+        with self._write() as connection:
+            return connection.execute(QUERIES["retry_failed"], {"task_name": task_name,
+                                                                "queue_name": queue_name}).rowcount
+
+    def register_worker(self, worker: WorkerRecord) -> None:
+        with self._write() as connection:
+            connection.execute(QUERIES["register_worker"], worker_params(worker))
+            connection.execute(QUERIES["prune_workers"])
+
+    def unregister_worker(self, worker_id: str) -> None:
+        with self._write() as connection:
+            connection.execute(QUERIES["unregister_worker"], {"id": worker_id})
+
+    def list_workers(self, silent_after: float) -> list[WorkerInfo]:
+        return [worker_from_row(row, _time, decode, silent_after) for row in self._read("list_workers")]
 
     def retry(self, job_id: int) -> Job:
         try:

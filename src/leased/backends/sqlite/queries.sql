@@ -88,13 +88,24 @@ SELECT * FROM leased_jobs WHERE id = :job_id;
 -- name: get_history
 SELECT * FROM leased_attempts WHERE job_id = :job_id ORDER BY attempt;
 
--- name: list_jobs
+-- name: list_jobs_newest
 SELECT * FROM leased_jobs
 WHERE (:status IS NULL OR status = :status)
   AND (:queue_name IS NULL OR queue_name = :queue_name)
   AND (:task_name IS NULL OR task_name = :task_name)
+  AND (:search IS NULL OR id = :search_id OR idempotency_key = :search)
   AND (:before_id IS NULL OR id < :before_id)
 ORDER BY id DESC
+LIMIT :limit;
+
+-- name: list_jobs_oldest
+SELECT * FROM leased_jobs
+WHERE (:status IS NULL OR status = :status)
+  AND (:queue_name IS NULL OR queue_name = :queue_name)
+  AND (:task_name IS NULL OR task_name = :task_name)
+  AND (:search IS NULL OR id = :search_id OR idempotency_key = :search)
+  AND (:after_id IS NULL OR id > :after_id)
+ORDER BY id
 LIMIT :limit;
 
 -- name: counts
@@ -117,6 +128,58 @@ RETURNING *;
 UPDATE leased_attempts
 SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
 WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL;
+
+-- name: oldest_due
+SELECT queue_name, leased_now() - min(run_after) AS seconds FROM leased_jobs
+WHERE status = 'pending' AND run_after <= leased_now()
+GROUP BY queue_name;
+
+-- name: finished_since
+SELECT queue_name, status, count(*) AS n FROM leased_jobs
+WHERE finished_at >= leased_now() - :window_seconds AND status IN ('done', 'failed')
+GROUP BY queue_name, status;
+
+-- name: retry_failed
+UPDATE leased_jobs
+SET status = 'pending', run_after = leased_now(), finished_at = NULL,
+    max_attempts = max(max_attempts, attempt + 1)
+WHERE status = 'failed'
+  AND (:task_name IS NULL OR task_name = :task_name)
+  AND (:queue_name IS NULL OR queue_name = :queue_name);
+
+-- name: task_names
+-- Distinct names by skipping through an index: a few lookups, not a scan of every row.
+WITH RECURSIVE names (name) AS (
+    SELECT min(task_name) FROM leased_jobs
+    UNION ALL
+    SELECT (SELECT min(task_name) FROM leased_jobs WHERE task_name > names.name) FROM names WHERE name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL;
+
+-- name: queue_names
+WITH RECURSIVE names (name) AS (
+    SELECT min(queue_name) FROM leased_jobs
+    UNION ALL
+    SELECT (SELECT min(queue_name) FROM leased_jobs WHERE queue_name > names.name) FROM names WHERE name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL;
+
+-- name: register_worker
+INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, started_at, last_seen_at)
+VALUES (:id, :host, :pid, :concurrency, :queues, :tasks, leased_now(), leased_now())
+ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now();
+
+-- name: prune_workers
+DELETE FROM leased_workers WHERE last_seen_at < leased_now() - 86400;
+
+-- name: unregister_worker
+DELETE FROM leased_workers WHERE id = :id;
+
+-- name: list_workers
+SELECT w.*, leased_now() - w.last_seen_at AS silent_seconds,
+       (SELECT count(*) FROM leased_jobs AS j WHERE j.status = 'running' AND j.lease_owner = w.id) AS running
+FROM leased_workers AS w
+ORDER BY w.started_at;
 
 -- name: schema_version
 SELECT coalesce(max(version), 0) FROM leased_schema_version;

@@ -1,0 +1,40 @@
+"""Values for inspection: what the dashboard, the CLI and metrics show about queues and workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+WORKER_BEAT_SECONDS = 5.0
+WORKER_SILENT_AFTER = 3 * WORKER_BEAT_SECONDS  # a worker not seen for this long is shown as gone
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    last_seen_at: datetime
+    concurrency: int
+    queues: list[str] | None  # None: every queue
+    tasks: list[str]
+    running: int
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    queue_name: str
+    counts: dict[str, int]  # every status, zero when none
+    oldest_due_seconds: float | None  # how long the oldest due pending job has waited; None: nothing due
+    done_recently: int = 0
+    failed_recently: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    queues: list[QueueSummary]
+    workers: list[WorkerInfo]
+    window_seconds: float
+    totals: dict[str, int] = field(default_factory=dict)

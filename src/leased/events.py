@@ -1,0 +1,47 @@
+"""What happens inside a worker, for whoever listens: the Prometheus exporter, logs, tests.
+
+Subscribers run on the worker's event loop and must be quick; one that raises is logged and
+never disturbs the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from leased.jobs import Outcome
+
+log = logging.getLogger("leased.events")
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    job_id: int
+    task_name: str
+    queue_name: str
+    attempt: int
+    outcome: Outcome
+    seconds: float
+    worker_id: str
+    will_retry: bool = False
+
+
+Subscriber = Callable[[AttemptEnded], None]
+
+
+class Events:
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Call `subscriber` with every event from now on; returns a function that unsubscribes."""
+        self._subscribers.append(subscriber)
+        return lambda: self._subscribers.remove(subscriber)
+
+    def emit(self, event: AttemptEnded) -> None:
+        for subscriber in list(self._subscribers):
+            try:
+                subscriber(event)
+            except Exception:
+                log.exception("event subscriber %r failed", subscriber)

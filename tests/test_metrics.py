@@ -1,0 +1,99 @@
+"""Prometheus metrics, scraped and parsed with prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import urllib.request
+
+import pytest
+
+prometheus_client = pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from conftest import wait_for  # noqa: E402
+from leased import PermanentError  # noqa: E402
+from leased.metrics import database_registry, worker_registry  # noqa: E402
+
+
+def samples(text: str) -> dict[tuple, float]:
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def test_database_metrics_match_the_database(app):
+    @app.task(name="ok")
+    def ok(): ...
+
+    @app.task(name="broken", queue_name="mail")
+    def broken():
+        raise PermanentError("no")
+
+    ok.enqueue(), ok.enqueue(), broken.enqueue()
+    app.run_until_empty()
+    ok.enqueue()
+    scraped = samples(prometheus_client.generate_latest(database_registry(app)).decode())
+    for queue, statuses in app.counts().items():
+        for status, count in statuses.items():
+            assert scraped[("leased_jobs", (("queue", queue), ("status", status)))] == count
+    assert scraped[("leased_jobs", (("queue", "mail"), ("status", "failed")))] == 1
+    assert scraped[("leased_oldest_due_job_age_seconds", (("queue", "default"),))] >= 0
+    assert scraped[("leased_workers_alive", ())] == 0
+
+
+def test_worker_metrics_count_attempts_and_time_them(app):
+    registry = worker_registry(app.events)
+
+    @app.task(name="flaky", max_attempts=2)
+    def flaky(n):
+        if n:
+            raise RuntimeError("boom")
+
+    flaky.enqueue(0), flaky.enqueue(1)
+    app.run_until_empty()
+    scraped = samples(prometheus_client.generate_latest(registry).decode())
+    labels = (("outcome", "done"), ("queue", "default"), ("task", "flaky"))
+    assert scraped[("leased_attempts_total", labels)] == 1
+    assert scraped[("leased_attempts_total", (("outcome", "error"), ("queue", "default"), ("task", "flaky")))] == 1
+    assert scraped[("leased_attempt_duration_seconds_count", (("queue", "default"), ("task", "flaky")))] == 2
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_worker_command_serves_metrics(app, database_url, tmp_path):
+    (tmp_path / "metrics_app.py").write_text(textwrap.dedent("""
+        import os
+        from leased import Leased
+        app = Leased(os.environ["LEASED_DATABASE_URL"])
+
+        @app.task(name="hello")
+        def hello():
+            return "hi"
+    """))
+    app.task(name="hello")(lambda: None).enqueue()
+    port = free_port()
+    env = {**os.environ, "LEASED_DATABASE_URL": database_url}
+    worker = subprocess.Popen([sys.executable, "-m", "leased.cli.main", "worker", "metrics_app:app",
+                               "--metrics-port", str(port), "--poll-interval", "50ms"],
+                              cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        def scrape():
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                return ""
+
+        text = wait_for(lambda: "leased_attempts_total{" in scrape() and scrape(), message="a scrape with attempts")
+        assert samples(text)[("leased_attempts_total", (("outcome", "done"), ("queue", "default"), ("task", "hello")))] == 1
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, errors = worker.communicate(timeout=30)
+    assert worker.returncode == 0, errors
