@@ -21,6 +21,10 @@ def hold(context, mode):
         time.sleep(2)  # deliberately deaf to cancellation: it will try to finish after losing its lease
         (MARKERS / f"returned-{context.worker_id}").touch()
         return f"late from {context.worker_id}"
+    if mode == "exit":
+        os._exit(3)  # a poison job: takes its worker process down with it, every time
+    if mode == "sleep":
+        time.sleep(0.3)
     return f"done by {context.worker_id}"
 
 

@@ -24,7 +24,8 @@ def spawn(database_url, tmp_path):
 
     def start(worker_id: str) -> subprocess.Popen:
         log = open(tmp_path / f"{worker_id}.log", "w")
-        env = {**os.environ, "LEASED_DATABASE_URL": database_url, "CRASH_MARKERS": str(tmp_path),
+        worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
+        env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
                "PYTHONPATH": str(HERE)}
         process = subprocess.Popen([sys.executable, str(HERE / "crash_app.py"), worker_id], env=env,
                                    stdout=log, stderr=subprocess.STDOUT)
@@ -111,3 +112,93 @@ def test_several_worker_and_producer_processes_share_one_database(app, spawn, da
     done = [app.get_job(job.id) for job in app.list_jobs(status="done", limit=300)]
     assert {job.history[0].worker_id for job in done} <= {"worker-0", "worker-1", "worker-2"}
     assert all(len(job.history) == 1 for job in done)
+
+
+def test_poison_job_that_kills_its_worker_is_failed_after_its_attempts(app, hold, spawn):
+    job = hold.enqueue("exit")
+    for generation in range(6):  # a supervisor restarting the worker each time it dies
+        process = spawn(f"worker-{generation}")
+        wait_for(lambda: process.poll() is not None or app.get_job(job.id).status is JobStatus.FAILED,
+                 message="the worker to die or the job to fail")
+        if app.get_job(job.id).status is JobStatus.FAILED:
+            break
+        assert process.returncode == 3
+    failed = app.get_job(job.id)
+    assert failed.status is JobStatus.FAILED and failed.attempt == 3
+    assert [a.outcome for a in failed.history] == [Outcome.EXPIRED] * 3
+    assert "stopped renewing" in failed.last_error and "crashed" in failed.history[-1].error_message
+
+
+def test_sigterm_during_a_burst_finishes_running_jobs_and_leaves_none_running(app, hold, spawn):
+    jobs = [hold.enqueue("sleep") for _ in range(20)]
+    worker = spawn("worker-a")
+    wait_for(lambda: app.counts()["default"]["done"] >= 2, message="the burst to be under way")
+    worker.terminate()
+    assert worker.wait(30) == 0
+    counts = app.counts()["default"]
+    assert counts["running"] == 0 and counts["done"] + counts["pending"] == len(jobs)
+    for job in jobs:
+        finished = app.get_job(job.id)
+        assert finished.status in (JobStatus.DONE, JobStatus.PENDING)
+        assert all(a.outcome is Outcome.DONE for a in finished.history)  # nothing cut short
+
+
+def test_second_sigterm_forces_exit_and_releases_jobs_at_once(app, hold, spawn, tmp_path):
+    jobs = [hold.enqueue("forever") for _ in range(2)]
+    worker = spawn("worker-a")
+    wait_for(lambda: app.counts()["default"]["running"] == 2, message="both jobs running")
+    worker.terminate()
+    wait_for(lambda: "stopping" in (tmp_path / "worker-a.log").read_text(), message="the first signal to land")
+    worker.terminate()
+    assert worker.wait(30) == 0
+    for job in jobs:
+        released = app.get_job(job.id)
+        assert released.status is JobStatus.PENDING and released.history[0].outcome is Outcome.SHUTDOWN
+
+
+def _postgres_only(backend_name):
+    if backend_name != "postgres":
+        pytest.skip("a PostgreSQL server fault")
+
+
+def test_killed_connections_are_replaced_and_no_job_is_lost(app, hold, spawn, backend_name, tmp_path):
+    _postgres_only(backend_name)
+    import psycopg
+
+    jobs = [hold.enqueue("sleep") for _ in range(30)]
+    worker = spawn("worker-a")
+    wait_for(lambda: app.counts()["default"]["done"] >= 3, message="work under way")
+    with psycopg.connect(app.database_url, autocommit=True) as connection:
+        killed = connection.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'leased-crash-worker' AND pid <> pg_backend_pid()").fetchone()[0]
+    assert killed >= 1
+    wait_for(lambda: app.counts()["default"]["done"] == len(jobs), timeout=60, message="every job done")
+    worker.terminate()
+    assert worker.wait(30) == 0
+    assert "Traceback" not in (tmp_path / "worker-a.log").read_text()
+
+
+@pytest.mark.skipif(os.environ.get("LEASED_TEST_RESTART_POSTGRES") != "1",
+                    reason="restarts the PostgreSQL server; set LEASED_TEST_RESTART_POSTGRES=1 (CI does)")
+def test_postgres_restart_mid_run_loses_nothing(app, hold, spawn, backend_name, tmp_path):
+    _postgres_only(backend_name)
+    jobs = [hold.enqueue("sleep") for _ in range(30)]
+    worker = spawn("worker-a")
+    wait_for(lambda: app.counts()["default"]["done"] >= 3, message="work under way")
+    cluster = sorted(os.listdir("/etc/postgresql"))[0]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", cluster, "main", "restart"], check=True)
+    wait_for(lambda: _counts_or_none(app) and _counts_or_none(app)["done"] == len(jobs), timeout=90,
+             message="every job done after the restart")
+    worker.terminate()
+    assert worker.wait(30) == 0
+    log = (tmp_path / "worker-a.log").read_text()
+    assert "database unavailable" in log or "could not" in log  # the outage was noticed and said in a line
+    assert "Traceback" not in log
+
+
+def _counts_or_none(app):
+    try:
+        return app.counts()["default"]
+    except Exception:  # the test's own connections die in the restart too
+        return None

@@ -5,6 +5,7 @@ from leased.backoff import Backoff
 from leased.engine.context import CancelReason, TaskContext
 from leased.errors import (
     ConfigurationError,
+    DatabaseFull,
     DatabaseUnavailable,
     InvalidTransition,
     JobNotFound,
@@ -16,7 +17,7 @@ from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.tasks import Task
 
 __all__ = [
-    "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseUnavailable", "InvalidTransition",
+    "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseUnavailable", "InvalidTransition",
     "Job", "JobNotFound", "JobStatus", "Leased", "LeasedError", "Outcome", "PayloadError", "PermanentError",
     "Task", "TaskContext",
 ]

@@ -27,5 +27,9 @@ class DatabaseUnavailable(LeasedError, ConnectionError):
     """The database could not be reached or refused the connection."""
 
 
+class DatabaseFull(LeasedError):
+    """The database refused a write for lack of space; nothing of that write was kept."""
+
+
 class PermanentError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""

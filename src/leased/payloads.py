@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from leased.errors import PayloadError
@@ -52,8 +53,21 @@ def encode_result(value: Any, limit: int) -> str | None:
     return encoded
 
 
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stored value that is not JSON (a row edited by hand): shown as is, and a job with it fails."""
+
+    text: str
+    error: str
+
+
 def decode(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as error:
+        return Unreadable(str(text), str(error))
 
 
 def clean_text(text: str | None, limit: int) -> str | None:

@@ -167,7 +167,10 @@ class Task(Generic[P, R]):
     def queue_name(self) -> str:
         return self.defaults.queue_name
 
-    def check_arguments(self, args: tuple, kwargs: dict[str, Any]) -> None:
+    def check_arguments(self, args: tuple | list, kwargs: dict[str, Any]) -> None:
+        if not isinstance(args, (tuple, list)) or not isinstance(kwargs, dict):
+            raise PayloadError(f"stored arguments of {self.name} are malformed (args {args!r:.200}, "
+                               f"kwargs {kwargs!r:.200}): args must be a JSON array and kwargs a JSON object")
         leading = (None,) if self.takes_context else ()
         try:
             self.signature.bind(*leading, *args, **kwargs)

@@ -27,7 +27,7 @@ from leased.backends.rows import (
     worker_params,
 )
 from leased.backends.sql import load_migrations, load_queries
-from leased.errors import DatabaseUnavailable, InvalidTransition, JobNotFound
+from leased.errors import DatabaseFull, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
 from leased.payloads import decode
 
@@ -105,10 +105,14 @@ class SQLiteBackend:
             connection.execute("BEGIN IMMEDIATE")
             try:
                 yield connection
-            except BaseException:
-                connection.execute("ROLLBACK")
+                connection.execute("COMMIT")
+            except BaseException as error:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                if isinstance(error, sqlite3.OperationalError) and "full" in str(error):
+                    raise DatabaseFull(f"SQLite database {self.path!r} is full ({error}); nothing was written. "
+                                       "Free disk space, or prune finished jobs") from None
                 raise
-            connection.execute("COMMIT")
 
     def _read(self, name: str, **params: Any) -> list[sqlite3.Row]:
         return self._connection().execute(QUERIES[name], params).fetchall()
