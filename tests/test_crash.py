@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,17 +17,20 @@ from leased import JobStatus, Outcome
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
 @pytest.fixture
 def spawn(database_url, tmp_path):
     processes = []
 
-    def start(worker_id: str) -> subprocess.Popen:
+    def start(worker_id: str, clock: str | None = None) -> subprocess.Popen:
         log = open(tmp_path / f"{worker_id}.log", "w")
         worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
         env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
                "PYTHONPATH": str(HERE)}
+        if clock:  # libfaketime, preloaded into the worker itself so that signals reach it
+            env.update(LD_PRELOAD=LIBFAKETIME, FAKETIME=clock, DONT_FAKE_MONOTONIC="1")
         process = subprocess.Popen([sys.executable, str(HERE / "crash_app.py"), worker_id], env=env,
                                    stdout=log, stderr=subprocess.STDOUT)
         processes.append(process)
@@ -202,3 +206,46 @@ def _counts_or_none(app):
         return app.counts()["default"]
     except Exception:  # the test's own connections die in the restart too
         return None
+
+
+def _needs_faketime(backend_name):
+    _postgres_only(backend_name)  # SQLite has no server: its clock is the host's, shared by every process
+    if not os.path.exists(LIBFAKETIME):
+        if os.environ.get("LEASED_REQUIRE_FAKETIME") == "1":
+            pytest.fail("faketime is not installed")
+        pytest.skip("needs libfaketime (apt-get install faketime)")
+
+
+def test_worker_with_a_clock_an_hour_ahead_does_not_steal_live_leases(app, hold, spawn, backend_name):
+    _needs_faketime(backend_name)
+    held = [hold.enqueue("forever") for _ in range(2)]  # both of worker-a's slots: the probe is not for it
+    spawn("worker-a")
+    wait_for(lambda: all(app.get_job(job.id).lease_owner == "worker-a" for job in held), message="worker-a to claim")
+    spawn("worker-ahead", clock="+1h")
+    # A job due 2.5 s from now (database clock): by the time worker-ahead has run it, its
+    # reclaimer has looked at worker-a's lease more than twice.
+    probe = hold.using(run_after=timedelta(seconds=2.5)).enqueue("quick")
+    wait_for(lambda: app.get_job(probe.id).status is JobStatus.DONE, message="worker-ahead to run the probe")
+    assert app.get_job(probe.id).history[0].worker_id == "worker-ahead"
+    for job in held:
+        still = app.get_job(job.id)
+        assert (still.lease_owner, still.attempt, still.status) == ("worker-a", 1, JobStatus.RUNNING)
+
+
+def test_worker_with_a_clock_an_hour_behind_does_not_keep_an_expired_lease(app, hold, spawn, backend_name,
+                                                                           tmp_path):
+    _needs_faketime(backend_name)
+    job = hold.enqueue("late")
+    behind = spawn("worker-behind", clock="-1h")
+    wait_for(lambda: (tmp_path / "started-worker-behind").exists(), message="its handler to start")
+    behind.send_signal(signal.SIGSTOP)
+    spawn("worker-b")
+    wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, message="the lease to expire on time")
+    behind.send_signal(signal.SIGCONT)
+    wait_for(lambda: (tmp_path / "returned-worker-behind").exists(), message="the late handler to return")
+    behind.terminate()
+    assert behind.wait(30) == 0
+    done = app.get_job(job.id)
+    assert done.result == "done by worker-b"
+    assert [(a.worker_id, a.outcome) for a in done.history] == [
+        ("worker-behind", Outcome.EXPIRED), ("worker-b", Outcome.DONE)]
