@@ -189,14 +189,16 @@ class Leased:
 
     # Workers.
     def worker(self, *, concurrency: int = 8, queues: list[str] | None = None, poll_interval: float = 1.0,
-               shutdown_grace: float = 30.0, worker_id: str | None = None) -> Worker:
+               shutdown_grace: float = 30.0, worker_id: str | None = None, push: bool = True) -> Worker:
+        """A worker for this app's tasks. `push=False` turns off LISTEN/NOTIFY wake-ups (needed
+        behind a transaction-pooling proxy such as PgBouncer, where LISTEN does not work)."""
         if not self.tasks:
             raise ConfigurationError("no tasks registered: decorate handlers with @app.task before starting a worker")
         for queue in queues or ():
             check_queue_name(queue)
         worker = Worker(self.backend, self.tasks, concurrency=concurrency, queues=queues,
                         poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
-                        max_payload_bytes=self.max_payload_bytes, events=self.events)
+                        max_payload_bytes=self.max_payload_bytes, events=self.events, push=push)
         self._workers.add(worker)
         return worker
 

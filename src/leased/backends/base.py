@@ -86,6 +86,13 @@ class WorkerRecord:
     tasks: tuple[str, ...]
 
 
+class Listener(Protocol):
+    def wait(self, timeout: float) -> list[str]:
+        """Queue names of jobs that became due; waits at most `timeout` seconds for the first."""
+
+    def close(self) -> None: ...
+
+
 class Backend(Protocol):
     """Runtime verbs used by workers and producers."""
 
@@ -115,6 +122,9 @@ class Backend(Protocol):
 
     def reclaim_expired(self) -> int:
         """Return jobs whose lease expired to the pool (or fail them, out of attempts)."""
+
+    def listener(self) -> Listener | None:
+        """A source of wake-ups (queue names of jobs that became due), or None: poll only."""
 
     # Inspection and administration.
     def get_job(self, job_id: int) -> Job | None: ...

@@ -41,6 +41,7 @@ MAX_TRACEBACK = 32_000
 RECLAIM_INTERVAL = 1.0
 WATCHDOG_INTERVAL = 0.25
 CLAIM_GATHER_SECONDS = 0.002
+LISTEN_TIMEOUT = 1.0  # also how soon the listener notices that the worker stopped
 
 
 @dataclass
@@ -75,7 +76,8 @@ class Worker:
     def __init__(self, backend: Backend, tasks: Mapping[str, Task], *, concurrency: int = 8,
                  queues: list[str] | tuple[str, ...] | None = None, poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, worker_id: str | None = None,
-                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, events: Events | None = None):
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, events: Events | None = None,
+                 push: bool = True):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.backend = backend
@@ -88,6 +90,7 @@ class Worker:
         self.max_payload_bytes = max_payload_bytes
         self.stats = WorkerStats()
         self.events = events or Events()
+        self.push = push
         self._running: dict[Lease, _Running] = {}
         self._completions: list[tuple[AttemptEnd, asyncio.Future]] = []
         self._completions_ready: asyncio.Event | None = None
@@ -145,6 +148,8 @@ class Worker:
         watchdog = self._service(self._watch_leases())
         completer = self._service(self._complete_loop())
         announcer = self._service(self._announce_loop())
+        if self.push:
+            threading.Thread(target=self._listen, name="leased-listener", daemon=True).start()
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
                  ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
         try:
@@ -410,6 +415,35 @@ class Worker:
                     lease.attempt, reason)
         if running.handler is not None:
             running.handler.cancel()
+
+    def _listen(self) -> None:
+        """On its own thread: turn the database's wake-ups into an immediate claim."""
+        listener = self.backend.listener()
+        if listener is None:
+            return
+        failures = 0
+        try:
+            while not self._stopping:
+                try:
+                    queues = listener.wait(LISTEN_TIMEOUT)
+                except Exception as error:
+                    if not self._is_transient(error):
+                        raise
+                    failures += 1
+                    delay = min(30.0, 0.25 * 2**failures)
+                    log.warning("worker %s: %s; polling meanwhile, reconnecting in %.1fs", self.id,
+                                _one_line(error), delay)
+                    time.sleep(delay)
+                    continue
+                if failures:
+                    log.info("worker %s: wake-up listener reconnected", self.id)
+                    failures = 0
+                if queues and (self.queues is None or any(queue in self.queues for queue in queues)):
+                    self.notify()
+        except Exception:
+            log.exception("worker %s: wake-up listener stopped; polling only", self.id)
+        finally:
+            listener.close()
 
     async def _announce_loop(self) -> None:
         """Keep this worker's row fresh so that inspection can tell who is alive."""

@@ -30,6 +30,7 @@ from leased.backends.rows import (
     worker_from_row,
     worker_params,
 )
+from leased.backends.postgres.listener import Listener
 from leased.backends.sql import load_migrations, load_queries
 from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
@@ -158,6 +159,9 @@ class PostgresBackend:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
+
+    def listener(self) -> Listener:
+        return Listener(self._url, self._connect_kwargs, QUERIES["wake_channel"], self._where)
 
     # Runtime.
     def enqueue(self, job: NewJob, connection: psycopg.Connection | None = None) -> tuple[Job, bool]:

@@ -4,15 +4,23 @@
 -- its attempt record does both in one statement, with data-modifying CTEs.
 
 -- name: insert_job
-INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
-                         run_after, created_at, idempotency_key)
-VALUES (%(task_name)s, %(queue_name)s, %(args)s::json, %(kwargs)s::json, %(priority)s, %(max_attempts)s,
-        %(lease_seconds)s::float8,
-        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay_seconds)s::float8)),
-        now(), %(idempotency_key)s)
-ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
-DO NOTHING
-RETURNING *;
+-- A job due now wakes listening workers. NOTIFY is delivered at commit, so inside a caller's
+-- transaction it waits for theirs; PostgreSQL folds repeats of one channel and payload within a
+-- transaction, so a transaction sends at most one per queue.
+WITH job AS (
+    INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+                             run_after, created_at, idempotency_key)
+    VALUES (%(task_name)s, %(queue_name)s, %(args)s::json, %(kwargs)s::json, %(priority)s, %(max_attempts)s,
+            %(lease_seconds)s::float8,
+            coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay_seconds)s::float8)),
+            now(), %(idempotency_key)s)
+    ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
+    DO NOTHING
+    RETURNING *
+)
+SELECT job.*, CASE WHEN job.run_after <= now() THEN pg_notify(left('leased.' || current_schema(), 63),
+                                                             job.queue_name) END AS woke
+FROM job;
 
 -- name: pending_with_key
 SELECT * FROM leased_jobs
@@ -228,3 +236,6 @@ SELECT w.*, extract(epoch FROM now() - w.last_seen_at)::float8 AS silent_seconds
        (SELECT count(*) FROM leased_jobs AS j WHERE j.status = 'running' AND j.lease_owner = w.id) AS running
 FROM leased_workers AS w
 ORDER BY w.started_at;
+
+-- name: wake_channel
+SELECT left('leased.' || current_schema(), 63) AS channel;

@@ -124,6 +124,9 @@ class SQLiteBackend:
             self._connections.clear()
         self._local = threading.local()
 
+    def listener(self) -> None:
+        return None  # no push wake-ups yet: workers in other processes poll
+
     # Runtime.
     def enqueue(self, job: NewJob, connection: sqlite3.Connection | None = None) -> tuple[Job, bool]:
         if connection is not None:

@@ -1,0 +1,70 @@
+"""Push wake-ups: a job enqueued elsewhere starts without waiting for the next poll."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from conftest import running_worker, wait_for
+from leased import JobStatus, Leased
+
+SLOW_POLL = 60.0  # far longer than any wait below: only a wake-up can start these jobs in time
+
+
+@pytest.fixture
+def producer(app, database_url):
+    other = Leased(database_url)  # another process's view: enqueueing there notifies no local worker
+    yield other
+    other.close()
+
+
+def listening(app) -> int:
+    """Listening connections of this test's schema (their channel names the schema)."""
+    import psycopg
+
+    with psycopg.connect(app.database_url, autocommit=True) as connection:
+        channel = connection.execute("SELECT left('leased.' || current_schema(), 63)").fetchone()[0]
+        return connection.execute("SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+                                  (f'LISTEN "{channel}"',)).fetchone()[0]
+
+
+def test_a_job_enqueued_elsewhere_wakes_the_worker(app, producer, backend_name):
+    if backend_name != "postgres":
+        pytest.skip("push wake-ups across processes are PostgreSQL's LISTEN/NOTIFY")
+
+    app.task(name="wake")(lambda: None)
+    wake = producer.task(name="wake")(lambda: None)
+    with running_worker(app, poll_interval=SLOW_POLL):
+        wait_for(lambda: listening(app), message="the listener to connect")
+        for _ in range(3):
+            job = wake.enqueue()
+            wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")
+
+
+def test_the_listener_reconnects_after_its_connection_is_killed(app, producer, backend_name, caplog):
+    if backend_name != "postgres":
+        pytest.skip("LISTEN/NOTIFY")
+    import psycopg
+
+    caplog.set_level(logging.INFO, logger="leased.worker")
+    wake = producer.task(name="wake")(lambda: None)
+    app.task(name="wake")(lambda: None)
+
+    with running_worker(app, poll_interval=SLOW_POLL):
+        wait_for(lambda: listening(app), message="the listener to connect")
+        with psycopg.connect(app.database_url, autocommit=True) as connection:
+            channel = connection.execute("SELECT left('leased.' || current_schema(), 63)").fetchone()[0]
+            connection.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
+                               (f'LISTEN "{channel}"',))
+        wait_for(lambda: any("reconnected" in r.getMessage() for r in caplog.records), message="a reconnect")
+        job = wake.enqueue()
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")
+    assert any("wake-up listener lost" in r.getMessage() for r in caplog.records)
+
+
+def test_push_can_be_turned_off_for_connection_poolers(app, producer):
+    app.task(name="wake")(lambda: None)
+    job = producer.task(name="wake")(lambda: None).enqueue()
+    with running_worker(app, poll_interval=0.05, push=False):
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, message="a polled start")
