@@ -125,8 +125,10 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
               default="info", show_default=True)
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
               help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT/metrics (needs leased[web]).")
+@click.option("--no-push", is_flag=True,
+              help="Poll only: no LISTEN/NOTIFY wake-ups (behind PgBouncer in transaction pooling mode).")
 def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
-           log_level: str, metrics_port: int | None) -> None:
+           log_level: str, metrics_port: int | None, no_push: bool) -> None:
     """Run jobs until SIGINT or SIGTERM.
 
     On the first signal no new jobs are claimed and running ones may finish within the grace
@@ -147,7 +149,7 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
         logging.getLogger("leased.worker").info("metrics on http://127.0.0.1:%d/metrics", metrics_port)
     try:
         app.worker(concurrency=concurrency, queues=queue_names, poll_interval=poll_interval,
-                   shutdown_grace=shutdown_grace).run()
+                   shutdown_grace=shutdown_grace, push=not no_push).run()
     finally:
         app.close()
 
@@ -346,6 +348,45 @@ def migrate(ctx: click.Context, app_spec: str | None, database: str | None, prin
         click.echo("applied migration" + ("s " if len(applied) > 1 else " ") + ", ".join(f"{v:04d}" for v in applied))
     else:
         click.echo("schema up to date: no migrations to apply")
+
+
+@cli.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Anything but loopback needs $LEASED_DASHBOARD_TOKEN.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--read-only", is_flag=True, help="No action buttons; every POST is refused.")
+@click.pass_context
+def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, host: str, port: int,
+              read_only: bool) -> None:
+    """Serve the web dashboard: queues, workers, jobs, retry and cancel.
+
+    With $LEASED_DASHBOARD_TOKEN set, the browser asks for it (as the password, any user name).
+    """
+    import importlib.util
+    import os
+
+    from leased.web import MISSING_EXTRA, server
+    from leased.web import dashboard as make_dashboard
+
+    if any(importlib.util.find_spec(name) is None for name in ("starlette", "jinja2", "uvicorn")):
+        raise Failure(MISSING_EXTRA)
+    token = os.environ.get(server.TOKEN_VARIABLE) or None
+    if token is None and not server.is_loopback(host):
+        raise Failure(f"refusing to serve on {host or 'every interface'} without a token: set "
+                      f"{server.TOKEN_VARIABLE} to a long random secret, or listen on 127.0.0.1")
+    app = open_app(ctx, app_spec, database)
+    asgi_app = make_dashboard(app, read_only=read_only, token=token)
+    try:
+        sock = server.listen(host, port)
+    except OSError as error:
+        raise Failure(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    notes = [note for note, on in (("read-only", read_only), ("token required", token)) if on]
+    click.echo(f"leased dashboard on {server.url(sock)}" + (f" ({', '.join(notes)})" if notes else "")
+               + "; Ctrl-C stops it")
+    with sock:
+        server.run(asgi_app, sock)
 
 
 def main() -> None:
