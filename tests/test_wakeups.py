@@ -1,4 +1,7 @@
-"""Push wake-ups: a job enqueued elsewhere starts without waiting for the next poll."""
+"""Push wake-ups: a job enqueued elsewhere starts without waiting for the next poll.
+
+PostgreSQL: LISTEN/NOTIFY. SQLite: a datagram on loopback to each live worker's recorded port.
+"""
 
 from __future__ import annotations
 
@@ -30,13 +33,13 @@ def listening(app) -> int:
 
 
 def test_a_job_enqueued_elsewhere_wakes_the_worker(app, producer, backend_name):
-    if backend_name != "postgres":
-        pytest.skip("push wake-ups across processes are PostgreSQL's LISTEN/NOTIFY")
-
     app.task(name="wake")(lambda: None)
     wake = producer.task(name="wake")(lambda: None)
     with running_worker(app, poll_interval=SLOW_POLL):
-        wait_for(lambda: listening(app), message="the listener to connect")
+        if backend_name == "postgres":
+            wait_for(lambda: listening(app), message="the listener to connect")
+        else:  # SQLite: a datagram to the port the worker recorded in its row
+            wait_for(lambda: app.workers(), message="the worker to record its port")
         for _ in range(3):
             job = wake.enqueue()
             wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")

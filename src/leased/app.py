@@ -164,10 +164,10 @@ class Leased:
         return self.backend.list_workers(WORKER_SILENT_AFTER)
 
     def task_names(self) -> list[str]:
-        return self.backend.names()[0]
+        return self.backend.task_names()
 
     def queue_names(self) -> list[str]:
-        return self.backend.names()[1]
+        return self.backend.queue_names()
 
     def retry(self, job_id: int) -> Job:
         """Take a failed or cancelled job back to pending, now, with at least one more attempt."""

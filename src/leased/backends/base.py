@@ -84,6 +84,7 @@ class WorkerRecord:
     concurrency: int
     queues: tuple[str, ...] | None
     tasks: tuple[str, ...]
+    wake_port: int | None = None  # where the worker hears about new jobs, if it listens on a port
 
 
 class Listener(Protocol):
@@ -139,8 +140,10 @@ class Backend(Protocol):
     def finished_since(self, window_seconds: float) -> dict[tuple[str, JobStatus], int]:
         """Per queue: jobs done and failed within the last `window_seconds`."""
 
-    def names(self) -> tuple[list[str], list[str]]:
-        """The task names and queue names that occur in the table."""
+    def task_names(self) -> list[str]:
+        """The task names that occur in the table."""
+
+    def queue_names(self) -> list[str]: ...
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int: ...
 

@@ -64,7 +64,7 @@ def worker_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable
 def worker_params(worker: WorkerRecord) -> dict[str, Any]:
     return {"id": worker.id, "host": worker.host, "pid": worker.pid, "concurrency": worker.concurrency,
             "queues": None if worker.queues is None else json.dumps(list(worker.queues)),
-            "tasks": json.dumps(list(worker.tasks))}
+            "tasks": json.dumps(list(worker.tasks)), "wake_port": worker.wake_port}
 
 
 def filter_params(where: JobFilter) -> dict[str, Any]:

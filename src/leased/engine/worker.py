@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping
 
 from leased.admin import WORKER_BEAT_SECONDS
-from leased.backends.base import AttemptEnd, Backend, ClaimRequest, WorkerRecord
+from leased.backends.base import AttemptEnd, Backend, ClaimRequest, Listener, WorkerRecord
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.heartbeat import Heartbeat
 from leased.engine.threads import HandlerThreads
@@ -147,9 +147,10 @@ class Worker:
         self._heartbeat.start()
         watchdog = self._service(self._watch_leases())
         completer = self._service(self._complete_loop())
-        announcer = self._service(self._announce_loop())
-        if self.push:
-            threading.Thread(target=self._listen, name="leased-listener", daemon=True).start()
+        listener = self.backend.listener() if self.push else None
+        announcer = self._service(self._announce_loop(getattr(listener, "port", None)))
+        if listener is not None:
+            threading.Thread(target=self._listen, args=(listener,), name="leased-listener", daemon=True).start()
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
                  ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
         try:
@@ -329,7 +330,8 @@ class Worker:
                       job.attempt, job.max_attempts, type(error).__name__, _one_line(message))
         return AttemptEnd(
             job.lease, Outcome.ERROR, error_type=type(error).__name__, error_message=message,
-            traceback=clean_text("".join(traceback.format_exception(error)), MAX_TRACEBACK),
+            traceback=clean_text("".join(traceback.format_exception(type(error), error, _handler_frames(error))),
+                                 MAX_TRACEBACK),
             retry_in_seconds=delay,
         )
 
@@ -416,11 +418,8 @@ class Worker:
         if running.handler is not None:
             running.handler.cancel()
 
-    def _listen(self) -> None:
+    def _listen(self, listener: Listener) -> None:
         """On its own thread: turn the database's wake-ups into an immediate claim."""
-        listener = self.backend.listener()
-        if listener is None:
-            return
         failures = 0
         try:
             while not self._stopping:
@@ -445,10 +444,10 @@ class Worker:
         finally:
             listener.close()
 
-    async def _announce_loop(self) -> None:
-        """Keep this worker's row fresh so that inspection can tell who is alive."""
+    async def _announce_loop(self, wake_port: int | None) -> None:
+        """Keep this worker's row fresh so that inspection (and producers waking it) know it is alive."""
         record = WorkerRecord(self.id, socket.gethostname(), os.getpid(), self.concurrency, self.queues,
-                              tuple(sorted(self.tasks)))
+                              tuple(sorted(self.tasks)), wake_port)
         while True:
             try:
                 await asyncio.to_thread(self.backend.register_worker, record)
@@ -499,6 +498,18 @@ class Worker:
         # before the loop closes.
         if self._running:
             await asyncio.wait([running.execution for running in self._running.values()])
+
+
+def _handler_frames(error: BaseException):
+    """The traceback from the handler's own frames on: the worker's machinery above it is noise."""
+    frames = error.__traceback__
+    while frames is not None and frames.tb_next is not None and \
+            frames.tb_frame.f_code.co_filename.startswith(_ENGINE_FOLDER):
+        frames = frames.tb_next
+    return frames
+
+
+_ENGINE_FOLDER = os.path.dirname(os.path.abspath(__file__))
 
 
 def _one_line(error: object) -> str:

@@ -269,9 +269,11 @@ class PostgresBackend:
         rows = self._fetch_all("finished_since", window_seconds=window_seconds)
         return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in rows}
 
-    def names(self) -> tuple[list[str], list[str]]:
-        return ([row["name"] for row in self._fetch_all("task_names")],
-                [row["name"] for row in self._fetch_all("queue_names")])
+    def task_names(self) -> list[str]:
+        return [row["name"] for row in self._fetch_all("task_names")]
+
+    def queue_names(self) -> list[str]:
+        return [row["name"] for row in self._fetch_all("queue_names")]
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         with self._connection() as connection:

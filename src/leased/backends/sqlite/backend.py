@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from leased.admin import WorkerInfo
+from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, WorkerRecord
 from leased.backends.rows import (
     attempt_from_row,
@@ -27,6 +27,7 @@ from leased.backends.rows import (
     worker_params,
 )
 from leased.backends.sql import load_migrations, load_queries
+from leased.backends.sqlite.wakeups import DatagramListener, Waker
 from leased.errors import DatabaseFull, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
 from leased.payloads import decode
@@ -72,6 +73,7 @@ class SQLiteBackend:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._waker = Waker(self._wake_ports)
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.path!r})"
@@ -117,6 +119,9 @@ class SQLiteBackend:
     def _read(self, name: str, **params: Any) -> list[sqlite3.Row]:
         return self._connection().execute(QUERIES[name], params).fetchall()
 
+    def _wake_ports(self) -> list[int]:
+        return [row["wake_port"] for row in self._read("wake_ports", silent_after=WORKER_SILENT_AFTER)]
+
     def close(self) -> None:
         with self._lock:
             for connection in self._connections:
@@ -124,8 +129,8 @@ class SQLiteBackend:
             self._connections.clear()
         self._local = threading.local()
 
-    def listener(self) -> None:
-        return None  # no push wake-ups yet: workers in other processes poll
+    def listener(self) -> DatagramListener:
+        return DatagramListener()
 
     # Runtime.
     def enqueue(self, job: NewJob, connection: sqlite3.Connection | None = None) -> tuple[Job, bool]:
@@ -134,7 +139,10 @@ class SQLiteBackend:
             prepare_connection(connection)
             return self._insert(connection, job)
         with self._write() as own:
-            return self._insert(own, job)
+            created, is_new = self._insert(own, job)
+        if is_new and job.delay_seconds <= 0 and (job.run_at is None or job.run_at <= datetime.now(UTC)):
+            self._waker.wake(created.queue_name)  # after the commit: the job is there to be claimed
+        return created, is_new
 
     async def enqueue_async(self, job: NewJob, connection: Any) -> tuple[Job, bool]:
         return self.enqueue(job, connection)
@@ -240,8 +248,11 @@ class SQLiteBackend:
         rows = self._read("finished_since", window_seconds=window_seconds)
         return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in rows}
 
-    def names(self) -> tuple[list[str], list[str]]:
-        return [row["name"] for row in self._read("task_names")], [row["name"] for row in self._read("queue_names")]
+    def task_names(self) -> list[str]:
+        return [row["name"] for row in self._read("task_names")]
+
+    def queue_names(self) -> list[str]:
+        return [row["name"] for row in self._read("queue_names")]
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         with self._write() as connection:

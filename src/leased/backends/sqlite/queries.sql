@@ -165,9 +165,13 @@ WITH RECURSIVE names (name) AS (
 SELECT name FROM names WHERE name IS NOT NULL;
 
 -- name: register_worker
-INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, started_at, last_seen_at)
-VALUES (:id, :host, :pid, :concurrency, :queues, :tasks, leased_now(), leased_now())
+INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, started_at, last_seen_at)
+VALUES (:id, :host, :pid, :concurrency, :queues, :tasks, :wake_port, leased_now(), leased_now())
 ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now();
+
+-- name: wake_ports
+SELECT wake_port FROM leased_workers
+WHERE wake_port IS NOT NULL AND last_seen_at > leased_now() - :silent_after;
 
 -- name: prune_workers
 DELETE FROM leased_workers WHERE last_seen_at < leased_now() - 86400;

@@ -6,6 +6,7 @@ CREATE TABLE leased_workers (
     concurrency INTEGER NOT NULL,
     queues TEXT,  -- JSON array; NULL: every queue
     tasks TEXT NOT NULL,  -- JSON array
+    wake_port INTEGER,  -- loopback UDP port on which the worker hears about new jobs
     started_at REAL NOT NULL,
     last_seen_at REAL NOT NULL
 );

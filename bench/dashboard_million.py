@@ -1,0 +1,186 @@
+"""How fast the dashboard renders over a million jobs on PostgreSQL.
+
+    python bench/dashboard_million.py                 # 1,000,000 jobs, 7 repetitions per page
+    python bench/dashboard_million.py --jobs 200000 --explain --keep
+
+Fills a fresh schema with generate_series (mostly done, 5% failed with errors and tracebacks, a
+few thousand pending and running, five queues, eight tasks, attempt rows for every failure and a
+tenth of the successes), ANALYZEs, then renders each page through the ASGI app (Starlette's
+TestClient, so templates and HTTP plumbing are included) and prints the median and the spread.
+--explain prints EXPLAIN ANALYZE of the backend's own queries behind the pages.
+A measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+import warnings
+from urllib.parse import quote
+
+import psycopg
+
+from leased import Leased
+from leased.web import dashboard
+
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+FILL = """
+INSERT INTO leased_jobs (task_name, queue_name, status, priority, args, kwargs, attempt, max_attempts,
+                         lease_seconds, run_after, created_at, finished_at, lease_owner, lease_expires_at,
+                         idempotency_key, result, last_error)
+SELECT (ARRAY['send_receipt', 'send_newsletter', 'charge_card', 'refund', 'resize_image', 'sync_inventory',
+              'build_report', 'notify_owner'])[g % 8 + 1],
+       (ARRAY['default', 'default', 'default', 'mail', 'mail', 'billing', 'billing', 'images', 'images',
+              'reports'])[g % 10 + 1],
+       s.status, (g % 3) - 1, json_build_array(g, 'customer' || g || '@example.com'), '{}',
+       CASE s.status WHEN 'pending' THEN 0 WHEN 'failed' THEN 3 WHEN 'done' THEN 1 + (g % 13 = 0)::int ELSE 1 END,
+       3, 30, s.created + CASE WHEN s.status = 'pending' AND g % 10 = 0 THEN interval '30 minutes' ELSE '0' END,
+       s.created,
+       CASE WHEN s.status IN ('done', 'failed', 'cancelled') THEN s.created + (g % 5000) * interval '1 ms' END,
+       CASE WHEN s.status = 'running' THEN 'bench-worker-' || (g % 4) END,
+       CASE WHEN s.status = 'running' THEN now() + interval '30 seconds' END,
+       CASE WHEN g % 8 = 2 THEN 'order:' || g END,
+       CASE WHEN s.status = 'done' THEN json_build_object('ok', true, 'n', g) END,
+       CASE WHEN s.status = 'failed' THEN 'ConnectionRefusedError: [Errno 111] connection refused by smtp:587' END
+FROM generate_series(1, {jobs}) AS g,
+LATERAL (SELECT now() - ({jobs} - g) * interval '2.6 seconds' AS created,
+                CASE WHEN g > {jobs} - 6000 AND g % 2 = 0 THEN CASE WHEN g % 15 = 0 THEN 'running' ELSE 'pending' END
+                     WHEN g % 19 = 0 THEN 'failed'
+                     WHEN g % 250 = 7 THEN 'cancelled'
+                     ELSE 'done' END AS status) AS s
+"""
+
+ATTEMPTS = """
+INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
+                             error_message, traceback)
+SELECT j.id, a, 'bench-worker-' || (j.id % 4), j.created_at + a * interval '1 s',
+       CASE WHEN j.status = 'running' AND a = j.attempt THEN NULL ELSE j.created_at + a * interval '1 s' + interval '40 ms' END,
+       CASE WHEN j.status = 'running' AND a = j.attempt THEN NULL
+            WHEN j.status = 'failed' OR a < j.attempt THEN 'error' ELSE 'done' END,
+       CASE WHEN j.status = 'failed' OR a < j.attempt THEN 'ConnectionRefusedError' END,
+       CASE WHEN j.status = 'failed' OR a < j.attempt THEN '[Errno 111] connection refused by smtp:587' END,
+       CASE WHEN j.status = 'failed' OR a < j.attempt THEN repeat('  File "app/mail.py", line 42, in send' || chr(10), 8)
+                                                        || 'ConnectionRefusedError: [Errno 111]' END
+FROM leased_jobs AS j, generate_series(1, j.attempt) AS a
+WHERE j.status IN ('failed', 'running') OR j.id % 10 = 0
+"""
+
+WORKERS = """
+INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks)
+SELECT 'bench-worker-' || n, 'host-' || n, 1000 + n, 8, NULL, '["send_receipt", "charge_card"]'
+FROM generate_series(0, 3) AS n
+"""
+
+
+def fill(url: str, jobs: int) -> None:
+    app = Leased(url)
+    app.backend.migrate()
+    app.close()
+    with psycopg.connect(url, autocommit=True) as connection:
+        started = time.perf_counter()
+        connection.execute(FILL.replace("{jobs}", str(int(jobs))))  # no parameters: `%` stays modulo
+        connection.execute(ATTEMPTS)
+        connection.execute(WORKERS)
+        connection.execute("ANALYZE")
+        print(f"filled {jobs:,} jobs in {time.perf_counter() - started:.1f}s")
+
+
+def pages(url: str, jobs: int) -> dict[str, str]:
+    with psycopg.connect(url) as connection:
+        failed = connection.execute("SELECT id FROM leased_jobs WHERE status = 'failed' AND id < %s "
+                                    "ORDER BY id DESC LIMIT 1", [jobs // 2]).fetchone()[0]
+    return {
+        "overview": "/",
+        "jobs, first page": "/jobs",
+        "jobs, failed of one task": "/jobs?status=failed&task=charge_card",
+        "jobs, queue + status": "/jobs?queue=reports&status=done",
+        "jobs, rare status": "/jobs?status=running",
+        "jobs, deep page (newest first)": f"/jobs?before_id={jobs // 10}",
+        "jobs, deep page (oldest first)": f"/jobs?order=oldest&after_id={jobs // 2}",
+        "jobs, deep filtered page": f"/jobs?status=failed&before_id={jobs // 10}",
+        "jobs, previous page": f"/jobs?after_id={jobs // 2}",
+        "search by id": f"/jobs?q={jobs // 3}",
+        "search by idempotency key": f"/jobs?q=order:{(jobs // 2) // 8 * 8 + 2}",
+        "search, no match": "/jobs?q=nothing-like-this",
+        "job page (failed, 3 attempts)": f"/jobs/{failed}",
+        "metrics": "/metrics",
+    }
+
+
+def measure(url: str, targets: dict[str, str], repetitions: int) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+    app = Leased(url)
+    client = TestClient(dashboard(app))
+    print(f"\n{'page':34} {'median':>9} {'min':>9} {'max':>9}  rows")
+    for name, path in targets.items():
+        response = client.get(path)  # warm: connections, template compilation, caches
+        assert response.status_code == 200, (path, response.status_code, response.text[:300])
+        times = []
+        for _ in range(repetitions):
+            started = time.perf_counter()
+            response = client.get(path)
+            times.append((time.perf_counter() - started) * 1000)
+        rows = response.text.count('data-label="ID"') if path.startswith("/jobs?") or path == "/jobs" else ""
+        print(f"{name:34} {statistics.median(times):7.1f}ms {min(times):7.1f}ms {max(times):7.1f}ms  {rows}")
+    app.close()
+
+
+def explain(url: str, jobs: int) -> None:
+    from leased.backends.postgres.backend import QUERIES
+
+    none = {"status": None, "queue_name": None, "task_name": None, "search": None, "search_id": None,
+            "before_id": None, "after_id": None, "limit": 51}
+    plans = {
+        "counts": ("counts", {}),
+        "oldest_due": ("oldest_due", {}),
+        "finished_since": ("finished_since", {"window_seconds": 3600.0}),
+        "list_workers": ("list_workers", {}),
+        "task_names": ("task_names", {}),
+        "list_jobs_newest (failed, task)": ("list_jobs_newest", {**none, "status": "failed", "task_name": "charge_card"}),
+        "list_jobs_newest (queue, status)": ("list_jobs_newest", {**none, "status": "done", "queue_name": "reports"}),
+        "list_jobs_newest (deep)": ("list_jobs_newest", {**none, "before_id": jobs // 10}),
+        "list_jobs_oldest (previous page)": ("list_jobs_oldest", {**none, "after_id": jobs // 2}),
+        "list_jobs_newest (search key)": ("list_jobs_newest", {**none, "search": "order:10"}),
+        "list_jobs_newest (search, no match)": ("list_jobs_newest", {**none, "search": "nothing-like-this"}),
+    }
+    with psycopg.connect(url) as connection:
+        for title, (query, params) in plans.items():
+            rows = connection.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + QUERIES[query], params).fetchall()
+            print(f"\n-- {title}\n" + "\n".join(row[0] for row in rows))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--explain", action="store_true", help="Print EXPLAIN ANALYZE of the queries behind the pages.")
+    parser.add_argument("--keep", action="store_true", help="Keep the schema (its name is printed) for a look.")
+    parser.add_argument("--schema", help="Measure an existing (kept) schema instead of filling a new one.")
+    options = parser.parse_args()
+
+    schema = options.schema or f"leased_bench_{uuid.uuid4().hex[:8]}"
+    url = f"{POSTGRES_URL}?options={quote(f'-csearch_path={schema}')}"
+    if not options.schema:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        if not options.schema:
+            fill(url, options.jobs)
+        measure(url, pages(url, options.jobs), options.repetitions)
+        if options.explain:
+            explain(url, options.jobs)
+    finally:
+        if options.keep or options.schema:
+            print(f"\nschema kept: {schema} (measure again with --schema {schema})")
+        else:
+            with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+                connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+if __name__ == "__main__":
+    main()

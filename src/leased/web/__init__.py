@@ -1,0 +1,42 @@
+"""The leased dashboard: a small server-rendered web UI over a Leased application (extra `leased[web]`).
+
+    from leased.web import dashboard
+    asgi_app = dashboard(app)                      # mount it in Starlette/FastAPI, or:
+    # leased dashboard myproject.jobs:app           # serves it on http://127.0.0.1:8080/
+
+Nothing here is imported by `import leased`; starlette and jinja2 load only when a dashboard is built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from leased.app import Leased
+
+REFRESH_SECONDS = 5.0
+MISSING_EXTRA = "the dashboard needs the web extra: pip install 'leased[web]'"
+
+
+def dashboard(leased: Leased, *, read_only: bool = False, token: str | None = None,
+              secret: str | bytes | None = None, refresh_seconds: float = REFRESH_SECONDS) -> Starlette:
+    """The dashboard for `leased` as an ASGI application.
+
+    read_only: no action buttons, and every POST is refused (403).
+    token: when given, every request must carry it as the HTTP Basic password (any user name) or as
+        a Bearer token. Without it, protect the mount point yourself.
+    secret: signs the CSRF and flash cookies. Defaults to one derived from the token, else a random one
+        per process; give one when several processes serve the same address.
+    refresh_seconds: how often open pages update themselves (0 turns it off).
+    """
+    try:
+        from leased.web.app import build
+    except ImportError as error:
+        if error.name in ("starlette", "jinja2", "multipart", "python_multipart"):
+            from leased.errors import ConfigurationError
+
+            raise ConfigurationError(MISSING_EXTRA) from error
+        raise
+    return build(leased, read_only=read_only, token=token, secret=secret, refresh_seconds=refresh_seconds)

@@ -1,0 +1,88 @@
+"""The dashboard as an ASGI application: routes, templates, static files, /metrics, security layers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_context
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from leased.app import Leased
+from leased.web import formatting
+from leased.web.pages import Pages
+from leased.web.security import Csrf, Flash, SecurityHeaders, TokenAuth, make_secret
+
+HERE = Path(__file__).parent
+
+
+def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | bytes | None,
+          refresh_seconds: float) -> Starlette:
+    # Autoescape everything: payloads, results and tracebacks come from the database and may hold
+    # markup, which must show as text.
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    formatting.install(env)
+    env.globals["url_for"] = url_path
+    templates = Jinja2Templates(env=env)
+    key = make_secret(secret, token)
+    pages = Pages(leased, templates, Csrf(key), Flash(key), read_only=read_only, refresh_seconds=refresh_seconds)
+    routes = [
+        Route("/", pages.overview, name="overview"),
+        Route("/jobs", pages.jobs, name="jobs"),
+        Route("/jobs/retry-failed", pages.retry_failed, methods=["POST"], name="retry_failed"),
+        Route("/jobs/{job_id:int}", pages.job, name="job"),
+        Route("/jobs/{job_id:int}/retry", pages.retry, methods=["POST"], name="retry"),
+        Route("/jobs/{job_id:int}/cancel", pages.cancel, methods=["POST"], name="cancel"),
+        Route("/metrics", MetricsEndpoint(leased), name="metrics"),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    # Outermost first. The token guards every route, static files and /metrics included.
+    middleware = [Middleware(SecurityHeaders)]
+    if token is not None:
+        middleware.append(Middleware(TokenAuth, token=token))
+    return Starlette(routes=routes, middleware=middleware)
+
+
+@pass_context
+def url_path(context: dict[str, Any], name: str, /, **path_params: Any) -> str:
+    """Links as paths (with the mount prefix), not absolute URLs: behind a proxy that terminates TLS,
+    an absolute URL built from the request would say http:// and the wrong host."""
+    request: Request = context["request"]
+    return request.url_for(name, **path_params).path
+
+
+class MetricsEndpoint:
+    """/metrics: the database-derived gauges of leased.metrics, in Prometheus' text format.
+
+    Collecting queries the database, so it runs in the thread pool, rather than through
+    prometheus_client's ASGI app, which would collect on the event loop and stall every page.
+    """
+
+    def __init__(self, leased: Leased):
+        self.leased = leased
+        self.registry: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        request = Request(scope, receive)
+        response = await run_in_threadpool(self.render, request.headers.get("accept", ""))
+        await response(scope, receive, send)
+
+    def render(self, accept: str) -> Response:
+        try:
+            from prometheus_client.exposition import choose_encoder
+
+            from leased.metrics import database_registry
+        except ImportError as error:
+            return PlainTextResponse(f"metrics unavailable: {error}\n", status_code=503)
+        if self.registry is None:
+            self.registry = database_registry(self.leased)
+        encoder, content_type = choose_encoder(accept)
+        return Response(encoder(self.registry), media_type=content_type)

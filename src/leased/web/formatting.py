@@ -1,0 +1,72 @@
+"""Jinja filters: how times, durations, counts and JSON read on the page.
+
+Times are shown relative ("12s ago") with the exact UTC time in a tooltip; the page's script turns
+the tooltip into the viewer's local time. Relative times use the server's clock, which is close
+enough for reading; lease decisions never depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from jinja2 import Environment
+
+from leased.cli.output import format_duration
+
+
+def duration(value: float | timedelta | None) -> str:
+    return format_duration(value)
+
+
+def ago(value: datetime | None, now: datetime | None = None) -> str:
+    if value is None:
+        return "-"
+    seconds = ((now or datetime.now(UTC)) - value).total_seconds()
+    if -1 < seconds < 1:
+        return "just now"
+    if seconds < 0:
+        return f"in {format_duration(-seconds)}"
+    return f"{format_duration(seconds)} ago"
+
+
+def utc(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone(UTC).isoformat()
+
+
+def period(seconds: float) -> str:
+    """The overview's window as words: 'hour', '15 minutes', '2 hours'."""
+    whole = round(seconds)
+    if whole == 3600:
+        return "hour"
+    if whole % 3600 == 0:
+        return f"{whole // 3600} hours"
+    if whole % 60 == 0:
+        return "minute" if whole == 60 else f"{whole // 60} minutes"
+    return format_duration(seconds)
+
+
+def number(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return repr(value)
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON; the template escapes it, so a payload holding markup shows as text."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=_json_default)
+
+
+def install(env: Environment) -> None:
+    env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, pretty_json=pretty_json)

@@ -1,0 +1,239 @@
+"""The dashboard's pages and actions, as Starlette endpoints over a Leased application.
+
+GET endpoints only read. Actions are POSTs that check the CSRF token (and read-only mode), do one
+thing, and redirect back with a flash message, so a reload never repeats them.
+
+Database calls are blocking, so every endpoint that makes one is a plain `def` (Starlette runs those
+in its thread pool) or hands the call to the pool itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from leased.app import Leased
+from leased.errors import ConfigurationError, InvalidTransition, JobNotFound
+from leased.jobs import JobStatus
+from leased.web.security import CSRF_FIELD, Csrf, Flash
+
+PAGE_SIZE = 50
+MAX_JOB_ID = 2**63 - 1
+ORDERS = ("newest", "oldest")
+
+
+class BadRequest(Exception):
+    """A query parameter the page cannot use; shown as a 400 page naming it."""
+
+
+@dataclass(frozen=True)
+class JobsQuery:
+    """The jobs page's filters and position, parsed from (and turned back into) its query string."""
+
+    status: str | None = None
+    queue: str | None = None
+    task: str | None = None
+    search: str | None = None
+    order: str = "newest"
+    before_id: int | None = None
+    after_id: int | None = None
+
+    @classmethod
+    def parse(cls, params: Any) -> JobsQuery:
+        def text(name: str) -> str | None:
+            value = (params.get(name) or "").strip()
+            return value or None
+
+        def whole(name: str) -> int | None:
+            value = text(name)
+            if value is None:
+                return None
+            if not value.isdigit() or len(value) > 18:
+                raise BadRequest(f"{name} must be a job id (a whole number), got {value!r}")
+            return int(value)
+
+        status, order = text("status"), text("order") or "newest"
+        if status is not None and status not in {s.value for s in JobStatus}:
+            raise BadRequest(f"unknown status {status!r}: use one of {', '.join(s.value for s in JobStatus)}")
+        if order not in ORDERS:
+            raise BadRequest(f"order must be newest or oldest, got {order!r}")
+        return cls(status, text("queue"), text("task"), text("q"), order, whole("before_id"), whole("after_id"))
+
+    def link(self, **changes: Any) -> str:
+        """This query's string with some fields changed; a new filter starts again at the first page."""
+        fields = {"status": self.status, "queue": self.queue, "task": self.task, "q": self.search,
+                  "order": None if self.order == "newest" else self.order}
+        fields.update(changes)
+        return "?" + urlencode({key: value for key, value in fields.items() if value is not None})
+
+    @property
+    def filtered(self) -> bool:
+        return any((self.status, self.queue, self.task, self.search))
+
+
+def jobs_page(leased: Leased, query: JobsQuery) -> dict[str, Any]:
+    """One page of jobs in the chosen order, with links to the pages on either side.
+
+    Keyset paging both ways: going forward reads `limit + 1` rows past the cursor in display order;
+    going back reads them in the opposite order and reverses, so every page is one index range scan
+    however deep it is.
+    """
+    newest = query.order == "newest"
+    backward_cursor = query.after_id if newest else query.before_id
+    forward_cursor = query.before_id if newest else query.after_id
+    backward = backward_cursor is not None
+    read_newest = newest != backward
+    cursor = backward_cursor if backward else forward_cursor
+    rows = leased.list_jobs(status=query.status, queue_name=query.queue, task_name=query.task,
+                            search=query.search, limit=PAGE_SIZE + 1,
+                            before_id=cursor if read_newest else None,
+                            after_id=None if read_newest else cursor, order="newest" if read_newest else "oldest")
+    more = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    if backward:
+        rows.reverse()
+    has_next = (not backward and more) or backward
+    has_previous = (backward and more) or (not backward and cursor is not None)
+    next_link = previous_link = None
+    if rows:
+        first, last = rows[0].id, rows[-1].id
+        if has_next:
+            next_link = query.link(before_id=last) if newest else query.link(order="oldest", after_id=last)
+        if has_previous:
+            previous_link = query.link(after_id=first) if newest else query.link(order="oldest", before_id=first)
+    return {"jobs": rows, "next_link": next_link, "previous_link": previous_link,
+            "first_link": query.link() if has_previous else None}
+
+
+class Pages:
+    def __init__(self, leased: Leased, templates: Jinja2Templates, csrf: Csrf, flash: Flash, *, read_only: bool,
+                 refresh_seconds: float):
+        self.leased = leased
+        self.templates = templates
+        self.csrf = csrf
+        self.flash = flash
+        self.read_only = read_only
+        self.refresh_seconds = refresh_seconds
+
+    def render(self, request: Request, template: str, context: dict[str, Any], status_code: int = 200) -> Response:
+        session, new_session = self.csrf.session(request)
+        context = {**context, "csrf_field": CSRF_FIELD, "csrf_token": self.csrf.token(session),
+                   "read_only": self.read_only, "flash": self.flash.read(request),
+                   "refresh_seconds": self.refresh_seconds, "statuses": [s.value for s in JobStatus]}
+        response = self.templates.TemplateResponse(request, template, context, status_code=status_code)
+        response.headers["cache-control"] = "no-store"
+        self.flash.clear(request, response)
+        if new_session:
+            self.csrf.remember(request, response, session)
+        return response
+
+    def problem(self, request: Request, status_code: int, title: str, message: str) -> Response:
+        return self.render(request, "problem.html", {"title": title, "message": message}, status_code)
+
+    # Pages.
+    def overview(self, request: Request) -> Response:
+        overview = self.leased.overview()
+        return self.render(request, "overview.html", {
+            "overview": overview, "totals": overview.totals,
+            "done_recently": sum(queue.done_recently for queue in overview.queues),
+            "failed_recently": sum(queue.failed_recently for queue in overview.queues),
+            "alive_workers": sum(1 for worker in overview.workers if worker.alive),
+        })
+
+    def jobs(self, request: Request) -> Response:
+        try:
+            query = JobsQuery.parse(request.query_params)
+            page = jobs_page(self.leased, query)
+        except (BadRequest, ConfigurationError) as error:
+            return self.problem(request, 400, "Bad request", str(error))
+        return self.render(request, "jobs.html", {
+            "query": query, **page, "task_names": self.leased.task_names(), "queue_names": self.leased.queue_names(),
+        })
+
+    def job(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        try:
+            if job_id > MAX_JOB_ID:  # the database would refuse it as out of range, not as missing
+                raise JobNotFound(job_id)
+            job = self.leased.get_job(job_id)
+        except JobNotFound:
+            return self.problem(request, 404, "No such job", f"There is no job with id {job_id}.")
+        started = job.history[0].started_at if job.history else None
+        return self.render(request, "job.html", {
+            "job": job, "started_at": started,
+            "total": job.finished_at - job.created_at if job.finished_at else None,
+            "can_retry": job.status in (JobStatus.FAILED, JobStatus.CANCELLED),
+            "can_cancel": job.status in (JobStatus.PENDING, JobStatus.RUNNING),
+        })
+
+    # Actions.
+    async def _checked_form(self, request: Request) -> Any:
+        """The POSTed form, or a 403 response if this POST must not do anything."""
+        if self.read_only:
+            return PlainTextResponse("the dashboard is read-only\n", status_code=403)
+        form = await request.form()
+        if not self.csrf.valid(request, form.get(CSRF_FIELD)):
+            return PlainTextResponse("missing or invalid CSRF token: reload the page and try again\n",
+                                     status_code=403)
+        return form
+
+    def _redirect(self, request: Request, url: str, kind: str, text: str) -> Response:
+        response = RedirectResponse(url, status_code=303)
+        self.flash.set(request, response, kind, text)
+        return response
+
+    async def retry(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        job_id = request.path_params["job_id"]
+        if job_id > MAX_JOB_ID:
+            return PlainTextResponse(f"no job with id {job_id}\n", status_code=404)
+        back = request.url_for("job", job_id=job_id).path
+        try:
+            job = await run_in_threadpool(self.leased.retry, job_id)
+        except (JobNotFound, InvalidTransition) as error:
+            return self._redirect(request, back, "error", f"Not retried: {error}")
+        return self._redirect(request, back, "ok", f"Job {job.id} ({job.task_name}) is pending again and will "
+                                                   f"run as soon as a worker is free.")
+
+    async def cancel(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        job_id = request.path_params["job_id"]
+        if job_id > MAX_JOB_ID:
+            return PlainTextResponse(f"no job with id {job_id}\n", status_code=404)
+        back = request.url_for("job", job_id=job_id).path
+        try:
+            was_running = (await run_in_threadpool(self.leased.get_job, job_id)).status == JobStatus.RUNNING
+            job = await run_in_threadpool(self.leased.cancel, job_id)
+        except (JobNotFound, InvalidTransition) as error:
+            return self._redirect(request, back, "error", f"Not cancelled: {error}")
+        stopping = " Its worker will stop the handler." if was_running else ""
+        return self._redirect(request, back, "ok", f"Job {job.id} ({job.task_name}) is cancelled.{stopping}")
+
+    async def retry_failed(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        task = (form.get("task") or "").strip() or None
+        queue = (form.get("queue") or "").strip() or None
+        back = request.url_for("jobs").path + JobsQuery(task=task, queue=queue).link()
+        if task is None:
+            return self._redirect(request, back, "error", "Choose a task first: retry-all works one task at a time.")
+        try:
+            count = await run_in_threadpool(self.leased.retry_failed, task_name=task, queue_name=queue)
+        except ConfigurationError as error:
+            return self._redirect(request, back, "error", f"Nothing retried: {error}")
+        where = f"task {task}" + (f" on queue {queue}" if queue else "")
+        if count == 0:
+            return self._redirect(request, back, "ok", f"No failed jobs of {where} to retry.")
+        plural = "job" if count == 1 else "jobs"
+        return self._redirect(request, back, "ok", f"{count:,} failed {plural} of {where} sent back to pending.")

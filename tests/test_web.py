@@ -1,0 +1,307 @@
+"""The dashboard through its ASGI interface (Starlette's TestClient), on every backend.
+
+Pages, filters, keyset pages and search; actions with their CSRF token and confirmation; what a
+request without the token, in read-only mode or without the dashboard token must not be able to
+do; escaping of what comes from the database; /metrics; and the `leased dashboard` command.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+pytest.importorskip("starlette", reason="the dashboard needs the web extra: pip install -e '.[web]'")
+
+with warnings.catch_warnings():
+    # Starlette 1.x prefers the httpx2 package and warns about plain httpx; either serves these tests.
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from leased import JobStatus, Leased
+from leased.web import dashboard
+from leased.web.server import is_loopback
+
+MARKUP = "<script>alert('pwned')</script>"
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def setup_jobs(app: Leased) -> dict[str, list[int]]:
+    """25 done `add` jobs, 3 failed `boom` jobs (one on queue mail), 2 pending `later` ones, 1 cancelled."""
+
+    @app.task(name="add")
+    def add(a, b):
+        return {"sum": a + b}
+
+    @app.task(name="boom", max_attempts=1)
+    def boom(note):
+        raise ValueError(f"kaboom {MARKUP}")
+
+    done = [add.enqueue(n, 1).id for n in range(25)]
+    failed = [boom.enqueue(MARKUP).id, boom.enqueue("two").id, boom.using(queue_name="mail").enqueue("three").id]
+    app.run_until_empty()
+    # A job whose handler no worker here has stays pending: nothing runs it behind the test's back.
+    later = app.task(name="later")(lambda: None)
+    pending = [later.using(idempotency_key=f"later:{n}").enqueue().id for n in range(2)]
+    cancelled = later.enqueue().id
+    app.cancel(cancelled)
+    return {"done": done, "failed": failed, "pending": pending, "cancelled": [cancelled]}
+
+
+@pytest.fixture
+def jobs(app) -> dict[str, list[int]]:
+    return setup_jobs(app)
+
+
+@pytest.fixture
+def client(app, jobs) -> TestClient:
+    return TestClient(dashboard(app))
+
+
+def snapshot(app: Leased) -> list[tuple]:
+    return [(job.id, job.status, job.attempt, job.run_after) for job in app.list_jobs(limit=1000)]
+
+
+def csrf_token(client: TestClient, url: str = "/jobs?status=failed&task=boom") -> str:
+    match = CSRF.search(client.get(url).text)
+    assert match, f"no CSRF token on {url}"
+    return match.group(1)
+
+
+def listed_ids(html: str) -> list[int]:
+    return [int(n) for n in re.findall(r'<td class="num" data-label="ID"><a href="/jobs/(\d+)"', html)]
+
+
+def flat(pages: list[list[int]]) -> list[int]:
+    return [job_id for page in pages for job_id in page]
+
+
+# Pages.
+def test_overview_shows_queues_counts_and_recent_activity(client, app):
+    page = client.get("/")
+    assert page.status_code == 200
+    html = page.text
+    assert "default" in html and "mail" in html
+    assert '?queue=default&amp;status=done">25</a>' in html
+    assert '?queue=default&amp;status=failed">2</a>' in html
+    assert '?queue=mail&amp;status=failed">1</a>' in html
+    assert "Done, last hour" in html
+    assert "no-store" in page.headers["cache-control"]
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+
+
+def test_job_page_shows_payload_result_and_every_attempt(client, app, jobs):
+    done = client.get(f"/jobs/{jobs['done'][3]}").text
+    assert "<pre class=\"json\">[\n  3,\n  1\n]</pre>" in done
+    assert "&#34;sum&#34;: 4" in done  # the result, pretty and escaped
+    failed = client.get(f"/jobs/{jobs['failed'][1]}").text
+    assert 'badge status-failed' in failed and 'outcome-error' in failed
+    assert '<details class="traceback">' in failed and "Traceback (most recent call last)" in failed
+    assert "Retry" in failed and f'action="/jobs/{jobs["failed"][1]}/retry"' in failed
+    assert client.get("/jobs/999999").status_code == 404
+    assert client.get(f"/jobs/{2**64}").status_code == 404
+
+
+def test_filters_and_search(client, jobs):
+    assert sorted(listed_ids(client.get("/jobs?status=failed").text)) == jobs["failed"]
+    assert listed_ids(client.get("/jobs?status=failed&queue=mail").text) == [jobs["failed"][2]]
+    assert sorted(listed_ids(client.get("/jobs?task=later").text)) == jobs["pending"] + jobs["cancelled"]
+    assert listed_ids(client.get(f"/jobs?q={jobs['done'][7]}").text) == [jobs["done"][7]]
+    assert listed_ids(client.get("/jobs?q=later:1").text) == [jobs["pending"][1]]
+    assert listed_ids(client.get("/jobs?q=nothing-like-this").text) == []
+    assert client.get("/jobs?status=bogus").status_code == 400
+    assert client.get("/jobs?before_id=abc").status_code == 400
+
+
+def test_keyset_pages_walk_every_job_once_both_ways(app, client, jobs):
+    more = app.get_task("add")
+    for n in range(90):
+        more.enqueue(n, n)
+    every = sorted(job.id for job in app.list_jobs(limit=1000))
+    assert len(every) > 100  # three pages of 50
+
+    def walk(url: str, rel: str) -> list[list[int]]:
+        pages = []
+        while url:
+            html = client.get(url).text
+            pages.append(listed_ids(html))
+            link = re.search(rf'href="(\?[^"]*)" rel="{rel}"', html)
+            url = "/jobs" + link.group(1).replace("&amp;", "&") if link else None
+        return pages
+
+    newest = walk("/jobs", "next")
+    assert [len(page) for page in newest] == [50, 50, len(every) - 100]
+    assert flat(newest) == every[::-1]
+    assert flat(walk("/jobs?order=oldest", "next")) == every
+    # Back towards the newest from a deep page: each page still newest first, none skipped or repeated.
+    back = walk(f"/jobs?before_id={every[10]}", "prev")
+    assert back[0] == every[9::-1] and back[1] == every[59:9:-1]
+    assert sorted(flat(back)) == every
+
+
+# Actions.
+def test_retry_shows_a_confirmation_and_the_job_is_pending(app, client, jobs):
+    job_id = jobs["failed"][0]
+    response = client.post(f"/jobs/{job_id}/retry", data={"csrf_token": csrf_token(client)}, follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == f"/jobs/{job_id}"
+    assert app.get_job(job_id).status == JobStatus.PENDING
+    page = client.get(response.headers["location"]).text
+    assert f"Job {job_id} (boom) is pending again" in page
+    assert "is pending again" not in client.get(f"/jobs/{job_id}").text  # shown once
+
+
+def test_cancel_and_refused_transitions_are_confirmed(app, client, jobs):
+    job_id = jobs["pending"][0]
+    token = csrf_token(client)
+    page = client.post(f"/jobs/{job_id}/cancel", data={"csrf_token": token}).text
+    assert f"Job {job_id} (later) is cancelled." in page
+    assert app.get_job(job_id).status == JobStatus.CANCELLED
+    page = client.post(f"/jobs/{jobs['done'][0]}/retry", data={"csrf_token": token}).text
+    assert "flash-error" in page and "Not retried" in page
+    assert app.get_job(jobs["done"][0]).status == JobStatus.DONE
+
+
+def test_retry_all_failed_jobs_of_a_task(app, client, jobs):
+    listing = client.get("/jobs?status=failed&task=boom").text
+    assert "Retry all failed boom jobs" in listing
+    page = client.post("/jobs/retry-failed", data={"csrf_token": csrf_token(client), "task": "boom"}).text
+    assert "3 failed jobs of task boom sent back to pending." in page
+    assert all(app.get_job(job_id).status == JobStatus.PENDING for job_id in jobs["failed"])
+
+
+@pytest.mark.parametrize("token", [None, "", "forged", "other session"])
+def test_posts_without_a_valid_csrf_token_are_refused_and_change_nothing(app, client, jobs, token):
+    if token == "other session":
+        token = csrf_token(TestClient(dashboard(app)))  # valid, but for another visitor's cookie
+    csrf_token(client)  # this visitor has a session cookie
+    before = snapshot(app)
+    data = {} if token is None else {"csrf_token": token}
+    for url in (f"/jobs/{jobs['failed'][0]}/retry", f"/jobs/{jobs['pending'][0]}/cancel", "/jobs/retry-failed"):
+        response = client.post(url, data={**data, "task": "boom"})
+        assert response.status_code == 403, url
+    assert snapshot(app) == before
+
+
+def test_get_never_changes_anything(app, client, jobs):
+    before = snapshot(app)
+    for url in ("/", "/jobs", "/jobs?status=failed&task=boom", f"/jobs/{jobs['failed'][0]}", "/metrics",
+                f"/jobs/{jobs['failed'][0]}/retry", f"/jobs/{jobs['pending'][0]}/cancel",
+                "/jobs/retry-failed?task=boom"):
+        assert client.get(url).status_code in (200, 405), url
+    assert client.get(f"/jobs/{jobs['failed'][0]}/retry").status_code == 405
+    assert snapshot(app) == before
+
+
+def test_markup_from_the_database_is_shown_as_text(client, jobs):
+    escaped = "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;"
+    for url in (f"/jobs/{jobs['failed'][0]}", "/jobs?status=failed"):
+        html = client.get(url).text
+        assert MARKUP not in html and "<script>alert" not in html
+        assert escaped in html  # in the payload, the error message and the traceback
+    assert client.get(f"/jobs?q={MARKUP}").text.count("<script>alert") == 0
+
+
+def test_read_only_has_no_buttons_and_refuses_posts(app, jobs):
+    client = TestClient(dashboard(app, read_only=True))
+    page = client.get(f"/jobs/{jobs['failed'][0]}").text
+    assert "read-only" in page and 'method="post"' not in page
+    assert 'method="post"' not in client.get("/jobs?status=failed&task=boom").text
+    token = CSRF.search(TestClient(dashboard(app)).get("/jobs?status=failed&task=boom").text)  # even a real one
+    before = snapshot(app)
+    for url in (f"/jobs/{jobs['failed'][0]}/retry", f"/jobs/{jobs['pending'][0]}/cancel", "/jobs/retry-failed"):
+        assert client.post(url, data={"csrf_token": token.group(1), "task": "boom"}).status_code == 403
+    assert snapshot(app) == before
+
+
+def test_token_is_required_on_every_route(app, jobs):
+    client = TestClient(dashboard(app, token="s3cret-token"))
+    for url in ("/", "/jobs", "/static/dashboard.css", "/metrics"):
+        response = client.get(url)
+        assert response.status_code == 401 and response.headers["www-authenticate"].startswith("Basic"), url
+    assert client.get("/", auth=("anyone", "wrong")).status_code == 401
+    assert client.get("/", headers={"Authorization": "Basic !!!"}).status_code == 401
+    assert client.get("/", auth=("anyone", "s3cret-token")).status_code == 200
+    assert client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
+
+
+def test_metrics_match_the_database(app, client, jobs):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    families = {family.name: family for family in text_string_to_metric_families(response.text)}
+    served = {(sample.labels["queue"], sample.labels["status"]): sample.value
+              for sample in families["leased_jobs"].samples}
+    expected = {(queue, status): count for queue, by_status in app.counts().items()
+                for status, count in by_status.items()}
+    assert served == expected
+    assert served[("default", "done")] == 25 and served[("mail", "failed")] == 1
+
+
+def test_mounted_under_a_prefix(app, jobs):
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    host = Starlette(routes=[Mount("/admin/jobs", app=dashboard(app))])
+    client = TestClient(host)
+    page = client.get("/admin/jobs/jobs?status=failed&task=boom").text
+    assert f'href="/admin/jobs/jobs/{jobs["failed"][0]}"' in page
+    assert 'href="/admin/jobs/static/dashboard.css' in page
+    token = CSRF.search(page).group(1)
+    response = client.post(f"/admin/jobs/jobs/{jobs['failed'][0]}/retry", data={"csrf_token": token},
+                           follow_redirects=False)
+    assert response.headers["location"] == f"/admin/jobs/jobs/{jobs['failed'][0]}"
+    assert "Path=/admin/jobs/" in response.headers["set-cookie"]
+    assert "is pending again" in client.get(response.headers["location"]).text
+
+
+# Serving.
+def test_only_loopback_counts_as_local():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.0.0.2")
+    assert not is_loopback("0.0.0.0") and not is_loopback("") and not is_loopback("10.1.2.3")
+    assert not is_loopback("::")
+
+
+def dashboard_command(*arguments: str, token: str | None = None, **options) -> subprocess.Popen:
+    env = {key: value for key, value in os.environ.items() if key != "LEASED_DASHBOARD_TOKEN"}
+    if token is not None:
+        env["LEASED_DASHBOARD_TOKEN"] = token
+    return subprocess.Popen([sys.executable, "-m", "leased.cli.main", "dashboard", *arguments], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3"])
+def test_command_refuses_a_public_address_without_a_token(tmp_path, host):
+    process = dashboard_command("--database", f"sqlite:///{tmp_path / 'jobs.db'}", "--host", host, "--port", "0")
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: refusing to serve on") and "LEASED_DASHBOARD_TOKEN" in err
+
+
+def test_command_serves_with_a_token(app, jobs):
+    import httpx
+
+    process = dashboard_command("--database", app.database_url, "--host", "0.0.0.0", "--port", "0",
+                                "--read-only", token="s3cret-token")
+    try:
+        line = process.stdout.readline()
+        assert "(read-only, token required)" in line, line + process.stderr.read()
+        url = re.search(r"http://\S+/", line).group(0).replace("0.0.0.0", "127.0.0.1")
+        assert httpx.get(url).status_code == 401
+        basic = base64.b64encode(b"me:s3cret-token").decode()
+        page = httpx.get(url + "jobs?status=failed", headers={"Authorization": f"Basic {basic}"})
+        assert page.status_code == 200 and "kaboom" in page.text
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+def test_import_leased_loads_no_web_dependencies():
+    code = ("import sys, leased, leased.web; heavy = {'starlette', 'jinja2', 'uvicorn', 'prometheus_client'}; "
+            "print(sorted(heavy & set(sys.modules)))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
