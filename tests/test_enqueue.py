@@ -177,3 +177,26 @@ def test_invalid_database_urls_are_named(tmp_path):
     for url in ["nonsense", "mysql://x/y", "sqlite://"]:
         with pytest.raises(ConfigurationError, match="database URL"):
             Leased(url).backend
+
+
+def test_enqueue_many_writes_every_job_in_one_go(app, notify):
+    jobs = notify.using(queue_name="mail").enqueue_many([("p-1",), ["p-2", True], {"proposal_id": "p-3"}])
+    assert [(job.args, job.kwargs, job.queue_name) for job in jobs] == [
+        (["p-1"], {}, "mail"), (["p-2", True], {}, "mail"), ([], {"proposal_id": "p-3"}, "mail")]
+    assert sorted(job.id for job in app.list_jobs()) == sorted(job.id for job in jobs)
+    assert notify.enqueue_many([]) == []
+
+
+def test_enqueue_many_refuses_the_whole_batch_if_one_call_is_bad(app, notify):
+    with pytest.raises(PayloadError, match="keyword argument 'urgent'"):
+        notify.enqueue_many([("p-1",), {"proposal_id": "p-2", "urgent": object()}])
+    with pytest.raises(ConfigurationError, match="call 1 is 'p-2'"):
+        notify.enqueue_many([("p-1",), "p-2"])
+    assert app.list_jobs() == []
+
+
+def test_enqueue_many_keeps_idempotency_per_job(app, notify):
+    first = notify.using(idempotency_key="k").enqueue("p-1")
+    batch = notify.using(idempotency_key="k").enqueue_many([("p-1",), ("p-1",)])
+    assert [job.id for job in batch] == [first.id, first.id]
+    assert len(app.list_jobs()) == 1

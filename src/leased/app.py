@@ -94,16 +94,15 @@ class Leased:
             known = ", ".join(sorted(self.tasks)) or "none registered"
             raise ConfigurationError(f"unknown task {name!r}; known tasks: {known}") from None
 
-    def _enqueue(self, job: NewJob, connection: Any) -> Job:
-        created, _ = self.backend.enqueue(job, connection)
+    def _enqueue(self, jobs: list[NewJob], connection: Any) -> list[Job]:
+        results = self.backend.enqueue(jobs, connection)
         if connection is None:
             for worker in list(self._workers):
                 worker.notify()
-        return created
+        return [job for job, _ in results]
 
-    async def _enqueue_async(self, job: NewJob, connection: Any) -> Job:
-        created, _ = await self.backend.enqueue_async(job, connection)
-        return created
+    async def _enqueue_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
+        return [job for job, _ in await self.backend.enqueue_async(jobs, connection)]
 
     # Inspection and administration.
     def get_job(self, job_id: int) -> Job:

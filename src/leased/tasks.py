@@ -7,7 +7,7 @@ import inspect
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSpec, Sequence, TypeVar
 
 from leased.backends.base import NewJob
 from leased.backoff import Backoff
@@ -71,6 +71,15 @@ def schedule(run_after: datetime | timedelta | None) -> tuple[datetime | None, f
     raise ConfigurationError(f"run_after must be a timezone-aware datetime or a timedelta, got {run_after!r}")
 
 
+def _split_call(call: object, position: int) -> tuple[tuple, dict[str, Any]]:
+    if isinstance(call, Mapping):
+        return (), dict(call)
+    if isinstance(call, (tuple, list)):
+        return tuple(call), {}
+    raise ConfigurationError(f"enqueue_many: call {position} is {call!r}; give a tuple of positional arguments "
+                             "or a dict of keyword arguments")
+
+
 @dataclass(frozen=True)
 class TaskCall(Generic[P, R]):
     """A task with per-call options (from Task.using); enqueue() writes the job."""
@@ -120,13 +129,19 @@ class TaskCall(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Write the job (in `connection`'s open transaction if one was given) and return it."""
-        return self.task.app._enqueue(self.new_job(args, kwargs), self.connection)
+        return self.task.app._enqueue([self.new_job(args, kwargs)], self.connection)[0]
+
+    def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[Job]:
+        """Write many jobs in one transaction. Each call is a tuple or list of positional arguments,
+        or a dict of keyword arguments (so a single dict argument goes in a tuple: `(payload,)`)."""
+        jobs = [self.new_job(*_split_call(call, position)) for position, call in enumerate(calls)]
+        return self.task.app._enqueue(jobs, self.connection) if jobs else []
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         new_job = self.new_job(args, kwargs)
         if self.connection is not None:
-            return await self.task.app._enqueue_async(new_job, self.connection)
-        return await asyncio.to_thread(self.task.app._enqueue, new_job, None)
+            return (await self.task.app._enqueue_async([new_job], self.connection))[0]
+        return (await asyncio.to_thread(self.task.app._enqueue, [new_job], None))[0]
 
 
 class Task(Generic[P, R]):
@@ -183,6 +198,9 @@ class Task(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         return self.defaults.enqueue(*args, **kwargs)
+
+    def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[Job]:
+        return self.defaults.enqueue_many(calls)
 
     def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[Job]:
         return self.defaults.aenqueue(*args, **kwargs)

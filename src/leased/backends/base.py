@@ -99,10 +99,13 @@ class Backend(Protocol):
 
     transient_errors: tuple[type[BaseException], ...]  # beyond DatabaseUnavailable: errors worth retrying
 
-    def enqueue(self, job: NewJob, connection: Any = None) -> tuple[Job, bool]:
-        """Write a pending job; returns it and whether it was created (False: an idempotent duplicate)."""
+    def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[tuple[Job, bool]]:
+        """Write pending jobs in one transaction (the caller's, if given; it is never committed here).
 
-    async def enqueue_async(self, job: NewJob, connection: Any) -> tuple[Job, bool]:
+        For each: the job, and whether it was created (False: a pending job already held its key).
+        """
+
+    async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
         """enqueue() on the caller's async connection, inside the caller's transaction."""
 
     def claim(self, request: ClaimRequest) -> list[Job]:

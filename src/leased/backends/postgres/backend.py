@@ -164,47 +164,64 @@ class PostgresBackend:
         return Listener(self._url, self._connect_kwargs, QUERIES["wake_channel"], self._where)
 
     # Runtime.
-    def enqueue(self, job: NewJob, connection: psycopg.Connection | None = None) -> tuple[Job, bool]:
+    def enqueue(self, jobs: Sequence[NewJob], connection: psycopg.Connection | None = None) -> list[tuple[Job, bool]]:
         if connection is not None:
             if not isinstance(connection, psycopg.Connection):
                 raise ConfigurationError(
                     f"enqueue() needs a psycopg.Connection, got {type(connection).__name__}; "
-                    "for a psycopg.AsyncConnection use enqueue_async()")
+                    "for a psycopg.AsyncConnection use aenqueue()")
             # The caller's transaction: write with their connection and leave commit to them.
-            return self._insert(connection, job)
+            return self._insert(connection, jobs)
         with self._connection() as own:
-            return self._insert(own, job)
+            if len(jobs) == 1:  # one statement: autocommit is its transaction, one round trip
+                return self._insert(own, jobs)
+            with own.transaction():
+                return self._insert(own, jobs)
 
     # enqueue_async mirrors _insert line for line; only execute and fetch are awaited.
-    def _insert(self, connection: psycopg.Connection, job: NewJob) -> tuple[Job, bool]:
-        params = _job_params(job)
+    def _insert(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        params = [_job_params(job) for job in jobs]
         # dict_row on the cursor: the caller's connection may use any row factory.
         with connection.cursor(row_factory=dict_row) as cursor:
-            # A conflict means a pending job holds the key; if a worker claims it before we read
-            # it, the key is free again and the next insert succeeds.
-            while True:
-                row = cursor.execute(QUERIES["insert_job"], params).fetchone()
-                if row is not None:
-                    return _job(row), True
-                existing = cursor.execute(QUERIES["pending_with_key"], params).fetchone()
-                if existing is not None:
-                    return _job(existing), False
+            if len(params) == 1:
+                rows = [cursor.execute(QUERIES["insert_job"], params[0]).fetchone()]
+            else:  # executemany pipelines the inserts: one round trip for the batch
+                cursor.executemany(QUERIES["insert_job"], params, returning=True)
+                rows = [cursor.fetchone()]
+                while cursor.nextset():
+                    rows.append(cursor.fetchone())
+            # No row: a pending job holds the key. If a worker claims it before we read it, the
+            # key is free again and the next insert succeeds.
+            results = []
+            for row, job_params in zip(rows, params):
+                while row is None:
+                    existing = cursor.execute(QUERIES["pending_with_key"], job_params).fetchone()
+                    if existing is not None:
+                        break
+                    row = cursor.execute(QUERIES["insert_job"], job_params).fetchone()
+                results.append((_job(row), True) if row is not None else (_job(existing), False))
+            return results
 
-    async def enqueue_async(self, job: NewJob, connection: psycopg.AsyncConnection) -> tuple[Job, bool]:
+    async def enqueue_async(self, jobs: Sequence[NewJob], connection: psycopg.AsyncConnection
+                            ) -> list[tuple[Job, bool]]:
         if not isinstance(connection, psycopg.AsyncConnection):
             raise ConfigurationError(
-                f"enqueue_async() needs a psycopg.AsyncConnection, got {type(connection).__name__}")
-        params = _job_params(job)
+                f"aenqueue() with a connection needs a psycopg.AsyncConnection, got {type(connection).__name__}")
+        results = []
         async with connection.cursor(row_factory=dict_row) as cursor:
-            while True:
-                await cursor.execute(QUERIES["insert_job"], params)
-                row = await cursor.fetchone()
-                if row is not None:
-                    return _job(row), True
-                await cursor.execute(QUERIES["pending_with_key"], params)
-                existing = await cursor.fetchone()
-                if existing is not None:
-                    return _job(existing), False
+            for params in (_job_params(job) for job in jobs):
+                while True:
+                    await cursor.execute(QUERIES["insert_job"], params)
+                    row = await cursor.fetchone()
+                    if row is not None:
+                        results.append((_job(row), True))
+                        break
+                    await cursor.execute(QUERIES["pending_with_key"], params)
+                    existing = await cursor.fetchone()
+                    if existing is not None:
+                        results.append((_job(existing), False))
+                        break
+        return results
 
     def claim(self, request: ClaimRequest) -> list[Job]:
         rows = self._fetch_all("claim", worker_id=request.worker_id, task_names=list(request.task_names),

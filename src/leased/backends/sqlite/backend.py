@@ -133,19 +133,22 @@ class SQLiteBackend:
         return DatagramListener()
 
     # Runtime.
-    def enqueue(self, job: NewJob, connection: sqlite3.Connection | None = None) -> tuple[Job, bool]:
+    def enqueue(self, jobs: Sequence[NewJob], connection: sqlite3.Connection | None = None) -> list[tuple[Job, bool]]:
         if connection is not None:
             # The caller's transaction: write with their connection and leave commit to them.
             prepare_connection(connection)
-            return self._insert(connection, job)
+            return [self._insert(connection, job) for job in jobs]
         with self._write() as own:
-            created, is_new = self._insert(own, job)
-        if is_new and job.delay_seconds <= 0 and (job.run_at is None or job.run_at <= datetime.now(UTC)):
-            self._waker.wake(created.queue_name)  # after the commit: the job is there to be claimed
-        return created, is_new
+            results = [self._insert(own, job) for job in jobs]
+        now = datetime.now(UTC)
+        due = {job.queue_name for job, (_, created) in zip(jobs, results)
+               if created and job.delay_seconds <= 0 and (job.run_at is None or job.run_at <= now)}
+        for queue_name in due:  # after the commit: the jobs are there to be claimed
+            self._waker.wake(queue_name)
+        return results
 
-    async def enqueue_async(self, job: NewJob, connection: Any) -> tuple[Job, bool]:
-        return self.enqueue(job, connection)
+    async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
+        return self.enqueue(jobs, connection)
 
     def _insert(self, connection: sqlite3.Connection, job: NewJob) -> tuple[Job, bool]:
         factory = connection.row_factory
