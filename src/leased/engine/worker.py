@@ -1,10 +1,13 @@
 """The worker loop: claim due jobs into free slots, run them, record every attempt's end.
 
-Services, each small: the claimer (claims and, now and then, returns expired leases to the pool),
-the heartbeat (a thread renewing every held lease in one statement), and the lease watchdog
-(stops a handler whose lease could run out before a renewal lands). Shutdown has two phases:
-stop claiming and let running jobs finish within a grace period, then cancel what is left and
-release its leases at once. Signal handlers only call stop().
+Services, each small: the claimer (claims into free slots and, each second, returns expired
+leases to the pool), the completer (writes the ends that arrived meanwhile in one transaction),
+the heartbeat (a thread renewing every held lease in one statement), the lease watchdog (stops a
+handler whose lease could run out before a renewal lands), the listener (a thread turning the
+database's wake-ups into a claim now) and the announcer (keeps the worker's row fresh). If one
+dies, the worker stops loudly. Shutdown has two phases: stop claiming and let running jobs finish
+within a grace period, then cancel what is left and release its leases at once. Signal handlers
+only call stop().
 """
 
 from __future__ import annotations
