@@ -242,3 +242,24 @@ def test_demo_runs_to_completion_and_replays_with_a_seed(tmp_path):
     counts = runner.json("stats", "--database", "sqlite:///leased-demo.db")
     assert sum(counts["demo"].values()) == 12 and counts["demo"]["pending"] == counts["demo"]["running"] == 0
     assert failures("sqlite:///leased-demo.db") == expected
+
+
+def test_demo_with_dashboard_serves_it_with_a_worker_until_interrupted(tmp_path):
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    output = tmp_path / "demo.out"
+    with open(output, "w") as sink:
+        demo = subprocess.Popen([sys.executable, "-m", "leased.cli.main", "demo", "--jobs", "6", "--seed", "1",
+                                 "--dashboard", str(port)], cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "dashboard on" in output.read_text(), message="the dashboard to start")
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read().decode()
+        assert "demo" in page and "Workers" in page
+    finally:
+        demo.send_signal(signal.SIGINT)
+        demo.wait(timeout=30)
+    assert demo.returncode == 0, output.read_text()

@@ -131,8 +131,9 @@ def remove_database_files(path: str) -> None:
         Path(path + suffix).unlink(missing_ok=True)
 
 
-def run_demo(database: str | None, *, job_count: int = 40, concurrency: int = 4, seed: int | None = None) -> int:
-    """Run the demo; returns the exit status."""
+def run_demo(database: str | None, *, job_count: int = 40, concurrency: int = 4, seed: int | None = None,
+             dashboard_port: int | None = None) -> int:
+    """Run the demo; returns the exit status. With a port, serve the dashboard afterwards."""
     global _seed
     _seed = seed if seed is not None else random.randrange(1_000_000)
     if database is None:
@@ -153,7 +154,9 @@ def run_demo(database: str | None, *, job_count: int = 40, concurrency: int = 4,
         status, elapsed = watch(demo_app, worker, len(job_ids), out)
         if status != 0:
             return status
-        summarize(demo_app, url, job_ids, worker.stats.retried, elapsed, out)
+        summarize(demo_app, url, job_ids, worker.stats.retried, elapsed, out, dashboard_port is None)
+        if dashboard_port is not None:
+            serve_dashboard(demo_app, dashboard_port, concurrency, out)
         return 0
     finally:
         demo_app.close()
@@ -202,7 +205,27 @@ def watch(app: Leased, worker: Worker, total: int, out: TextIO) -> tuple[int, fl
     return status, time.monotonic() - started
 
 
-def summarize(app: Leased, url: str, job_ids: list[int], retries: int, elapsed: float, out: TextIO) -> None:
+def serve_dashboard(app: Leased, port: int, concurrency: int, out: TextIO) -> None:
+    """The dashboard on this machine, with a worker behind it so that a retry there runs again."""
+    from leased.web import dashboard, server
+
+    asgi_app = dashboard(app)  # raises the one-line "needs leased[web]" error before anything starts
+    sock = server.listen("127.0.0.1", port)
+    worker = app.worker(concurrency=concurrency, queues=[QUEUE], poll_interval=0.5, shutdown_grace=5)
+    thread = threading.Thread(target=worker.run, name="leased-demo-worker", daemon=True)
+    thread.start()
+    print(f"\ndashboard on {server.url(sock)} with a worker behind it: open it, retry a failed job, "
+          "watch it run; Ctrl-C stops", file=out, flush=True)
+    try:
+        with sock:
+            server.run(asgi_app, sock)
+    finally:
+        worker.stop()
+        thread.join(timeout=15)
+
+
+def summarize(app: Leased, url: str, job_ids: list[int], retries: int, elapsed: float, out: TextIO,
+              hints: bool = True) -> None:
     first_id = min(job_ids)
     failed = [job for job in app.list_jobs(status="failed", queue_name=QUEUE, limit=1000) if job.id >= first_id]
     done = len(job_ids) - len(failed)
@@ -217,14 +240,17 @@ def summarize(app: Leased, url: str, job_ids: list[int], retries: int, elapsed: 
                            width=output.terminal_width(), indent="  "), file=out)
         if len(failed) > MAX_FAILED_SHOWN:
             print(f"  ... and {len(failed) - MAX_FAILED_SHOWN} more", file=out)
+    if not hints:
+        return
     database = shlex.quote(url)
     example = failed[0].id if failed else job_ids[0]
     print("\ntry next", file=out)
-    hints = [f"leased jobs --database {database} --status failed",
-             f"leased show --database {database} {example}"]
+    commands = [f"leased demo --dashboard   # the same, then the web dashboard (pip install 'leased[web]')",
+                f"leased jobs --database {database} --status failed",
+                f"leased show --database {database} {example}"]
     if failed:
         worker = "leased worker leased.cli.demo:app"
         if url != DEFAULT_URL:
             worker = f"LEASED_DATABASE_URL={database} {worker}"
-        hints += [f"leased retry --database {database} {example}", f"{worker}   # runs it again; Ctrl-C stops"]
-    print("\n".join("  " + hint for hint in hints), file=out, flush=True)
+        commands += [f"leased retry --database {database} {example}", f"{worker}   # runs it again; Ctrl-C stops"]
+    print("\n".join("  " + command for command in commands), file=out, flush=True)

@@ -103,14 +103,19 @@ def cli() -> None:
 @click.option("--jobs", "job_count", type=click.IntRange(1, 1000), default=40, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True)
 @click.option("--seed", type=int, help="Replay the same failures (default: random).")
-def demo(database: str | None, job_count: int, concurrency: int, seed: int | None) -> None:
+@click.option("--dashboard", "dashboard_port", type=click.IntRange(0, 65535), is_flag=False, flag_value=8080,
+              default=None, metavar="[PORT]",
+              help="Afterwards, serve the dashboard (default port 8080) with a worker, until Ctrl-C.")
+def demo(database: str | None, job_count: int, concurrency: int, seed: int | None,
+         dashboard_port: int | None) -> None:
     """Watch a worker run sample jobs: start here.
 
     A burst of sample jobs, some failing and retrying, on a fresh ./leased-demo.db.
     """
     from leased.cli.demo import run_demo  # its sample tasks are registered only when asked for
 
-    sys.exit(run_demo(database, job_count=job_count, concurrency=concurrency, seed=seed))
+    sys.exit(run_demo(database, job_count=job_count, concurrency=concurrency, seed=seed,
+                      dashboard_port=dashboard_port))
 
 
 @cli.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
 from typing import Any
 
@@ -50,8 +51,20 @@ def url(sock: socket.socket) -> str:
 
 
 def run(asgi_app: Any, sock: socket.socket) -> None:
-    """Serve until SIGINT/SIGTERM. Access logs are off: pages refresh themselves every few seconds."""
+    """Serve until SIGINT/SIGTERM, then return. Access logs are off: pages refresh themselves."""
     import uvicorn
 
     config = uvicorn.Config(asgi_app, log_level="warning", access_log=False, lifespan="off")
-    uvicorn.Server(config).run(sockets=[sock])
+    # uvicorn shuts down on the signal, then raises it again for whoever handled it before; here
+    # the signal was the request to stop, so either one ends serving quietly.
+    previous = signal.signal(signal.SIGTERM, _stop_serving)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_serving(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
