@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, ParamSpec, TypeVar, overload
@@ -13,7 +14,7 @@ from leased.backends import connect
 from leased.backends.base import Backend, JobFilter, NewJob
 from leased.backoff import Backoff
 from leased.engine.worker import Worker, WorkerStats
-from leased.errors import ConfigurationError, JobNotFound
+from leased.errors import ConfigurationError, DatabaseUnavailable, JobNotFound
 from leased.events import Events
 from leased.jobs import Job, JobStatus
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
@@ -52,7 +53,7 @@ class Leased:
                 if self._backend is None:
                     backend = connect(self.database_url)
                     if self.auto_migrate:
-                        backend.migrate()
+                        _migrate(backend)
                     self._backend = backend
         return self._backend
 
@@ -208,3 +209,16 @@ class Leased:
 
 def _zeros() -> dict[str, int]:
     return {status.value: 0 for status in JobStatus}
+
+
+def _migrate(backend: Backend, tries: int = 3) -> None:
+    """Migrate; a connection that dies under it (a restart, a killed session) gets two more tries."""
+    for attempt in range(1, tries + 1):
+        try:
+            backend.migrate()
+            return
+        except DatabaseUnavailable:
+            if attempt == tries:
+                backend.close()
+                raise
+            time.sleep(0.2 * attempt)

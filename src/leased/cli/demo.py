@@ -245,7 +245,7 @@ def summarize(app: Leased, url: str, job_ids: list[int], retries: int, elapsed: 
     database = shlex.quote(url)
     example = failed[0].id if failed else job_ids[0]
     print("\ntry next", file=out)
-    commands = [f"leased demo --dashboard   # the same, then the web dashboard (pip install 'leased[web]')",
+    commands = ["leased demo --dashboard   # the same, then the web dashboard (pip install 'leased[web]')",
                 f"leased jobs --database {database} --status failed",
                 f"leased show --database {database} {example}"]
     if failed:

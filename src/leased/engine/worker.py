@@ -62,6 +62,7 @@ class _Running:
     context: TaskContext
     handler: asyncio.Future | None = None
     execution: asyncio.Task | None = field(default=None, repr=False)
+    finishing: bool = False  # its end is being written: that fenced write, not a renewal, tells if it held
 
 
 _OUTCOME_OF_CANCEL = {
@@ -69,6 +70,12 @@ _OUTCOME_OF_CANCEL = {
     CancelReason.CANCELLED: Outcome.CANCELLED,
     CancelReason.SHUTDOWN: Outcome.SHUTDOWN,
 }
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before retrying after `failures` transient errors in a row. The first few retry at
+    once: after a restart every pooled connection fails once, and the next one is usually fine."""
+    return 0.1 if failures <= 3 else min(30.0, 0.25 * 2 ** (failures - 3))
 
 
 def default_worker_id() -> str:
@@ -225,7 +232,7 @@ class Worker:
                 if not self._is_transient(error):
                     raise
                 failures += 1
-                delay = min(30.0, 0.25 * 2**failures)
+                delay = retry_delay(failures)
                 log.warning("worker %s: database unavailable (%s); retrying in %.1fs", self.id,
                             _one_line(error), delay)
                 await self._nap(delay)
@@ -261,18 +268,20 @@ class Worker:
     async def _execute(self, running: _Running) -> None:
         job, context, lease = running.job, running.context, running.job.lease
         started = time.monotonic()
-        outcome, will_retry = None, False
+        outcome, will_retry, written = None, False, False
         try:
             end = await self._attempt(running)
             if end is not None and not context.is_cancelled:
-                if await self._finish(end):
+                running.finishing = True
+                written = await self._finish(end)
+                if written:
                     self._count(end)
                     outcome, will_retry = end.outcome, end.retry_in_seconds is not None
                 else:
                     log.warning("job %d (%s) attempt %d: lease lost before the result was written; "
                                 "result discarded", job.id, job.task_name, job.attempt)
                     context.cancel(CancelReason.LEASE_LOST)
-            if context.is_cancelled:
+            if not written and context.is_cancelled:
                 outcome = _OUTCOME_OF_CANCEL[context.cancel_reason]
                 await self._abandon(running)
         except Exception:
@@ -414,7 +423,7 @@ class Worker:
 
     def _cancel(self, lease: Lease, reason: CancelReason) -> None:
         running = self._running.get(lease)
-        if running is None or not running.context.cancel(reason):
+        if running is None or running.finishing or not running.context.cancel(reason):
             return
         log.warning("job %d (%s) attempt %d: %s; cancelling its handler", lease.job_id, running.job.task_name,
                     lease.attempt, reason)
@@ -432,7 +441,7 @@ class Worker:
                     if not self._is_transient(error):
                         raise
                     failures += 1
-                    delay = min(30.0, 0.25 * 2**failures)
+                    delay = retry_delay(failures)
                     log.warning("worker %s: %s; polling meanwhile, reconnecting in %.1fs", self.id,
                                 _one_line(error), delay)
                     time.sleep(delay)
@@ -484,8 +493,8 @@ class Worker:
             await asyncio.wait([finished, forced], timeout=self.shutdown_grace, return_when=asyncio.FIRST_COMPLETED)
             finished.cancel()
             forced.cancel()
-        leftovers = [running for running in self._running.values()
-                     if running.context.cancel(CancelReason.SHUTDOWN)]
+        leftovers = [running for running in self._running.values()  # a job being recorded is finished
+                     if not running.finishing and running.context.cancel(CancelReason.SHUTDOWN)]
         if leftovers:
             log.warning("worker %s: releasing %d unfinished job(s)", self.id, len(leftovers))
             try:

@@ -77,7 +77,8 @@ def _first_line(error: Exception) -> str:
 
 
 class PostgresBackend:
-    transient_errors: tuple[type[BaseException], ...] = ()  # connection failures become DatabaseUnavailable
+    # Connection failures become DatabaseUnavailable; these are worth another try as they are.
+    transient_errors: tuple[type[BaseException], ...] = (errors.DeadlockDetected, errors.SerializationFailure)
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10):
         if not 0 <= min_connections <= max_connections or max_connections < 1:
@@ -239,21 +240,24 @@ class PostgresBackend:
         return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
+        # In job id order, the order renew and release lock rows in (see queries.sql).
+        order = sorted(range(len(ends)), key=lambda index: ends[index].lease.job_id)
         params = [{
             "status": end.job_status.value, "result": end.result_json, "last_error": end.last_error,
             "retry_in_seconds": end.retry_in_seconds or 0.0,
             "job_id": end.lease.job_id, "attempt": end.lease.attempt, "worker_id": end.lease.worker_id,
             "outcome": end.outcome.value, "error_type": end.error_type, "error_message": end.error_message,
             "traceback": end.traceback,
-        } for end in ends]
+        } for end in (ends[index] for index in order)]
         # executemany pipelines the statements: one round trip and one commit for the whole batch.
         with self._connection() as connection, connection.transaction(), connection.cursor() as cursor:
             cursor.executemany(QUERIES["finish"], params, returning=True)
-            kept = []
-            while True:
-                kept.append(cursor.fetchone() is not None)
-                if not cursor.nextset():
-                    break
+            written = [cursor.fetchone() is not None]
+            while cursor.nextset():
+                written.append(cursor.fetchone() is not None)
+        kept = [False] * len(ends)
+        for index, flag in zip(order, written):
+            kept[index] = flag
         return kept
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str) -> None:

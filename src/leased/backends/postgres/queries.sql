@@ -49,11 +49,20 @@ WITH due AS (
 SELECT * FROM claimed;
 
 -- name: renew
-UPDATE leased_jobs
-SET lease_expires_at = now() + make_interval(secs => lease_seconds)
-WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > now()
-  AND (id, attempt) IN (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]))
-RETURNING id, attempt;
+-- Rows are locked in id order, as finish and release lock them: writers that take many rows in
+-- different orders deadlock.
+WITH held AS (
+    SELECT id FROM leased_jobs
+    WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > now()
+      AND (id, attempt) IN (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]))
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE leased_jobs AS job
+SET lease_expires_at = now() + make_interval(secs => job.lease_seconds)
+FROM held
+WHERE job.id = held.id
+RETURNING job.id, job.attempt;
 
 -- name: finish
 WITH finished AS (
@@ -82,10 +91,16 @@ SELECT id FROM finished;
 -- name: release
 WITH given AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS given (id, attempt)
-), released AS (
-    UPDATE leased_jobs
-    SET status = 'pending', run_after = now(), lease_owner = NULL, lease_expires_at = NULL
+), held AS (
+    SELECT id FROM leased_jobs
     WHERE status = 'running' AND lease_owner = %(worker_id)s AND (id, attempt) IN (SELECT id, attempt FROM given)
+    ORDER BY id
+    FOR UPDATE
+), released AS (
+    UPDATE leased_jobs AS job
+    SET status = 'pending', run_after = now(), lease_owner = NULL, lease_expires_at = NULL
+    FROM held
+    WHERE job.id = held.id
 )
 UPDATE leased_attempts AS a
 SET finished_at = now(), outcome = %(outcome)s, error_message = %(message)s
