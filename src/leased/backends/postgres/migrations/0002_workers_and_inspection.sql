@@ -15,3 +15,7 @@ CREATE INDEX leased_jobs_task ON leased_jobs (task_name, id);
 CREATE INDEX leased_jobs_queue ON leased_jobs (queue_name, id);
 CREATE INDEX leased_jobs_finished ON leased_jobs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX leased_jobs_key ON leased_jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+-- Tasks tend to live in one queue: without this the planner multiplies the two filters'
+-- selectivities and scans the whole table backwards for a task/queue pair that matches nothing.
+CREATE STATISTICS leased_jobs_task_queue (dependencies, mcv) ON task_name, queue_name FROM leased_jobs;
