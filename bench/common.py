@@ -1,0 +1,188 @@
+"""What every adapter and workload shares: settings, worker processes, counting, statistics."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+WORK = BENCH / "work"  # per-run scratch: SQLite files, worker logs (gitignored)
+
+PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
+PG_ADMIN_URL = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/postgres"
+REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+
+
+def pg_url(database: str) -> str:
+    return f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{database}"
+
+
+def recreate_database(name: str) -> str:
+    """A fresh, empty PostgreSQL database for one library's run; returns its URL."""
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return pg_url(name)
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class Failed(Exception):
+    """A peer (or leased) could not complete a workload; the reason goes into the report."""
+
+
+# Worker processes.
+@dataclass
+class Workers:
+    processes: list[subprocess.Popen] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+
+    def check_alive(self) -> None:
+        for process, log in zip(self.processes, self.logs):
+            if process.poll() is not None:
+                raise Failed(f"worker exited with code {process.returncode}: {tail(log)}")
+
+    def kill(self, index: int = 0) -> None:
+        """SIGKILL one worker process and everything it started (forked children too)."""
+        process = self.processes[index]
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+    def stop(self, grace: float = 10.0) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        for process in self.processes:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            try:  # the group too: RQ's work horses, Celery's children
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+
+
+def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, "PYTHONPATH": str(BENCH), "PYTHONUNBUFFERED": "1", **env}
+    with open(log, "wb") as out:
+        # A session of its own, so stop() can end the worker and its children by process group.
+        return subprocess.Popen(argv, env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=str(BENCH),
+                                start_new_session=True)
+
+
+def tail(log: Path, lines: int = 3) -> str:
+    try:
+        text = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(line.strip() for line in text[-lines:])[-400:]
+
+
+def venv_bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+# Counting completions in the store.
+@dataclass
+class Drained:
+    done: int
+    seconds: float  # from the first completion seen to the last
+    timed_out: bool
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else float("nan")
+
+
+def wait_for_done(count: Callable[[], int], target: int, timeout: float, workers: Workers | None = None,
+                  poll: float = 0.1, baseline: int = 0) -> Drained:
+    """Poll the store's count of finished jobs until `target` more than `baseline` are done.
+
+    The clock starts at the first poll that sees a completion (so worker start-up is not
+    counted) and the jobs done by then are left out of the rate.
+    """
+    started = time.monotonic()
+    first_at, first_done, done = None, 0, 0
+    while True:
+        done = count() - baseline
+        now = time.monotonic()
+        if first_at is None and done > 0:
+            first_at, first_done = now, done
+        if done >= target:
+            return Drained(done - first_done, now - first_at, False)
+        if now - started > timeout:
+            if first_at is None:
+                return Drained(0, 0.0, True)
+            return Drained(done - first_done, now - first_at, True)
+        if workers is not None:
+            workers.check_alive()
+        time.sleep(poll)
+
+
+# Latency probes: a job that reports its start time on a loopback datagram.
+class ProbeReceiver:
+    def __init__(self) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.started: dict[int, float] = {}
+
+    def collect(self, wanted: set[int], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not wanted <= self.started.keys():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.socket.settimeout(remaining)
+            try:
+                data = self.socket.recv(64)
+            except (TimeoutError, socket.timeout):
+                return
+            number, at = data.decode().split()
+            self.started.setdefault(int(number), float(at))
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+# Statistics.
+def median_range(values: list[float]) -> dict[str, float] | None:
+    values = [v for v in values if v == v]  # drop NaN
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = (len(ordered) - 1) * q
+    low, high = int(index), min(int(index) + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (index - low)

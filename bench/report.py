@@ -1,0 +1,276 @@
+"""Turn results.json into docs/benchmarks.md (tables with medians, ranges and ratios) and a chart."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from common import ROOT, median_range
+
+DOC = ROOT / "docs" / "benchmarks.md"
+CHART = ROOT / "docs" / "benchmarks.png"
+FINDINGS = ROOT / "bench" / "findings.md"  # hand-written: what a profile of the slow spots showed
+
+
+def _values(runs: list[dict], key: str = "rate") -> list[float]:
+    return [run[key] for run in runs if isinstance(run, dict) and key in run]
+
+
+def _why_not(runs: list[dict]) -> str | None:
+    for run in runs:
+        if "unsupported" in run:
+            return "n/a: " + run["unsupported"]
+    for run in runs:
+        if "error" in run:
+            return "failed: " + run["error"]
+    return None
+
+
+def stat(results: dict, peer: str, metric: str, key: str = "rate") -> dict | None:
+    return median_range(_values(results["runs"].get(peer, {}).get(metric, []), key))
+
+
+def cell(results: dict, peer: str, metric: str, key: str = "rate", digits: int = 0, unit: str = "") -> str:
+    runs = results["runs"].get(peer, {}).get(metric, [])
+    summary = median_range(_values(runs, key))
+    if summary is None:
+        reason = _why_not(runs)
+        return (reason[:90] + "…" if reason and len(reason) > 90 else reason) or "–"
+    partial = any(run.get("partial") for run in runs if isinstance(run, dict))
+    text = f"{summary['median']:,.{digits}f}{unit}"
+    if summary["n"] > 1:
+        text += f" ({summary['min']:,.{digits}f}–{summary['max']:,.{digits}f})"
+    if partial:
+        text += " †"
+    return text
+
+
+def _ratio(a: dict | None, b: dict | None) -> str:
+    if not a or not b or not b["median"]:
+        return "–"
+    return f"{a['median'] / b['median']:.2f}×"
+
+
+def render(results: dict) -> str:
+    env = results["environment"]
+    peers = results["peers"]
+    runs = results["runs"]
+    lines = ["# Benchmarks: leased and its peers", ""]
+    lines += [
+        f"Measured by `python bench/run.py` on {env['date']} ({env['machine']}). Every figure is the median of "
+        f"{env['repeats']} runs with the range (min–max) in brackets; other work was running on the machine, "
+        "so read the ranges. Completions are counted in each library's store (a SQL count, a Redis registry or "
+        "key count), never taken from the library. † marks a run cut short by its time limit: the rate is "
+        "over what it did finish.",
+        "",
+        "![Throughput and latency, leased and its peers](benchmarks.png)",
+        "",
+        "## Versions and settings",
+        "",
+        f"Python {env['python']}, PostgreSQL {env['postgresql']}, SQLite {env['sqlite']}, Redis {env['redis']}; "
+        f"{env['cores']} cores. PostgreSQL: {env['pg_settings']}. leased at commit "
+        f"`{env.get('leased_commit', 'unknown')}`.",
+        "",
+        "| library | version | store | handlers | settings |",
+        "|---|---|---|---|---|",
+    ]
+    for peer in peers:
+        lines.append(f"| {peer['label']} | {peer['version']} | {peer['store']} | {peer['handler']} | {peer['settings']} |")
+    limits = env["limits"]
+    lines += [
+        "",
+        f"Workloads: {limits['jobs']:,} no-op jobs enqueued one call at a time, then drained by one worker "
+        f"process (concurrency {limits['concurrency']}); {limits['jobs']:,} enqueued with the bulk API "
+        "(one call per 1,000 jobs), then drained by two worker processes (one per core). Drain rates run "
+        "from the first completion seen in the store to the last (polled every 0.1 s), so worker start-up "
+        f"is left out. Time limits: {limits['enqueue_seconds']:.0f} s per enqueue loop, "
+        f"{limits['drain_seconds']:.0f} s per drain.",
+        "",
+        "## Baselines: what the databases do here",
+        "",
+        "| baseline | per second |",
+        "|---|---|",
+    ]
+    for key, label in [("pgbench_c1", "pgbench -N, 1 client (TPS)"), ("pgbench_c4", "pgbench -N, 4 clients (TPS)"),
+                       ("psycopg_insert", "psycopg INSERT + commit, 1 connection (rows/s)"),
+                       ("sqlite_normal", "SQLite WAL, synchronous=NORMAL, INSERT + commit (rows/s)"),
+                       ("sqlite_full", "SQLite WAL, synchronous=FULL, INSERT + commit (rows/s)")]:
+        summary = median_range(results["baselines"].get(key, []))
+        if summary:
+            lines.append(f"| {label} | {summary['median']:,.0f} ({summary['min']:,.0f}–{summary['max']:,.0f}) |")
+        else:
+            lines.append(f"| {label} | – |")
+
+    pgbench = median_range(results["baselines"].get("pgbench_c1", []))
+    insert = median_range(results["baselines"].get("psycopg_insert", []))
+    sqlite_normal = median_range(results["baselines"].get("sqlite_normal", []))
+    lines += [
+        "",
+        "## Throughput (jobs/s)",
+        "",
+        "| library | enqueue, one call per job | enqueue, bulk API | drain, 1 process | drain, 2 processes "
+        "| drain 1p ÷ store baseline¹ |",
+        "|---|---|---|---|---|---|",
+    ]
+    for peer in peers:
+        name = peer["name"]
+        base = pgbench if peer["store"] == "PostgreSQL" else sqlite_normal if peer["store"] == "SQLite" else None
+        lines.append(f"| {peer['label']} | {cell(results, name, 'enqueue_one')} | {cell(results, name, 'enqueue_bulk')} "
+                     f"| {cell(results, name, 'drain_1p')} | {cell(results, name, 'drain_2p')} "
+                     f"| {_ratio(stat(results, name, 'drain_1p'), base) if base else '–'} |")
+    lines += ["", "¹ PostgreSQL libraries against pgbench -N TPS with 1 client; SQLite ones against SQLite's "
+              "WAL + synchronous=NORMAL commit rate; Redis ones have no baseline here.", ""]
+
+    lines += ["## Enqueue-to-start latency at low load (ms)", "",
+              f"{limits['latency_jobs']} jobs, {limits['latency_gap'] * 1000:.0f} ms apart, into an idle worker in "
+              "another process; from just before the enqueue call to the first line of the handler (the job "
+              "reports it on a loopback datagram, one clock).", "",
+              "| library | p50 | p95 | p99 | max |", "|---|---|---|---|---|"]
+    for peer in peers:
+        name = peer["name"]
+        lines.append(f"| {peer['label']} | {cell(results, name, 'latency', 'p50', 1)} | "
+                     f"{cell(results, name, 'latency', 'p95', 1)} | {cell(results, name, 'latency', 'p99', 1)} | "
+                     f"{cell(results, name, 'latency', 'max', 1)} |")
+
+    if any("slots50" in r or "slots500" in r for r in runs.values()):
+        lines += ["", "## Slot utilisation: jobs that wait", "",
+                  f"{limits['sleep_jobs']:,} jobs that each sleep {limits['sleep_seconds'] * 1000:.0f} ms, one worker "
+                  "process with 50 or 500 slots. Utilisation = ideal time (jobs × sleep ÷ slots) ÷ actual time "
+                  "(first start to last end, reported by the jobs). 1.0 is perfect.", "",
+                  "| library | 50 slots | 500 slots |", "|---|---|---|"]
+        for peer in peers:
+            name = peer["name"]
+            lines.append(f"| {peer['label']} | {cell(results, name, 'slots50', 'utilisation', 2)} | "
+                         f"{cell(results, name, 'slots500', 'utilisation', 2)} |")
+
+    if any("crash" in r for r in runs.values()):
+        lines += ["", "## Crash recovery", "",
+                  f"A worker holding {limits['crash_jobs']} running jobs (each sleeps {limits['crash_nap']:.0f} s) is "
+                  "SIGKILLed and a second worker started at once: seconds from the kill until the store counts "
+                  f"all of them done (the re-run's {limits['crash_nap']:.0f} s included), waiting at most "
+                  f"{limits['crash_wait']:.0f} s.", "",
+                  "| library | recovery mechanism | seconds to all done |", "|---|---|---|"]
+        for peer in peers:
+            name = peer["name"]
+            crash_runs = runs.get(name, {}).get("crash", [])
+            recovered = [run for run in crash_runs if run.get("recovered")]
+            if recovered:
+                text = cell(results, name, "crash", "seconds", 1)
+            elif crash_runs and any("recovered" in run for run in crash_runs):
+                last = next(run for run in crash_runs if "recovered" in run)
+                text = f"not recovered within {last['waited']:.0f} s ({last['done']} of {limits['crash_jobs']} done)"
+            else:
+                text = _why_not(crash_runs) or "–"
+            lines.append(f"| {peer['label']} | {peer['recovery']} | {text} |")
+
+    lines += ["", "## The ratios that matter", ""] + [f"- {line}" for line in key_ratios(results)]
+    lines += ["", "## Reading these numbers", "", *results.get("notes", []), ""]
+    if FINDINGS.exists():
+        lines += [FINDINGS.read_text().strip(), ""]
+    return "\n".join(lines)
+
+
+def key_ratios(results: dict) -> list[str]:
+    out = []
+    s = lambda peer, metric, key="rate": stat(results, peer, metric, key)  # noqa: E731
+    base = lambda key: median_range(results["baselines"].get(key, []))  # noqa: E731
+
+    def best(names: list[str], metric: str) -> tuple[str | None, dict | None]:
+        found = [(name, s(name, metric)) for name in names if s(name, metric)]
+        return max(found, key=lambda item: item[1]["median"]) if found else (None, None)
+
+    label = {peer["name"]: peer["label"] for peer in results["peers"]}
+    pg_peers = ["procrastinate", "pgqueuer"]
+    all_peers = [peer["name"] for peer in results["peers"] if not peer["name"].startswith("leased")]
+    for metric, what in [("drain_1p", "drain, 1 process"), ("drain_2p", "drain, 2 processes")]:
+        name, other = best(pg_peers, metric)
+        mine = s("leased-pg", metric)
+        if mine and other:
+            out.append(f"leased (PostgreSQL) {what}: {mine['median']:,.0f} jobs/s = {_ratio(mine, other)} "
+                       f"{label[name]} ({other['median']:,.0f}), the faster PostgreSQL peer; "
+                       f"{_ratio(mine, base('pgbench_c1'))} pgbench -N TPS with 1 client, "
+                       f"{_ratio(mine, base('pgbench_c4'))} with 4.")
+    for metric, what in [("enqueue_bulk", "bulk enqueue"), ("enqueue_one", "enqueue one call per job")]:
+        for store_peers, store in [(pg_peers, "PostgreSQL"), (all_peers, "any store")]:
+            name, other = best(store_peers, metric)
+            mine = s("leased-pg", metric)
+            if mine and other:
+                out.append(f"leased (PostgreSQL) {what}: {mine['median']:,.0f} jobs/s = {_ratio(mine, other)} the "
+                           f"fastest peer on {store}, {label[name]} ({other['median']:,.0f}).")
+    mine = s("leased-pg", "enqueue_one")
+    if mine and base("psycopg_insert"):
+        out.append(f"leased (PostgreSQL) enqueue one call per job = {_ratio(mine, base('psycopg_insert'))} a bare "
+                   "psycopg INSERT + commit loop.")
+    for peer in ("leased-pg", "leased-sqlite"):
+        p50, p99 = s(peer, "latency", "p50"), s(peer, "latency", "p99")
+        if p50 and p99:
+            out.append(f"{label[peer]} latency: p50 {p50['median']:.1f} ms, p99 {p99['median']:.1f} ms.")
+    for metric, what in [("drain_1p", "drain, 1 process"), ("drain_2p", "drain, 2 processes"),
+                         ("enqueue_one", "enqueue one call per job")]:
+        mine, huey = s("leased-sqlite", metric), s("huey", metric)
+        if mine and huey:
+            out.append(f"leased (SQLite) {what}: {mine['median']:,.0f} jobs/s = {_ratio(mine, huey)} huey "
+                       f"({huey['median']:,.0f}); {_ratio(mine, base('sqlite_normal'))} SQLite's NORMAL commit rate.")
+    return out
+
+
+def chart(results: dict, path: Path = CHART) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    peers = results["peers"]
+    labels = [peer["label"].replace(" (", "\n(") for peer in peers]
+    colours = ["#1f6feb" if peer["name"].startswith("leased") else "#8b949e" for peer in peers]
+    panels = [("enqueue_one", "rate", "enqueue, one call per job (jobs/s)"),
+              ("enqueue_bulk", "rate", "enqueue, bulk API (jobs/s)"),
+              ("drain_1p", "rate", "drain, 1 worker process (jobs/s)"),
+              ("drain_2p", "rate", "drain, 2 worker processes (jobs/s)"),
+              ("latency", "p50", "latency p50 (ms, lower is better)"),
+              ("latency", "p99", "latency p99 (ms, lower is better)")]
+    figure, axes = plt.subplots(3, 2, figsize=(13, 12))
+    for axis, (metric, key, title) in zip(axes.flat, panels):
+        medians, lows, highs = [], [], []
+        for peer in peers:
+            summary = stat(results, peer["name"], metric, key)
+            if summary:
+                medians.append(summary["median"])
+                lows.append(summary["median"] - summary["min"])
+                highs.append(summary["max"] - summary["median"])
+            else:
+                medians.append(0)
+                lows.append(0)
+                highs.append(0)
+        positions = range(len(peers))
+        axis.barh(positions, medians, xerr=[lows, highs], color=colours, capsize=3)
+        axis.set_yticks(list(positions), labels, fontsize=8)
+        axis.invert_yaxis()
+        axis.set_title(title, fontsize=10)
+        if metric == "latency":
+            axis.set_xscale("log")
+        for position, value in zip(positions, medians):
+            axis.text(value, position, f" {value:,.0f}" if value >= 10 else (f" {value:.1f}" if value else " n/a"),
+                      va="center", fontsize=7)
+    baseline = median_range(results["baselines"].get("pgbench_c1", []))
+    if baseline:
+        for axis in (axes[1][0], axes[1][1]):
+            axis.axvline(baseline["median"], color="#d29922", linestyle="--", linewidth=1)
+            axis.text(baseline["median"], -0.6, " pgbench -N c1", color="#d29922", fontsize=7)
+    figure.suptitle(f"leased and its peers, median of {results['environment']['repeats']} (bars: range); "
+                    f"{results['environment']['cores']} cores", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write(results: dict) -> str:
+    text = render(results)
+    DOC.write_text(text)
+    chart(results)
+    return text
+
+
+if __name__ == "__main__":  # re-render from a saved results file
+    print(write(json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "bench" / "results.json").read_text())))

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""leased against its peers, side by side, in one command:
+
+    python bench/run.py                       # everything: baselines, workloads 1-5, 3 repeats
+    python bench/run.py --quick               # a smoke run: 2,000 jobs, 1 repeat
+    python bench/run.py --only leased-pg,pgqueuer --workloads 1,2
+
+It creates bench/.venv on first use (the peers from bench/requirements.txt, leased from this
+checkout with its postgres extra) and re-runs itself there. Needs PostgreSQL (trust auth, user
+postgres) at 127.0.0.1:5432 with pgbench on the PATH, and Redis at 127.0.0.1:6379 for RQ and
+Celery (they are reported as failed without it). Writes bench/results.json, docs/benchmarks.md and
+docs/benchmarks.png, and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+VENV = BENCH / ".venv"
+
+
+def bootstrap() -> None:
+    """Create bench/.venv, install what the suite needs when its inputs changed, re-exec there."""
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        print("creating bench/.venv", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    inputs = (BENCH / "requirements.txt").read_bytes() + (BENCH.parent / "pyproject.toml").read_bytes()
+    stamp, wanted = VENV / ".installed", hashlib.sha256(inputs).hexdigest()
+    if not stamp.exists() or stamp.read_text() != wanted:
+        print("installing the peers and leased into bench/.venv", flush=True)
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.run(pip + ["-r", str(BENCH / "requirements.txt")], check=True)
+        subprocess.run(pip + ["-e", f"{BENCH.parent}[postgres]"], check=True)
+        stamp.write_text(wanted)
+    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
+if Path(sys.prefix).resolve() != VENV.resolve():
+    if __name__ == "__main__":
+        bootstrap()
+
+sys.path.insert(0, str(BENCH))
+
+import json  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import sqlite3  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+
+import baselines  # noqa: E402
+import report  # noqa: E402
+import workloads  # noqa: E402
+from common import PG_ADMIN_URL, REDIS_HOST, REDIS_PORT, WORK, Failed  # noqa: E402
+from peers import all_peers  # noqa: E402
+from peers.base import Unsupported  # noqa: E402
+
+NOTES = [
+    "- **Handlers.** Each library runs its handlers the way its documentation shows first: leased, "
+    "Celery and huey sync functions on threads, procrastinate and pgqueuer async functions on one event loop "
+    "(procrastinate's docs: its concurrency is for async jobs; pgqueuer is async only), RQ a sync function in a "
+    "work horse it forks per job.",
+    "- **RQ runs one job at a time per worker process** (that is its model), so its \"1 process\" and "
+    "\"2 processes\" rows have concurrency 1 and 2, and the slot and crash workloads do not apply.",
+    "- **What a completion costs differs.** leased updates the job row and closes an attempt record; "
+    "procrastinate updates its job row (and its events table); pgqueuer deletes the job and writes a log row; "
+    "RQ and Celery write a result to Redis (Celery's result backend is on so that completions can be counted); "
+    "huey writes a result row (its handlers return True for that, since huey does not store None).",
+    "- **Durability differs.** The PostgreSQL libraries commit with synchronous_commit=on; leased on SQLite uses "
+    "synchronous=NORMAL (durable against a process crash, may lose the last commits on power loss); SqliteHuey's "
+    "default is SQLite's synchronous=FULL; Redis here has no AOF and no RDB snapshots (`save \"\"`, "
+    "`appendonly no`), so RQ and Celery lose everything queued on a Redis restart.",
+    "- **pgqueuer** is run through `pgqueuer.run()` (what `pgq run` calls): the `pgq` command of pgqueuer "
+    "1.6.0 fails at start-up with typer 0.29 (its --log-level option arrives as a str).",
+]
+
+
+def environment(options, peers) -> dict:
+    import psycopg
+    from redis import Redis
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as connection:
+        pg_version = connection.execute("SHOW server_version").fetchone()[0]
+        settings = {name: connection.execute(f"SHOW {name}").fetchone()[0]
+                    for name in ("synchronous_commit", "fsync", "shared_buffers", "max_connections")}
+    try:
+        info = Redis(host=REDIS_HOST, port=REDIS_PORT).info()
+        redis_version = f"{info['redis_version']} (appendonly {'yes' if info.get('aof_enabled') else 'no'})"
+    except Exception as error:
+        redis_version = f"unreachable ({error})"
+    try:
+        commit = subprocess.run(["git", "-C", str(BENCH.parent), "describe", "--always", "--dirty"],
+                                capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "leased_commit": commit,
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "postgresql": pg_version,
+        "pg_settings": ", ".join(f"{k}={v}" for k, v in settings.items()),
+        "sqlite": sqlite3.sqlite_version,
+        "redis": redis_version,
+        "repeats": options.repeats,
+        "limits": vars(options.limits),
+    }
+
+
+def attempt(function, *args) -> dict:
+    try:
+        return function(*args)
+    except Unsupported as reason:
+        return {"unsupported": str(reason)}
+    except Failed as error:
+        return {"error": str(error)}
+    except Exception as error:  # a peer's own failure: reported, never fatal to the suite
+        traceback.print_exc()
+        return {"error": f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run_baselines(results: dict, repeats: int, quick: bool) -> None:
+    found = results["baselines"]
+    if shutil.which("pgbench") is None:
+        log("pgbench not found: PostgreSQL baselines skipped")
+    else:
+        baselines.pgbench_init()
+        try:
+            for _ in range(repeats):
+                for clients, key in ((1, "pgbench_c1"), (4, "pgbench_c4")):
+                    found.setdefault(key, []).append(baselines.pgbench_tps(clients, 3 if quick else 10))
+                found.setdefault("psycopg_insert", []).append(baselines.psycopg_insert_commit())
+        finally:
+            baselines.pgbench_cleanup()
+    for _ in range(repeats):
+        found.setdefault("sqlite_normal", []).append(baselines.sqlite_commits("NORMAL"))
+        found.setdefault("sqlite_full", []).append(baselines.sqlite_commits("FULL"))
+    log(f"baselines: { {key: [round(v) for v in values] for key, values in found.items()} }")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2,000 jobs, 1 repeat, short limits")
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--jobs", type=int)
+    parser.add_argument("--only", help="comma-separated peer names (default: all)")
+    parser.add_argument("--workloads", default="1,2,3,4,5", help="comma-separated: 1-2 throughput, 3 latency, "
+                        "4 slots, 5 crash (default: all)")
+    parser.add_argument("--extra-repeats", type=int, default=1,
+                        help="how many of the repeats also run workloads 4 and 5 (default 1)")
+    parser.add_argument("--limit", type=float, help="seconds per enqueue loop and per drain (default 40)")
+    parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--output", default=str(BENCH / "results.json"))
+    options = parser.parse_args()
+    limits = workloads.Limits()
+    if options.quick:
+        limits = workloads.Limits(jobs=2_000, enqueue_seconds=30, drain_seconds=30, latency_jobs=50,
+                                  sleep_jobs=500, crash_wait=30)
+    if options.jobs:
+        limits.jobs = options.jobs
+    if options.limit:
+        limits.enqueue_seconds = limits.drain_seconds = options.limit
+    options.repeats = options.repeats or (1 if options.quick else 3)
+    options.limits = limits
+    chosen = set(options.workloads.split(","))
+
+    peers = all_peers()
+    if options.only:
+        wanted = options.only.split(",")
+        unknown = set(wanted) - {peer.name for peer in peers}
+        if unknown:
+            parser.error(f"unknown peers {sorted(unknown)}; choose from {[peer.name for peer in peers]}")
+        peers = [peer for peer in peers if peer.name in wanted]
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+
+    results = {
+        "environment": environment(options, peers),
+        "peers": [{"name": p.name, "label": p.label, "store": p.store, "version": p.version(), "handler": p.handler,
+                   "settings": p.settings(), "recovery": p.recovery} for p in peers],
+        "baselines": {},
+        "runs": {peer.name: {} for peer in peers},
+        "notes": NOTES,
+    }
+    if not options.no_baselines:
+        run_baselines(results, options.repeats, options.quick)
+
+    def record(peer, metric, value):
+        results["runs"][peer.name].setdefault(metric, []).append(value)
+        shown = {k: (round(v, 1) if isinstance(v, float) else v) for k, v in value.items()}
+        log(f"{peer.name:14} {metric:13} {shown}")
+
+    # Repeats are the outer loop, so that noise from the machine spreads over every library.
+    for repeat in range(options.repeats):
+        log(f"repeat {repeat + 1} of {options.repeats}")
+        for peer in peers:
+            if "1" in chosen or "2" in chosen:
+                for bulk in (False, True):
+                    out = attempt(workloads.throughput, peer, limits, bulk)
+                    if "error" in out and len(out) == 1:  # setup failed
+                        out = {("enqueue_bulk" if bulk else "enqueue_one"): out}
+                    for metric, value in out.items():
+                        record(peer, metric, value)
+            if "3" in chosen:
+                record(peer, "latency", attempt(workloads.latency, peer, limits))
+            if "4" in chosen and repeat < options.extra_repeats:
+                for slot_count in (50, 500):
+                    record(peer, f"slots{slot_count}", attempt(workloads.slots, peer, limits, slot_count))
+            if "5" in chosen and repeat < options.extra_repeats:
+                record(peer, "crash", attempt(workloads.crash, peer, limits))
+        Path(options.output).write_text(json.dumps(results, indent=1))
+
+    text = report.write(results)
+    print(text)
+    shutil.rmtree(WORK / "leased-sqlite", ignore_errors=True)
+    shutil.rmtree(WORK / "huey", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
