@@ -15,7 +15,7 @@ import subprocess
 import time
 import uuid
 
-from common import PG_HOST, PG_PORT, PG_USER, drop_database, recreate_database, WORK
+from common import PG_HOST, PG_PORT, PG_USER, WORK, drop_database, recreate_database
 
 PGBENCH_DB = "pgbench_leased"
 

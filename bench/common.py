@@ -9,9 +9,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -162,7 +162,7 @@ class ProbeReceiver:
             self.socket.settimeout(remaining)
             try:
                 data = self.socket.recv(64)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 return
             number, at = data.decode().split()
             self.started.setdefault(int(number), float(at))

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import WORK, venv_bin  # noqa: E402
-from peers import all_peers  # noqa: E402
-from peers.base import Unsupported  # noqa: E402
+from common import WORK, pg_url, venv_bin
+from peers import all_peers
+from peers.base import Unsupported
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -74,6 +74,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--idle", action="store_true", help="sample waiting threads too (wall-clock view)")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--analyze", action="store_true",
+                        help="PostgreSQL: ANALYZE the database after queueing, so the planner has statistics")
     options = parser.parse_args()
     peer = next(p for p in all_peers() if p.name == options.peer)
     peer.setup()
@@ -83,6 +85,11 @@ def main() -> None:
             peer.enqueue_bulk("noop", numbers)
         except Unsupported:
             peer.enqueue_one("noop", numbers)
+        if options.analyze and getattr(peer, "database", None):
+            import psycopg
+
+            with psycopg.connect(pg_url(peer.database), autocommit=True) as connection:
+                connection.execute("ANALYZE")
         workers = peer.start_workers(1, options.concurrency, tag="profile")
         try:
             pid = workers.processes[0].pid

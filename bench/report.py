@@ -103,7 +103,6 @@ def render(results: dict) -> str:
             lines.append(f"| {label} | – |")
 
     pgbench = median_range(results["baselines"].get("pgbench_c1", []))
-    insert = median_range(results["baselines"].get("psycopg_insert", []))
     sqlite_normal = median_range(results["baselines"].get("sqlite_normal", []))
     lines += [
         "",
@@ -173,8 +172,8 @@ def render(results: dict) -> str:
 
 def key_ratios(results: dict) -> list[str]:
     out = []
-    s = lambda peer, metric, key="rate": stat(results, peer, metric, key)  # noqa: E731
-    base = lambda key: median_range(results["baselines"].get(key, []))  # noqa: E731
+    s = lambda peer, metric, key="rate": stat(results, peer, metric, key)
+    base = lambda key: median_range(results["baselines"].get(key, []))
 
     def best(names: list[str], metric: str) -> tuple[str | None, dict | None]:
         found = [(name, s(name, metric)) for name in names if s(name, metric)]
@@ -192,10 +191,12 @@ def key_ratios(results: dict) -> list[str]:
                        f"{_ratio(mine, base('pgbench_c1'))} pgbench -N TPS with 1 client, "
                        f"{_ratio(mine, base('pgbench_c4'))} with 4.")
     for metric, what in [("enqueue_bulk", "bulk enqueue"), ("enqueue_one", "enqueue one call per job")]:
+        shown = set()
         for store_peers, store in [(pg_peers, "PostgreSQL"), (all_peers, "any store")]:
             name, other = best(store_peers, metric)
             mine = s("leased-pg", metric)
-            if mine and other:
+            if mine and other and name not in shown:
+                shown.add(name)
                 out.append(f"leased (PostgreSQL) {what}: {mine['median']:,.0f} jobs/s = {_ratio(mine, other)} the "
                            f"fastest peer on {store}, {label[name]} ({other['median']:,.0f}).")
     mine = s("leased-pg", "enqueue_one")
@@ -250,8 +251,8 @@ def chart(results: dict, path: Path = CHART) -> None:
         axis.set_title(title, fontsize=10)
         if metric == "latency":
             axis.set_xscale("log")
-        for position, value in zip(positions, medians):
-            axis.text(value, position, f" {value:,.0f}" if value >= 10 else (f" {value:.1f}" if value else " n/a"),
+        for position, value, high in zip(positions, medians, highs):
+            axis.text(value + high, position, f" {value:,.0f}" if value >= 10 else (f" {value:.1f}" if value else " n/a"),
                       va="center", fontsize=7)
     baseline = median_range(results["baselines"].get("pgbench_c1", []))
     if baseline:

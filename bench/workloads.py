@@ -18,8 +18,8 @@ from peers.base import Peer, Unsupported
 @dataclass
 class Limits:
     jobs: int = 20_000
-    enqueue_seconds: float = 40.0  # an enqueue loop stops here and reports what it did
-    drain_seconds: float = 40.0     # a drain stops here and reports its rate so far
+    enqueue_seconds: float = 60.0  # an enqueue loop stops here and reports what it did
+    drain_seconds: float = 60.0     # a drain stops here and reports its rate so far
     concurrency: int = 10
     latency_jobs: int = 200
     latency_gap: float = 0.020

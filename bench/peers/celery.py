@@ -9,9 +9,9 @@ import os
 import time
 
 from celery import Celery, group
+from common import REDIS_HOST, REDIS_PORT, venv_bin
 from redis import Redis
 
-from common import REDIS_HOST, REDIS_PORT, venv_bin
 from peers.base import Peer, chunks
 from peers.probe import report_end, report_start
 

@@ -10,9 +10,9 @@ import sqlite3
 import time
 import uuid
 
+from common import venv_bin
 from huey import SqliteHuey
 
-from common import venv_bin
 from peers.base import Peer, Unsupported, scratch
 from peers.probe import report_end, report_start
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import AsyncIterator
 
 import asyncpg
 import pgqueuer
+from common import drop_database, recreate_database
 from pgqueuer import AsyncpgDriver, PgQueuer
 from pgqueuer.models import Job
 from pgqueuer.queries import Queries
 
-from common import drop_database, recreate_database
 from peers.base import Peer, chunks
 from peers.probe import report_end, report_start
 

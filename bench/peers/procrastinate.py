@@ -8,8 +8,8 @@ import asyncio
 import os
 
 import procrastinate
-
 from common import drop_database, recreate_database, venv_bin
+
 from peers.base import Peer, chunks
 from peers.probe import report_end, report_start
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
+from common import REDIS_HOST, REDIS_PORT, venv_bin
 from redis import Redis
 from rq import Queue
 
-from common import REDIS_HOST, REDIS_PORT, venv_bin
 from peers.base import Peer, chunks
 from peers.probe import report_end, report_start
 
@@ -41,7 +41,7 @@ class RQPeer(Peer):
     package = "rq"
     handler = "sync (forked work horse)"
     one_job_per_process = True
-    recovery = "not automatic: an abandoned job is moved to the failed registry"
+    recovery = "not measured (a worker process holds one job)"
     url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{DB}"
 
     def settings(self):
