@@ -22,6 +22,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leased.admin import WorkerInfo
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, WorkerRecord
+from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,
     filter_params,
@@ -33,7 +34,7 @@ from leased.backends.rows import (
 from leased.backends.postgres.listener import Listener
 from leased.backends.sql import load_migrations, load_queries
 from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
-from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
+from leased.jobs import Attempt, Job, Lease, Outcome
 
 _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
@@ -76,7 +77,7 @@ def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-class PostgresBackend:
+class PostgresBackend(InspectionReads):
     # Connection failures become DatabaseUnavailable; these are worth another try as they are.
     transient_errors: tuple[type[BaseException], ...] = (errors.DeadlockDetected, errors.SerializationFailure)
 
@@ -147,7 +148,7 @@ class PostgresBackend:
         with self._connection() as connection:
             connection.execute(QUERIES[name], params)
 
-    def _fetch_all(self, name: str, **params: Any) -> list[dict[str, Any]]:
+    def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
         with self._connection() as connection:
             return connection.execute(QUERIES[name], params).fetchall()
 
@@ -225,7 +226,7 @@ class PostgresBackend:
         return results
 
     def claim(self, request: ClaimRequest) -> list[Job]:
-        rows = self._fetch_all("claim", worker_id=request.worker_id, task_names=list(request.task_names),
+        rows = self._rows("claim", worker_id=request.worker_id, task_names=list(request.task_names),
                           queue_names=None if request.queue_names is None else list(request.queue_names),
                           limit=request.limit)
         jobs = [_job(row) for row in rows]
@@ -236,7 +237,7 @@ class PostgresBackend:
         if not leases:
             return set()
         worker_id = leases[0].worker_id
-        rows = self._fetch_all("renew", **_lease_arrays(leases))
+        rows = self._rows("renew", **_lease_arrays(leases))
         return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
@@ -278,23 +279,7 @@ class PostgresBackend:
 
     def list_jobs(self, where: JobFilter) -> list[Job]:
         query = "list_jobs_newest" if where.newest_first else "list_jobs_oldest"
-        return [_job(row) for row in self._fetch_all(query, **filter_params(where))]
-
-    def counts(self) -> dict[tuple[str, JobStatus], int]:
-        return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._fetch_all("counts")}
-
-    def oldest_due(self) -> dict[str, float]:
-        return {row["queue_name"]: row["seconds"] for row in self._fetch_all("oldest_due")}
-
-    def finished_since(self, window_seconds: float) -> dict[tuple[str, JobStatus], int]:
-        rows = self._fetch_all("finished_since", window_seconds=window_seconds)
-        return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in rows}
-
-    def task_names(self) -> list[str]:
-        return [row["name"] for row in self._fetch_all("task_names")]
-
-    def queue_names(self) -> list[str]:
-        return [row["name"] for row in self._fetch_all("queue_names")]
+        return [_job(row) for row in self._rows(query, **filter_params(where))]
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         with self._connection() as connection:
@@ -310,7 +295,7 @@ class PostgresBackend:
         self._run("unregister_worker", id=worker_id)
 
     def list_workers(self, silent_after: float) -> list[WorkerInfo]:
-        return [worker_from_row(row, _utc, _decoded, silent_after) for row in self._fetch_all("list_workers")]
+        return [worker_from_row(row, _utc, _decoded, silent_after) for row in self._rows("list_workers")]
 
     def retry(self, job_id: int) -> Job:
         try:

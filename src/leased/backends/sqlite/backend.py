@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, WorkerRecord
+from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,
     filter_params,
@@ -29,7 +30,7 @@ from leased.backends.rows import (
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
 from leased.errors import DatabaseFull, DatabaseUnavailable, InvalidTransition, JobNotFound
-from leased.jobs import Attempt, Job, JobStatus, Lease, Outcome
+from leased.jobs import Attempt, Job, Lease, Outcome
 from leased.payloads import decode
 
 _HERE = Path(__file__).parent
@@ -63,7 +64,7 @@ def _attempt(row: sqlite3.Row) -> Attempt:
     return attempt_from_row(row, _time)
 
 
-class SQLiteBackend:
+class SQLiteBackend(InspectionReads):
     # "database is locked" past the busy timeout, disk I/O errors: worth retrying, not a bug.
     transient_errors: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
 
@@ -116,11 +117,11 @@ class SQLiteBackend:
                                        "Free disk space, or prune finished jobs") from None
                 raise
 
-    def _read(self, name: str, **params: Any) -> list[sqlite3.Row]:
+    def _rows(self, name: str, **params: Any) -> list[sqlite3.Row]:
         return self._connection().execute(QUERIES[name], params).fetchall()
 
     def _wake_ports(self) -> list[int]:
-        return [row["wake_port"] for row in self._read("wake_ports", silent_after=WORKER_SILENT_AFTER)]
+        return [row["wake_port"] for row in self._rows("wake_ports", silent_after=WORKER_SILENT_AFTER)]
 
     def close(self) -> None:
         with self._lock:
@@ -231,31 +232,15 @@ class SQLiteBackend:
 
     # Inspection and administration.
     def get_job(self, job_id: int) -> Job | None:
-        rows = self._read("get_job", job_id=job_id)
+        rows = self._rows("get_job", job_id=job_id)
         if not rows:
             return None
-        history = tuple(_attempt(row) for row in self._read("get_history", job_id=job_id))
+        history = tuple(_attempt(row) for row in self._rows("get_history", job_id=job_id))
         return _job(rows[0], history)
 
     def list_jobs(self, where: JobFilter) -> list[Job]:
         query = "list_jobs_newest" if where.newest_first else "list_jobs_oldest"
-        return [_job(row) for row in self._read(query, **filter_params(where))]
-
-    def counts(self) -> dict[tuple[str, JobStatus], int]:
-        return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._read("counts")}
-
-    def oldest_due(self) -> dict[str, float]:
-        return {row["queue_name"]: row["seconds"] for row in self._read("oldest_due")}
-
-    def finished_since(self, window_seconds: float) -> dict[tuple[str, JobStatus], int]:
-        rows = self._read("finished_since", window_seconds=window_seconds)
-        return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in rows}
-
-    def task_names(self) -> list[str]:
-        return [row["name"] for row in self._read("task_names")]
-
-    def queue_names(self) -> list[str]:
-        return [row["name"] for row in self._read("queue_names")]
+        return [_job(row) for row in self._rows(query, **filter_params(where))]
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         with self._write() as connection:
@@ -272,7 +257,7 @@ class SQLiteBackend:
             connection.execute(QUERIES["unregister_worker"], {"id": worker_id})
 
     def list_workers(self, silent_after: float) -> list[WorkerInfo]:
-        return [worker_from_row(row, _time, decode, silent_after) for row in self._read("list_workers")]
+        return [worker_from_row(row, _time, decode, silent_after) for row in self._rows("list_workers")]
 
     def retry(self, job_id: int) -> Job:
         try:
