@@ -10,7 +10,7 @@ in its thread pool) or hands the call to the pool itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -188,7 +188,8 @@ class Pages:
         self.flash.set(request, response, kind, text)
         return response
 
-    async def retry(self, request: Request) -> Response:
+    async def _on_job(self, request: Request, refused: str, act: Callable[[int], str]) -> Response:
+        """Run one action on the job in the path; back to its page saying what happened."""
         form = await self._checked_form(request)
         if isinstance(form, Response):
             return form
@@ -197,27 +198,26 @@ class Pages:
             return PlainTextResponse(f"no job with id {job_id}\n", status_code=404)
         back = request.url_for("job", job_id=job_id).path
         try:
-            job = await run_in_threadpool(self.leased.retry, job_id)
+            done = await run_in_threadpool(act, job_id)
         except (JobNotFound, InvalidTransition) as error:
-            return self._redirect(request, back, "error", f"Not retried: {error}")
-        return self._redirect(request, back, "ok", f"Job {job.id} ({job.task_name}) is pending again and will "
-                                                   f"run as soon as a worker is free.")
+            return self._redirect(request, back, "error", f"{refused}: {error}")
+        return self._redirect(request, back, "ok", done)
+
+    async def retry(self, request: Request) -> Response:
+        def retry(job_id: int) -> str:
+            job = self.leased.retry(job_id)
+            return f"Job {job.id} ({job.task_name}) is pending again and will run as soon as a worker is free."
+
+        return await self._on_job(request, "Not retried", retry)
 
     async def cancel(self, request: Request) -> Response:
-        form = await self._checked_form(request)
-        if isinstance(form, Response):
-            return form
-        job_id = request.path_params["job_id"]
-        if job_id > MAX_JOB_ID:
-            return PlainTextResponse(f"no job with id {job_id}\n", status_code=404)
-        back = request.url_for("job", job_id=job_id).path
-        try:
-            was_running = (await run_in_threadpool(self.leased.get_job, job_id)).status == JobStatus.RUNNING
-            job = await run_in_threadpool(self.leased.cancel, job_id)
-        except (JobNotFound, InvalidTransition) as error:
-            return self._redirect(request, back, "error", f"Not cancelled: {error}")
-        stopping = " Its worker will stop the handler." if was_running else ""
-        return self._redirect(request, back, "ok", f"Job {job.id} ({job.task_name}) is cancelled.{stopping}")
+        def cancel(job_id: int) -> str:
+            was_running = self.leased.get_job(job_id).status == JobStatus.RUNNING
+            job = self.leased.cancel(job_id)
+            stopping = " Its worker will stop the handler." if was_running else ""
+            return f"Job {job.id} ({job.task_name}) is cancelled.{stopping}"
+
+        return await self._on_job(request, "Not cancelled", cancel)
 
     async def retry_failed(self, request: Request) -> Response:
         form = await self._checked_form(request)
