@@ -200,3 +200,167 @@ def test_enqueue_many_keeps_idempotency_per_job(app, notify):
     batch = notify.using(idempotency_key="k").enqueue_many([("p-1",), ("p-1",)])
     assert [job.id for job in batch] == [first.id, first.id]
     assert len(app.list_jobs()) == 1
+
+
+def test_enqueue_many_returns_each_job_as_stored_in_the_batch_order(app, notify):
+    calls = [(f"p-{n}",) if n % 3 else {"proposal_id": f"p-{n}", "urgent": n % 2 == 0} for n in range(200)]
+    jobs = notify.using(queue_name="mail", priority=3, run_after=timedelta(minutes=1)).enqueue_many(calls)
+    assert [app.get_job(job.id) for job in jobs] == jobs
+    assert [job.id for job in jobs] == sorted(job.id for job in jobs)
+    assert [(job.args, job.kwargs) for job in jobs] == [
+        (list(call), {}) if isinstance(call, tuple) else ([], call) for call in calls]
+    at = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+    scheduled = notify.using(run_after=at).enqueue_many([("a",), ("b",)])
+    assert [job.run_after for job in scheduled] == [at, at]
+    assert [app.get_job(job.id) for job in scheduled] == scheduled
+
+
+def test_a_batch_mixing_keys_gets_each_position_its_job(app, notify):
+    def call(key, argument):
+        return notify.using(idempotency_key=key).new_job((argument,), {})
+
+    notify.using(idempotency_key="claimed").enqueue("old")
+    app.run_until_empty()  # that job ran: its key is free again
+    held = notify.using(idempotency_key="held").enqueue("pending")
+
+    batch = [call(None, "a"), call("held", "b"), call("new", "c"), call(None, "d"), call("new", "e"),
+             call("claimed", "f"), call("held", "g")]
+    results = app.backend.enqueue(batch)
+
+    assert [created for _, created in results] == [True, False, True, True, False, True, False]
+    jobs = [job for job, _ in results]
+    assert jobs[1] == jobs[6] == held
+    assert jobs[4] == jobs[2] and jobs[2].args == ["c"]
+    assert [jobs[i].args for i in (0, 3, 5)] == [["a"], ["d"], ["f"]]
+    assert all(app.get_job(job.id) == job for job in jobs)
+    assert len(app.list_jobs()) == 6  # two from before, four new
+
+
+def test_a_key_freed_before_the_lookup_is_inserted_after_all(app, notify):
+    # The branch taken when a worker claims the key's holder between our insert and our lookup.
+    new = notify.using(idempotency_key="k").new_job(("p",), {})
+    if isinstance(app.backend._connection(), sqlite3.Connection):
+        job, created = app.backend._held_or_inserted(app.backend._connection(), new)
+    else:
+        with app.backend._connection() as connection:
+            job, created = app.backend._held_or_inserted(connection, new)
+    assert created and app.get_job(job.id) == job and job.idempotency_key == "k"
+
+
+def test_enqueue_many_in_callers_transaction_commits_and_rolls_back_whole(app, notify, backend_name):
+    app.counts()
+
+    def connect():
+        if backend_name == "sqlite":
+            return sqlite3.connect(app.backend.path)
+        import psycopg
+
+        return psycopg.connect(app.database_url)
+
+    connection = connect()
+    rolled_back = notify.using(connection=connection).enqueue_many([("a",), ("b",)])
+    rolled_back += notify.using(connection=connection, idempotency_key="k").enqueue_many([("c",), ("d",)])
+    connection.rollback()
+    connection.close()
+    assert app.list_jobs() == []
+    assert all(app.backend.get_job(job.id) is None for job in rolled_back)
+
+    connection = connect()
+    kept = notify.using(connection=connection).enqueue_many([("e",), ("f",)])
+    connection.commit()
+    connection.close()
+    assert sorted(app.list_jobs(), key=lambda job: job.id) == kept
+
+
+def test_async_batch_on_callers_connection_keeps_idempotency(app, notify, backend_name):
+    if backend_name != "postgres":
+        pytest.skip("async connections are psycopg's")
+    import psycopg
+
+    held = notify.using(idempotency_key="held").enqueue("pending")
+    batch = [notify.using(idempotency_key=key).new_job((argument,), {})
+             for key, argument in [(None, "a"), ("held", "b"), ("new", "c"), ("new", "d")]]
+
+    async def scenario():
+        async with await psycopg.AsyncConnection.connect(app.database_url) as connection:
+            results = await app.backend.enqueue_async(batch, connection)
+            await connection.commit()
+            return results
+
+    results = asyncio.run(scenario())
+    assert [created for _, created in results] == [True, False, True, False]
+    assert results[1][0] == held and results[3][0] == results[2][0]
+    assert all(app.get_job(job.id) == job for job, _ in results)
+
+
+def test_a_batch_wakes_each_queue_with_a_due_job_once(app, notify, backend_name):
+    from leased.backends.base import WorkerRecord
+
+    listener = app.backend.listener()
+    try:
+        if backend_name == "sqlite":  # the producer sends a datagram to each port workers recorded
+            app.backend.register_worker(WorkerRecord("w", "host", 1, 1, None, ("notify_owner",),
+                                                     wake_port=listener.port))
+        else:
+            listener.wait(0.01)  # connects and listens
+        batch = [notify.using(queue_name=queue, run_after=delay).new_job((n,), {})
+                 for n, (queue, delay) in enumerate([("mail", None), ("sms", None), ("mail", None),
+                                                     ("later", timedelta(hours=1)), ("sms", None)])]
+        app.backend.enqueue(batch)
+        heard = listener.wait(5.0)
+        while more := listener.wait(0.3):
+            heard += more
+    finally:
+        listener.close()
+    assert sorted(heard) == ["mail", "sms"]
+
+
+def test_positional_calls_are_checked_as_strictly_as_bind(tmp_path):
+    import functools
+    import inspect
+
+    app = Leased(f"sqlite:///{tmp_path / 'unused.db'}")
+
+    def no_parameters(): ...
+    def one(a): ...
+    def defaults(a, b=1, c=2): ...
+    def positional_only(a, /, b, c=3): ...
+    def var_positional(a, *rest): ...
+    def keyword_only(a, *, key): ...
+    def keyword_only_default(a, *, key=1): ...
+    def var_keyword(a, **options): ...
+
+    class Callable:
+        def __call__(self, a, b=1): ...
+
+    functions = [no_parameters, one, defaults, positional_only, var_positional, keyword_only,
+                 keyword_only_default, var_keyword, functools.partial(defaults, 1), Callable()]
+    cases = [(function, False) for function in functions] + [(one, True), (defaults, True), (var_positional, True)]
+    for number, (function, takes_context) in enumerate(cases):
+        task = app.task(name=f"t{number}", takes_context=takes_context)(function)
+        for count in range(5):
+            args = tuple(range(count))
+            try:
+                inspect.signature(function).bind(*((None,) if takes_context else ()), *args)
+                binds = True
+            except TypeError:
+                binds = False
+            try:
+                task.check_arguments(args, {})
+                accepted = True
+            except PayloadError:
+                accepted = False
+            assert accepted == binds, (function, takes_context, count)
+
+
+def test_a_batch_larger_than_one_statement_keeps_order_and_keys(app, notify, monkeypatch):
+    monkeypatch.setattr("leased.backends.rows.INSERT_BATCH", 3)
+    held = notify.using(idempotency_key="held").enqueue("pending")
+    keys = [None, "k", None, "held", None, None, None, "k", "m", None]
+    batch = [notify.using(idempotency_key=key).new_job((n,), {}) for n, key in enumerate(keys)]
+    results = app.backend.enqueue(batch)
+    assert [created for _, created in results] == [True, True, True, False, True, True, True, False, True, True]
+    jobs = [job for job, _ in results]
+    assert jobs[3] == held and jobs[7] == jobs[1]
+    assert [job.args for job, created in results if created] == [[n] for n in (0, 1, 2, 4, 5, 6, 8, 9)]
+    assert all(app.get_job(job.id) == job for job in jobs)

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leased import Backoff, ConfigurationError
-from leased.payloads import clean_text
+from leased import Backoff, ConfigurationError, PayloadError
+from leased.payloads import clean_text, encode_arguments
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
@@ -50,3 +50,23 @@ def test_error_text_is_stored_clean_and_capped():
     assert clean_text("a\x00b", 100) == "a\\x00b"
     long = clean_text("x" * 10_000 + "END", 1000)
     assert len(long) < 1100 and long.endswith("END") and "characters cut" in long
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((1, object()), {}, r"^argument 1 \(object\) is not JSON-serializable"),
+    ((float("nan"),), {"a": object()}, r"^argument 0 \(float\)"),
+    (([1, {2, 3}],), {}, r"^argument 0 \(list\)"),
+    ((), {"a": 1, "b": float("inf")}, r"^keyword argument 'b' \(float\)"),
+    ((), {"a": 1, 2: "x"}, r"^keyword argument names must be strings, got 2$"),
+    ((), {"a": object(), 2: "x"}, r"^keyword argument 'a' \(object\)"),
+    ((), {(1, 2): "x"}, r"^keyword argument names must be strings, got \(1, 2\)$"),
+])
+def test_the_first_argument_that_cannot_be_stored_is_named(args, kwargs, message):
+    with pytest.raises(PayloadError, match=message):
+        encode_arguments(args, kwargs, 1000)
+
+
+def test_arguments_encode_compactly_and_keep_unicode():
+    encoded = encode_arguments((1, "é", [None, True]), {"k": {"x": 1.5}}, 1000)
+    assert encoded == ('[1,"é",[null,true]]', '{"k":{"x":1.5}}')
+    assert encode_arguments((), {}, 1000) == ("[]", "{}")

@@ -24,14 +24,41 @@ def test_claim_reads_the_due_index_not_the_table(app, backend_name):
         plan = " ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + SQLITE["claim"], params))
         assert "USING INDEX leased_jobs_due" in plan and "SCAN leased_jobs " not in plan + " ", plan
         return
+    plan = _postgres_claim_plan(app, "CASE WHEN i %% 100 = 0 THEN 'pending' ELSE 'done' END", analyze=True)
+    assert "leased_jobs_due" in plan and "Seq Scan on leased_jobs" not in plan, plan
+
+
+def test_a_burst_into_a_table_without_statistics_is_claimed_through_the_due_index(app, backend_name):
+    """Before autovacuum's first ANALYZE the planner would sort every pending row for each claim."""
+    if backend_name != "postgres":
+        return  # SQLite's claim names its index
+    app.counts()
+    plan = _postgres_claim_plan(app, "'pending'", analyze=False)
+    assert "leased_jobs_due" in plan and "Sort" not in plan and "Bitmap" not in plan, plan
+
+
+def _postgres_claim_plan(app, status_sql: str, *, analyze: bool) -> str:
+    """The claim's plan over HISTORY rows, under the planner settings the backend sends with it."""
     import psycopg
 
     with psycopg.connect(app.database_url, autocommit=True) as connection:
         connection.execute(
             "INSERT INTO leased_jobs (task_name, queue_name, status, max_attempts, lease_seconds, finished_at) "
-            "SELECT 't', 'default', CASE WHEN i %% 100 = 0 THEN 'pending' ELSE 'done' END, 3, 30, now() "
-            "FROM generate_series(1, %s) AS i", (HISTORY,))
-        connection.execute("ANALYZE leased_jobs")
-        plan = "\n".join(row[0] for row in connection.execute(  # EXPLAIN alone runs nothing
-            "EXPLAIN " + POSTGRES["claim"], {"worker_id": "w", "task_names": ["t"], "queue_names": None, "limit": 10}))
-    assert "leased_jobs_due" in plan and "Seq Scan on leased_jobs" not in plan, plan
+            f"SELECT 't', 'default', {status_sql}, 3, 30, now() FROM generate_series(1, %s) AS i", (HISTORY,))
+        if analyze:
+            connection.execute("ANALYZE leased_jobs")
+        with connection.transaction():
+            connection.execute(POSTGRES["claim_settings"])
+            return "\n".join(row[0] for row in connection.execute(  # EXPLAIN alone runs nothing
+                "EXPLAIN " + POSTGRES["claim"], {"worker_id": "w", "task_names": ["t"], "queue_names": None,
+                                                 "limit": 10}))
+
+
+def test_sqlite_finish_looks_each_job_up_by_id(app, backend_name):
+    """Not by status: that would scan every running job once per end in the batch."""
+    if backend_name != "sqlite":
+        return  # PostgreSQL joins the batch to the primary key by itself
+    app.counts()
+    connection = app.backend._connection()
+    plan = " ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + SQLITE["finish"], {"ends": "[]"}))
+    assert "INTEGER PRIMARY KEY" in plan and "leased_jobs_status" not in plan, plan

@@ -11,8 +11,13 @@ from leased.errors import PayloadError
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
 
+# One encoder for every call: json.dumps() with options builds a new one each time, which costs
+# as much as encoding a few small arguments.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def _check_json(value: Any, where: str) -> None:
@@ -25,15 +30,26 @@ def _check_json(value: Any, where: str) -> None:
         ) from None
 
 
-def encode_arguments(args: tuple | list, kwargs: dict[str, Any], limit: int) -> tuple[str, str]:
-    """Encode arguments as two JSON documents, naming the first argument that cannot be stored."""
+def _check_each(args: tuple | list, kwargs: dict[str, Any]) -> None:
     for position, value in enumerate(args):
         _check_json(value, f"argument {position} ({type(value).__name__})")
     for name, value in kwargs.items():
         if not isinstance(name, str):
             raise PayloadError(f"keyword argument names must be strings, got {name!r}")
         _check_json(value, f"keyword argument {name!r} ({type(value).__name__})")
-    args_json, kwargs_json = _dumps(list(args)), _dumps(kwargs)
+
+
+def encode_arguments(args: tuple | list, kwargs: dict[str, Any], limit: int) -> tuple[str, str]:
+    """Encode arguments as two JSON documents, naming the first argument that cannot be stored."""
+    # Valid arguments, the common case, are encoded once; each value is looked at on its own only
+    # to name the culprit, since a list or dict fails to encode only where one of its parts does.
+    try:
+        args_json, kwargs_json = _dumps(list(args)), _dumps(kwargs) if kwargs else "{}"
+    except (TypeError, ValueError):
+        _check_each(args, kwargs)
+        raise
+    if kwargs and not all(isinstance(name, str) for name in kwargs):  # json turns a name 1 into "1"
+        _check_each(args, kwargs)
     size = len(args_json.encode()) + len(kwargs_json.encode())
     if size > limit:
         raise PayloadError(

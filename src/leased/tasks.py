@@ -72,12 +72,25 @@ def schedule(run_after: datetime | timedelta | None) -> tuple[datetime | None, f
 
 
 def _split_call(call: object, position: int) -> tuple[tuple, dict[str, Any]]:
+    if type(call) is tuple:  # the common case, before the costly isinstance() of an abstract class
+        return call, {}
     if isinstance(call, Mapping):
         return (), dict(call)
     if isinstance(call, (tuple, list)):
         return tuple(call), {}
     raise ConfigurationError(f"enqueue_many: call {position} is {call!r}; give a tuple of positional arguments "
                              "or a dict of keyword arguments")
+
+
+def _positional_counts(signature: inspect.Signature, leading: int) -> tuple[int, int] | None:
+    """(fewest, most) positional arguments that bind to a signature of plain parameters, required
+    ones first; None for any other signature (*args, **kwargs, keyword-only), which needs bind()."""
+    parameters = list(signature.parameters.values())
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [parameter.default is parameter.empty for parameter in parameters]
+    if not all(parameter.kind in plain for parameter in parameters) or required != sorted(required, reverse=True):
+        return None
+    return max(sum(required) - leading, 0), len(parameters) - leading
 
 
 @dataclass(frozen=True)
@@ -119,13 +132,18 @@ class TaskCall(Generic[P, R]):
         return replace(self, **changes)
 
     def new_job(self, args: tuple, kwargs: dict[str, Any]) -> NewJob:
-        self.task.check_arguments(args, kwargs)
-        args_json, kwargs_json = encode_arguments(args, kwargs, self.task.app.max_payload_bytes)
+        return self._new_jobs([(args, kwargs)])[0]
+
+    def _new_jobs(self, calls: Iterable[tuple[tuple, dict[str, Any]]]) -> list[NewJob]:
+        task, check, limit = self.task, self.task.check_arguments, self.task.app.max_payload_bytes
         run_at, delay = schedule(self.run_after)
-        return NewJob(task_name=self.task.name, queue_name=self.queue_name, args_json=args_json,
-                      kwargs_json=kwargs_json, priority=self.priority, max_attempts=self.max_attempts,
-                      lease_seconds=self.lease_seconds, run_at=run_at, delay_seconds=delay,
-                      idempotency_key=self.idempotency_key)
+        jobs = []
+        for args, kwargs in calls:
+            check(args, kwargs)
+            args_json, kwargs_json = encode_arguments(args, kwargs, limit)
+            jobs.append(NewJob(task.name, self.queue_name, args_json, kwargs_json, self.priority, self.max_attempts,
+                               self.lease_seconds, run_at, delay, self.idempotency_key))
+        return jobs
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Write the job (in `connection`'s open transaction if one was given) and return it."""
@@ -134,7 +152,7 @@ class TaskCall(Generic[P, R]):
     def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[Job]:
         """Write many jobs in one transaction. Each call is a tuple or list of positional arguments,
         or a dict of keyword arguments (so a single dict argument goes in a tuple: `(payload,)`)."""
-        jobs = [self.new_job(*_split_call(call, position)) for position, call in enumerate(calls)]
+        jobs = self._new_jobs(_split_call(call, position) for position, call in enumerate(calls))
         return self.task.app._enqueue(jobs, self.connection) if jobs else []
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -166,6 +184,7 @@ class Task(Generic[P, R]):
         if takes_context and not self.signature.parameters:
             raise ConfigurationError(f"task {name!r} has takes_context=True, so its first parameter receives "
                                      "the TaskContext; the function takes no parameters")
+        self._positional_counts = _positional_counts(self.signature, leading=1 if takes_context else 0)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),
             lease_seconds(lease))
@@ -186,6 +205,9 @@ class Task(Generic[P, R]):
         if not isinstance(args, (tuple, list)) or not isinstance(kwargs, dict):
             raise PayloadError(f"stored arguments of {self.name} are malformed (args {args!r:.200}, "
                                f"kwargs {kwargs!r:.200}): args must be a JSON array and kwargs a JSON object")
+        counts = self._positional_counts
+        if counts is not None and not kwargs and counts[0] <= len(args) <= counts[1]:
+            return  # what bind() would accept, without its cost per job
         leading = (None,) if self.takes_context else ()
         try:
             self.signature.bind(*leading, *args, **kwargs)

@@ -35,6 +35,7 @@ class ClaimRequest:
     task_names: tuple[str, ...]  # only tasks this worker can run
     queue_names: tuple[str, ...] | None  # None: every queue
     limit: int
+    reclaim_expired: bool = False  # first return expired leases to the pool, in the same transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,10 @@ class Backend(Protocol):
         """enqueue() on the caller's async connection, inside the caller's transaction."""
 
     def claim(self, request: ClaimRequest) -> list[Job]:
-        """Atomically lease up to `limit` due jobs, counting the attempt and opening its history record."""
+        """Atomically lease up to `limit` due jobs, counting the attempt and opening its history record.
+
+        With `reclaim_expired`, does what reclaim_expired() does first: an idle worker's poll is
+        then one transaction, not two."""
 
     def renew(self, leases: Sequence[Lease]) -> set[Lease]:
         """Extend every given lease in one statement; returns those still held."""

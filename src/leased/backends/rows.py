@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
-from typing import Any, Callable, Mapping
+from datetime import datetime
+from operator import itemgetter
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from leased.admin import WorkerInfo
 from leased.backends.base import JobFilter, NewJob, WorkerRecord
@@ -73,8 +74,95 @@ def filter_params(where: JobFilter) -> dict[str, Any]:
             "before_id": where.before_id, "after_id": where.after_id, "limit": where.limit}
 
 
-def job_params(job: NewJob, run_at: Any) -> dict[str, Any]:
-    """The insert_job query's parameters; `run_at` already in the driver's form."""
-    params = asdict(job)
-    params.update(args=params.pop("args_json"), kwargs=params.pop("kwargs_json"), run_at=run_at)
-    return params
+# Enqueueing a batch. Each backend's insert_jobs query takes the batch as one JSON array of jobs
+# and returns (id, run_after, created_at, idempotency_key) for each row it inserted; a job whose
+# key a pending job already holds is skipped. What else a new job holds, the caller already knows.
+
+# Jobs per insert statement: a larger batch goes in several, so that no statement's JSON nears
+# what a database takes in one value (PostgreSQL's jsonb stops at 256 MB).
+INSERT_BATCH = 5_000
+
+
+def in_parts(jobs: Sequence[NewJob]) -> Iterator[Sequence[NewJob]]:
+    for start in range(0, len(jobs), INSERT_BATCH):
+        yield jobs[start:start + INSERT_BATCH]
+
+
+def first_of_each_key(jobs: Sequence[NewJob]) -> list[NewJob]:
+    """The jobs to insert: those without a key, and the first with each key (the later ones get
+    its job, as their own insert would find it pending)."""
+    seen: set[str] = set()
+    first = []
+    for job in jobs:
+        key = job.idempotency_key
+        if key is None or key not in seen:
+            if key is not None:
+                seen.add(key)
+            first.append(job)
+    return first
+
+
+def jobs_json(jobs: Sequence[NewJob], run_at: Callable[[datetime], Any]) -> str:
+    """insert_jobs' parameter; `run_at` gives an absolute time in a form the query reads."""
+    return json.dumps([
+        [job.task_name, job.queue_name, job.args_json, job.kwargs_json, job.priority, job.max_attempts,
+         job.lease_seconds, None if job.run_at is None else run_at(job.run_at), job.delay_seconds,
+         job.idempotency_key]
+        for job in jobs])
+
+
+def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time: ToTime) -> list[Job | None]:
+    """The jobs insert_jobs created from `jobs` (no key twice), None where a pending job held the key.
+
+    A row with a key is that key's job. Rows without one go to the jobs without one in id order:
+    insert_jobs assigns ids in the batch's order (see queries.sql), whatever order it returns them in.
+    """
+    keyed, keyless = {}, []
+    for row in sorted(rows, key=itemgetter(0)):
+        if row[3] is None:
+            keyless.append(row)
+        else:
+            keyed[row[3]] = row
+    keyless_rows = iter(keyless)
+    times: dict[Any, datetime] = {}  # a batch's rows mostly share their times: convert each once
+    # One loads() for the batch: for documents this small, each call's overhead outweighs the parsing.
+    args = json.loads(f"[{','.join(job.args_json for job in jobs)}]")
+    kwargs = json.loads(f"[{','.join(job.kwargs_json for job in jobs)}]")
+    created: list[Job | None] = []
+    for job, job_args, job_kwargs in zip(jobs, args, kwargs):
+        row = next(keyless_rows) if job.idempotency_key is None else keyed.get(job.idempotency_key)
+        if row is None:
+            created.append(None)
+            continue
+        _, run_after, created_at, _ = row
+        if run_after not in times:
+            times[run_after] = to_time(run_after)
+        if created_at not in times:
+            times[created_at] = to_time(created_at)
+        created.append(Job(
+            id=row[0], task_name=job.task_name, queue_name=job.queue_name, status=JobStatus.PENDING,
+            args=job_args, kwargs=job_kwargs, priority=job.priority, attempt=0, max_attempts=job.max_attempts,
+            lease_seconds=job.lease_seconds, run_after=times[run_after], created_at=times[created_at],
+            idempotency_key=job.idempotency_key))
+    return created
+
+
+def enqueue_results(jobs: Sequence[NewJob], created: Iterable[Job | None],
+                    found: Mapping[str, tuple[Job, bool]]) -> list[tuple[Job, bool]]:
+    """Backend.enqueue's answer for `jobs`, given what inserting first_of_each_key(jobs) created
+    and, for each key that was held, what the backend found: the holder, or a job inserted later."""
+    made = iter(created)
+    holders: dict[str, Job] = {}
+    results = []
+    for new in jobs:
+        key = new.idempotency_key
+        if key is None:
+            results.append((next(made), True))
+        elif key in holders:
+            results.append((holders[key], False))
+        else:
+            job = next(made)
+            result = (job, True) if job is not None else found[key]
+            holders[key] = result[0]
+            results.append(result)
+    return results

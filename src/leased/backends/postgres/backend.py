@@ -12,12 +12,12 @@ import threading
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import psycopg
 from psycopg import errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leased.admin import WorkerInfo
@@ -25,9 +25,13 @@ from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, Wo
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,
+    created_jobs,
+    enqueue_results,
     filter_params,
+    first_of_each_key,
+    in_parts,
     job_from_row,
-    job_params,
+    jobs_json,
     worker_from_row,
     worker_params,
 )
@@ -61,9 +65,9 @@ def _decoded(value: Any) -> Any:
     return value  # psycopg has decoded json columns already
 
 
-def _job_params(job: NewJob) -> dict[str, Any]:
+def _jobs_json(jobs: Sequence[NewJob]) -> str:
     # astimezone(): a naive time means local time, as datetime.timestamp() reads it for SQLite.
-    return job_params(job, None if job.run_at is None else job.run_at.astimezone(UTC))
+    return jobs_json(jobs, lambda run_at: run_at.astimezone(UTC).isoformat())
 
 
 def _is_connection_failure(error: psycopg.OperationalError) -> bool:
@@ -71,6 +75,10 @@ def _is_connection_failure(error: psycopg.OperationalError) -> bool:
     # are not an unreachable database: only client-side failures and SQLSTATE 08/57P0x are.
     state = error.sqlstate
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def _set_up_for_claims(connection: psycopg.Connection) -> None:
+    connection.execute(QUERIES["claim_settings"])
 
 
 def _first_line(error: Exception) -> str:
@@ -101,38 +109,55 @@ class PostgresBackend(InspectionReads):
         self._url, self._connect_kwargs = url, connect_kwargs
         self._sizes = (min_connections, max_connections)
         self._pool: ConnectionPool | None = None
+        # Claims get connections of their own, set up once for them (see claim_settings in
+        # queries.sql): the claim is then one statement, where sending the settings with every
+        # claim cost a transaction block and more time than the claim itself.
+        self._claims_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
 
     def _open_pool(self) -> ConnectionPool:
         """Connect on first use, so that e.g. printing the migration SQL needs no server."""
         with self._pool_lock:
-            if self._pool is not None:
-                return self._pool
-            url, connect_kwargs, (min_connections, max_connections) = self._url, self._connect_kwargs, self._sizes
-            # One plain connection first: it fails at once with libpq's reason (refused, bad password,
-            # no such database), where the pool would retry quietly until its wait timed out.
-            try:
-                psycopg.connect(url, **connect_kwargs).close()
-            except psycopg.OperationalError as error:
-                raise DatabaseUnavailable(f"cannot connect to {self._where}: {_first_line(error)}") from None
-            pool = ConnectionPool(url, min_size=min_connections, max_size=max_connections,
-                                  kwargs=connect_kwargs, timeout=POOL_TIMEOUT_SECONDS, name="leased", open=True)
-            try:
-                pool.wait(timeout=CONNECT_TIMEOUT_SECONDS)
-            except PoolTimeout:
-                pool.close()
-                raise DatabaseUnavailable(
-                    f"cannot connect to {self._where}: no connection within {CONNECT_TIMEOUT_SECONDS} s") from None
-            self._pool = pool
-            return pool
+            if self._pool is None:
+                self._pool = self._new_pool("leased", *self._sizes)
+            return self._pool
+
+    def _open_claims_pool(self) -> ConnectionPool:
+        with self._pool_lock:
+            if self._claims_pool is None:
+                self._claims_pool = self._new_pool("leased-claims", 1, 2, _set_up_for_claims)
+            return self._claims_pool
+
+    def _new_pool(self, name: str, min_connections: int, max_connections: int,
+                  configure: Callable[[psycopg.Connection], None] | None = None) -> ConnectionPool:
+        url, connect_kwargs = self._url, self._connect_kwargs
+        # One plain connection first: it fails at once with libpq's reason (refused, bad password,
+        # no such database), where the pool would retry quietly until its wait timed out.
+        try:
+            psycopg.connect(url, **connect_kwargs).close()
+        except psycopg.OperationalError as error:
+            raise DatabaseUnavailable(f"cannot connect to {self._where}: {_first_line(error)}") from None
+        pool = ConnectionPool(url, min_size=min_connections, max_size=max_connections, kwargs=connect_kwargs,
+                              configure=configure, timeout=POOL_TIMEOUT_SECONDS, name=name, open=True)
+        try:
+            pool.wait(timeout=CONNECT_TIMEOUT_SECONDS)
+        except PoolTimeout:
+            pool.close()
+            raise DatabaseUnavailable(
+                f"cannot connect to {self._where}: no connection within {CONNECT_TIMEOUT_SECONDS} s") from None
+        return pool
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self._where})"
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    def _connection(self, for_claims: bool = False) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        if for_claims:
+            pool = self._claims_pool or self._open_claims_pool()
+        else:
+            pool = self._pool or self._open_pool()
         try:
-            with (self._pool or self._open_pool()).connection() as connection:
+            with pool.connection() as connection:
                 yield connection
         except PoolTimeout:
             raise DatabaseUnavailable(
@@ -158,9 +183,10 @@ class PostgresBackend(InspectionReads):
 
     def close(self) -> None:
         with self._pool_lock:
-            if self._pool is not None:
-                self._pool.close()
-                self._pool = None
+            for pool in (self._pool, self._claims_pool):
+                if pool is not None:
+                    pool.close()
+            self._pool = self._claims_pool = None
 
     def listener(self) -> Listener:
         return Listener(self._url, self._connect_kwargs, QUERIES["wake_channel"], self._where)
@@ -180,55 +206,77 @@ class PostgresBackend(InspectionReads):
             with own.transaction():
                 return self._insert(own, jobs)
 
-    # enqueue_async mirrors _insert line for line; only execute and fetch are awaited.
+    # enqueue_async mirrors _insert and its helpers line for line; only execute and fetch are awaited.
     def _insert(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
-        params = [_job_params(job) for job in jobs]
-        # dict_row on the cursor: the caller's connection may use any row factory.
-        with connection.cursor(row_factory=dict_row) as cursor:
-            if len(params) == 1:
-                rows = [cursor.execute(QUERIES["insert_job"], params[0]).fetchone()]
-            else:  # executemany pipelines the inserts: one round trip for the batch
-                cursor.executemany(QUERIES["insert_job"], params, returning=True)
-                rows = [cursor.fetchone()]
-                while cursor.nextset():
-                    rows.append(cursor.fetchone())
-            # No row: a pending job holds the key. If a worker claims it before we read it, the
-            # key is free again and the next insert succeeds.
-            results = []
-            for row, job_params in zip(rows, params):
-                while row is None:
-                    existing = cursor.execute(QUERIES["pending_with_key"], job_params).fetchone()
-                    if existing is not None:
-                        break
-                    row = cursor.execute(QUERIES["insert_job"], job_params).fetchone()
-                results.append((_job(row), True) if row is not None else (_job(existing), False))
-            return results
+        sent = first_of_each_key(jobs)
+        created = self._insert_batch(connection, sent)
+        found = {new.idempotency_key: self._held_or_inserted(connection, new)
+                 for new, job in zip(sent, created) if job is None}
+        return enqueue_results(jobs, created, found)
+
+    def _insert_batch(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[Job | None]:
+        created: list[Job | None] = []
+        # The row factory on the cursor: the caller's connection may use any.
+        with connection.cursor(row_factory=tuple_row) as cursor:
+            for part in in_parts(jobs):
+                rows = cursor.execute(QUERIES["insert_jobs"], {"jobs": _jobs_json(part)}).fetchall()
+                created += created_jobs(part, rows, _utc)
+        return created
+
+    def _held_or_inserted(self, connection: psycopg.Connection, new: NewJob) -> tuple[Job, bool]:
+        # A pending job holds the key. If a worker claims it before we read it, the key is free
+        # again and the next insert succeeds.
+        while True:
+            with connection.cursor(row_factory=dict_row) as cursor:
+                holder = cursor.execute(QUERIES["pending_with_key"],
+                                        {"idempotency_key": new.idempotency_key}).fetchone()
+            if holder is not None:
+                return _job(holder), False
+            (job,) = self._insert_batch(connection, [new])
+            if job is not None:
+                return job, True
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: psycopg.AsyncConnection
                             ) -> list[tuple[Job, bool]]:
         if not isinstance(connection, psycopg.AsyncConnection):
             raise ConfigurationError(
                 f"aenqueue() with a connection needs a psycopg.AsyncConnection, got {type(connection).__name__}")
-        results = []
-        async with connection.cursor(row_factory=dict_row) as cursor:
-            for params in (_job_params(job) for job in jobs):
-                while True:
-                    await cursor.execute(QUERIES["insert_job"], params)
-                    row = await cursor.fetchone()
-                    if row is not None:
-                        results.append((_job(row), True))
-                        break
-                    await cursor.execute(QUERIES["pending_with_key"], params)
-                    existing = await cursor.fetchone()
-                    if existing is not None:
-                        results.append((_job(existing), False))
-                        break
-        return results
+        sent = first_of_each_key(jobs)
+        created = await self._insert_batch_async(connection, sent)
+        found = {new.idempotency_key: await self._held_or_inserted_async(connection, new)
+                 for new, job in zip(sent, created) if job is None}
+        return enqueue_results(jobs, created, found)
+
+    async def _insert_batch_async(self, connection: psycopg.AsyncConnection, jobs: Sequence[NewJob]
+                                  ) -> list[Job | None]:
+        created: list[Job | None] = []
+        async with connection.cursor(row_factory=tuple_row) as cursor:
+            for part in in_parts(jobs):
+                await cursor.execute(QUERIES["insert_jobs"], {"jobs": _jobs_json(part)})
+                rows = await cursor.fetchall()
+                created += created_jobs(part, rows, _utc)
+        return created
+
+    async def _held_or_inserted_async(self, connection: psycopg.AsyncConnection, new: NewJob
+                                      ) -> tuple[Job, bool]:
+        while True:
+            async with connection.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": new.idempotency_key})
+                holder = await cursor.fetchone()
+            if holder is not None:
+                return _job(holder), False
+            (job,) = await self._insert_batch_async(connection, [new])
+            if job is not None:
+                return job, True
 
     def claim(self, request: ClaimRequest) -> list[Job]:
-        rows = self._rows("claim", worker_id=request.worker_id, task_names=list(request.task_names),
-                          queue_names=None if request.queue_names is None else list(request.queue_names),
-                          limit=request.limit)
+        params = {"worker_id": request.worker_id, "task_names": list(request.task_names),
+                  "queue_names": None if request.queue_names is None else list(request.queue_names),
+                  "limit": request.limit}
+        with self._connection(for_claims=True) as connection:
+            if request.reclaim_expired:
+                connection.execute(QUERIES["reclaim_expired"])
+            rows = connection.execute(QUERIES["claim"], params).fetchall()
         jobs = [_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs
@@ -241,25 +289,17 @@ class PostgresBackend(InspectionReads):
         return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
-        # In job id order, the order renew and release lock rows in (see queries.sql).
-        order = sorted(range(len(ends)), key=lambda index: ends[index].lease.job_id)
-        params = [{
-            "status": end.job_status.value, "result": end.result_json, "last_error": end.last_error,
-            "retry_in_seconds": end.retry_in_seconds or 0.0,
-            "job_id": end.lease.job_id, "attempt": end.lease.attempt, "worker_id": end.lease.worker_id,
-            "outcome": end.outcome.value, "error_type": end.error_type, "error_message": end.error_message,
-            "traceback": end.traceback,
-        } for end in (ends[index] for index in order)]
-        # executemany pipelines the statements: one round trip and one commit for the whole batch.
-        with self._connection() as connection, connection.transaction(), connection.cursor() as cursor:
-            cursor.executemany(QUERIES["finish"], params, returning=True)
-            written = [cursor.fetchone() is not None]
-            while cursor.nextset():
-                written.append(cursor.fetchone() is not None)
-        kept = [False] * len(ends)
-        for index, flag in zip(order, written):
-            kept[index] = flag
-        return kept
+        if not ends:
+            return []
+        rows = self._rows(
+            "finish", job_ids=[end.lease.job_id for end in ends], attempts=[end.lease.attempt for end in ends],
+            worker_ids=[end.lease.worker_id for end in ends], statuses=[end.job_status.value for end in ends],
+            results=[end.result_json for end in ends], last_errors=[end.last_error for end in ends],
+            retry_in_seconds=[end.retry_in_seconds or 0.0 for end in ends],
+            outcomes=[end.outcome.value for end in ends], error_types=[end.error_type for end in ends],
+            error_messages=[end.error_message for end in ends], tracebacks=[end.traceback for end in ends])
+        written = {(row["id"], row["attempt"]) for row in rows}
+        return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str) -> None:
         if leases:

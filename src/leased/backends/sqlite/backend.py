@@ -21,9 +21,13 @@ from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, Wo
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,
+    created_jobs,
+    enqueue_results,
     filter_params,
+    first_of_each_key,
+    in_parts,
     job_from_row,
-    job_params,
+    jobs_json,
     worker_from_row,
     worker_params,
 )
@@ -138,9 +142,9 @@ class SQLiteBackend(InspectionReads):
         if connection is not None:
             # The caller's transaction: write with their connection and leave commit to them.
             prepare_connection(connection)
-            return [self._insert(connection, job) for job in jobs]
+            return self._insert(connection, jobs)
         with self._write() as own:
-            results = [self._insert(own, job) for job in jobs]
+            results = self._insert(own, jobs)
         now = datetime.now(UTC)
         due = {job.queue_name for job, (_, created) in zip(jobs, results)
                if created and job.delay_seconds <= 0 and (job.run_at is None or job.run_at <= now)}
@@ -151,18 +155,34 @@ class SQLiteBackend(InspectionReads):
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
         return self.enqueue(jobs, connection)
 
-    def _insert(self, connection: sqlite3.Connection, job: NewJob) -> tuple[Job, bool]:
-        factory = connection.row_factory
-        connection.row_factory = sqlite3.Row
-        try:
-            row = connection.execute(QUERIES["insert_job"], job_params(job, _epoch(job.run_at))).fetchone()
-            if row is not None:
-                return _job(row), True
-            existing = connection.execute(QUERIES["pending_with_key"],
-                                          {"idempotency_key": job.idempotency_key}).fetchone()
-            return _job(existing), False
-        finally:
-            connection.row_factory = factory
+    def _insert(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        sent = first_of_each_key(jobs)
+        created = self._insert_batch(connection, sent)
+        found = {new.idempotency_key: self._held_or_inserted(connection, new)
+                 for new, job in zip(sent, created) if job is None}
+        return enqueue_results(jobs, created, found)
+
+    def _insert_batch(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job | None]:
+        cursor = connection.cursor()
+        cursor.row_factory = None  # on the cursor: the caller's connection may use any row factory
+        created: list[Job | None] = []
+        for part in in_parts(jobs):
+            rows = cursor.execute(QUERIES["insert_jobs"], {"jobs": jobs_json(part, _epoch)}).fetchall()
+            created += created_jobs(part, rows, _time)
+        return created
+
+    def _held_or_inserted(self, connection: sqlite3.Connection, new: NewJob) -> tuple[Job, bool]:
+        # A pending job holds the key. Our transaction holds the write lock, so no worker can claim
+        # it before we read it, unless the caller's connection commits each statement on its own.
+        cursor = connection.cursor()
+        cursor.row_factory = sqlite3.Row
+        while True:
+            holder = cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": new.idempotency_key}).fetchone()
+            if holder is not None:
+                return _job(holder), False
+            (job,) = self._insert_batch(connection, [new])
+            if job is not None:
+                return job, True
 
     def claim(self, request: ClaimRequest) -> list[Job]:
         params = {
@@ -172,6 +192,8 @@ class SQLiteBackend(InspectionReads):
             "limit": request.limit,
         }
         with self._write() as connection:
+            if request.reclaim_expired:
+                self._reclaim(connection)
             rows = connection.execute(QUERIES["claim"], params).fetchall()
             if rows:
                 connection.execute(QUERIES["open_attempts"], {
@@ -190,19 +212,18 @@ class SQLiteBackend(InspectionReads):
         return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
-        kept = []
+        if not ends:
+            return []
         with self._write() as connection:
-            for end in ends:
-                lease = end.lease
-                row = connection.execute(QUERIES["finish"], {
-                    "status": end.job_status.value, "result": end.result_json, "last_error": end.last_error,
-                    "retry_in_seconds": end.retry_in_seconds or 0.0,
-                    "job_id": lease.job_id, "attempt": lease.attempt, "worker_id": lease.worker_id,
-                }).fetchone()
-                if row is not None:
-                    self._close_attempt(connection, lease, end.outcome, end.error_type, end.error_message,
-                                        end.traceback)
-                kept.append(row is not None)
+            rows = connection.execute(QUERIES["finish"], {"ends": json.dumps([
+                [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value, end.result_json,
+                 end.last_error, end.retry_in_seconds or 0.0] for end in ends])}).fetchall()
+            written = {(row["id"], row["attempt"]) for row in rows}
+            kept = [(end.lease.job_id, end.lease.attempt) in written for end in ends]
+            if written:
+                connection.execute(QUERIES["close_attempts"], {"ends": json.dumps([
+                    [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.outcome.value, end.error_type,
+                     end.error_message, end.traceback] for end, flag in zip(ends, kept) if flag])})
         return kept
 
     def _close_attempt(self, connection: sqlite3.Connection, lease: Lease, outcome: Outcome,
@@ -224,10 +245,13 @@ class SQLiteBackend(InspectionReads):
 
     def reclaim_expired(self) -> int:
         with self._write() as connection:
-            rows = connection.execute(QUERIES["reclaim_expired"]).fetchall()
-            for row in rows:
-                connection.execute(QUERIES["close_expired_attempt"], {
-                    "job_id": row["id"], "attempt": row["attempt"], "message": row["last_error"]})
+            return self._reclaim(connection)
+
+    def _reclaim(self, connection: sqlite3.Connection) -> int:
+        rows = connection.execute(QUERIES["reclaim_expired"]).fetchall()
+        for row in rows:
+            connection.execute(QUERIES["close_expired_attempt"], {
+                "job_id": row["id"], "attempt": row["attempt"], "message": row["last_error"]})
         return len(rows)
 
     # Inspection and administration.

@@ -1,14 +1,27 @@
 -- Named queries of the SQLite backend. leased_now() is the connection's clock in epoch seconds;
 -- lease lists are JSON arrays of [job_id, attempt] pairs.
 
--- name: insert_job
+-- name: insert_jobs
+-- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
+-- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key], and the batch one array of
+-- them. A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
+-- the caller matches rows to jobs (RETURNING's own order is unspecified): the rows are inserted
+-- one at a time in the SELECT's order, and AUTOINCREMENT gives each an id above any before it.
+-- One clock reading for the batch, as now() is one for a transaction on PostgreSQL. The statement
+-- starts with INSERT, which is how Python's sqlite3 knows to open the caller's transaction first.
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key)
-VALUES (:task_name, :queue_name, :args, :kwargs, :priority, :max_attempts, :lease_seconds,
-        coalesce(:run_at, leased_now() + :delay_seconds), leased_now(), :idempotency_key)
+WITH clock AS MATERIALIZED (SELECT leased_now() AS now)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+       json_extract(value, '$[6]'), coalesce(json_extract(value, '$[7]'), clock.now + json_extract(value, '$[8]')),
+       clock.now, json_extract(value, '$[9]')
+FROM json_each(:jobs), clock
+WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
+ORDER BY key
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
 DO NOTHING
-RETURNING *;
+RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: pending_with_key
 SELECT * FROM leased_jobs
@@ -43,16 +56,41 @@ WHERE status = 'running' AND lease_owner = :worker_id AND lease_expires_at > lea
 RETURNING id, attempt;
 
 -- name: finish
-UPDATE leased_jobs
-SET status = :status,
-    result = :result,
-    last_error = coalesce(:last_error, last_error),
-    finished_at = CASE WHEN :status = 'pending' THEN NULL ELSE leased_now() END,
-    run_after = CASE WHEN :status = 'pending' THEN leased_now() + :retry_in_seconds ELSE run_after END,
+-- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds];
+-- each end is fenced on its lease, so one whose lease was lost matches nothing.
+WITH ends AS (
+    SELECT value ->> '$[0]' AS job_id, value ->> '$[1]' AS attempt, value ->> '$[2]' AS worker_id,
+           value ->> '$[3]' AS status, value ->> '$[4]' AS result, value ->> '$[5]' AS last_error,
+           value ->> '$[6]' AS retry_in_seconds
+    FROM json_each(:ends)
+)
+UPDATE leased_jobs AS job
+SET status = ends.status,
+    result = ends.result,
+    last_error = coalesce(ends.last_error, job.last_error),
+    finished_at = CASE WHEN ends.status = 'pending' THEN NULL ELSE leased_now() END,
+    run_after = CASE WHEN ends.status = 'pending' THEN leased_now() + ends.retry_in_seconds ELSE job.run_after END,
     lease_owner = NULL,
     lease_expires_at = NULL
-WHERE id = :job_id AND attempt = :attempt AND lease_owner = :worker_id AND status = 'running'
-RETURNING id;
+FROM ends
+-- Unary + keeps the status index out: the planner would scan every running job for each end.
+WHERE job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
+  AND +job.status = 'running'
+RETURNING id, attempt;
+
+-- name: close_attempts
+-- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback].
+WITH ends AS (
+    SELECT value ->> '$[0]' AS job_id, value ->> '$[1]' AS attempt, value ->> '$[2]' AS worker_id,
+           value ->> '$[3]' AS outcome, value ->> '$[4]' AS error_type, value ->> '$[5]' AS error_message,
+           value ->> '$[6]' AS traceback
+    FROM json_each(:ends)
+)
+UPDATE leased_attempts AS a
+SET finished_at = leased_now(), outcome = ends.outcome, error_type = ends.error_type,
+    error_message = ends.error_message, traceback = ends.traceback
+FROM ends
+WHERE a.job_id = ends.job_id AND a.attempt = ends.attempt AND a.worker_id = ends.worker_id AND a.outcome IS NULL;
 
 -- name: close_attempt
 UPDATE leased_attempts
