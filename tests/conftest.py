@@ -18,6 +18,7 @@ from urllib.parse import quote
 import pytest
 
 from leased import Leased
+from leased.engine.worker import Worker
 
 POSTGRES_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("LEASED_REQUIRE_POSTGRES") == "1"
@@ -91,10 +92,11 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, message: st
 
 
 @contextmanager
-def running_worker(app: Leased, **options) -> Iterator:
-    """A worker on a background thread, stopped (gracefully, unless the test stopped it) and joined on exit."""
+def running_worker(app: Leased, worker: Worker | None = None, **options) -> Iterator:
+    """A worker (app.worker(**options) unless given) on a background thread, stopped (gracefully,
+    unless the test stopped it) and joined on exit."""
     options.setdefault("poll_interval", 0.05)
-    worker = app.worker(**options)
+    worker = worker or app.worker(**options)
     failure: list[BaseException] = []
 
     def run() -> None:

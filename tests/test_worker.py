@@ -350,3 +350,68 @@ def test_a_dead_heartbeat_stops_the_worker_loudly_and_releases_its_jobs(app):
     # Given back at once: by the shutdown, or by the watchdog first if the lease was about to run out.
     assert released.status is JobStatus.PENDING
     assert released.history[0].outcome in (Outcome.SHUTDOWN, Outcome.LEASE_LOST)
+
+
+def test_a_worker_busy_with_long_jobs_leaves_the_rest_to_other_workers(app):
+    release, started = threading.Event(), []
+
+    @app.task(name="long")
+    def long(n):
+        started.append(n)
+        release.wait(30)
+
+    for n in range(6):
+        long.enqueue(n)
+    try:
+        with running_worker(app, concurrency=2):
+            wait_for(lambda: len(started) == 2, message="two jobs to start")
+            counts = app.counts()["default"]
+            assert (counts["running"], counts["pending"]) == (2, 4)  # nothing claimed ahead of the slots
+            with running_worker(app, concurrency=4):
+                wait_for(lambda: len(started) == 6, message="the second worker to take the other four")
+                release.set()
+                wait_for(lambda: app.counts()["default"]["done"] == 6, message="all done")
+    finally:
+        release.set()
+
+
+def test_short_jobs_are_claimed_ahead_many_at_a_time(app):
+    @app.task(name="tiny")
+    def tiny(n):
+        return n
+
+    tiny.enqueue_many([(n,) for n in range(400)])
+    worker = app.worker(concurrency=2)
+    worker.backend = observed = _ClaimsObserved(app.backend)
+    stats = worker.run(stop_when_idle=True)
+    assert stats.done == 400 and sum(observed.batches) == 400
+    assert max(observed.batches) > 2, observed.batches  # more than the slots: the rest start without a round trip
+
+
+def test_an_idle_worker_costs_one_transaction_per_poll_whatever_its_concurrency(app):
+    app.task(name="never_enqueued")(lambda: None)
+    worker = app.worker(concurrency=200, poll_interval=0.02)
+    worker.backend = observed = _ClaimsObserved(app.backend)
+    with running_worker(app, worker):
+        wait_for(lambda: len(observed.batches) >= 20, message="20 polls")
+    calls = [name for name in observed.calls if name not in ("listener", "register_worker", "unregister_worker")]
+    assert set(calls) == {"claim"}, calls  # expired leases are returned inside the poll's transaction
+
+
+class _ClaimsObserved:
+    """The real backend, with every call and the size of every claim noted."""
+
+    def __init__(self, backend):
+        self._backend, self.batches, self.calls = backend, [], []
+
+    def __getattr__(self, name):
+        value = getattr(self._backend, name)
+        if callable(value):
+            self.calls.append(name)
+        return value
+
+    def claim(self, request):
+        self.calls.append("claim")
+        jobs = self._backend.claim(request)
+        self.batches.append(len(jobs))
+        return jobs

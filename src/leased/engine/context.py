@@ -19,19 +19,22 @@ class JobCancelled(Exception):
     """Raised by TaskContext.raise_if_cancelled(); the worker records the attempt by its reason."""
 
 
-@dataclass
+@dataclass(eq=False)
 class TaskContext:
     """Passed first to handlers of tasks declared with takes_context=True.
 
     Async handlers are also cancelled (asyncio.CancelledError) when the job must stop. A sync
     handler runs in a thread that cannot be interrupted, so it should check `is_cancelled` (or call
-    `raise_if_cancelled()`) between steps; whatever it returns after a cancellation is discarded.
+    `raise_if_cancelled()`) between steps, or wait on `cancelled` where it would sleep; whatever it
+    returns after a cancellation is discarded.
     """
 
     job: Job
     worker_id: str
-    cancelled: threading.Event = field(default_factory=threading.Event)
     cancel_reason: CancelReason | None = None
+    # The event is made on first use: most handlers never look, and one per job costs more than a no-op job.
+    _event: threading.Event | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def job_id(self) -> int:
@@ -42,17 +45,30 @@ class TaskContext:
         return self.job.attempt
 
     @property
+    def cancelled(self) -> threading.Event:
+        """Set once the job must stop: `context.cancelled.wait(seconds)` is a sleep that ends early."""
+        with self._lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self.cancel_reason is not None:
+                    self._event.set()
+            return self._event
+
+    @property
     def is_cancelled(self) -> bool:
-        return self.cancelled.is_set()
+        return self.cancel_reason is not None
 
     def raise_if_cancelled(self) -> None:
-        if self.cancelled.is_set():
+        if self.cancel_reason is not None:
             raise JobCancelled(str(self.cancel_reason))
 
     def cancel(self, reason: CancelReason) -> bool:
         """Mark the job cancelled; the first reason wins. Returns False if it already was."""
-        if self.cancelled.is_set():
-            return False
-        self.cancel_reason = reason
-        self.cancelled.set()
+        with self._lock:
+            if self.cancel_reason is not None:
+                return False
+            self.cancel_reason = reason
+            event = self._event
+        if event is not None:
+            event.set()
         return True

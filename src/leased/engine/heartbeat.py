@@ -9,6 +9,7 @@ worker's heartbeat sleeps until a job is claimed.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ class Heartbeat:
         self._wake = threading.Event()
         self._stopped = False
         self._retry_at = 0.0  # after a failed renewal, when to try again
+        self._sleeping_until = math.inf  # when the thread next looks at the leases, monotonic
         self._thread = threading.Thread(target=self._run, name="leased-heartbeat", daemon=True)
         self.failure: BaseException | None = None
 
@@ -58,10 +60,15 @@ class Heartbeat:
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
-    def track(self, lease: Lease, lease_seconds: float, claimed_at: float) -> None:
+    def track(self, leases: list[tuple[Lease, float]], claimed_at: float) -> None:
+        """Hold these (lease, lease_seconds) pairs from `claimed_at` on."""
         with self._lock:
-            self._held[lease] = _Held(lease_seconds, claimed_at + lease_seconds)
-        self._wake.set()
+            earliest = math.inf
+            for lease, lease_seconds in leases:
+                held = self._held[lease] = _Held(lease_seconds, claimed_at + lease_seconds)
+                earliest = min(earliest, held.deadline - lease_seconds * (1 - 1 / RENEWALS_PER_LEASE))
+        if earliest < self._sleeping_until:  # only when the thread's nap would end too late
+            self._wake.set()
 
     def untrack(self, lease: Lease) -> None:
         with self._lock:
@@ -77,18 +84,22 @@ class Heartbeat:
             return [lease for lease, held in self._held.items()
                     if held.deadline - now < held.lease_seconds / RENEWALS_PER_LEASE / 2]
 
-    def _seconds_until_due(self) -> float | None:
+    def _seconds_until_due(self, planning_a_nap: bool = False) -> float | None:
         now = time.monotonic()
-        with self._lock:
+        with self._lock:  # with track()'s, so that a lease added meanwhile wakes the nap
             if not self._held:
-                return None
-            due = min(held.renew_in(now) for held in self._held.values())
-        return max(due, self._retry_at - now, 0.0)
+                due = None
+            else:
+                due = max(min(held.renew_in(now) for held in self._held.values()), self._retry_at - now, 0.0)
+            if planning_a_nap:
+                self._sleeping_until = math.inf if due is None else now + due
+        return due
 
     def _run(self) -> None:
         try:
             while not self._stopped:
-                self._wake.wait(self._seconds_until_due())
+                self._wake.wait(self._seconds_until_due(planning_a_nap=True))
+                self._sleeping_until = -math.inf  # awake: a new lease is seen by the next look
                 self._wake.clear()
                 if not self._stopped and self._seconds_until_due() == 0.0:
                     self.renew_now()

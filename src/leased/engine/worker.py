@@ -1,7 +1,8 @@
 """The worker loop: claim due jobs into free slots, run them, record every attempt's end.
 
-Services, each small: the claimer (claims into free slots and, each second, returns expired
-leases to the pool), the completer (writes the ends that arrived meanwhile in one transaction),
+Services, each small: the claimer (claims into free slots, and while jobs are short a little
+ahead of them; once a second the same transaction returns expired leases to the pool), the
+completer (writes the ends that arrived meanwhile in one transaction, behind the handlers),
 the heartbeat (a thread renewing every held lease in one statement), the lease watchdog (stops a
 handler whose lease could run out before a renewal lands), the listener (a thread turning the
 database's wake-ups into a claim now) and the announcer (keeps the worker's row fresh). If one
@@ -13,6 +14,7 @@ only call stop().
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import signal
@@ -44,6 +46,10 @@ MAX_TRACEBACK = 32_000
 RECLAIM_INTERVAL = 1.0
 WATCHDOG_INTERVAL = 0.25
 CLAIM_GATHER_SECONDS = 0.002
+PREFETCH_SECONDS = 0.05  # claim ahead only the jobs the slots will start within this
+END_RATE_WINDOW = 0.25  # handler ends counted over this many seconds to tell how fast slots turn over
+MAX_PREFETCH = 500
+MAX_UNWRITTEN_ENDS = 1_000
 LISTEN_TIMEOUT = 1.0  # also how soon the listener notices that the worker stopped
 
 
@@ -101,7 +107,11 @@ class Worker:
         self.stats = WorkerStats()
         self.events = events or Events()
         self.push = push
-        self._running: dict[Lease, _Running] = {}
+        self._running: dict[Lease, _Running] = {}  # claimed, until the attempt's end is written
+        self._handling = 0  # of those, how many are waiting for a slot or in their handler
+        self._handler_ends: collections.deque[float] = collections.deque()  # recent, monotonic
+        self._claimer_needs_slots = False
+        self._slots: asyncio.Semaphore | None = None
         self._completions: list[tuple[AttemptEnd, asyncio.Future]] = []
         self._completions_ready: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -153,6 +163,7 @@ class Worker:
     async def run_async(self, *, stop_when_idle: bool = False) -> WorkerStats:
         self._loop = asyncio.get_running_loop()
         self._wakeup, self._force, self._completions_ready = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._slots = asyncio.Semaphore(self.concurrency)
         signals = self._install_signal_handlers()
         self._heartbeat.start()
         watchdog = self._service(self._watch_leases())
@@ -214,20 +225,24 @@ class Worker:
         next_reclaim = 0.0
         request = ClaimRequest(self.id, tuple(sorted(self.tasks)), self.queues, limit=0)
         while not self._stopping:
-            free = self.concurrency - len(self._running)
-            if free <= 0:
+            wanted = self._wanted()
+            self._claimer_needs_slots = wanted <= 0
+            if wanted <= 0:
                 await self._nap(None)
                 continue
-            if free < self.concurrency // 2:
+            if wanted < self.concurrency // 2:
                 # Let a few more slots free up: one claim of many costs little more than a claim of one.
                 await asyncio.sleep(CLAIM_GATHER_SECONDS)
-                free = self.concurrency - len(self._running)
+                wanted = self._wanted()
+                if wanted <= 0:
+                    continue
             try:
-                if time.monotonic() >= next_reclaim:
-                    await asyncio.to_thread(self.backend.reclaim_expired)
-                    next_reclaim = time.monotonic() + RECLAIM_INTERVAL
                 claimed_at = time.monotonic()
-                jobs = await asyncio.to_thread(self.backend.claim, replace(request, limit=free))
+                reclaim = claimed_at >= next_reclaim
+                jobs = await asyncio.to_thread(self.backend.claim,
+                                               replace(request, limit=wanted, reclaim_expired=reclaim))
+                if reclaim:
+                    next_reclaim = claimed_at + RECLAIM_INTERVAL
             except Exception as error:
                 if not self._is_transient(error):
                     raise
@@ -240,9 +255,13 @@ class Worker:
             if failures:
                 log.info("worker %s: database reachable again", self.id)
                 failures = 0
+            self._heartbeat.track([(job.lease, job.lease_seconds) for job in jobs], claimed_at)
             for job in jobs:
-                self._start(job, claimed_at)
-            if len(jobs) < free:
+                self._start(job)
+            # A full claim means more may be due: claim again as soon as a slot frees. A short one
+            # means the queue is drained, and only a wake-up or the poll brings the claimer back.
+            self._claimer_needs_slots = len(jobs) == wanted
+            if len(jobs) < wanted:
                 if stop_when_idle and not jobs and not self._running:
                     return
                 await self._nap(None if stop_when_idle else self.poll_interval)
@@ -254,23 +273,46 @@ class Worker:
             pass
         self._wakeup.clear()
 
+    def _wanted(self) -> int:
+        """How many jobs to claim now: enough to fill the free slots, and while jobs are short, as
+        many more as the slots will start within PREFETCH_SECONDS, so that one claim serves many
+        slots and a freed slot starts its next job without a round trip. Long jobs get no extra:
+        a job must not wait here while another worker sits idle. A slot frees when its handler
+        returns, before its end is written; a slow database holds claims back through the cap on
+        ends waiting to be written."""
+        now = time.monotonic()
+        recent = self._handler_ends
+        while recent and recent[0] < now - END_RATE_WINDOW:
+            recent.popleft()
+        prefetch = min(MAX_PREFETCH, int(len(recent) * PREFETCH_SECONDS / END_RATE_WINDOW))
+        unwritten = len(self._running) - self._handling
+        return min(self.concurrency + prefetch - self._handling, MAX_UNWRITTEN_ENDS - unwritten)
+
     def _is_transient(self, error: BaseException) -> bool:
         return isinstance(error, (DatabaseUnavailable, *self.backend.transient_errors))
 
     # Running.
-    def _start(self, job: Job, claimed_at: float) -> None:
+    def _start(self, job: Job) -> None:
         running = _Running(job, TaskContext(job, self.id))
         self._running[job.lease] = running
-        self._heartbeat.track(job.lease, job.lease_seconds, claimed_at)
         self.stats.claimed += 1
+        self._handling += 1
         running.execution = asyncio.create_task(self._execute(running), name=f"leased-job-{job.id}")
 
     async def _execute(self, running: _Running) -> None:
         job, context, lease = running.job, running.context, running.job.lease
-        started = time.monotonic()
+        started = time.monotonic()  # from the slot on, once it has one
         outcome, will_retry, written = None, False, False
         try:
-            end = await self._attempt(running)
+            try:
+                async with self._slots:
+                    started = time.monotonic()
+                    end = None if context.is_cancelled else await self._attempt(running)
+            finally:
+                self._handling -= 1
+                self._handler_ends.append(time.monotonic())
+                if self._claimer_needs_slots:
+                    self._wakeup.set()
             if end is not None and not context.is_cancelled:
                 running.finishing = True
                 written = await self._finish(end)
@@ -290,7 +332,8 @@ class Worker:
         finally:
             self._heartbeat.untrack(lease)
             self._running.pop(lease, None)
-            self._wakeup.set()
+            if self._claimer_needs_slots or not self._running:
+                self._wakeup.set()
         if outcome is not None:
             self.events.emit(AttemptEnded(job.id, job.task_name, job.queue_name, job.attempt, outcome,
                                           time.monotonic() - started, self.id, will_retry))
