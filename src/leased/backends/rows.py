@@ -75,7 +75,7 @@ def filter_params(where: JobFilter) -> dict[str, Any]:
 
 
 # Enqueueing a batch. Each backend's insert_jobs query takes the batch as one JSON array of jobs
-# and returns (id, run_after, created_at, idempotency_key) for each row it inserted; a job whose
+# and returns (id, run_after, created_at, idempotency_key, ...) for each row it inserted; a job whose
 # key a pending job already holds is skipped. What else a new job holds, the caller already knows.
 
 # Jobs per insert statement: a larger batch goes in several, so that no statement's JSON nears
@@ -134,7 +134,7 @@ def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time:
         if row is None:
             created.append(None)
             continue
-        _, run_after, created_at, _ = row
+        run_after, created_at = row[1], row[2]
         if run_after not in times:
             times[run_after] = to_time(run_after)
         if created_at not in times:

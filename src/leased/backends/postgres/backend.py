@@ -65,9 +65,17 @@ def _decoded(value: Any) -> Any:
     return value  # psycopg has decoded json columns already
 
 
-def _jobs_json(jobs: Sequence[NewJob]) -> str:
+def _insert_query(jobs: Sequence[NewJob]) -> tuple[str, dict[str, Any]]:
+    """insert_job for one job, insert_jobs for more; both return the columns created_jobs reads."""
     # astimezone(): a naive time means local time, as datetime.timestamp() reads it for SQLite.
-    return jobs_json(jobs, lambda run_at: run_at.astimezone(UTC).isoformat())
+    if len(jobs) > 1:
+        return QUERIES["insert_jobs"], {"jobs": jobs_json(jobs, lambda run_at: run_at.astimezone(UTC).isoformat())}
+    job = jobs[0]
+    return QUERIES["insert_job"], {
+        "task_name": job.task_name, "queue_name": job.queue_name, "args": job.args_json, "kwargs": job.kwargs_json,
+        "priority": job.priority, "max_attempts": job.max_attempts, "lease_seconds": job.lease_seconds,
+        "run_at": None if job.run_at is None else job.run_at.astimezone(UTC), "delay_seconds": job.delay_seconds,
+        "idempotency_key": job.idempotency_key}
 
 
 def _is_connection_failure(error: psycopg.OperationalError) -> bool:
@@ -219,7 +227,7 @@ class PostgresBackend(InspectionReads):
         # The row factory on the cursor: the caller's connection may use any.
         with connection.cursor(row_factory=tuple_row) as cursor:
             for part in in_parts(jobs):
-                rows = cursor.execute(QUERIES["insert_jobs"], {"jobs": _jobs_json(part)}).fetchall()
+                rows = cursor.execute(*_insert_query(part)).fetchall()
                 created += created_jobs(part, rows, _utc)
         return created
 
@@ -252,7 +260,7 @@ class PostgresBackend(InspectionReads):
         created: list[Job | None] = []
         async with connection.cursor(row_factory=tuple_row) as cursor:
             for part in in_parts(jobs):
-                await cursor.execute(QUERIES["insert_jobs"], {"jobs": _jobs_json(part)})
+                await cursor.execute(*_insert_query(part))
                 rows = await cursor.fetchall()
                 created += created_jobs(part, rows, _utc)
         return created

@@ -36,6 +36,20 @@ WITH given AS (
 )
 SELECT job.id, job.run_after, job.created_at, job.idempotency_key FROM job, woke;
 
+-- name: insert_job
+-- One job, as insert_jobs would insert it, without a batch to parse: about 70 µs less per call,
+-- a tenth of an enqueue.
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+                         run_after, created_at, idempotency_key)
+VALUES (%(task_name)s, %(queue_name)s, %(args)s::json, %(kwargs)s::json, %(priority)s, %(max_attempts)s,
+        %(lease_seconds)s::float8,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay_seconds)s::float8)),
+        now(), %(idempotency_key)s)
+ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
+DO NOTHING
+RETURNING id, run_after, created_at, idempotency_key,
+          CASE WHEN run_after <= now() THEN pg_notify(left('leased.' || current_schema(), 63), queue_name) END;
+
 -- name: pending_with_key
 SELECT * FROM leased_jobs
 WHERE idempotency_key = %(idempotency_key)s AND status = 'pending' AND attempt = 0;
