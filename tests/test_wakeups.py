@@ -11,6 +11,7 @@ import pytest
 
 from conftest import running_worker, wait_for
 from leased import JobStatus, Leased
+from leased.metrics import worker_registry
 
 SLOW_POLL = 60.0  # far longer than any wait below: only a wake-up can start these jobs in time
 
@@ -53,14 +54,21 @@ def test_the_listener_reconnects_after_its_connection_is_killed(app, producer, b
     caplog.set_level(logging.INFO, logger="leased.worker")
     wake = producer.task(name="wake")(lambda: None)
     app.task(name="wake")(lambda: None)
+    metrics = worker_registry(app.events)
+
+    def scraped(name: str) -> float | None:
+        return metrics.get_sample_value(name)
 
     with running_worker(app, poll_interval=SLOW_POLL):
         wait_for(lambda: listening(app), message="the listener to connect")
+        assert (scraped("leased_listener_lost_total"), scraped("leased_listener_reconnects_total")) == (0, 0)
         with psycopg.connect(app.database_url, autocommit=True) as connection:
             channel = connection.execute("SELECT left('leased.' || current_schema(), 63)").fetchone()[0]
             connection.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
                                (f'LISTEN "{channel}"',))
         wait_for(lambda: any("reconnected" in r.getMessage() for r in caplog.records), message="a reconnect")
+        wait_for(lambda: scraped("leased_listener_reconnects_total") == 1, message="the reconnect in the metrics")
+        assert scraped("leased_listener_lost_total") == 1
         job = wake.enqueue()
         wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")
     assert any("wake-up listener lost" in r.getMessage() for r in caplog.records)

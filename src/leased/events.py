@@ -1,7 +1,7 @@
 """What happens inside a worker, for whoever listens: the Prometheus exporter, logs, tests.
 
-Subscribers run on the worker's event loop and must be quick; one that raises is logged and
-never disturbs the worker.
+Subscribers get every event, of each type above, on the worker's event loop; they must be quick,
+and one that raises is logged and never disturbs the worker.
 """
 
 from __future__ import annotations
@@ -27,7 +27,21 @@ class AttemptEnded:
     will_retry: bool = False
 
 
-Subscriber = Callable[[AttemptEnded], None]
+@dataclass(frozen=True, slots=True)
+class ListenerLost:
+    """The worker's wake-up listener failed: it polls until the listener reconnects."""
+
+    worker_id: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerReconnected:
+    worker_id: str
+
+
+Event = AttemptEnded | ListenerLost | ListenerReconnected
+Subscriber = Callable[[Event], None]
 
 
 class Events:
@@ -39,7 +53,7 @@ class Events:
         self._subscribers.append(subscriber)
         return lambda: self._subscribers.remove(subscriber)
 
-    def emit(self, event: AttemptEnded) -> None:
+    def emit(self, event: Event) -> None:
         for subscriber in list(self._subscribers):
             try:
                 subscriber(event)

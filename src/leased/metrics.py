@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from leased.events import AttemptEnded, Events
+from leased.events import AttemptEnded, Event, Events, ListenerLost, ListenerReconnected
 
 if TYPE_CHECKING:
     from leased.app import Leased
@@ -59,9 +59,20 @@ def worker_registry(events: Events) -> CollectorRegistry:
     run_time = Histogram("leased_attempt_duration_seconds", "How long attempts ran, by task.", ["task", "queue"],
                          buckets=RUN_TIME_BUCKETS, registry=registry)
 
-    def count(event: AttemptEnded) -> None:
-        attempts.labels(event.task_name, event.queue_name, event.outcome.value).inc()
-        run_time.labels(event.task_name, event.queue_name).observe(event.seconds)
+    # Both counters equal: the wake-up listener is up (or the worker has none, as with push=False).
+    listener_lost = Counter("leased_listener_lost", "Times the wake-up listener failed; the worker polled "
+                            "meanwhile.", registry=registry)
+    listener_back = Counter("leased_listener_reconnects", "Times the wake-up listener reconnected.",
+                            registry=registry)
+
+    def count(event: Event) -> None:
+        if isinstance(event, AttemptEnded):
+            attempts.labels(event.task_name, event.queue_name, event.outcome.value).inc()
+            run_time.labels(event.task_name, event.queue_name).observe(event.seconds)
+        elif isinstance(event, ListenerLost):
+            listener_lost.inc()
+        elif isinstance(event, ListenerReconnected):
+            listener_back.inc()
 
     events.subscribe(count)
     return registry

@@ -32,7 +32,7 @@ from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.heartbeat import Heartbeat
 from leased.engine.threads import HandlerThreads
 from leased.errors import DatabaseUnavailable, PayloadError, PermanentError
-from leased.events import AttemptEnded, Events
+from leased.events import AttemptEnded, Event, Events, ListenerLost, ListenerReconnected
 from leased.jobs import Job, Lease, Outcome
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, clean_text, encode_result
 
@@ -484,6 +484,8 @@ class Worker:
                     if not self._is_transient(error):
                         raise
                     failures += 1
+                    if failures == 1:
+                        self._emit_threadsafe(ListenerLost(self.id, _one_line(error)))
                     delay = retry_delay(failures)
                     log.warning("worker %s: %s; polling meanwhile, reconnecting in %.1fs", self.id,
                                 _one_line(error), delay)
@@ -491,6 +493,7 @@ class Worker:
                     continue
                 if failures:
                     log.info("worker %s: wake-up listener reconnected", self.id)
+                    self._emit_threadsafe(ListenerReconnected(self.id))
                     failures = 0
                 if queues and (self.queues is None or any(queue in self.queues for queue in queues)):
                     self.notify()
@@ -498,6 +501,15 @@ class Worker:
             log.exception("worker %s: wake-up listener stopped; polling only", self.id)
         finally:
             listener.close()
+
+    def _emit_threadsafe(self, event: Event) -> None:
+        """From another thread: subscribers run on the loop, as they expect."""
+        loop = self._loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self.events.emit, event)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
 
     async def _announce_loop(self, wake_port: int | None) -> None:
         """Keep this worker's row fresh so that inspection (and producers waking it) know it is alive."""
