@@ -1,7 +1,7 @@
 """The worker loop: claim due jobs into free slots, run them, record every attempt's end.
 
 Services, each small: the claimer (claims into free slots, and while jobs are short a little
-ahead of them; once a second the same transaction returns expired leases to the pool), the
+ahead of them; once a second the same claim first returns expired leases to the pool), the
 completer (writes the ends that arrived meanwhile in one transaction, behind the handlers),
 the heartbeat (a thread renewing every held lease in one statement), the lease watchdog (stops a
 handler whose lease could run out before a renewal lands), the listener (a thread turning the
@@ -255,7 +255,8 @@ class Worker:
             if failures:
                 log.info("worker %s: database reachable again", self.id)
                 failures = 0
-            self._heartbeat.track([(job.lease, job.lease_seconds) for job in jobs], claimed_at)
+            if jobs:
+                self._heartbeat.track([(job.lease, job.lease_seconds) for job in jobs], claimed_at)
             for job in jobs:
                 self._start(job)
             # A full claim means more may be due: claim again as soon as a slot frees. A short one
@@ -301,7 +302,7 @@ class Worker:
 
     async def _execute(self, running: _Running) -> None:
         job, context, lease = running.job, running.context, running.job.lease
-        started = time.monotonic()  # from the slot on, once it has one
+        started = 0.0  # when it gets its slot
         outcome, will_retry, written = None, False, False
         try:
             try:

@@ -282,9 +282,13 @@ class PostgresBackend(InspectionReads):
                   "queue_names": None if request.queue_names is None else list(request.queue_names),
                   "limit": request.limit}
         with self._connection(for_claims=True) as connection:
-            if request.reclaim_expired:
-                connection.execute(QUERIES["reclaim_expired"])
-            rows = connection.execute(QUERIES["claim"], params).fetchall()
+            if not request.reclaim_expired:
+                rows = connection.execute(QUERIES["claim"], params).fetchall()
+            else:  # once a second: one transaction, pipelined into one round trip
+                with connection.pipeline(), connection.transaction():
+                    connection.execute(QUERIES["reclaim_expired"])
+                    claimed = connection.execute(QUERIES["claim"], params)
+                rows = claimed.fetchall()
         jobs = [_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs

@@ -226,22 +226,14 @@ class SQLiteBackend(InspectionReads):
                      end.error_message, end.traceback] for end, flag in zip(ends, kept) if flag])})
         return kept
 
-    def _close_attempt(self, connection: sqlite3.Connection, lease: Lease, outcome: Outcome,
-                       error_type: str | None = None, error_message: str | None = None,
-                       traceback: str | None = None) -> None:
-        connection.execute(QUERIES["close_attempt"], {
-            "job_id": lease.job_id, "attempt": lease.attempt, "worker_id": lease.worker_id,
-            "outcome": outcome.value, "error_type": error_type, "error_message": error_message,
-            "traceback": traceback,
-        })
-
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str) -> None:
         if not leases:
             return
         with self._write() as connection:
             connection.execute(QUERIES["release"], {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)})
-            for lease in leases:
-                self._close_attempt(connection, lease, outcome, error_message=message)
+            connection.execute(QUERIES["close_attempts"], {"ends": json.dumps([
+                [lease.job_id, lease.attempt, lease.worker_id, outcome.value, None, message, None]
+                for lease in leases])})
 
     def reclaim_expired(self) -> int:
         with self._write() as connection:

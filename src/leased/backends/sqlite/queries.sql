@@ -92,12 +92,6 @@ SET finished_at = leased_now(), outcome = ends.outcome, error_type = ends.error_
 FROM ends
 WHERE a.job_id = ends.job_id AND a.attempt = ends.attempt AND a.worker_id = ends.worker_id AND a.outcome IS NULL;
 
--- name: close_attempt
-UPDATE leased_attempts
-SET finished_at = leased_now(), outcome = :outcome, error_type = :error_type,
-    error_message = :error_message, traceback = :traceback
-WHERE job_id = :job_id AND attempt = :attempt AND worker_id = :worker_id AND outcome IS NULL;
-
 -- name: release
 UPDATE leased_jobs
 SET status = 'pending', run_after = leased_now(), lease_owner = NULL, lease_expires_at = NULL
