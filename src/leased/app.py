@@ -97,9 +97,8 @@ class Leased:
 
     def _enqueue(self, jobs: list[NewJob], connection: Any) -> list[Job]:
         results = self.backend.enqueue(jobs, connection)
-        if connection is None:
-            for worker in list(self._workers):
-                worker.notify()
+        if connection is None:  # in a caller's transaction the jobs exist only once they commit
+            self._wake_workers()
         return [job for job, _ in results]
 
     async def _enqueue_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
@@ -172,15 +171,13 @@ class Leased:
     def retry(self, job_id: int) -> Job:
         """Take a failed or cancelled job back to pending, now, with at least one more attempt."""
         job = self.backend.retry(job_id)
-        for worker in list(self._workers):
-            worker.notify()
+        self._wake_workers()
         return job
 
     def retry_failed(self, *, task_name: str | None = None, queue_name: str | None = None) -> int:
         """Take every failed job (of one task, or queue) back to pending; returns how many."""
         retried = self.backend.retry_failed(task_name, queue_name)
-        for worker in list(self._workers):
-            worker.notify()
+        self._wake_workers()
         return retried
 
     def cancel(self, job_id: int) -> Job:
@@ -188,6 +185,11 @@ class Leased:
         return self.backend.cancel(job_id)
 
     # Workers.
+    def _wake_workers(self) -> None:
+        """This process's workers look for work now instead of at their next poll."""
+        for worker in list(self._workers):
+            worker.notify()
+
     def worker(self, *, concurrency: int = 8, queues: list[str] | None = None, poll_interval: float = 1.0,
                shutdown_grace: float = 30.0, worker_id: str | None = None, push: bool = True) -> Worker:
         """A worker for this app's tasks. `push=False` turns off LISTEN/NOTIFY wake-ups (needed
