@@ -216,6 +216,9 @@ def test_an_expired_lease_says_the_next_claim_returns_the_job(app):
     expired = wait_for(lambda: reasons(app.why(job.id)).get("lease_expired"), message="the lease to expire")
     assert expired.message.startswith("Its lease expired ")
     assert expired.message.endswith("no live worker is running; the first to start fails it (no attempts are left).")
+    assert app.backend.reclaim_expired() == 1  # what the next claim does first
+    assert app.why(job.id).reasons[0].message == ("It used its only attempt, which was lost when worker w-gone stopped "
+                                                  "renewing its lease (crashed, stalled or cut off).")
 
 
 # Finished.

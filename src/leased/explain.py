@@ -158,9 +158,9 @@ def _not_due(facts: JobFacts) -> list[Reason]:
     if last is not None and last.outcome is Outcome.ERROR:
         data.update(attempt=last.number, max_attempts=job.max_attempts, error_type=last.error_type,
                     error_message=last.error_message)
+        when = _when(job.run_after, facts.now)
         return [Reason("backing_off", f"Backing off after attempt {last.number} of {job.max_attempts} failed with "
-                                      f"{_error(last)}; attempt {last.number + 1} is due {_when(job.run_after, facts.now)}.",
-                       data)]
+                                      f"{_error(last)}; attempt {last.number + 1} is due {when}.", data)]
     return [Reason("not_due", f"It is due {_when(job.run_after, facts.now)}; no worker takes it before then.",
                    data)]
 
@@ -309,7 +309,8 @@ def _why_failed(job: Job) -> Reason:
         return Reason("permanent_error", f"{_upper_first(at)} raised {_error(last)}, and a PermanentError fails "
                                          f"the job at once, without retrying.", data)
     if last.outcome is Outcome.EXPIRED:
-        return Reason("attempts_exhausted", f"It used {_all_attempts(job)} was lost when its lease expired ({message}).", data)
+        return Reason("attempts_exhausted", f"It used {_all_attempts(job)} was lost when worker {last.worker_id} "
+                                            f"stopped renewing its lease (crashed, stalled or cut off).", data)
     if job.attempt >= job.max_attempts:
         return Reason("attempts_exhausted", f"It used {_all_attempts(job)} failed with {_error(last)}.", data)
     return Reason("not_retried", f"{_upper_first(at)} failed with {_error(last)} and was not retried (an exception "
