@@ -263,3 +263,20 @@ def test_demo_with_dashboard_serves_it_with_a_worker_until_interrupted(tmp_path)
         demo.send_signal(signal.SIGINT)
         demo.wait(timeout=30)
     assert demo.returncode == 0, output.read_text()
+
+
+def test_why_explains_a_job_in_words_and_as_json(cli, app):
+    register_tasks(app)
+    failed = app.get_task("boom").enqueue()
+    waiting = app.get_task("add").using(queue_name="billing").enqueue(1, 2)
+    app.run_until_empty(queues=["default"])
+    text = cli.run("why", APP, str(failed.id)).stdout.splitlines()
+    assert text == [f"Job {failed.id} (boom on queue default) has failed.",
+                    "It used its only attempt, which failed with ValueError: kaboom.",
+                    f"`leased retry APP {failed.id}` (or Retry on the dashboard) puts it back to pending, due now, "
+                    f"with one more attempt (attempt 2 of 2)."]
+    explained = cli.json("why", "--database", cli.url, str(waiting.id))
+    assert (explained["job_id"], explained["status"]) == (waiting.id, "pending")
+    assert [reason["code"] for reason in explained["reasons"]] == ["no_workers"]
+    assert set(explained["reasons"][0]) == {"code", "message", "data"}
+    assert cli.error("why", APP, "999999") == "error: no job with id 999999"

@@ -16,3 +16,14 @@ def test_quick_start_runs_and_prints_what_it_says(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["emailing the owner of proposal p-1", "done sent"]
+
+
+def test_why_example_runs_and_prints_what_it_says(tmp_path):
+    section = README.read_text().split("### Why is my job not running?", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Job 1 (charge on queue billing) is pending."
+    assert lines[1].startswith("It is due in ") and lines[2].startswith("No live worker: ")
+    assert lines[-1] == "['not_due', 'no_workers']"

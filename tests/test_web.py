@@ -107,6 +107,15 @@ def test_job_page_shows_payload_result_and_every_attempt(client, app, jobs):
     assert client.get(f"/jobs/{2**64}").status_code == 404
 
 
+def test_job_page_says_why_the_job_is_where_it_is(client, jobs):
+    failed = client.get(f"/jobs/{jobs['failed'][1]}").text
+    assert '<section class="panel why">' in failed
+    assert '<li data-code="attempts_exhausted">It used its only attempt, which failed with ValueError: kaboom' in failed
+    assert f"<code>leased retry APP {jobs['failed'][1]}</code>" in failed
+    pending = client.get(f"/jobs/{jobs['pending'][0]}").text
+    assert '<li data-code="no_workers">No live worker: none has announced itself' in pending
+
+
 def test_filters_and_search(client, jobs):
     assert sorted(listed_ids(client.get("/jobs?status=failed").text)) == jobs["failed"]
     assert listed_ids(client.get("/jobs?status=failed&queue=mail").text) == [jobs["failed"][2]]

@@ -13,12 +13,13 @@ from leased.errors import (
     PayloadError,
     PermanentError,
 )
+from leased.explain import Explanation, Reason
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.tasks import Task
 
 __all__ = [
-    "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseUnavailable", "InvalidTransition",
-    "Job", "JobNotFound", "JobStatus", "Leased", "LeasedError", "Outcome", "PayloadError", "PermanentError",
-    "Task", "TaskContext",
+    "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseUnavailable", "Explanation",
+    "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased", "LeasedError", "Outcome", "PayloadError",
+    "PermanentError", "Reason", "Task", "TaskContext",
 ]
 __version__ = "0.1.0"

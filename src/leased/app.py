@@ -16,6 +16,7 @@ from leased.backoff import Backoff
 from leased.engine.worker import Worker, WorkerStats
 from leased.errors import ConfigurationError, DatabaseUnavailable, JobNotFound
 from leased.events import Events
+from leased.explain import Explanation, explain
 from leased.jobs import Job, JobStatus
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.tasks import Task, check_queue_name
@@ -183,6 +184,13 @@ class Leased:
     def cancel(self, job_id: int) -> Job:
         """Cancel a pending job, or a running one: its worker loses the lease and stops the handler."""
         return self.backend.cancel(job_id)
+
+    def why(self, job_id: int) -> Explanation:
+        """Why the job is where it is (waiting, running, failed...), in plain reasons from the database."""
+        facts = self.backend.why_facts(job_id)
+        if facts is None:
+            raise JobNotFound(job_id)
+        return explain(facts)
 
     # Workers.
     def _wake_workers(self) -> None:

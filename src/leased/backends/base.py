@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Protocol, Sequence
 
 from leased.admin import WorkerInfo
+from leased.explain import JobFacts
 from leased.jobs import Job, JobStatus, Lease, Outcome
 
 
@@ -165,6 +166,9 @@ class Backend(Protocol):
     def retry(self, job_id: int) -> Job: ...
 
     def cancel(self, job_id: int) -> Job: ...
+
+    def why_facts(self, job_id: int) -> JobFacts | None:
+        """What leased.explain needs about one job, in one consistent read with the database's now."""
 
     # Schema.
     def migrate(self) -> list[int]:

@@ -1,15 +1,29 @@
 """Inspection reads shared by the backends: each runs the same-named query from its own SQL file,
-and these turn the rows into values. A backend provides `_rows(name, **params)`."""
+and these turn the rows into values. A backend provides `_rows(name, **params)`, and for reads
+that must agree with each other, `_snapshot()` and how its driver returns times and JSON."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Sequence
 
+from leased.admin import WORKER_SILENT_AFTER
+from leased.backends.rows import attempt_from_row, job_from_row, worker_from_row
+from leased.explain import AHEAD_LIMIT, JobFacts
 from leased.jobs import JobStatus
+
+ReadRows = Callable[..., Sequence[Any]]  # read_rows(name, **params), inside one snapshot
 
 
 class InspectionReads:
+    _to_time: Callable[[Any], Any]  # a time column as the driver returns it -> a UTC datetime
+    _from_json: Callable[[Any], Any]  # a JSON column as the driver returns it -> its value
+
     def _rows(self, name: str, **params: Any) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def _snapshot(self) -> AbstractContextManager[ReadRows]:
+        """A read-only transaction that sees one state of the database; yields read_rows."""
         raise NotImplementedError
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
@@ -27,3 +41,21 @@ class InspectionReads:
 
     def queue_names(self) -> list[str]:
         return [row["name"] for row in self._rows("queue_names")]
+
+    def why_facts(self, job_id: int) -> JobFacts | None:
+        """What explain() needs about one job, read in one snapshot with the database's now."""
+        with self._snapshot() as read_rows:
+            now = read_rows("why_now")[0]["now"]
+            found = read_rows("get_job", job_id=job_id)
+            if not found:
+                return None
+            history = read_rows("get_history", job_id=job_id)
+            workers = read_rows("list_workers")
+            ahead = None
+            if found[0]["status"] == JobStatus.PENDING:
+                ahead = read_rows("jobs_ahead", job_id=job_id, limit=AHEAD_LIMIT + 1)[0]["n"]
+            # Extension point: read a paused queue and limits here (see leased.explain).
+        to_time, from_json = self._to_time, self._from_json
+        job = job_from_row(found[0], to_time, from_json, tuple(attempt_from_row(row, to_time) for row in history))
+        return JobFacts(job, to_time(now), tuple(worker_from_row(row, to_time, from_json, WORKER_SILENT_AFTER)
+                                                 for row in workers), ahead)

@@ -7,6 +7,7 @@ with 2. A traceback means a bug in leased or in the user's handlers, never a typ
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -286,6 +287,21 @@ def describe_job(job: Job) -> str:
         parts += ["", f"traceback of attempt {failed[-1].number}",
                   "\n".join("  " + line for line in failed[-1].traceback.rstrip().splitlines())]
     return "\n".join(parts)
+
+
+@cli.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] JOB_ID")
+@database_option
+@click.option("--json", "as_json", is_flag=True, help="Print the reasons as JSON: code, message and data of each.")
+@click.pass_context
+def why(ctx: click.Context, target: tuple[str, ...], database: str | None, as_json: bool) -> None:
+    """Say why a job is waiting, running, failed, done or cancelled, and what would change it."""
+    app_spec, job_id = job_target(target)
+    explanation = open_app(ctx, app_spec, database).why(job_id)
+    if as_json:
+        click.echo(output.to_json(dataclasses.asdict(explanation)))
+        return
+    click.echo(explanation.text)
 
 
 @cli.command()

@@ -8,12 +8,14 @@ enough for reading; lease decisions never depend on it.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jinja2 import Environment
+from markupsafe import Markup, escape
 
-from leased.cli.output import format_duration
+from leased.durations import format_duration
 
 
 def duration(value: float | timedelta | None) -> str:
@@ -68,5 +70,14 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=_json_default)
 
 
+def code_spans(text: str) -> Markup:
+    """Plain text with `commands` in backticks, as HTML: escaped first, then the spans marked up."""
+    return Markup(_CODE_SPAN.sub(r"<code>\1</code>", str(escape(text))))
+
+
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
 def install(env: Environment) -> None:
-    env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, pretty_json=pretty_json)
+    env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number,
+                       pretty_json=pretty_json, code_spans=code_spans)

@@ -162,11 +162,12 @@ class Pages:
             if job_id > MAX_JOB_ID:  # the database would refuse it as out of range, not as missing
                 raise JobNotFound(job_id)
             job = self.leased.get_job(job_id)
+            why = self.leased.why(job_id)
         except JobNotFound:
             return self.problem(request, 404, "No such job", f"There is no job with id {job_id}.")
         started = job.history[0].started_at if job.history else None
         return self.render(request, "job.html", {
-            "job": job, "started_at": started,
+            "job": job, "started_at": started, "why": why,
             "total": job.finished_at - job.created_at if job.finished_at else None,
             "can_retry": job.status in (JobStatus.FAILED, JobStatus.CANCELLED),
             "can_cancel": job.status in (JobStatus.PENDING, JobStatus.RUNNING),

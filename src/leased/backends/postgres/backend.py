@@ -369,6 +369,16 @@ class PostgresBackend(InspectionReads):
             raise InvalidTransition(f"cannot {action} job {job_id}: it is {job.status}, and only {allowed} jobs can be")
         return job
 
+    # Explaining a job: InspectionReads.why_facts reads through these.
+    _to_time = staticmethod(_utc)
+    _from_json = staticmethod(_decoded)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Callable[..., list[dict[str, Any]]]]:
+        with self._connection() as connection, connection.transaction():
+            connection.execute(QUERIES["why_snapshot"])  # one snapshot, and now() is one instant
+            yield lambda name, **params: connection.execute(QUERIES[name], params).fetchall()
+
     # Schema.
     def migrate(self) -> list[int]:
         applied = []

@@ -311,3 +311,25 @@ ORDER BY w.started_at;
 
 -- name: wake_channel
 SELECT left('leased.' || current_schema(), 63) AS channel;
+
+-- Explaining one job (`leased why`): read in one transaction with get_job, get_history and
+-- list_workers, so that they and now() describe one instant.
+
+-- name: why_snapshot
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
+-- name: why_now
+SELECT now() AS now;
+
+-- name: jobs_ahead
+-- Due pending jobs of the job's queue that a claim takes before it, in the claim's order (higher
+-- priority, then earlier run_after, then lower id), counted up to the limit given.
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leased_jobs AS job, leased_jobs AS other
+    WHERE job.id = %(job_id)s
+      AND other.status = 'pending' AND other.queue_name = job.queue_name AND other.run_after <= now()
+      AND other.priority >= job.priority
+      AND (other.priority > job.priority OR other.run_after < job.run_after
+           OR (other.run_after = job.run_after AND other.id < job.id))
+    LIMIT %(limit)s
+) AS ahead;

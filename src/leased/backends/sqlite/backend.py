@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, WorkerRecord
@@ -298,6 +298,22 @@ class SQLiteBackend(InspectionReads):
         if row is None:
             raise InvalidTransition(f"cannot {action} job {job_id}: it is {job.status}, and only {allowed} jobs can be")
         return job
+
+    # Explaining a job: InspectionReads.why_facts reads through these.
+    _to_time = staticmethod(_time)
+    _from_json = staticmethod(decode)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Callable[..., list[sqlite3.Row]]]:
+        # In WAL mode a read transaction sees one state of the file from its first read on, and
+        # blocks no writer.
+        connection = self._connection()
+        connection.execute("BEGIN")
+        try:
+            yield lambda name, **params: connection.execute(QUERIES[name], params).fetchall()
+        finally:
+            if connection.in_transaction:
+                connection.execute("COMMIT")  # nothing was written: this only ends the read
 
     # Schema.
     def migrate(self) -> list[int]:

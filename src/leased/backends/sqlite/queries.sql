@@ -228,3 +228,22 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
 
 -- name: record_version
 INSERT INTO leased_schema_version (version, applied_at) VALUES (:version, leased_now());
+
+-- Explaining one job (`leased why`): read in one read transaction with get_job, get_history and
+-- list_workers.
+
+-- name: why_now
+SELECT leased_now() AS now;
+
+-- name: jobs_ahead
+-- Due pending jobs of the job's queue that a claim takes before it, in the claim's order (higher
+-- priority, then earlier run_after, then lower id), counted up to the limit given.
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leased_jobs AS job, leased_jobs AS other
+    WHERE job.id = :job_id
+      AND other.status = 'pending' AND other.queue_name = job.queue_name AND other.run_after <= leased_now()
+      AND other.priority >= job.priority
+      AND (other.priority > job.priority OR other.run_after < job.run_after
+           OR (other.run_after = job.run_after AND other.id < job.id))
+    LIMIT :limit
+);

@@ -1,0 +1,368 @@
+"""Why a job is where it is: plain reasons, built from one snapshot of what the database knows.
+
+The backend reads the facts about a job in one consistent read (`Backend.why_facts`: the job and
+its attempts, the workers table, the jobs ahead of it, and the database's clock). `explain()` turns
+them into reasons and is pure, so each rule is tested over a facts value as well as end to end.
+Every time in a reason is relative to the database's clock, never the caller's.
+
+Adding a reason (queue pause, concurrency and rate limits, schedules, timeouts) takes three steps:
+  1. a field on JobFacts, with a default that means "nothing known" (so a backend that does not
+     read it yet still explains everything else);
+  2. a named query in each backend's queries.sql, read in InspectionReads.why_facts
+     (backends/inspection.py) inside the same snapshot;
+  3. a rule below: a function `(facts) -> list[Reason]`, put in PENDING_BLOCKERS if it keeps a
+     due job from being claimed (then "it should start" is not said), or called from the status
+     it concerns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Callable
+
+from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
+from leased.durations import format_duration
+from leased.jobs import Attempt, Job, JobStatus, Outcome
+
+# Jobs ahead are counted up to this many; beyond it, "more than 10,000" says enough.
+AHEAD_LIMIT = 10_000
+DEFAULT_POLL_INTERVAL = 1.0  # Leased.worker's default; a worker's own setting is not recorded
+PERMANENT_ERROR = "PermanentError"
+PAYLOAD_ERROR = "PayloadError"
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What the database knew about one job at one instant (`now`, by its own clock)."""
+
+    job: Job  # with its history
+    now: datetime
+    workers: tuple[WorkerInfo, ...]  # every row of the workers table, alive or silent
+    jobs_ahead: int | None = None  # pending jobs only: due jobs of its queue a claim takes first, up to AHEAD_LIMIT + 1
+    # Extension point, for the branches that add these (fill them in InspectionReads.why_facts):
+    #   queue_paused_at: datetime | None = None   # leased_queues.paused_at of the job's queue
+    #       rule: a pending job on a paused queue is blocked: "queue billing is paused since T".
+    #   limits: tuple[LimitFact, ...] = ()        # each concurrency or rate limit over its queue or
+    #       key, with its cap and what it counts now; rule: one blocker per limit that is full.
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: str  # stable, for scripts: e.g. "no_worker_for_queue"
+    message: str  # one plain sentence
+    data: dict[str, Any] = field(default_factory=dict)  # the facts it rests on; times are UTC datetimes
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    job_id: int
+    status: JobStatus
+    summary: str  # "Job 42 (charge on queue billing) is pending."
+    reasons: tuple[Reason, ...]
+    checked_at: datetime  # the database's clock when the facts were read
+
+    @property
+    def text(self) -> str:
+        """The summary, then one line per reason."""
+        return "\n".join([self.summary, *(reason.message for reason in self.reasons)])
+
+
+def explain(facts: JobFacts) -> Explanation:
+    job = facts.job
+    explainer = _BY_STATUS[job.status]
+    summary = f"Job {job.id} ({job.task_name} on queue {job.queue_name}) {_IS[job.status]}."
+    return Explanation(job.id, job.status, summary, tuple(explainer(facts)), facts.now)
+
+
+_IS = {JobStatus.PENDING: "is pending", JobStatus.RUNNING: "is running", JobStatus.DONE: "is done",
+       JobStatus.FAILED: "has failed", JobStatus.CANCELLED: "was cancelled"}
+
+
+# How times read: relative to the database's now, with the absolute UTC time beside it.
+def _utc(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _relative(value: datetime, now: datetime) -> str:
+    seconds = (value - now).total_seconds()
+    if abs(seconds) < 1:
+        return "just now"
+    return f"in {format_duration(seconds)}" if seconds > 0 else f"{format_duration(-seconds)} ago"
+
+
+def _when(value: datetime, now: datetime) -> str:
+    """'in 4m00s (at 2026-12-01 10:14:00 UTC)'"""
+    return f"{_relative(value, now)} (at {_utc(value)})"
+
+
+def _names(values: list[str]) -> str:
+    """a; a and b; a, b and c"""
+    if not values:
+        return "nothing"
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} and {values[-1]}"
+
+
+def _upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _error(attempt: Attempt) -> str:
+    text = attempt.error_message or "no message"
+    return f"{attempt.error_type}: {text}" if attempt.error_type else text
+
+
+def _last_attempt(job: Job) -> Attempt | None:
+    return job.history[-1] if job.history else None
+
+
+# Pending.
+def _explain_pending(facts: JobFacts) -> list[Reason]:
+    blockers = [reason for rule in PENDING_BLOCKERS for reason in rule(facts)]
+    return [*_previous_attempt(facts), *(blockers or [_should_start(facts)])]
+
+
+def _is_due(facts: JobFacts) -> bool:
+    return facts.job.run_after <= facts.now
+
+
+def _previous_attempt(facts: JobFacts) -> list[Reason]:
+    """A due job that ran before: how its last attempt ended (a job not yet due says so in _not_due)."""
+    job, last = facts.job, _last_attempt(facts.job)
+    if last is None or not _is_due(facts) or last.outcome is None:
+        return []
+    data = {"attempt": last.number, "max_attempts": job.max_attempts, "outcome": last.outcome.value,
+            "worker_id": last.worker_id, "error_type": last.error_type, "error_message": last.error_message}
+    how = {
+        Outcome.ERROR: f"failed with {_error(last)}",
+        Outcome.EXPIRED: f"was lost when its lease expired (worker {last.worker_id} stopped renewing it)",
+        Outcome.LEASE_LOST: f"was given up by worker {last.worker_id}, which found its lease gone",
+        Outcome.SHUTDOWN: f"was handed back when worker {last.worker_id} shut down",
+        Outcome.CANCELLED: "was cancelled by a user, and the job retried since",
+        Outcome.DONE: "finished, and the job was retried since",
+    }[last.outcome]
+    return [Reason("previous_attempt", f"Attempt {last.number} of {job.max_attempts} {how}; {_due_for(facts)}.",
+                   data)]
+
+
+def _due_for(facts: JobFacts) -> str:
+    seconds = (facts.now - facts.job.run_after).total_seconds()
+    return "it is due now" if seconds < 1 else f"it has been due for {format_duration(seconds)}"
+
+
+def _not_due(facts: JobFacts) -> list[Reason]:
+    job, last = facts.job, _last_attempt(facts.job)
+    if _is_due(facts):
+        return []
+    data: dict[str, Any] = {"run_after": job.run_after, "seconds": (job.run_after - facts.now).total_seconds()}
+    if last is not None and last.outcome is Outcome.ERROR:
+        data.update(attempt=last.number, max_attempts=job.max_attempts, error_type=last.error_type,
+                    error_message=last.error_message)
+        when = _when(job.run_after, facts.now)
+        return [Reason("backing_off", f"Backing off after attempt {last.number} of {job.max_attempts} failed with "
+                                      f"{_error(last)}; attempt {last.number + 1} is due {when}.", data)]
+    return [Reason("not_due", f"It is due {_when(job.run_after, facts.now)}; no worker takes it before then.",
+                   data)]
+
+
+def _live(facts: JobFacts) -> list[WorkerInfo]:
+    return [worker for worker in facts.workers if worker.alive]
+
+
+def _serves_queue(worker: WorkerInfo, queue: str) -> bool:
+    return worker.queues is None or queue in worker.queues
+
+
+def _able(facts: JobFacts) -> list[WorkerInfo]:
+    """Live workers that would claim this job: they serve its queue and have its handler."""
+    job = facts.job
+    return [w for w in _live(facts) if _serves_queue(w, job.queue_name) and job.task_name in w.tasks]
+
+
+def _no_worker(facts: JobFacts) -> list[Reason]:
+    job, live = facts.job, _live(facts)
+    if not live:
+        silent = [worker.id for worker in facts.workers]
+        also = f" ({len(silent)} silent for over {WORKER_SILENT_AFTER:g}s)" if silent else ""
+        return [Reason("no_workers", f"No live worker: none has announced itself in the last "
+                                     f"{WORKER_SILENT_AFTER:g}s{also}, so nothing claims jobs. Start one with "
+                                     f"`leased worker APP`.", {"silent_workers": silent})]
+    on_queue = [worker for worker in live if _serves_queue(worker, job.queue_name)]
+    if not on_queue:
+        served = sorted({queue for worker in live for queue in worker.queues or ()})
+        return [Reason("no_worker_for_queue",
+                       f"No live worker serves queue {job.queue_name}: the live workers serve {_names(served)}.",
+                       {"queue_name": job.queue_name, "served_queues": served, "workers": [w.id for w in live]})]
+    if _able(facts):
+        return []
+    elsewhere = sorted(worker.id for worker in live if job.task_name in worker.tasks)
+    note = (f" ({_names(elsewhere)} {'has' if len(elsewhere) == 1 else 'have'} it, but serve"
+            f"{'s' if len(elsewhere) == 1 else ''} other queues)") if elsewhere else ""
+    return [Reason("no_worker_for_task",
+                   f"No live worker that serves queue {job.queue_name} has a handler for task {job.task_name}"
+                   f"{note}: deploy it, or check the task's name=.",
+                   {"task_name": job.task_name, "queue_name": job.queue_name,
+                    "workers_on_queue": [w.id for w in on_queue], "workers_with_task": elsewhere})]
+
+
+def _workers_busy(facts: JobFacts) -> list[Reason]:
+    able = _able(facts)
+    if not _is_due(facts) or not able or any(worker.running < worker.concurrency for worker in able):
+        return []
+    busy = ", ".join(f"{w.id} runs {w.running} of {w.concurrency}" for w in able)
+    return [Reason("workers_busy", f"Every live worker that can run it is busy ({busy}): it waits for a free slot.",
+                   {"workers": {w.id: {"running": w.running, "concurrency": w.concurrency} for w in able}})]
+
+
+def _jobs_ahead(facts: JobFacts) -> list[Reason]:
+    ahead, job = facts.jobs_ahead, facts.job
+    if not ahead or not _is_due(facts):
+        return []
+    count = f"more than {AHEAD_LIMIT:,}" if ahead > AHEAD_LIMIT else f"{ahead:,}"
+    are = "is" if ahead == 1 else "are"
+    return [Reason("jobs_ahead", f"{count} due job{'' if ahead == 1 else 's'} of queue {job.queue_name} {are} ahead of "
+                                 f"it in claim order (higher priority, due earlier, or enqueued before it).",
+                   {"jobs_ahead": min(ahead, AHEAD_LIMIT), "more": ahead > AHEAD_LIMIT,
+                    "queue_name": job.queue_name})]
+
+
+def _should_start(facts: JobFacts) -> Reason:
+    job, able = facts.job, _able(facts)
+    waited = (facts.now - job.run_after).total_seconds()
+    names = _names(sorted(worker.id for worker in able))
+    message = (f"{_upper_first(_due_for(facts))}, and {names} can run it with a free slot: "
+               f"it should start within a poll interval ({DEFAULT_POLL_INTERVAL:g}s by default), sooner when a "
+               f"worker is woken for it.")
+    if waited > 60:  # a minute is many poll intervals: say so rather than promise
+        message += " It has waited longer than that, so look at those workers' logs."
+    return Reason("should_start", message, {"workers": sorted(worker.id for worker in able), "due_seconds": waited})
+
+
+# Rules that keep a pending job from being claimed now, in the order they are told.
+# Extension point: a paused queue, and full concurrency or rate limits, are blockers: add them here.
+PENDING_BLOCKERS: tuple[Callable[[JobFacts], list[Reason]], ...] = (_not_due, _no_worker, _workers_busy, _jobs_ahead)
+
+
+# Running.
+def _explain_running(facts: JobFacts) -> list[Reason]:
+    job, now = facts.job, facts.now
+    owner = job.lease_owner or "?"
+    current = next((a for a in job.history if a.number == job.attempt), None)
+    started = f", started {_when(current.started_at, now)}" if current else ""
+    reasons = [Reason("running", f"Attempt {job.attempt} of {job.max_attempts} is running on worker {owner}{started}.",
+                      {"worker_id": owner, "attempt": job.attempt, "max_attempts": job.max_attempts,
+                       "started_at": current.started_at if current else None})]
+    return reasons + [_lease(facts, owner)]
+
+
+def _after_expiry(job: Job) -> str:
+    return "the job returns to the pool" if job.attempt < job.max_attempts else "the job fails (no attempts are left)"
+
+
+def _lease(facts: JobFacts, owner: str) -> Reason:
+    job, now, expires = facts.job, facts.now, facts.job.lease_expires_at
+    data: dict[str, Any] = {"worker_id": owner, "lease_expires_at": expires}
+    if expires is None:
+        return Reason("no_lease", "It holds no lease expiry, which leased never writes: the row was edited by hand.",
+                      data)
+    if expires <= now:
+        returns = "returns it to the pool" if job.attempt < job.max_attempts else "fails it (no attempts are left)"
+        who = ("the next live worker to look for work (each does so about once a second)" if _live(facts)
+               else "no live worker is running; the first to start")
+        return Reason("lease_expired", f"Its lease expired {_relative(expires, now)} (at {_utc(expires)}): {who} "
+                                       f"{returns}.", data)
+    worker = next((w for w in facts.workers if w.id == owner), None)
+    lease_end = f"the lease expires {_when(expires, now)} and {_after_expiry(job)} then"
+    if worker is None:
+        return Reason("worker_unknown", f"Worker {owner} is not in the workers table (it signed off, or never "
+                                        f"announced itself); unless it renews, {lease_end}.", data)
+    data.update(last_seen_at=worker.last_seen_at, silent_seconds=(now - worker.last_seen_at).total_seconds())
+    if worker.alive:
+        return Reason("worker_alive", f"Worker {owner} was last seen {_relative(worker.last_seen_at, now)}; it renews "
+                                      f"the lease while the handler runs (now until {_utc(expires)}).", data)
+    return Reason("worker_silent", f"Worker {owner} has been silent for "
+                                   f"{format_duration(now - worker.last_seen_at)} (last seen at "
+                                   f"{_utc(worker.last_seen_at)}): unless it renews, {lease_end}.", data)
+
+
+# Finished.
+def _explain_failed(facts: JobFacts) -> list[Reason]:
+    return [_why_failed(facts.job), _retry_would(facts.job)]
+
+
+def _why_failed(job: Job) -> Reason:
+    last = _last_attempt(job)
+    data: dict[str, Any] = {"attempt": job.attempt, "max_attempts": job.max_attempts, "finished_at": job.finished_at,
+                            "last_error": job.last_error}
+    at = f"attempt {job.attempt} of {job.max_attempts}"
+    if last is None or last.outcome not in (Outcome.ERROR, Outcome.EXPIRED):
+        return Reason("failed", f"It failed at {at}: {job.last_error or 'no error was recorded'}.", data)
+    data.update(error_type=last.error_type, error_message=last.error_message, outcome=last.outcome.value)
+    message = last.error_message or ""
+    if last.error_type == PAYLOAD_ERROR and message.startswith(("arguments do not match", "stored arguments")):
+        return Reason("arguments_mismatch", f"Its stored arguments no longer fit the handler ({message}), so {at} "
+                                            f"failed it at once, without retrying.", data)
+    if last.error_type == PAYLOAD_ERROR:
+        return Reason("result_not_stored", f"The handler's result could not be stored ({message}), so {at} failed "
+                                           f"it at once, without retrying.", data)
+    if last.error_type == PERMANENT_ERROR:
+        return Reason("permanent_error", f"{_upper_first(at)} raised {_error(last)}, and a PermanentError fails "
+                                         f"the job at once, without retrying.", data)
+    if last.outcome is Outcome.EXPIRED:
+        return Reason("attempts_exhausted", f"It used {_all_attempts(job)} was lost when worker {last.worker_id} "
+                                            f"stopped renewing its lease (crashed, stalled or cut off).", data)
+    if job.attempt >= job.max_attempts:
+        return Reason("attempts_exhausted", f"It used {_all_attempts(job)} failed with {_error(last)}.", data)
+    return Reason("not_retried", f"{_upper_first(at)} failed with {_error(last)} and was not retried (an exception "
+                                 f"derived from PermanentError fails a job at once).", data)
+
+
+def _all_attempts(job: Job) -> str:
+    return f"all {job.max_attempts} attempts; the last" if job.max_attempts > 1 else "its only attempt, which"
+
+
+def _retry_would(job: Job) -> Reason:
+    """What app.retry does, as the backends' retry query does it: pending and due now, with at
+    least one more attempt (max_attempts grows to attempt + 1 if it must)."""
+    following = job.attempt + 1
+    max_attempts = max(job.max_attempts, following)
+    if max_attempts > job.max_attempts:
+        more = f"one more attempt (attempt {following} of {max_attempts})"
+    elif following == max_attempts:
+        more = f"its last attempt (attempt {following} of {max_attempts})"
+    else:
+        more = f"the attempts it has left ({following} to {max_attempts})"
+    caveat = (f", unless another waiting job holds its idempotency key {job.idempotency_key}"
+              if job.attempt == 0 and job.idempotency_key else "")
+    return Reason("retry", f"`leased retry APP {job.id}` (or Retry on the dashboard) puts it back to pending, due now, "
+                           f"with {more}{caveat}.",
+                  {"next_attempt": following, "max_attempts": max_attempts})
+
+
+def _explain_done(facts: JobFacts) -> list[Reason]:
+    job = facts.job
+    finished = job.finished_at or facts.now
+    stored = "its result is stored" if job.result is not None else "the handler returned nothing (None)"
+    attempts = "1 attempt" if job.attempt == 1 else f"{job.attempt} attempts"
+    return [Reason("done", f"It finished {_when(finished, facts.now)} after {attempts}; {stored}.",
+                   {"finished_at": job.finished_at, "attempts": job.attempt, "has_result": job.result is not None})]
+
+
+def _explain_cancelled(facts: JobFacts) -> list[Reason]:
+    job, last = facts.job, _last_attempt(facts.job)
+    finished = job.finished_at or facts.now
+    if last is not None and last.number == job.attempt and last.outcome is Outcome.CANCELLED:
+        during = f"while attempt {last.number} ran on worker {last.worker_id}, whose handler was told to stop"
+    elif job.attempt == 0:
+        during = "before its first attempt"
+    else:
+        during = f"while it waited for attempt {job.attempt + 1}"
+    return [Reason("cancelled", f"A user cancelled it {_when(finished, facts.now)}, {during}.",
+                   {"finished_at": job.finished_at, "attempt": job.attempt}),
+            _retry_would(job)]
+
+
+_BY_STATUS: dict[JobStatus, Callable[[JobFacts], list[Reason]]] = {
+    JobStatus.PENDING: _explain_pending, JobStatus.RUNNING: _explain_running, JobStatus.FAILED: _explain_failed,
+    JobStatus.DONE: _explain_done, JobStatus.CANCELLED: _explain_cancelled,
+}
