@@ -13,6 +13,7 @@ class CancelReason(StrEnum):
     LEASE_LOST = "lease lost"
     CANCELLED = "cancelled by a user"
     SHUTDOWN = "worker shutting down"
+    TIMEOUT = "timeout"  # the attempt ran past the job's time limit
 
 
 class JobCancelled(Exception):
