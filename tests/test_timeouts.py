@@ -96,6 +96,8 @@ def test_sync_handler_that_ignores_its_limit_is_stuck_holds_its_slot_and_its_lat
         timed_out = app.get_job(stuck_job.id)
         assert [a.outcome for a in timed_out.history] == [Outcome.TIMEOUT]
         assert "its handler thread still runs" in timed_out.last_error
+        where = timed_out.history[0].traceback  # where the thread hangs, from the handler's frame down
+        assert where.splitlines()[1].strip().endswith("in ignores_limit") and "release.wait(60)" in where
         # Visible while it runs: the worker's metrics, its announced row, its log.
         wait_for(lambda: stuck_gauge() == 1, message="the stuck gauge")
         wait_for(lambda: [w.stuck_handlers for w in app.workers()] == [1], message="the worker's row to say stuck")

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
+import threading
+import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
@@ -21,26 +25,46 @@ from leased.backends.base import AttemptEnd
 from leased.backoff import Backoff
 from leased.events import Event, HandlerStuck
 from leased.jobs import Job, Lease, Outcome
+from leased.payloads import clean_text
 
 log = logging.getLogger("leased.worker")
 
 STUCK_AFTER_SECONDS = 1.0  # a cooperative handler returns within this of its limit; later, it is stuck
 STUCK_REPORT_SECONDS = 60.0  # while stuck, log it again this often
+MAX_STACK = 32_000
 
 
-def timeout_end(job: Job, backoff: Backoff, *, still_running: bool) -> AttemptEnd:
-    """The end of an attempt that ran past its limit, whatever its handler did after it."""
+def timeout_end(job: Job, backoff: Backoff, thread: Future | None) -> AttemptEnd:
+    """The end of an attempt that ran past its limit, whatever its handler did after it. For a sync
+    handler whose thread still runs, the traceback is where that thread is: where it hangs."""
     retry = job.attempt < job.max_attempts
     delay = backoff.delay(job.attempt) if retry else None
     message = f"attempt {job.attempt} ran past its time limit of {job.timeout_seconds:g}s"
-    if still_running:
+    stack = None
+    if thread is not None and not thread.done():
         message += "; its handler thread still runs, and what it returns will be discarded"
+        stack = _where(thread)
     if retry:
         log.warning("job %d (%s): %s; retrying in %.1fs", job.id, job.task_name, message, delay)
     else:
         log.error("job %d (%s): %s; out of attempts (%d), failed", job.id, job.task_name, message, job.max_attempts)
     return AttemptEnd(job.lease, Outcome.TIMEOUT, error_type="TimeLimitExceeded", error_message=message,
-                      retry_in_seconds=delay)
+                      traceback=stack, retry_in_seconds=delay)
+
+
+def _where(thread: Future) -> str | None:
+    """The handler thread's stack now, from the handler's own frame down (the pool's frames are noise)."""
+    frame = sys._current_frames().get(getattr(thread, "thread_id", None))
+    if frame is None:
+        return None
+    frames = traceback.extract_stack(frame)
+    while frames and (frames[0].filename == threading.__file__ or frames[0].filename.startswith(_ENGINE_FOLDER)):
+        frames.pop(0)
+    return clean_text("Handler thread at its time limit (most recent call last):\n"
+                      + "".join(traceback.format_list(frames)), MAX_STACK)
+
+
+_ENGINE_FOLDER = os.path.dirname(os.path.abspath(__file__))
 
 
 @dataclass(eq=False)

@@ -321,8 +321,7 @@ class Worker:
                 timed_out = context.cancel_reason is CancelReason.TIMEOUT
                 self._time_limits.after_attempt(job, running.time_limit, timed_out, running.thread, self._free_slot)
             if timed_out:  # whatever the handler did after its limit, the attempt ended there
-                end = timeout_end(job, self.tasks[job.task_name].backoff,
-                                  still_running=running.thread is not None and not running.thread.done())
+                end = timeout_end(job, self.tasks[job.task_name].backoff, running.thread)
             if end is not None and context.cancel_reason in (None, CancelReason.TIMEOUT):
                 running.finishing = True
                 written = await self._finish(end)
