@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
+import subprocess
+import sys
 import threading
 import warnings
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +198,14 @@ def test_job_page_shows_the_time_limit_and_the_timeout_outcome(app):
     page = TestClient(dashboard(app)).get(f"/jobs/{job.id}").text
     assert "<dt>Time limit</dt><dd>200ms per attempt</dd>" in page
     assert "outcome-timeout" in page and "TimeLimitExceeded" in page
+
+
+def test_the_readme_example_runs_and_prints_what_it_says(tmp_path):
+    section = (Path(__file__).parent.parent / "README.md").read_text().split("### Time limits", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    source = str(Path(__file__).parent.parent / "src")  # this checkout's leased, not an installed one
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            env=environment)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["failed ['timeout']"]
