@@ -5,7 +5,8 @@ ahead of them; once a second the same claim first returns expired leases to the 
 completer (writes the ends that arrived meanwhile in one transaction, behind the handlers),
 the heartbeat (a thread renewing every held lease in one statement), the lease watchdog (stops a
 handler whose lease could run out before a renewal lands), the listener (a thread turning the
-database's wake-ups into a claim now) and the announcer (keeps the worker's row fresh). If one
+database's wake-ups into a claim now), the announcer (keeps the worker's row fresh) and the time
+limits (engine/timelimits.py: cancel a handler at its job's limit, hold a stuck thread's slot). If one
 dies, the worker stops loudly. Shutdown has two phases: stop claiming and let running jobs finish
 within a grace period, then cancel what is left and release its leases at once. Signal handlers
 only call stop().
