@@ -21,6 +21,7 @@ class WorkerInfo:
     tasks: list[str]
     running: int
     alive: bool
+    stuck_handlers: int = 0  # handler threads still running past their job's time limit, each holding a slot
 
 
 @dataclass(frozen=True, slots=True)

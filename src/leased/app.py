@@ -71,11 +71,15 @@ class Leased:
     @overload
     def task(self, *, name: str | None = None, queue_name: str = "default", priority: int = 0,
              max_attempts: int = 3, lease: float | timedelta = 30.0, backoff: Backoff | None = None,
-             takes_context: bool = False) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             takes_context: bool = False, timeout: float | timedelta | None = None
+             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, func=None, /, *, name=None, queue_name="default", priority=0, max_attempts=3, lease=30.0,
-             backoff=None, takes_context=False):
-        """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors."""
+             backoff=None, takes_context=False, timeout=None):
+        """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors.
+
+        `timeout` limits each attempt (seconds or a timedelta; None: no limit): an async handler is
+        cancelled at the limit, a sync one told through its context; the attempt ends as `timeout`."""
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -83,7 +87,7 @@ class Leased:
                 raise ConfigurationError(f"two handlers registered as task {task_name!r}; give one another name=")
             task = Task(self, function, name=task_name, queue_name=queue_name, priority=priority,
                         max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
-                        takes_context=takes_context)
+                        takes_context=takes_context, timeout=timeout)
             self.tasks[task_name] = task
             return task
 

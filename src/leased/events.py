@@ -40,7 +40,21 @@ class ListenerReconnected:
     worker_id: str
 
 
-Event = AttemptEnded | ListenerLost | ListenerReconnected
+@dataclass(frozen=True, slots=True)
+class HandlerStuck:
+    """A sync handler's thread still runs past its job's time limit, holding a slot until it returns;
+    then the event comes again with returned=True (its result discarded, its slot free)."""
+
+    job_id: int
+    task_name: str
+    queue_name: str
+    attempt: int
+    worker_id: str
+    seconds_past_limit: float
+    returned: bool = False
+
+
+Event = AttemptEnded | ListenerLost | ListenerReconnected | HandlerStuck
 Subscriber = Callable[[Event], None]
 
 

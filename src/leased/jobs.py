@@ -28,6 +28,7 @@ class Outcome(StrEnum):
     EXPIRED = "expired"  # the worker stopped renewing (crashed, stalled, partitioned)
     CANCELLED = "cancelled"  # a user cancelled the job while it ran
     SHUTDOWN = "shutdown"  # the worker shut down and released the job
+    TIMEOUT = "timeout"  # the handler ran past the job's time limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ class Job:
     result: Any = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
+    timeout_seconds: float | None = None  # the handler's time limit per attempt; None: no limit
     history: tuple[Attempt, ...] = field(default=())
 
     @property

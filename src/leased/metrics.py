@@ -3,18 +3,26 @@
 Two registries, because they come from different places:
 - database_registry(app): jobs by queue and status, the wait of the oldest due job, live workers,
   read from the database on every scrape (the dashboard serves it on /metrics);
-- worker_registry(events): attempts by task and outcome and a histogram of run time, counted from
-  the events of the workers in this process (`leased worker --metrics-port N` serves it).
+- worker_registry(events): attempts by task and outcome, a histogram of run time, and handlers
+  stuck past their time limit, counted from the events of the workers in this process
+  (`leased worker --metrics-port N` serves it).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from leased.events import AttemptEnded, Event, Events, ListenerLost, ListenerReconnected
+from leased.events import (
+    AttemptEnded,
+    Event,
+    Events,
+    HandlerStuck,
+    ListenerLost,
+    ListenerReconnected,
+)
 
 if TYPE_CHECKING:
     from leased.app import Leased
@@ -64,6 +72,9 @@ def worker_registry(events: Events) -> CollectorRegistry:
                             "meanwhile.", registry=registry)
     listener_back = Counter("leased_listener_reconnects", "Times the wake-up listener reconnected.",
                             registry=registry)
+    # Each one holds a worker slot: a sync handler past its time limit that ignores its context.
+    stuck = Gauge("leased_stuck_handlers", "Sync handler threads still running past their job's time limit.",
+                  ["task", "queue"], registry=registry)
 
     def count(event: Event) -> None:
         if isinstance(event, AttemptEnded):
@@ -73,6 +84,8 @@ def worker_registry(events: Events) -> CollectorRegistry:
             listener_lost.inc()
         elif isinstance(event, ListenerReconnected):
             listener_back.inc()
+        elif isinstance(event, HandlerStuck):
+            stuck.labels(event.task_name, event.queue_name).inc(-1 if event.returned else 1)
 
     events.subscribe(count)
     return registry

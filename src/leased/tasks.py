@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -32,6 +33,17 @@ def lease_seconds(value: float | timedelta, field: str = "lease") -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 86_400:
         raise ConfigurationError(f"{field} must be a number of seconds or a timedelta between 0 and one day, "
                                  f"got {value!r}")
+    return float(seconds)
+
+
+def check_timeout(value: object) -> float | None:
+    """A time limit in seconds per attempt, or None for none."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+        raise ConfigurationError(f"invalid timeout {value!r}: use a number of seconds above 0 or a timedelta, "
+                                 "or None for no time limit")
     return float(seconds)
 
 
@@ -105,10 +117,11 @@ class TaskCall(Generic[P, R]):
     run_after: datetime | timedelta | None = None
     idempotency_key: str | None = None
     connection: Any = None
+    timeout_seconds: float | None = None
 
     def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET, run_after: datetime | timedelta | None = _UNSET,
               idempotency_key: str | None = _UNSET, connection: Any = _UNSET, max_attempts: int = _UNSET,
-              lease: float | timedelta = _UNSET) -> TaskCall[P, R]:
+              lease: float | timedelta = _UNSET, timeout: float | timedelta | None = _UNSET) -> TaskCall[P, R]:
         changes: dict[str, Any] = {}
         if queue_name is not _UNSET:
             changes["queue_name"] = check_queue_name(queue_name)
@@ -129,6 +142,8 @@ class TaskCall(Generic[P, R]):
             changes["max_attempts"] = check_max_attempts(max_attempts)
         if lease is not _UNSET:
             changes["lease_seconds"] = lease_seconds(lease)
+        if timeout is not _UNSET:
+            changes["timeout_seconds"] = check_timeout(timeout)
         return replace(self, **changes)
 
     def new_job(self, args: tuple, kwargs: dict[str, Any]) -> NewJob:
@@ -142,7 +157,7 @@ class TaskCall(Generic[P, R]):
             check(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
             jobs.append(NewJob(task.name, self.queue_name, args_json, kwargs_json, self.priority, self.max_attempts,
-                               self.lease_seconds, run_at, delay, self.idempotency_key))
+                               self.lease_seconds, run_at, delay, self.idempotency_key, self.timeout_seconds))
         return jobs
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -166,7 +181,8 @@ class Task(Generic[P, R]):
     """A registered handler. Calling it runs the function directly; enqueue() schedules it."""
 
     def __init__(self, app: Leased, func: Callable[P, R], *, name: str, queue_name: str, priority: int,
-                 max_attempts: int, lease: float | timedelta, backoff: Backoff, takes_context: bool):
+                 max_attempts: int, lease: float | timedelta, backoff: Backoff, takes_context: bool,
+                 timeout: float | timedelta | None = None):
         if not callable(func):
             raise ConfigurationError(f"a task needs a function, got {func!r}")
         if not isinstance(backoff, Backoff):
@@ -187,7 +203,7 @@ class Task(Generic[P, R]):
         self._positional_counts = _positional_counts(self.signature, leading=1 if takes_context else 0)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),
-            lease_seconds(lease))
+            lease_seconds(lease), timeout_seconds=check_timeout(timeout))
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
 
@@ -215,7 +231,8 @@ class Task(Generic[P, R]):
             raise PayloadError(f"arguments do not match {self.name}{self.call_shape}: {error}") from None
 
     def using(self, **options: Any) -> TaskCall[P, R]:
-        """Per-call options: queue_name, priority, run_after, idempotency_key, connection, max_attempts, lease."""
+        """Per-call options: queue_name, priority, run_after, idempotency_key, connection, max_attempts, lease,
+        timeout."""
         return self.defaults.using(**options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:

@@ -28,6 +28,7 @@ class NewJob:
     run_at: datetime | None = None  # an absolute time, or
     delay_seconds: float = 0.0  # seconds after the database's now
     idempotency_key: str | None = None
+    timeout_seconds: float | None = None  # the handler's time limit per attempt; None: no limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ class WorkerRecord:
     queues: tuple[str, ...] | None
     tasks: tuple[str, ...]
     wake_port: int | None = None  # where the worker hears about new jobs, if it listens on a port
+    stuck_handlers: int = 0  # handler threads still running past their job's time limit
 
 
 class Listener(Protocol):

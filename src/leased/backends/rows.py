@@ -35,6 +35,7 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         result=from_json(row["result"]),
         lease_owner=row["lease_owner"],
         lease_expires_at=to_time(row["lease_expires_at"]),
+        timeout_seconds=row["timeout_seconds"],
         history=history,
     )
 
@@ -58,14 +59,15 @@ def worker_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable
         id=row["id"], host=row["host"], pid=row["pid"], started_at=to_time(row["started_at"]),
         last_seen_at=to_time(row["last_seen_at"]), concurrency=row["concurrency"],
         queues=from_json(row["queues"]), tasks=from_json(row["tasks"]), running=row["running"],
-        alive=row["silent_seconds"] < silent_after,
+        alive=row["silent_seconds"] < silent_after, stuck_handlers=row["stuck_handlers"],
     )
 
 
 def worker_params(worker: WorkerRecord) -> dict[str, Any]:
     return {"id": worker.id, "host": worker.host, "pid": worker.pid, "concurrency": worker.concurrency,
             "queues": None if worker.queues is None else json.dumps(list(worker.queues)),
-            "tasks": json.dumps(list(worker.tasks)), "wake_port": worker.wake_port}
+            "tasks": json.dumps(list(worker.tasks)), "wake_port": worker.wake_port,
+            "stuck_handlers": worker.stuck_handlers}
 
 
 def filter_params(where: JobFilter) -> dict[str, Any]:
@@ -107,7 +109,7 @@ def jobs_json(jobs: Sequence[NewJob], run_at: Callable[[datetime], Any]) -> str:
     return json.dumps([
         [job.task_name, job.queue_name, job.args_json, job.kwargs_json, job.priority, job.max_attempts,
          job.lease_seconds, None if job.run_at is None else run_at(job.run_at), job.delay_seconds,
-         job.idempotency_key]
+         job.idempotency_key, job.timeout_seconds]
         for job in jobs])
 
 
@@ -143,7 +145,7 @@ def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time:
             id=row[0], task_name=job.task_name, queue_name=job.queue_name, status=JobStatus.PENDING,
             args=job_args, kwargs=job_kwargs, priority=job.priority, attempt=0, max_attempts=job.max_attempts,
             lease_seconds=job.lease_seconds, run_after=times[run_after], created_at=times[created_at],
-            idempotency_key=job.idempotency_key))
+            idempotency_key=job.idempotency_key, timeout_seconds=job.timeout_seconds))
     return created
 
 

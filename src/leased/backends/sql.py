@@ -36,6 +36,9 @@ def load_migrations(folder: Path) -> list[Migration]:
         if match:
             migrations.append(Migration(int(match[1]), match[2], path.read_text()))
     versions = [m.version for m in migrations]
-    if versions != list(range(1, len(versions) + 1)):
-        raise ValueError(f"{folder}: migrations must be numbered 0001, 0002, ... without gaps, got {versions}")
+    # Branches developed side by side reserve numbers ahead (0006 while 0003-0005 are elsewhere), so
+    # a gap is allowed: migrate() applies every version not yet recorded, not only those above the
+    # highest. Each number once is not negotiable.
+    if not versions or versions[0] != 1 or any(a >= b for a, b in zip(versions, versions[1:])):
+        raise ValueError(f"{folder}: migrations must be numbered 0001, 0002, ..., each once, got {versions}")
     return migrations

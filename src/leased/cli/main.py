@@ -256,6 +256,8 @@ def describe_job(job: Job) -> str:
         ("queue", job.queue_name),
         ("priority", str(job.priority)),
         ("attempt", f"{job.attempt} of {job.max_attempts}"),
+        ("time limit", "none" if job.timeout_seconds is None
+         else f"{output.format_duration(job.timeout_seconds)} per attempt"),
         ("created", output.local_time(job.created_at)),
         ("run after", output.local_time(job.run_after)),
         ("finished", output.local_time(job.finished_at)),

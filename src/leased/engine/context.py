@@ -13,6 +13,7 @@ class CancelReason(StrEnum):
     LEASE_LOST = "lease lost"
     CANCELLED = "cancelled by a user"
     SHUTDOWN = "worker shutting down"
+    TIMEOUT = "timeout"  # the attempt ran past the job's time limit
 
 
 class JobCancelled(Exception):
@@ -23,7 +24,8 @@ class JobCancelled(Exception):
 class TaskContext:
     """Passed first to handlers of tasks declared with takes_context=True.
 
-    Async handlers are also cancelled (asyncio.CancelledError) when the job must stop. A sync
+    Async handlers are also cancelled (asyncio.CancelledError) when the job must stop (its lease
+    lost, a user's cancel, shutdown, its time limit: `cancel_reason` says which). A sync
     handler runs in a thread that cannot be interrupted, so it should check `is_cancelled` (or call
     `raise_if_cancelled()`) between steps, or wait on `cancelled` where it would sleep; whatever it
     returns after a cancellation is discarded.

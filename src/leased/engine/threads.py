@@ -42,6 +42,7 @@ class HandlerThreads:
         while (item := self._work.get()) is not None:
             future, function, args, kwargs = item
             if future.set_running_or_notify_cancel():
+                future.thread_id = threading.get_ident()  # where to look if it outlives its time limit
                 try:
                     future.set_result(function(*args, **kwargs))
                 except BaseException as error:

@@ -5,7 +5,8 @@ ahead of them; once a second the same claim first returns expired leases to the 
 completer (writes the ends that arrived meanwhile in one transaction, behind the handlers),
 the heartbeat (a thread renewing every held lease in one statement), the lease watchdog (stops a
 handler whose lease could run out before a renewal lands), the listener (a thread turning the
-database's wake-ups into a claim now) and the announcer (keeps the worker's row fresh). If one
+database's wake-ups into a claim now), the announcer (keeps the worker's row fresh) and the time
+limits (engine/timelimits.py: cancel a handler at its job's limit, hold a stuck thread's slot). If one
 dies, the worker stops loudly. Shutdown has two phases: stop claiming and let running jobs finish
 within a grace period, then cancel what is left and release its leases at once. Signal handlers
 only call stop().
@@ -23,6 +24,7 @@ import threading
 import time
 import traceback
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping
 
@@ -31,6 +33,7 @@ from leased.backends.base import AttemptEnd, Backend, ClaimRequest, Listener, Wo
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.heartbeat import Heartbeat
 from leased.engine.threads import HandlerThreads
+from leased.engine.timelimits import TimeLimits, timeout_end
 from leased.errors import DatabaseUnavailable, PayloadError, PermanentError
 from leased.events import AttemptEnded, Event, Events, ListenerLost, ListenerReconnected
 from leased.jobs import Job, Lease, Outcome
@@ -69,12 +72,15 @@ class _Running:
     handler: asyncio.Future | None = None
     execution: asyncio.Task | None = field(default=None, repr=False)
     finishing: bool = False  # its end is being written: that fenced write, not a renewal, tells if it held
+    thread: Future | None = field(default=None, repr=False)  # a sync handler's, until it returns
+    time_limit: asyncio.TimerHandle | None = field(default=None, repr=False)
 
 
 _OUTCOME_OF_CANCEL = {
     CancelReason.LEASE_LOST: Outcome.LEASE_LOST,
     CancelReason.CANCELLED: Outcome.CANCELLED,
     CancelReason.SHUTDOWN: Outcome.SHUTDOWN,
+    CancelReason.TIMEOUT: Outcome.TIMEOUT,
 }
 
 
@@ -123,6 +129,9 @@ class Worker:
         self._service_failure: BaseException | None = None
         self._threads = HandlerThreads()
         self._heartbeat = Heartbeat(backend, self._on_lease_lost, self._is_transient)
+        self._announce_soon = asyncio.Event()
+        self._time_limits = TimeLimits(self.id, lambda lease: self._cancel(lease, CancelReason.TIMEOUT),
+                                       self.events.emit, self._announce_soon.set)
 
     # Control, from any thread.
     def run(self, *, stop_when_idle: bool = False) -> WorkerStats:
@@ -286,7 +295,7 @@ class Worker:
         while recent and recent[0] < now - END_RATE_WINDOW:
             recent.popleft()
         prefetch = min(MAX_PREFETCH, int(len(recent) * PREFETCH_SECONDS / END_RATE_WINDOW))
-        unwritten = len(self._running) - self._handling
+        unwritten = len(self._running) - self._handling + self._time_limits.holding
         return min(self.concurrency + prefetch - self._handling, MAX_UNWRITTEN_ENDS - unwritten)
 
     def _is_transient(self, error: BaseException) -> bool:
@@ -305,16 +314,16 @@ class Worker:
         started = 0.0  # when it gets its slot
         outcome, will_retry, written = None, False, False
         try:
+            await self._slots.acquire()
             try:
-                async with self._slots:
-                    started = time.monotonic()
-                    end = None if context.is_cancelled else await self._attempt(running)
+                started = time.monotonic()
+                end = None if context.is_cancelled else await self._attempt(running)
             finally:
-                self._handling -= 1
-                self._handler_ends.append(time.monotonic())
-                if self._claimer_needs_slots:
-                    self._wakeup.set()
-            if end is not None and not context.is_cancelled:
+                timed_out = context.cancel_reason is CancelReason.TIMEOUT
+                self._time_limits.after_attempt(job, running.time_limit, timed_out, running.thread, self._free_slot)
+            if timed_out:  # whatever the handler did after its limit, the attempt ended there
+                end = timeout_end(job, self.tasks[job.task_name].backoff, running.thread)
+            if end is not None and context.cancel_reason in (None, CancelReason.TIMEOUT):
                 running.finishing = True
                 written = await self._finish(end)
                 if written:
@@ -339,6 +348,13 @@ class Worker:
             self.events.emit(AttemptEnded(job.id, job.task_name, job.queue_name, job.attempt, outcome,
                                           time.monotonic() - started, self.id, will_retry))
 
+    def _free_slot(self) -> None:
+        self._slots.release()
+        self._handling -= 1
+        self._handler_ends.append(time.monotonic())
+        if self._claimer_needs_slots:
+            self._wakeup.set()
+
     async def _attempt(self, running: _Running) -> AttemptEnd | None:
         """Run the handler once. None means it was cancelled and nothing is to be written."""
         job, context = running.job, running.context
@@ -352,7 +368,9 @@ class Worker:
             if task.is_async:
                 running.handler = asyncio.ensure_future(task.func(*leading, *job.args, **job.kwargs))
             else:
-                running.handler = asyncio.wrap_future(self._threads.submit(task.func, (*leading, *job.args), job.kwargs))
+                running.thread = self._threads.submit(task.func, (*leading, *job.args), job.kwargs)
+                running.handler = asyncio.wrap_future(running.thread)
+            running.time_limit = self._time_limits.arm(job)
             if context.is_cancelled:
                 running.handler.cancel()
             result = await running.handler
@@ -517,12 +535,17 @@ class Worker:
         record = WorkerRecord(self.id, socket.gethostname(), os.getpid(), self.concurrency, self.queues,
                               tuple(sorted(self.tasks)), wake_port)
         while True:
+            self._announce_soon.clear()
             try:
-                await asyncio.to_thread(self.backend.register_worker, record)
+                await asyncio.to_thread(self.backend.register_worker,
+                                        replace(record, stuck_handlers=self._time_limits.stuck))
             except Exception as error:
                 if not self._is_transient(error):
                     raise
-            await asyncio.sleep(WORKER_BEAT_SECONDS)
+            try:  # a handler getting stuck or coming back is announced at once
+                await asyncio.wait_for(self._announce_soon.wait(), WORKER_BEAT_SECONDS)
+            except TimeoutError:
+                pass
 
     async def _unregister(self) -> None:
         try:

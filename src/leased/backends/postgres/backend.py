@@ -75,7 +75,7 @@ def _insert_query(jobs: Sequence[NewJob]) -> tuple[str, dict[str, Any]]:
         "task_name": job.task_name, "queue_name": job.queue_name, "args": job.args_json, "kwargs": job.kwargs_json,
         "priority": job.priority, "max_attempts": job.max_attempts, "lease_seconds": job.lease_seconds,
         "run_at": None if job.run_at is None else job.run_at.astimezone(UTC), "delay_seconds": job.delay_seconds,
-        "idempotency_key": job.idempotency_key}
+        "idempotency_key": job.idempotency_key, "timeout_seconds": job.timeout_seconds}
 
 
 def _is_connection_failure(error: psycopg.OperationalError) -> bool:
@@ -387,9 +387,9 @@ class PostgresBackend(InspectionReads):
             # concurrent twin; the second migrator then reads the versions the first committed.
             connection.execute(QUERIES["migration_lock"])
             connection.execute(QUERIES["create_version_table"])
-            current = connection.execute(QUERIES["schema_version"]).fetchone()["version"]
-            for migration in MIGRATIONS:
-                if migration.version > current:
+            done = {row["version"] for row in connection.execute(QUERIES["applied_versions"])}
+            for migration in MIGRATIONS:  # every one not applied yet: a branch merged late fills a gap
+                if migration.version not in done:
                     connection.execute(migration.sql)  # no parameters: sent as one multi-statement script
                     connection.execute(QUERIES["record_version"], {"version": migration.version})
                     applied.append(migration.version)

@@ -321,9 +321,9 @@ class SQLiteBackend(InspectionReads):
         # BEGIN IMMEDIATE serializes concurrent migrators: the second sees the first one's versions.
         with self._write() as connection:
             connection.execute(QUERIES["create_version_table"])
-            current = connection.execute(QUERIES["schema_version"]).fetchone()[0]
-            for migration in MIGRATIONS:
-                if migration.version > current:
+            done = {row[0] for row in connection.execute(QUERIES["applied_versions"])}
+            for migration in MIGRATIONS:  # every one not applied yet: a branch merged late fills a gap
+                if migration.version not in done:
                     for statement in _statements(migration.sql):
                         connection.execute(statement)
                     connection.execute(QUERIES["record_version"], {"version": migration.version})

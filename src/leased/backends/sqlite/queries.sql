@@ -3,19 +3,19 @@
 
 -- name: insert_jobs
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
--- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key], and the batch one array of
--- them. A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
+-- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds], and the
+-- batch one array of them. A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
 -- the caller matches rows to jobs (RETURNING's own order is unspecified): the rows are inserted
 -- one at a time in the SELECT's order, and AUTOINCREMENT gives each an id above any before it.
 -- One clock reading for the batch, as now() is one for a transaction on PostgreSQL. The statement
 -- starts with INSERT, which is how Python's sqlite3 knows to open the caller's transaction first.
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
-                         run_after, created_at, idempotency_key)
+                         run_after, created_at, idempotency_key, timeout_seconds)
 WITH clock AS MATERIALIZED (SELECT leased_now() AS now)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
        json_extract(value, '$[6]'), coalesce(json_extract(value, '$[7]'), clock.now + json_extract(value, '$[8]')),
-       clock.now, json_extract(value, '$[9]')
+       clock.now, json_extract(value, '$[9]'), json_extract(value, '$[10]')
 FROM json_each(:jobs), clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ORDER BY key
@@ -197,9 +197,10 @@ WITH RECURSIVE names (name) AS (
 SELECT name FROM names WHERE name IS NOT NULL;
 
 -- name: register_worker
-INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, started_at, last_seen_at)
-VALUES (:id, :host, :pid, :concurrency, :queues, :tasks, :wake_port, leased_now(), leased_now())
-ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now();
+INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, stuck_handlers, started_at,
+                            last_seen_at)
+VALUES (:id, :host, :pid, :concurrency, :queues, :tasks, :wake_port, :stuck_handlers, leased_now(), leased_now())
+ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now(), stuck_handlers = excluded.stuck_handlers;
 
 -- name: wake_ports
 SELECT wake_port FROM leased_workers
@@ -217,8 +218,8 @@ SELECT w.*, leased_now() - w.last_seen_at AS silent_seconds,
 FROM leased_workers AS w
 ORDER BY w.started_at;
 
--- name: schema_version
-SELECT coalesce(max(version), 0) FROM leased_schema_version;
+-- name: applied_versions
+SELECT version FROM leased_schema_version;
 
 -- name: create_version_table
 CREATE TABLE IF NOT EXISTS leased_schema_version (

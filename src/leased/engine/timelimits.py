@@ -1,0 +1,157 @@
+"""Time limits per attempt, and the handler threads that outlive theirs.
+
+At a job's limit the worker cancels its handler with the cause "timeout" (first cause wins, as
+with a lost lease), and the attempt ends as `timeout`: retried by the task's backoff, `failed`
+when out of attempts. An async handler is cancelled for real. A sync handler runs in a thread,
+and Python cannot stop a thread from outside: it is told through its context and its attempt is
+over, so whatever it returns later is discarded. Until that thread returns it keeps its slot,
+since it truly occupies one; past a short grace it counts as stuck: logged (again every minute),
+counted in the worker's metrics and announced on the worker's row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import traceback
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+from leased.backends.base import AttemptEnd
+from leased.backoff import Backoff
+from leased.events import Event, HandlerStuck
+from leased.jobs import Job, Lease, Outcome
+from leased.payloads import clean_text
+
+log = logging.getLogger("leased.worker")
+
+STUCK_AFTER_SECONDS = 1.0  # a cooperative handler returns within this of its limit; later, it is stuck
+STUCK_REPORT_SECONDS = 60.0  # while stuck, log it again this often
+MAX_STACK = 32_000
+
+
+def timeout_end(job: Job, backoff: Backoff, thread: Future | None) -> AttemptEnd:
+    """The end of an attempt that ran past its limit, whatever its handler did after it. For a sync
+    handler whose thread still runs, the traceback is where that thread is: where it hangs."""
+    retry = job.attempt < job.max_attempts
+    delay = backoff.delay(job.attempt) if retry else None
+    message = f"attempt {job.attempt} ran past its time limit of {job.timeout_seconds:g}s"
+    stack = None
+    if thread is not None and not thread.done():
+        message += "; its handler thread still runs, and what it returns will be discarded"
+        stack = _where(thread)
+    if retry:
+        log.warning("job %d (%s): %s; retrying in %.1fs", job.id, job.task_name, message, delay)
+    else:
+        log.error("job %d (%s): %s; out of attempts (%d), failed", job.id, job.task_name, message, job.max_attempts)
+    return AttemptEnd(job.lease, Outcome.TIMEOUT, error_type="TimeLimitExceeded", error_message=message,
+                      traceback=stack, retry_in_seconds=delay)
+
+
+def _where(thread: Future) -> str | None:
+    """The handler thread's stack now, from the handler's own frame down (the pool's frames are noise)."""
+    frame = sys._current_frames().get(getattr(thread, "thread_id", None))
+    if frame is None:
+        return None
+    frames = traceback.extract_stack(frame)
+    while frames and (frames[0].filename == threading.__file__ or frames[0].filename.startswith(_ENGINE_FOLDER)):
+        frames.pop(0)
+    return clean_text("Handler thread at its time limit (most recent call last):\n"
+                      + "".join(traceback.format_list(frames)), MAX_STACK)
+
+
+_ENGINE_FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(eq=False)
+class _Overrun:
+    """A sync handler's thread still running after its attempt ended at the time limit."""
+
+    job: Job
+    limit_at: float  # loop time of the limit
+    free_slot: Callable[[], None]
+    stuck: bool = False
+    report: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+
+class TimeLimits:
+    """Arms each attempt's limit; holds the slots of handler threads that outlive theirs."""
+
+    def __init__(self, worker_id: str, on_limit: Callable[[Lease], None], emit: Callable[[Event], None],
+                 on_stuck_change: Callable[[], None]):
+        self._worker_id = worker_id
+        self._on_limit = on_limit
+        self._emit = emit
+        self._on_stuck_change = on_stuck_change
+        self._overruns: set[_Overrun] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def holding(self) -> int:
+        """Slots held by handler threads that outlived their attempt."""
+        return len(self._overruns)
+
+    @property
+    def stuck(self) -> int:
+        """Of those, the ones past the grace: what the worker announces and metrics show."""
+        return sum(overrun.stuck for overrun in self._overruns)
+
+    def arm(self, job: Job) -> asyncio.TimerHandle | None:
+        """Call on_limit(job's lease) once the handler has run for the job's limit; None: no limit."""
+        if job.timeout_seconds is None:
+            return None
+        self._loop = asyncio.get_running_loop()
+        return self._loop.call_later(job.timeout_seconds, self._on_limit, job.lease)
+
+    def after_attempt(self, job: Job, limit: asyncio.TimerHandle | None, timed_out: bool,
+                      thread: Future | None, free_slot: Callable[[], None]) -> None:
+        """The attempt is over: free its slot now, or, if it timed out with its thread still
+        running, when that thread returns."""
+        if limit is not None:
+            limit.cancel()
+        if not timed_out or thread is None or thread.done():
+            free_slot()
+            return
+        overrun = _Overrun(job, limit.when(), free_slot)
+        self._overruns.add(overrun)
+        overrun.report = self._loop.call_later(STUCK_AFTER_SECONDS, self._report, overrun)
+        loop = self._loop
+        # Runs on the handler's thread when it returns (at once if it just did).
+        thread.add_done_callback(lambda _: _call_soon(loop, self._returned, overrun))
+
+    def _report(self, overrun: _Overrun) -> None:
+        if overrun not in self._overruns:
+            return
+        job, past = overrun.job, self._loop.time() - overrun.limit_at
+        log.warning("job %d (%s) attempt %d: sync handler still running %.1fs past its time limit of %gs; its "
+                    "thread keeps a slot until it returns (check context.cancelled in the handler)",
+                    job.id, job.task_name, job.attempt, past, job.timeout_seconds)
+        if not overrun.stuck:
+            overrun.stuck = True
+            self._emit(HandlerStuck(job.id, job.task_name, job.queue_name, job.attempt, self._worker_id, past))
+            self._on_stuck_change()
+        overrun.report = self._loop.call_later(STUCK_REPORT_SECONDS, self._report, overrun)
+
+    def _returned(self, overrun: _Overrun) -> None:
+        self._overruns.discard(overrun)
+        if overrun.report is not None:
+            overrun.report.cancel()
+        overrun.free_slot()
+        if overrun.stuck:
+            job, past = overrun.job, self._loop.time() - overrun.limit_at
+            log.warning("job %d (%s) attempt %d: sync handler returned %.1fs past its time limit; its result was "
+                        "discarded and its slot is free again", job.id, job.task_name, job.attempt, past)
+            self._emit(HandlerStuck(job.id, job.task_name, job.queue_name, job.attempt, self._worker_id, past,
+                                    returned=True))
+            self._on_stuck_change()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable, *args: object) -> None:
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:  # the worker has stopped and its loop closed: no slot left to free
+        pass
