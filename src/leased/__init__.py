@@ -12,6 +12,7 @@ from leased.errors import (
     LeasedError,
     PayloadError,
     PermanentError,
+    WaitTimeout,
 )
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.tasks import Task
@@ -19,6 +20,6 @@ from leased.tasks import Task
 __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseUnavailable", "InvalidTransition",
     "Job", "JobNotFound", "JobStatus", "Leased", "LeasedError", "Outcome", "PayloadError", "PermanentError",
-    "Task", "TaskContext",
+    "Task", "TaskContext", "WaitTimeout",
 ]
 __version__ = "0.1.0"

@@ -27,3 +27,7 @@ class InspectionReads:
 
     def queue_names(self) -> list[str]:
         return [row["name"] for row in self._rows("queue_names")]
+
+    def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int:
+        return self._rows("count_jobs", status=status and status.value, task_name=task_name,
+                          queue_name=queue_name)[0]["n"]
