@@ -50,7 +50,7 @@ def make_app(url: str) -> Leased:
               max_attempts=EMAIL_ATTEMPTS)
     def send_email(context: TaskContext, to: str, subject: str) -> str:
         time.sleep(random.uniform(0.02, 0.1))
-        if email_relay_times_out(context.job_id, context.attempt):
+        if email_relay_times_out(_seed, context.job_id, context.attempt):
             raise ConnectionError("SMTP relay smtp.example.com:587 timed out")  # retried, with backoff
         return f"sent {subject!r} to {to}"
 
@@ -70,10 +70,10 @@ def make_app(url: str) -> Leased:
     return app
 
 
-def email_relay_times_out(job_id: int, attempt: int) -> bool:
+def email_relay_times_out(seed: int, job_id: int, attempt: int) -> bool:
     """Seeded bad luck on the email's own attempts; past them (a retry from the CLI or the
     dashboard) the relay is back, so that retrying a failed email shows it succeed."""
-    return attempt <= EMAIL_ATTEMPTS and random.Random(f"{_seed}:{job_id}:{attempt}").random() < EMAIL_FAILURE_RATE
+    return attempt <= EMAIL_ATTEMPTS and random.Random(f"{seed}:{job_id}:{attempt}").random() < EMAIL_FAILURE_RATE
 
 
 # An APP for `leased worker leased.cli.demo:app` after the demo.
