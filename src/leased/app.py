@@ -123,11 +123,7 @@ class Leased:
         `search` matches a job id or an idempotency key exactly.
         """
         if status is not None:
-            try:
-                status = JobStatus(status)
-            except ValueError:
-                choices = ", ".join(s.value for s in JobStatus)
-                raise ConfigurationError(f"invalid status {status!r}; use one of {choices}") from None
+            status = _job_status(status)
         if queue_name is not None:
             check_queue_name(queue_name)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
@@ -224,12 +220,12 @@ class Leased:
                    queue_name: str | None = None) -> int:
         if queue_name is not None:
             check_queue_name(queue_name)
-        return self.backend.count_jobs(None if status is None else JobStatus(status), task_name, queue_name)
+        return self.backend.count_jobs(None if status is None else _job_status(status), task_name, queue_name)
 
-    def unknown_queues(self, names: list[str]) -> list[str]:
-        """Those of `names` that no job and no task of this app has used: most likely typos."""
-        known = set(self.queue_names()) | {task.queue_name for task in self.tasks.values()}
-        return [name for name in names if name not in known]
+    def known_queue_names(self) -> set[str]:
+        """Queues that exist for this app: those of its jobs and of its tasks. A worker started on
+        any other is most likely a typo (`leased worker` warns)."""
+        return set(self.queue_names()) | {task.queue_name for task in self.tasks.values()}
 
     def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """The job once it is done, failed or cancelled; WaitTimeout if it has not ended within `timeout`
@@ -244,6 +240,14 @@ class Leased:
             return await asyncio.to_thread(waiting.run)
         finally:
             waiting.abandon()
+
+
+def _job_status(value: JobStatus | str) -> JobStatus:
+    try:
+        return JobStatus(value)
+    except ValueError:
+        choices = ", ".join(s.value for s in JobStatus)
+        raise ConfigurationError(f"invalid status {value!r}; use one of {choices}") from None
 
 
 def _zeros() -> dict[str, int]:

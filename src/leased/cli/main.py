@@ -163,10 +163,12 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
 
 def warn_about_unknown_queues(app: Leased, queue_names: list[str] | None) -> None:
     """A typo in --queues would leave the worker idle without a word: name what was never seen."""
-    for name in app.unknown_queues(queue_names or []):
-        logging.getLogger("leased.worker").warning(
-            "queue %r has no jobs and no task of this app uses it (a typo?); known queues: %s", name,
-            ", ".join(sorted(set(app.queue_names()) | {task.queue_name for task in app.tasks.values()})) or "none")
+    known = app.known_queue_names() if queue_names else set()
+    for name in queue_names or []:
+        if name not in known:
+            logging.getLogger("leased.worker").warning(
+                "queue %r has no jobs and no task of this app uses it (a typo?); known queues: %s", name,
+                ", ".join(sorted(known)) or "none")
 
 
 def configure_logging(level: str) -> None:
