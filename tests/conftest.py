@@ -1,7 +1,8 @@
 """Every behavioural test runs once per backend, against a real database.
 
 SQLite gets a fresh file per test; PostgreSQL a fresh schema per test in $LEASED_TEST_POSTGRES_URL
-(default postgresql://postgres@127.0.0.1:5432/test). Without a reachable PostgreSQL the
+(default postgresql://postgres@127.0.0.1:5432/test), whose database is created (through the
+server's `postgres` database) if it does not exist yet. Without a reachable PostgreSQL the
 PostgreSQL half is skipped, unless LEASED_REQUIRE_POSTGRES=1 (CI sets it) makes that an error.
 """
 
@@ -12,6 +13,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import quote
 
@@ -24,15 +26,46 @@ POSTGRES_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres
 REQUIRE_POSTGRES = os.environ.get("LEASED_REQUIRE_POSTGRES") == "1"
 BACKENDS = ["sqlite", "postgres"]
 
+# Subprocesses (the CLI, crash and README tests) import leased from this tree, as this process does:
+# a relative PYTHONPATH=src would not hold in their working directories, and they would quietly
+# import whatever leased is installed.
+_SRC = str(Path(__file__).parent.parent / "src")
+os.environ["PYTHONPATH"] = os.pathsep.join([_SRC, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
 
 def _postgres_problem() -> str | None:
     try:
         import psycopg
 
+        try:
+            with psycopg.connect(POSTGRES_URL, connect_timeout=3):
+                return None
+        except psycopg.OperationalError as error:
+            if "does not exist" not in str(error):
+                raise
+        _create_database_if_missing(POSTGRES_URL)
         with psycopg.connect(POSTGRES_URL, connect_timeout=3):
             return None
     except Exception as error:  # missing driver or unreachable server
         return f"PostgreSQL not available at {POSTGRES_URL}: {error}"
+
+
+def _create_database_if_missing(url: str) -> None:
+    """A fresh server has no `test` database: make it, through the `postgres` one, so that the
+    README's test command works on a new machine without a createdb step."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = conninfo_to_dict(url).get("dbname")
+    if not name or name == "postgres":
+        return
+    with psycopg.connect(make_conninfo(url, dbname="postgres"), connect_timeout=3, autocommit=True) as connection:
+        if connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            try:
+                connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            except psycopg.errors.DuplicateDatabase:  # another test run made it meanwhile
+                pass
 
 
 _POSTGRES_PROBLEM = _postgres_problem()

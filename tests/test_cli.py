@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import running_worker, wait_for
 from leased import Leased
 
 APP = "tasks_app:app"
@@ -283,3 +283,145 @@ def test_why_explains_a_job_in_words_and_as_json(cli, app):
     assert [reason["code"] for reason in explained["reasons"]] == ["no_workers"]
     assert set(explained["reasons"][0]) == {"code", "message", "data"}
     assert cli.error("why", APP, "999999") == "error: no job with id 999999"
+
+# Day one (issue 9): what a new user hit.
+def test_a_duplicate_enqueue_says_it_returned_the_existing_job(cli):
+    first = cli.run("enqueue", APP, "add", "[1, 2]", "--idempotency-key", "K", "--delay", "1h").stdout
+    job_id = int(first.split()[1])
+    again = cli.run("enqueue", APP, "add", "[1, 2]", "--idempotency-key", "K").stdout.strip()
+    assert again == f"job {job_id} already pending with idempotency key K (not enqueued again)"
+    assert cli.json("enqueue", APP, "add", "[1, 2]", "--idempotency-key", "K")["created"] is False
+    assert cli.json("enqueue", APP, "add", "[1, 2]", "--idempotency-key", "L")["created"] is True
+
+
+def test_jobs_shows_the_last_error_only_where_it_explains_the_status(cli, app):
+    attempts = []
+
+    @app.task(name="flaky", max_attempts=1)
+    def flaky():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ValueError("first time unlucky")
+
+    fixed = flaky.enqueue()
+    app.run_until_empty()
+    app.retry(fixed.id)
+    never_failed = flaky.enqueue()
+    app.run_until_empty()  # the retry succeeds: done, with the old error still in its row
+    attempts.clear()
+    broken = flaky.enqueue()
+    app.run_until_empty()  # failed for good
+    attempts.clear()
+    retried = flaky.enqueue()
+    app.run_until_empty()
+    app.retry(retried.id)  # pending again after a failed attempt: the error says why
+    assert app.get_job(fixed.id).last_error and app.get_job(fixed.id).status == "done"
+    rows = {int(line.split()[0]): line for line in cli.run("jobs", "--database", cli.url).stdout.splitlines()[1:]}
+    assert "first time unlucky" not in rows[fixed.id] and " done " in rows[fixed.id]
+    assert "first time unlucky" not in rows[never_failed.id]
+    assert " failed " in rows[broken.id] and "ValueError: first time unlucky" in rows[broken.id]
+    assert " pending " in rows[retried.id] and "ValueError: first time unlucky" in rows[retried.id]
+    shown = " ".join(cli.run("show", "--database", cli.url, str(fixed.id)).stdout.split())
+    assert "last error" not in shown and "error ValueError: first time unlucky" in shown  # the attempts keep it
+
+
+def test_the_argument_mismatch_of_a_context_task_does_not_ask_for_the_context(sqlite_cli):
+    (sqlite_cli.cwd / "context_app.py").write_text(
+        "import os\nfrom leased import Leased\napp = Leased(os.environ['TEST_APP_URL'])\n\n"
+        "@app.task(name='mail', takes_context=True)\ndef mail(context, to, subject='hi'):\n    pass\n")
+    message = sqlite_cli.error("enqueue", "context_app:app", "mail")
+    assert "arguments do not match mail(to, subject='hi')" in message and "context" not in message
+
+
+def test_an_app_that_raises_on_import_is_pointed_at_its_own_line(sqlite_cli):
+    (sqlite_cli.cwd / "bad_config.py").write_text("import json\n\nsettings = json.loads('{')\n")
+    message = sqlite_cli.error("jobs", "bad_config:app")
+    assert "importing 'bad_config' failed: JSONDecodeError" in message
+    assert "(at bad_config.py:3;" in message, message
+
+
+def test_worker_warns_about_a_queue_never_seen(cli, app):
+    register_tasks(app)
+    app.get_task("add").using(queue_name="billing").enqueue(1, 2)
+    assert app.known_queue_names() == {"billing", "default"}  # a job's queue, and the tasks' queue
+    worker = subprocess.Popen(cli.command("worker", APP, "--queues", "billing,biling"), cwd=cli.cwd, env=cli.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        wait_for(lambda: lines.append(worker.stderr.readline()) or " started: " in lines[-1] or worker.poll(),
+                 message="the worker to start")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=30)
+    warnings = [line for line in lines if "WARNING" in line]
+    assert len(warnings) == 1 and "queue 'biling' has no jobs and no task of this app uses it" in warnings[0]
+    assert "known queues: billing, default" in warnings[0]
+
+
+def test_retry_every_failed_job_and_cancel_every_pending_one(cli, app):
+    register_tasks(app)
+    failing = [app.get_task("boom").enqueue() for _ in range(3)]
+    other = app.get_task("boom").using(queue_name="other").enqueue()
+    app.run_until_empty()
+    assert cli.run("retry", APP, "--failed", "--queue", "default", "--yes").stdout.strip() == (
+        "3 failed jobs (queue default) pending again, to run now")
+    assert [app.get_job(job.id).status for job in failing + [other]] == ["pending"] * 3 + ["failed"]
+    assert "no failed jobs (task add): nothing to retry" in cli.run("retry", APP, "--failed", "--task", "add").stdout
+
+    waiting = app.get_task("add").using(run_after=timedelta(hours=1)).enqueue(1, 2)
+    refused = cli.error("cancel", "--database", cli.url, "--pending", "--task", "boom")
+    assert refused == ("error: refusing to cancel 3 pending jobs (task boom) without confirmation: "
+                       "stdin is not a terminal; add --yes")
+    assert cli.run("cancel", APP, "--pending", "--task", "boom", "-y").stdout.strip() == (
+        "3 pending jobs (task boom) cancelled")
+    assert [app.get_job(job.id).status for job in failing] == ["cancelled"] * 3
+    assert app.get_job(waiting.id).status == "pending"
+    assert "--pending acts on many jobs" in cli.run("cancel", APP, "--pending", "7", code=2).stderr
+    assert "go with --failed" in cli.run("retry", APP, "7", "--task", "boom", code=2).stderr
+
+
+def test_bulk_actions_ask_first_on_a_terminal(cli, app):
+    import pty
+
+    register_tasks(app)
+    jobs = [app.get_task("add").enqueue(n, n) for n in range(2)]
+
+    def answer(reply: str) -> str:
+        controller, terminal = pty.openpty()
+        try:
+            os.write(controller, reply.encode())
+            result = subprocess.run(cli.command("cancel", APP, "--pending"), cwd=cli.cwd, env=cli.env, stdin=terminal,
+                                    capture_output=True, text=True, timeout=60)
+        finally:
+            os.close(controller)
+            os.close(terminal)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    declined = answer("n\n")
+    assert "cancel 2 pending jobs? [y/N]" in declined and "nothing changed" in declined
+    assert [app.get_job(job.id).status for job in jobs] == ["pending"] * 2
+    assert "2 pending jobs cancelled" in answer("y\n")
+    assert [app.get_job(job.id).status for job in jobs] == ["cancelled"] * 2
+
+
+def test_a_failed_demo_email_succeeds_when_retried(database_url, monkeypatch):
+    # The demo invites the reader to retry a failed job and watch it run: an email that failed
+    # all its attempts goes through on the retry, as the relay is back.
+    from leased.cli import demo
+
+    demo_app = demo.make_app(database_url)
+    try:
+        email = demo_app.get_task("demo.send_email").enqueue("ada@example.com", "Welcome aboard")
+        # A seed under which this job's every attempt times out (a pure function: no luck involved).
+        unlucky = next(seed for seed in range(10_000)
+                       if all(demo.email_relay_times_out(seed, email.id, n) for n in range(1, demo.EMAIL_ATTEMPTS + 1)))
+        monkeypatch.setattr(demo, "_seed", unlucky)
+        with running_worker(demo_app, poll_interval=0.05):
+            failed = demo_app.wait(email.id, timeout=30)
+            assert (failed.status, failed.attempt) == ("failed", demo.EMAIL_ATTEMPTS)
+            demo_app.retry(email.id)
+            retried = demo_app.wait(email.id, timeout=30)
+        assert retried.status == "done" and retried.result == "sent 'Welcome aboard' to ada@example.com"
+    finally:
+        demo_app.close()

@@ -364,3 +364,24 @@ def test_a_batch_larger_than_one_statement_keeps_order_and_keys(app, notify, mon
     assert jobs[3] == held and jobs[7] == jobs[1]
     assert [job.args for job, created in results if created] == [[n] for n in (0, 1, 2, 4, 5, 6, 8, 9)]
     assert all(app.get_job(job.id) == job for job in jobs)
+
+
+def test_a_duplicate_enqueue_says_it_returned_the_existing_job(app, notify):
+    first = notify.using(idempotency_key="k").enqueue("p-1")
+    again = notify.using(idempotency_key="k").enqueue("p-1")
+    assert (first.created, again.created) == (True, False)
+    assert again == first  # the same row: `created` is not part of equality
+    assert app.get_job(first.id) == first and app.get_job(first.id).created is None  # not from an enqueue
+    batch = notify.using(idempotency_key="n").enqueue_many([("p-2",), ("p-2",)])
+    assert [job.created for job in batch] == [True, False] and batch[0] == batch[1]
+    assert [job.created for job in notify.using(idempotency_key="k").enqueue_many([("p-1",)])] == [False]
+    assert notify.enqueue("p-3").created is True
+
+
+def test_the_argument_mismatch_of_a_context_task_lists_only_what_the_caller_passes(app):
+    @app.task(name="mail", takes_context=True)
+    def mail(context, to: str, subject: str = "hi") -> None: ...
+
+    with pytest.raises(PayloadError) as error:
+        mail.enqueue()
+    assert str(error.value) == "arguments do not match mail(to, subject='hi'): missing a required argument: 'to'"

@@ -1,20 +1,83 @@
-"""The README's quick start runs as written."""
+"""The README's Python runs as written, so it cannot drift from the code.
+
+Every ```python block is executed as a script in a fresh directory, unless COMPILE_ONLY lists it
+with the reason it cannot run on its own; those are still compiled.
+"""
 
 from __future__ import annotations
 
+import ast
+import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).parent.parent / "README.md"
+CLI = [sys.executable, "-m", "leased.cli.main"]
+
+# The block's section heading -> why it is compiled, not run.
+COMPILE_ONLY = {
+    "Using it": "a tour of the API in fragments: order_is_gone, steps, conn and job_id stand for the reader's "
+                "own, and `await` needs the reader's event loop",
+    "The dashboard and metrics": "a Starlette mount inside the reader's ASGI app, with their token",
+}
+RUN_SEPARATELY = {"Quick start": "test_quick_start_runs_and_prints_what_it_says checks its output too"}
+
+
+def python_blocks() -> list[tuple[str, int, str]]:
+    """(section heading, line number, code) of every ```python block."""
+    blocks, heading = [], ""
+    lines = README.read_text().splitlines()
+    number = 0
+    while number < len(lines):
+        line = lines[number]
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+        if line.strip() == "```python":
+            end = lines.index("```", number + 1)
+            blocks.append((heading, number + 1, "\n".join(lines[number + 1:end]) + "\n"))
+            number = end
+        number += 1
+    return blocks
+
+
+BLOCKS = python_blocks()
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key != "LEASED_DATABASE_URL"}
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_every_block_is_checked_by_someone():
+    headings = {heading for heading, _, _ in BLOCKS}
+    assert set(COMPILE_ONLY) | set(RUN_SEPARATELY) <= headings, "a listed section has no python block any more"
+    assert "Quick start" in headings
+
+
+@pytest.mark.parametrize("heading, line, code", BLOCKS, ids=[f"line{line}" for _, line, _ in BLOCKS])
+def test_readme_block_compiles_or_runs(heading, line, code, tmp_path):
+    compile(code, f"README.md:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    if heading in COMPILE_ONLY or heading in RUN_SEPARATELY:
+        return
+    (tmp_path / "example.py").write_text(code)
+    run([sys.executable, "example.py"], tmp_path)
+
+
+def quick_start() -> str:
+    (code,) = [code for heading, _, code in BLOCKS if heading == "Quick start"]
+    return code
 
 
 def test_quick_start_runs_and_prints_what_it_says(tmp_path):
-    quick_start = README.read_text().split("## Quick start", 1)[1]
-    code = re.search(r"```python\n(.*?)```", quick_start, re.DOTALL)[1]
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
+    (tmp_path / "myapp.py").write_text(quick_start())
+    result = run([sys.executable, "myapp.py"], tmp_path)
     assert result.stdout.splitlines() == ["emailing the owner of proposal p-1", "done sent"]
 
 
@@ -27,3 +90,32 @@ def test_why_example_runs_and_prints_what_it_says(tmp_path):
     assert lines[0] == "Job 1 (charge on queue billing) is pending."
     assert lines[1].startswith("It is due in ") and lines[2].startswith("No live worker: ")
     assert lines[-1] == "['not_due', 'no_workers']"
+
+def test_importing_the_quick_start_enqueues_nothing(tmp_path):
+    # What `leased worker myapp:app` and every other command do first: import the module.
+    (tmp_path / "myapp.py").write_text(quick_start())
+    run([sys.executable, "-c", "import myapp"], tmp_path)
+    assert json.loads(run([*CLI, "jobs", "myapp:app", "--json"], tmp_path).stdout) == []
+    run([sys.executable, "myapp.py"], tmp_path)
+    assert len(json.loads(run([*CLI, "jobs", "myapp:app", "--json"], tmp_path).stdout)) == 2
+    assert len(json.loads(run([*CLI, "jobs", "myapp:app", "--json"], tmp_path).stdout)) == 2
+
+
+def test_the_test_database_is_created_when_missing():
+    # The README's test command on a fresh PostgreSQL server: conftest makes the database it needs.
+    from conftest import _POSTGRES_PROBLEM, POSTGRES_URL, _create_database_if_missing
+
+    if _POSTGRES_PROBLEM:
+        pytest.skip(_POSTGRES_PROBLEM)
+    import uuid
+
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    name = f"leased_created_{uuid.uuid4().hex[:8]}"
+    _create_database_if_missing(make_conninfo(POSTGRES_URL, dbname=name))
+    with psycopg.connect(make_conninfo(POSTGRES_URL, dbname="postgres"), autocommit=True) as connection:
+        try:
+            assert connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        finally:
+            connection.execute(f'DROP DATABASE "{name}"')

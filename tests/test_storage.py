@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from conftest import wait_for
+from conftest import raw_sql, wait_for
 from leased import InvalidTransition, JobNotFound, JobStatus, Outcome
 from leased.backends.base import AttemptEnd, ClaimRequest
 from leased.jobs import Lease
@@ -230,3 +230,37 @@ def test_retry_refuses_to_duplicate_a_pending_idempotency_key(app, tasks):
     a.using(idempotency_key="k").enqueue()
     with pytest.raises(InvalidTransition, match="idempotency key"):
         app.retry(first.id)
+
+
+def test_cancel_pending_cancels_every_pending_job_of_a_task_or_queue(app, tasks):
+    a, b = tasks
+    a.enqueue("runs")
+    (running,) = claim(app, limit=1)
+    of_a = [a.enqueue(n) for n in range(3)]
+    in_other_queue = a.using(queue_name="other").enqueue()
+    of_b = b.enqueue()
+    assert app.count_jobs(status="pending", task_name="a") == 4
+    assert app.count_jobs(status="pending", task_name="a", queue_name="default") == 3
+
+    assert app.cancel_pending(task_name="a", queue_name="default") == 3
+    assert [app.get_job(job.id).status for job in of_a] == [JobStatus.CANCELLED] * 3
+    assert all(app.get_job(job.id).finished_at is not None for job in of_a)
+    assert app.get_job(in_other_queue.id).status is JobStatus.PENDING
+    assert app.cancel_pending(queue_name="other") == 1
+    assert app.cancel_pending() == 1 and app.get_job(of_b.id).status is JobStatus.CANCELLED
+    assert app.cancel_pending() == 0
+    assert app.get_job(running.id).status is JobStatus.RUNNING  # cancel_pending leaves running jobs alone
+
+
+def test_cancel_pending_closes_an_attempt_record_left_open(app, tasks):
+    # No verb leaves a pending job with an open attempt, but a row edited by hand can: the bulk
+    # cancel closes it as a single cancel does, so the history never shows an attempt still running.
+    a, _ = tasks
+    a.enqueue()
+    (job,) = claim(app)
+    raw_sql(app, f"UPDATE leased_jobs SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL "
+                 f"WHERE id = {job.id}")
+    assert app.cancel_pending(task_name="a") == 1
+    cancelled = app.get_job(job.id)
+    assert cancelled.status is JobStatus.CANCELLED and cancelled.history[-1].outcome is Outcome.CANCELLED
+    assert cancelled.history[-1].finished_at is not None

@@ -10,7 +10,8 @@ import logging
 import pytest
 
 from conftest import running_worker, wait_for
-from leased import JobStatus, Leased
+from leased import JobStatus, Leased, Outcome
+from leased.backends.base import AttemptEnd, ClaimRequest
 from leased.metrics import worker_registry
 
 SLOW_POLL = 60.0  # far longer than any wait below: only a wake-up can start these jobs in time
@@ -79,3 +80,36 @@ def test_push_can_be_turned_off_for_connection_poolers(app, producer):
     job = producer.task(name="wake")(lambda: None).enqueue()
     with running_worker(app, poll_interval=0.05, push=False):
         wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, message="a polled start")
+
+
+def failed_job(app, producer):
+    """A job that failed for good, made through the storage verbs: a worker here would leave a
+    listener or a worker row behind that the wait for the test's own worker could mistake for it."""
+    app.task(name="flaky", max_attempts=1)(lambda: None)
+    producer.task(name="flaky", max_attempts=1)(lambda: None)
+    job = app.get_task("flaky").enqueue()
+    (claimed,) = app.backend.claim(ClaimRequest("setup", ("flaky",), None, 1))
+    app.backend.finish([AttemptEnd(claimed.lease, Outcome.ERROR, error_type="ValueError", error_message="once")])
+    assert app.get_job(job.id).status is JobStatus.FAILED
+    return job
+
+
+def wait_until_listening(app, backend_name) -> None:
+    if backend_name == "postgres":
+        wait_for(lambda: listening(app) >= 1, message="the listener to connect")
+    else:
+        wait_for(lambda: app.workers(), message="the worker to record its port")
+
+
+@pytest.mark.parametrize("how", ["one", "every failed"])
+def test_a_retry_elsewhere_wakes_the_worker(app, producer, backend_name, how):
+    # The retry comes from another Leased (as from the CLI or the dashboard in another process):
+    # only a cross-process wake-up can start the job before the worker's 60 s poll.
+    job = failed_job(app, producer)
+    with running_worker(app, poll_interval=SLOW_POLL):
+        wait_until_listening(app, backend_name)
+        if how == "one":
+            producer.retry(job.id)
+        else:
+            assert producer.retry_failed(task_name="flaky") == 1
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")

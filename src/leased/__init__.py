@@ -12,6 +12,7 @@ from leased.errors import (
     LeasedError,
     PayloadError,
     PermanentError,
+    WaitTimeout,
 )
 from leased.explain import Explanation, Reason
 from leased.jobs import Attempt, Job, JobStatus, Outcome
@@ -20,6 +21,6 @@ from leased.tasks import Task
 __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseUnavailable", "Explanation",
     "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased", "LeasedError", "Outcome", "PayloadError",
-    "PermanentError", "Reason", "Task", "TaskContext",
+    "PermanentError", "Reason", "Task", "TaskContext", "WaitTimeout",
 ]
 __version__ = "0.1.0"

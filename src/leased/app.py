@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -20,6 +21,7 @@ from leased.explain import Explanation, explain
 from leased.jobs import Job, JobStatus
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.tasks import Task, check_queue_name
+from leased.waiting import JobEndSignals, JobWait
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,6 +45,7 @@ class Leased:
         self._lock = threading.Lock()
         self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
         self.events = Events()
+        self._job_ends = JobEndSignals(self.events)  # wakes app.wait() callers in this process
 
     def __repr__(self) -> str:
         return f"Leased({self.database_url!r})"
@@ -125,11 +128,7 @@ class Leased:
         `search` matches a job id or an idempotency key exactly.
         """
         if status is not None:
-            try:
-                status = JobStatus(status)
-            except ValueError:
-                choices = ", ".join(s.value for s in JobStatus)
-                raise ConfigurationError(f"invalid status {status!r}; use one of {choices}") from None
+            status = _job_status(status)
         if queue_name is not None:
             check_queue_name(queue_name)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
@@ -187,7 +186,9 @@ class Leased:
 
     def cancel(self, job_id: int) -> Job:
         """Cancel a pending job, or a running one: its worker loses the lease and stops the handler."""
-        return self.backend.cancel(job_id)
+        job = self.backend.cancel(job_id)
+        self._job_ends.job_changed(job_id)
+        return job
 
     def why(self, job_id: int) -> Explanation:
         """Why the job is where it is (waiting, running, failed...), in plain reasons from the database."""
@@ -219,6 +220,46 @@ class Leased:
     def run_until_empty(self, *, concurrency: int = 1, queues: list[str] | None = None) -> WorkerStats:
         """Run every job that is due now (and any it enqueues) in this process, then return."""
         return self.worker(concurrency=concurrency, queues=queues).run(stop_when_idle=True)
+
+    # Bulk actions, waiting, and what the command line checks.
+    def cancel_pending(self, *, task_name: str | None = None, queue_name: str | None = None) -> int:
+        """Cancel every pending job (of one task, or queue); returns how many. Running jobs go on."""
+        if queue_name is not None:
+            check_queue_name(queue_name)
+        return self.backend.cancel_pending(task_name, queue_name)
+
+    def count_jobs(self, *, status: JobStatus | str | None = None, task_name: str | None = None,
+                   queue_name: str | None = None) -> int:
+        if queue_name is not None:
+            check_queue_name(queue_name)
+        return self.backend.count_jobs(None if status is None else _job_status(status), task_name, queue_name)
+
+    def known_queue_names(self) -> set[str]:
+        """Queues that exist for this app: those of its jobs and of its tasks. A worker started on
+        any other is most likely a typo (`leased worker` warns)."""
+        return set(self.queue_names()) | {task.queue_name for task in self.tasks.values()}
+
+    def wait(self, job_id: int, timeout: float | None = None) -> Job:
+        """The job once it is done, failed or cancelled; WaitTimeout if it has not ended within `timeout`
+        seconds (None: as long as it takes). A worker in this process wakes the waiter at once; a job
+        run elsewhere is re-read with a backoff from 10 ms to 500 ms (see leased/waiting.py for why)."""
+        return JobWait(self.get_job, self._job_ends, job_id, timeout).run()
+
+    async def wait_async(self, job_id: int, timeout: float | None = None) -> Job:
+        """wait() for async code: it waits on a thread, and stops waiting if the caller is cancelled."""
+        waiting = JobWait(self.get_job, self._job_ends, job_id, timeout)
+        try:
+            return await asyncio.to_thread(waiting.run)
+        finally:
+            waiting.abandon()
+
+
+def _job_status(value: JobStatus | str) -> JobStatus:
+    try:
+        return JobStatus(value)
+    except ValueError:
+        choices = ", ".join(s.value for s in JobStatus)
+        raise ConfigurationError(f"invalid status {value!r}; use one of {choices}") from None
 
 
 def _zeros() -> dict[str, int]:

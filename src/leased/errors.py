@@ -33,3 +33,12 @@ class DatabaseFull(LeasedError):
 
 class PermanentError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""
+
+
+class WaitTimeout(LeasedError, TimeoutError):
+    """app.wait() gave up: the job had not ended within the timeout. `job` is how it was last seen."""
+
+    def __init__(self, job, timeout: float):
+        super().__init__(f"job {job.id} ({job.task_name}) had not ended after {timeout:g} s: it is {job.status}, "
+                         f"attempt {job.attempt} of {job.max_attempts}")
+        self.job = job

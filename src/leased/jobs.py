@@ -60,6 +60,11 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class Job:
+    """A job as read or written. `created` says what an enqueue did: True, it wrote this job;
+    False, a pending job already held the idempotency key and is returned instead (nothing was
+    written); None, the job was not returned by an enqueue. It is not part of equality: the same
+    row compares equal whichever call returned it."""
+
     id: int
     task_name: str
     queue_name: str
@@ -80,6 +85,7 @@ class Job:
     lease_expires_at: datetime | None = None
     timeout_seconds: float | None = None  # the handler's time limit per attempt; None: no limit
     history: tuple[Attempt, ...] = field(default=())
+    created: bool | None = field(default=None, compare=False)
 
     @property
     def lease(self) -> Lease:

@@ -194,12 +194,14 @@ class Task(Generic[P, R]):
         self.takes_context = takes_context
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
-        self.call_shape = self.signature.replace(  # how errors show the signature: names and defaults
-            parameters=[p.replace(annotation=p.empty) for p in self.signature.parameters.values()],
-            return_annotation=inspect.Signature.empty)
         if takes_context and not self.signature.parameters:
             raise ConfigurationError(f"task {name!r} has takes_context=True, so its first parameter receives "
                                      "the TaskContext; the function takes no parameters")
+        # How errors show the signature: what the caller passes (not the context), names and defaults.
+        self.call_shape = self.signature.replace(
+            parameters=[p.replace(annotation=p.empty)
+                        for p in list(self.signature.parameters.values())[1 if takes_context else 0:]],
+            return_annotation=inspect.Signature.empty)
         self._positional_counts = _positional_counts(self.signature, leading=1 if takes_context else 0)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),

@@ -155,7 +155,13 @@ class Backend(Protocol):
 
     def queue_names(self) -> list[str]: ...
 
-    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int: ...
+    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
+        """Every failed job (of one task, or queue) back to pending, due now; wakes workers as enqueue does."""
+
+    def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
+        """Cancel every pending job (of one task, or queue), closing any open attempt record; returns how many."""
+
+    def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int: ...
 
     # Workers announce themselves for inspection; nothing in the queue's correctness depends on it.
     def register_worker(self, worker: WorkerRecord) -> None:
@@ -165,7 +171,8 @@ class Backend(Protocol):
 
     def list_workers(self, silent_after: float) -> list[WorkerInfo]: ...
 
-    def retry(self, job_id: int) -> Job: ...
+    def retry(self, job_id: int) -> Job:
+        """A failed or cancelled job back to pending, due now; wakes workers as enqueue does."""
 
     def cancel(self, job_id: int) -> Job: ...
 

@@ -59,3 +59,7 @@ class InspectionReads:
         job = job_from_row(found[0], to_time, from_json, tuple(attempt_from_row(row, to_time) for row in history))
         return JobFacts(job, to_time(now), tuple(worker_from_row(row, to_time, from_json, WORKER_SILENT_AFTER)
                                                  for row in workers), ahead)
+
+    def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int:
+        return self._rows("count_jobs", status=status and status.value, task_name=task_name,
+                          queue_name=queue_name)[0]["n"]

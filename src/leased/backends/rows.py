@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -145,7 +146,7 @@ def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time:
             id=row[0], task_name=job.task_name, queue_name=job.queue_name, status=JobStatus.PENDING,
             args=job_args, kwargs=job_kwargs, priority=job.priority, attempt=0, max_attempts=job.max_attempts,
             lease_seconds=job.lease_seconds, run_after=times[run_after], created_at=times[created_at],
-            idempotency_key=job.idempotency_key, timeout_seconds=job.timeout_seconds))
+            idempotency_key=job.idempotency_key, timeout_seconds=job.timeout_seconds, created=True))
     return created
 
 
@@ -154,17 +155,22 @@ def enqueue_results(jobs: Sequence[NewJob], created: Iterable[Job | None],
     """Backend.enqueue's answer for `jobs`, given what inserting first_of_each_key(jobs) created
     and, for each key that was held, what the backend found: the holder, or a job inserted later."""
     made = iter(created)
-    holders: dict[str, Job] = {}
+    holders: dict[str, Job] = {}  # each key's job, as a later duplicate in the batch gets it
     results = []
     for new in jobs:
         key = new.idempotency_key
         if key is None:
             results.append((next(made), True))
         elif key in holders:
-            results.append((holders[key], False))
+            results.append((_returned_again(holders[key]), False))
         else:
             job = next(made)
-            result = (job, True) if job is not None else found[key]
-            holders[key] = result[0]
-            results.append(result)
+            job, was_created = (job, True) if job is not None else found[key]
+            holders[key] = job
+            results.append((job, True) if was_created else (_returned_again(job), False))
     return results
+
+
+def _returned_again(job: Job) -> Job:
+    """The job an enqueue found holding its key, marked as not created by that enqueue."""
+    return job if job.created is False else replace(job, created=False)

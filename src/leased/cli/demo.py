@@ -28,6 +28,7 @@ QUEUE = "demo"
 DECLINED_CARD = "4000 0000 0000 0002"  # the usual payment-provider test number for "declined"
 GOOD_CARD = "4242 4242 4242 4242"
 EMAIL_FAILURE_RATE = 0.3
+EMAIL_ATTEMPTS = 3  # the relay "recovers" after these: a manual retry of a failed email then succeeds
 MAX_FAILED_SHOWN = 10
 DEADLINE_SECONDS = 60.0  # a safety net only: the default burst finishes in a few seconds
 
@@ -45,10 +46,11 @@ def make_app(url: str) -> Leased:
         return {"path": path.replace(".jpg", f"_{width}w.jpg"), "width": width}
 
     # takes_context: the handler sees its job id and attempt number, which decide its (seeded) luck.
-    @app.task(name="demo.send_email", queue_name=QUEUE, takes_context=True, backoff=Backoff(base=0.2, cap=2))
+    @app.task(name="demo.send_email", queue_name=QUEUE, takes_context=True, backoff=Backoff(base=0.2, cap=2),
+              max_attempts=EMAIL_ATTEMPTS)
     def send_email(context: TaskContext, to: str, subject: str) -> str:
         time.sleep(random.uniform(0.02, 0.1))
-        if random.Random(f"{_seed}:{context.job_id}:{context.attempt}").random() < EMAIL_FAILURE_RATE:
+        if email_relay_times_out(_seed, context.job_id, context.attempt):
             raise ConnectionError("SMTP relay smtp.example.com:587 timed out")  # retried, with backoff
         return f"sent {subject!r} to {to}"
 
@@ -66,6 +68,12 @@ def make_app(url: str) -> Leased:
         return {"url": url, "new_items": random.randrange(0, 12)}
 
     return app
+
+
+def email_relay_times_out(seed: int, job_id: int, attempt: int) -> bool:
+    """Seeded bad luck on the email's own attempts; past them (a retry from the CLI or the
+    dashboard) the relay is back, so that retrying a failed email shows it succeed."""
+    return attempt <= EMAIL_ATTEMPTS and random.Random(f"{seed}:{job_id}:{attempt}").random() < EMAIL_FAILURE_RATE
 
 
 # An APP for `leased worker leased.cli.demo:app` after the demo.
@@ -214,8 +222,8 @@ def serve_dashboard(app: Leased, port: int, concurrency: int, out: TextIO) -> No
     worker = app.worker(concurrency=concurrency, queues=[QUEUE], poll_interval=0.5, shutdown_grace=5)
     thread = threading.Thread(target=worker.run, name="leased-demo-worker", daemon=True)
     thread.start()
-    print(f"\ndashboard on {server.url(sock)} with a worker behind it: open it, retry a failed job, "
-          "watch it run; Ctrl-C stops", file=out, flush=True)
+    print(f"\ndashboard on {server.url(sock)} with a worker behind it: open it, retry a failed email "
+          "(the relay is back), watch it run; Ctrl-C stops", file=out, flush=True)
     try:
         with sock:
             server.run(asgi_app, sock)
@@ -243,7 +251,9 @@ def summarize(app: Leased, url: str, job_ids: list[int], retries: int, elapsed: 
     if not hints:
         return
     database = shlex.quote(url)
-    example = failed[0].id if failed else job_ids[0]
+    # A failed email succeeds when retried (the relay is back); a declined card fails again.
+    emails = [job.id for job in failed if job.task_name == "demo.send_email"]
+    example = emails[0] if emails else failed[0].id if failed else job_ids[0]
     print("\ntry next", file=out)
     commands = ["leased demo --dashboard   # the same, then the web dashboard (pip install 'leased[web]')",
                 f"leased jobs --database {database} --status failed",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import sysconfig
 import traceback
 from pathlib import Path
 from typing import Any
@@ -53,12 +54,31 @@ def load_app(spec: str) -> Leased:
 
 def _import_failure(module_name: str, error: BaseException) -> str:
     if isinstance(error, SyntaxError) and error.filename:
-        where = f"{error.filename}:{error.lineno}"
+        where = f"{_shown_path(error.filename)}:{error.lineno}"
     else:
-        frames = traceback.extract_tb(error.__traceback__)
-        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else module_name
+        frame = _users_frame(traceback.extract_tb(error.__traceback__))
+        where = f"{_shown_path(frame.filename)}:{frame.lineno}" if frame else module_name
     return (f"importing {module_name!r} failed: {type(error).__name__}: {output.one_line(str(error))} (at {where}; "
             f"python -c 'import {module_name}' shows the traceback)")
+
+
+# Code that is not the user's: the standard library, installed packages, leased itself.
+_LIBRARY_PATHS = tuple({sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+                       | {str(Path(__file__).parent.parent)})
+
+
+def _users_frame(frames: traceback.StackSummary) -> traceback.FrameSummary | None:
+    """The innermost frame in the user's own code: where their module raised, or called what raised
+    (json.loads, leased's own checks); a standard-library line would tell them nothing."""
+    for frame in reversed(frames):
+        if not frame.filename.startswith("<") and not frame.filename.startswith(_LIBRARY_PATHS):
+            return frame
+    return frames[-1] if frames else None
+
+
+def _shown_path(filename: str) -> str:
+    path = Path(filename)
+    return str(path.relative_to(os.getcwd())) if path.is_relative_to(os.getcwd()) else filename
 
 
 def open_app(ctx: click.Context, app_spec: str | None, database: str | None, *, migrating: bool = False) -> Leased:

@@ -18,6 +18,7 @@ import click
 
 from leased.cli import output
 from leased.cli.loading import Failure, load_app, open_app
+from leased.app import Leased
 from leased.errors import LeasedError
 from leased.jobs import Job, JobStatus, Outcome
 
@@ -63,7 +64,7 @@ def database_option(function: Callable) -> Callable:
 
 def job_target(values: tuple[str, ...]) -> tuple[str | None, int]:
     """[APP] JOB_ID: APP is optional before the id, so the arguments are split by count."""
-    if len(values) > 2:
+    if not values or len(values) > 2:
         raise click.UsageError(f"expected [APP] JOB_ID, got {len(values)} arguments")
     app_spec, raw = (None, values[0]) if len(values) == 1 else values
     if app_spec is None and ":" in raw:
@@ -143,6 +144,7 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
     configure_logging(log_level)
     app = load_app(app_spec)
     queue_names = [name.strip() for name in queues.split(",") if name.strip()] if queues else None
+    warn_about_unknown_queues(app, queue_names)
     if metrics_port is not None:
         try:
             from leased.metrics import serve_worker_metrics
@@ -158,6 +160,16 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
                    shutdown_grace=shutdown_grace, push=not no_push).run()
     finally:
         app.close()
+
+
+def warn_about_unknown_queues(app: Leased, queue_names: list[str] | None) -> None:
+    """A typo in --queues would leave the worker idle without a word: name what was never seen."""
+    known = app.known_queue_names() if queue_names else set()
+    for name in queue_names or []:
+        if name not in known:
+            logging.getLogger("leased.worker").warning(
+                "queue %r has no jobs and no task of this app uses it (a typo?); known queues: %s", name,
+                ", ".join(sorted(known)) or "none")
 
 
 def configure_logging(level: str) -> None:
@@ -201,6 +213,10 @@ def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, k
     job = app.get_task(task_name).using(**options).enqueue(*args, **kwargs)
     if as_json:
         click.echo(output.to_json(output.job_to_dict(job)))
+        return
+    if not job.created:
+        click.echo(f"job {job.id} already {job.status} with idempotency key {job.idempotency_key} "
+                   "(not enqueued again)")
         return
     wait = job.run_after - datetime.now(UTC)
     when = "now" if wait.total_seconds() < 1 else f"in {output.format_duration(wait)}"
@@ -267,8 +283,8 @@ def describe_job(job: Job) -> str:
                                     f"(lease {output.format_duration(job.lease_seconds)})"))
     if job.idempotency_key:
         fields.append(("idempotency key", job.idempotency_key))
-    if job.last_error:
-        fields.append(("last error", job.last_error))
+    if output.explaining_error(job):
+        fields.append(("last error", output.explaining_error(job)))
     fields += [("args", output.readable_json(job.args)), ("kwargs", output.readable_json(job.kwargs))]
     if job.status == JobStatus.DONE:
         fields.append(("result", output.readable_json(job.result)))
@@ -307,11 +323,24 @@ def why(ctx: click.Context, target: tuple[str, ...], database: str | None, as_js
 
 
 @cli.command()
-@click.argument("target", nargs=-1, required=True, metavar="[APP] JOB_ID")
+@click.argument("target", nargs=-1, metavar="[APP] JOB_ID | [APP] --failed")
 @database_option
+@click.option("--failed", "every_failed", is_flag=True, help="Every failed job (of --task, --queue) instead of one.")
+@click.option("--task", "task_name", metavar="TASK", help="With --failed: only this task's jobs.")
+@click.option("--queue", "queue_name", metavar="QUEUE", help="With --failed: only this queue's jobs.")
+@click.option("--yes", "-y", is_flag=True, help="With --failed: do not ask for confirmation.")
 @click.pass_context
-def retry(ctx: click.Context, target: tuple[str, ...], database: str | None) -> None:
-    """Send a failed or cancelled job back to pending, to run now."""
+def retry(ctx: click.Context, target: tuple[str, ...], database: str | None, every_failed: bool,
+          task_name: str | None, queue_name: str | None, yes: bool) -> None:
+    """Send a failed or cancelled job back to pending, to run now; or with --failed, every failed job."""
+    if every_failed:
+        app = open_app(ctx, bulk_target(target, "--failed"), database)
+        if confirmed_bulk(app, "retry", JobStatus.FAILED, task_name, queue_name, yes):
+            count = app.retry_failed(task_name=task_name, queue_name=queue_name)
+            click.echo(f"{output.plural(count, 'failed job')}{bulk_scope(task_name, queue_name)} pending again, "
+                       "to run now")
+        return
+    reject_bulk_filters("--failed", task_name, queue_name, yes)
     app_spec, job_id = job_target(target)
     job = open_app(ctx, app_spec, database).retry(job_id)
     click.echo(f"job {job.id} ({job.task_name}) is {job.status} again: up to {job.max_attempts - job.attempt} "
@@ -319,20 +348,69 @@ def retry(ctx: click.Context, target: tuple[str, ...], database: str | None) -> 
 
 
 @cli.command()
-@click.argument("target", nargs=-1, required=True, metavar="[APP] JOB_ID")
+@click.argument("target", nargs=-1, metavar="[APP] JOB_ID | [APP] --pending")
 @database_option
+@click.option("--pending", "every_pending", is_flag=True,
+              help="Every pending job (of --task, --queue) instead of one; running jobs go on.")
+@click.option("--task", "task_name", metavar="TASK", help="With --pending: only this task's jobs.")
+@click.option("--queue", "queue_name", metavar="QUEUE", help="With --pending: only this queue's jobs.")
+@click.option("--yes", "-y", is_flag=True, help="With --pending: do not ask for confirmation.")
 @click.pass_context
-def cancel(ctx: click.Context, target: tuple[str, ...], database: str | None) -> None:
-    """Cancel a pending or running job.
+def cancel(ctx: click.Context, target: tuple[str, ...], database: str | None, every_pending: bool,
+           task_name: str | None, queue_name: str | None, yes: bool) -> None:
+    """Cancel a pending or running job; or with --pending, every pending job.
 
     A running job's worker loses its lease and stops the handler.
     """
+    if every_pending:
+        app = open_app(ctx, bulk_target(target, "--pending"), database)
+        if confirmed_bulk(app, "cancel", JobStatus.PENDING, task_name, queue_name, yes):
+            count = app.cancel_pending(task_name=task_name, queue_name=queue_name)
+            click.echo(f"{output.plural(count, 'pending job')}{bulk_scope(task_name, queue_name)} cancelled")
+        return
+    reject_bulk_filters("--pending", task_name, queue_name, yes)
     app_spec, job_id = job_target(target)
     app = open_app(ctx, app_spec, database)
     was_running = app.get_job(job_id).status == JobStatus.RUNNING  # only for the message; a race is harmless
     job = app.cancel(job_id)
     click.echo(f"job {job.id} ({job.task_name}) cancelled" + ("; its worker will stop the handler" if was_running
                                                               else ""))
+
+
+# Bulk retry and cancel: which jobs, and the question before touching them.
+def bulk_target(values: tuple[str, ...], flag: str) -> str | None:
+    """[APP] alone: a bulk action takes no JOB_ID."""
+    if len(values) > 1 or (values and ":" not in values[0]):
+        raise click.UsageError(f"{flag} acts on many jobs: give [APP] and --task/--queue, not a JOB_ID")
+    return values[0] if values else None
+
+
+def reject_bulk_filters(flag: str, task_name: str | None, queue_name: str | None, yes: bool) -> None:
+    if task_name or queue_name or yes:
+        raise click.UsageError(f"--task, --queue and --yes go with {flag}; for one job give only its JOB_ID")
+
+
+def bulk_scope(task_name: str | None, queue_name: str | None) -> str:
+    scope = [f"task {task_name}" if task_name else "", f"queue {queue_name}" if queue_name else ""]
+    return f" ({', '.join(part for part in scope if part)})" if task_name or queue_name else ""
+
+
+def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | None, queue_name: str | None,
+                   yes: bool) -> bool:
+    """Count the jobs and ask (unless --yes); False when there is nothing to do or the answer is no."""
+    count = app.count_jobs(status=status, task_name=task_name, queue_name=queue_name)
+    what = f"{output.plural(count, f'{status} job')}{bulk_scope(task_name, queue_name)}"
+    if count == 0:
+        click.echo(f"no {status} jobs{bulk_scope(task_name, queue_name)}: nothing to {verb}")
+        return False
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        raise Failure(f"refusing to {verb} {what} without confirmation: stdin is not a terminal; add --yes")
+    if click.confirm(f"{verb} {what}?", default=False):
+        return True
+    click.echo("nothing changed")
+    return False
 
 
 @cli.command()

@@ -334,9 +334,7 @@ class PostgresBackend(InspectionReads):
         return [_job(row) for row in self._rows(query, **filter_params(where))]
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
-        with self._connection() as connection:
-            return connection.execute(QUERIES["retry_failed"], {"task_name": task_name,
-                                                                "queue_name": queue_name}).rowcount
+        return self._fetch_one("retry_failed", task_name=task_name, queue_name=queue_name)["n"]
 
     def register_worker(self, worker: WorkerRecord) -> None:
         with self._connection() as connection, connection.transaction():
@@ -360,6 +358,9 @@ class PostgresBackend(InspectionReads):
     def cancel(self, job_id: int) -> Job:
         row = self._fetch_one("cancel", job_id=job_id)
         return self._changed_or_explain(row, job_id, "cancel", "pending or running")
+
+    def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
+        return self._fetch_one("cancel_pending", task_name=task_name, queue_name=queue_name)["n"]
 
     def _changed_or_explain(self, row: dict[str, Any] | None, job_id: int, action: str, allowed: str) -> Job:
         job = self.get_job(job_id)

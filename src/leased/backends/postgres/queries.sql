@@ -222,11 +222,16 @@ LIMIT %(limit)s;
 SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, status;
 
 -- name: retry
-UPDATE leased_jobs
-SET status = 'pending', run_after = now(), finished_at = NULL,
-    max_attempts = greatest(max_attempts, attempt + 1)
-WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
-RETURNING *;
+-- A retried job is due now: it wakes listening workers on enqueue's channel, at commit, so that
+-- a retry from the CLI or the dashboard starts at once rather than at the workers' next poll.
+WITH retried AS (
+    UPDATE leased_jobs
+    SET status = 'pending', run_after = now(), finished_at = NULL,
+        max_attempts = greatest(max_attempts, attempt + 1)
+    WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
+    RETURNING *
+)
+SELECT retried.*, pg_notify(left('leased.' || current_schema(), 63), retried.queue_name) AS woke FROM retried;
 
 -- name: cancel
 WITH cancelled AS (
@@ -270,11 +275,19 @@ WHERE finished_at >= now() - make_interval(secs => %(window_seconds)s::float8) A
 GROUP BY queue_name, status;
 
 -- name: retry_failed
-UPDATE leased_jobs
-SET status = 'pending', run_after = now(), finished_at = NULL, max_attempts = greatest(max_attempts, attempt + 1)
-WHERE status = 'failed'
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text);
+-- Wakes listening workers once per queue with a retried job, as retry does.
+WITH retried AS (
+    UPDATE leased_jobs
+    SET status = 'pending', run_after = now(), finished_at = NULL, max_attempts = greatest(max_attempts, attempt + 1)
+    WHERE status = 'failed'
+      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+      AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
+    RETURNING queue_name
+), woke AS (
+    SELECT count(pg_notify(left('leased.' || current_schema(), 63), queue_name)) AS queues
+    FROM (SELECT DISTINCT queue_name FROM retried) AS due
+)
+SELECT (SELECT count(*) FROM retried) AS n FROM woke;
 
 -- name: task_names
 -- Distinct names by skipping through an index: a few lookups, not a scan of every row.
@@ -334,3 +347,27 @@ SELECT count(*) AS n FROM (
            OR (other.run_after = job.run_after AND other.id < job.id))
     LIMIT %(limit)s
 ) AS ahead;
+
+-- name: cancel_pending
+-- Every pending job (of one task, or queue) cancelled at once; an attempt record still open is
+-- closed as single cancel closes it. Pending jobs are never leased, so no handler is running.
+WITH cancelled AS (
+    UPDATE leased_jobs
+    SET status = 'cancelled', finished_at = now()
+    WHERE status = 'pending'
+      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+      AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
+    RETURNING id, attempt
+), closed AS (
+    UPDATE leased_attempts AS a
+    SET finished_at = now(), outcome = 'cancelled', error_message = 'cancelled by a user'
+    FROM cancelled
+    WHERE a.job_id = cancelled.id AND a.attempt = cancelled.attempt AND a.outcome IS NULL
+)
+SELECT count(*) AS n FROM cancelled;
+
+-- name: count_jobs
+SELECT count(*) AS n FROM leased_jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text);

@@ -260,8 +260,11 @@ class SQLiteBackend(InspectionReads):
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         with self._write() as connection:
-            return connection.execute(QUERIES["retry_failed"], {"task_name": task_name,
-                                                                "queue_name": queue_name}).rowcount
+            retried = connection.execute(QUERIES["retry_failed"], {"task_name": task_name,
+                                                                   "queue_name": queue_name}).fetchall()
+        for queue in {row["queue_name"] for row in retried}:  # due now: wake workers, as enqueue does
+            self._waker.wake(queue)
+        return len(retried)
 
     def register_worker(self, worker: WorkerRecord) -> None:
         with self._write() as connection:
@@ -282,6 +285,8 @@ class SQLiteBackend(InspectionReads):
         except sqlite3.IntegrityError:
             raise InvalidTransition(
                 f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
+        if row is not None:  # due now: wake workers, as enqueue does
+            self._waker.wake(row["queue_name"])
         return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
 
     def cancel(self, job_id: int) -> Job:
@@ -290,6 +295,15 @@ class SQLiteBackend(InspectionReads):
             if row is not None:
                 connection.execute(QUERIES["close_cancelled_attempt"], {"job_id": job_id, "attempt": row["attempt"]})
         return self._changed_or_explain(row, job_id, "cancel", "pending or running")
+
+    def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
+        with self._write() as connection:
+            rows = connection.execute(QUERIES["cancel_pending"], {"task_name": task_name,
+                                                                  "queue_name": queue_name}).fetchall()
+            if rows:
+                connection.execute(QUERIES["close_cancelled_attempts"], {
+                    "jobs": json.dumps([[row["id"], row["attempt"]] for row in rows])})
+        return len(rows)
 
     def _changed_or_explain(self, row: sqlite3.Row | None, job_id: int, action: str, allowed: str) -> Job:
         job = self.get_job(job_id)

@@ -177,7 +177,8 @@ SET status = 'pending', run_after = leased_now(), finished_at = NULL,
     max_attempts = max(max_attempts, attempt + 1)
 WHERE status = 'failed'
   AND (:task_name IS NULL OR task_name = :task_name)
-  AND (:queue_name IS NULL OR queue_name = :queue_name);
+  AND (:queue_name IS NULL OR queue_name = :queue_name)
+RETURNING queue_name;  -- the queues whose workers to wake
 
 -- name: task_names
 -- Distinct names by skipping through an index: a few lookups, not a scan of every row.
@@ -248,3 +249,26 @@ SELECT count(*) AS n FROM (
            OR (other.run_after = job.run_after AND other.id < job.id))
     LIMIT :limit
 );
+
+-- name: cancel_pending
+-- Every pending job (of one task, or queue) cancelled at once; close_cancelled_attempts closes
+-- any attempt record still open, as single cancel does.
+UPDATE leased_jobs
+SET status = 'cancelled', finished_at = leased_now()
+WHERE status = 'pending'
+  AND (:task_name IS NULL OR task_name = :task_name)
+  AND (:queue_name IS NULL OR queue_name = :queue_name)
+RETURNING id, attempt;
+
+-- name: close_cancelled_attempts
+-- :jobs is a JSON array of [job_id, attempt].
+UPDATE leased_attempts
+SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
+WHERE outcome IS NULL
+  AND (job_id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:jobs));
+
+-- name: count_jobs
+SELECT count(*) AS n FROM leased_jobs
+WHERE (:status IS NULL OR status = :status)
+  AND (:task_name IS NULL OR task_name = :task_name)
+  AND (:queue_name IS NULL OR queue_name = :queue_name);
