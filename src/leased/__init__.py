@@ -6,6 +6,7 @@ from leased.engine.context import CancelReason, TaskContext
 from leased.errors import (
     ConfigurationError,
     DatabaseFull,
+    DatabaseLocked,
     DatabaseUnavailable,
     InvalidTransition,
     JobNotFound,
@@ -17,7 +18,7 @@ from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.tasks import Task
 
 __all__ = [
-    "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseUnavailable", "InvalidTransition",
+    "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseLocked", "DatabaseUnavailable", "InvalidTransition",
     "Job", "JobNotFound", "JobStatus", "Leased", "LeasedError", "Outcome", "PayloadError", "PermanentError",
     "Task", "TaskContext",
 ]
