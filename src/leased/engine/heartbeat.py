@@ -98,12 +98,15 @@ class Heartbeat:
 
     def lapse_cause(self) -> str | None:
         """Why the renewals have been failing, and for how long; None while they succeed."""
+        return self._lapse("its lease")
+
+    def _lapse(self, what: str) -> str | None:
         since, failure = self._failing_since, self._failure
         if since is None or failure is None:
             return None
         why = ("another connection held the database's write lock all that time (a long transaction)"
                if isinstance(failure, DatabaseLocked) else _one_line(failure))
-        return f"could not renew its lease for {time.monotonic() - since:.1f} s: {why}"
+        return f"could not renew {what} for {time.monotonic() - since:.1f} s: {why}"
 
     def _seconds_until_due(self, planning_a_nap: bool = False) -> float | None:
         now = time.monotonic()
@@ -148,11 +151,11 @@ class Heartbeat:
                 self._failing_since = sent
             # A lock wait has paused already: try again at once. Other failures wait a step.
             self._retry_at = time.monotonic() + (0.0 if isinstance(error, DatabaseLocked) else step)
-            log.warning("could not renew %d lease(s): %s; retrying until the lease runs out", len(leases),
-                        self.lapse_cause())
+            log.warning("%s; retrying until the lease runs out", self._lapse(f"{len(leases)} lease(s)"))
             return
         if self._failing_since is not None:
-            log.info("renewed %d lease(s) after failing for %.1f s", len(leases), sent - self._failing_since)
+            log.info("renewal went through after failing for %.1f s: %d of %d lease(s) still held",
+                     sent - self._failing_since, len(kept), len(leases))
         self._retry_at = 0.0
         self._failing_since = self._failure = None
         with self._lock:
