@@ -137,9 +137,8 @@ def test_enqueue_in_callers_transaction_commits_and_rolls_back_with_it(app, noti
     assert app.backend.get_job(rolled_back.id) is None
 
 
-def test_async_enqueue_on_callers_async_connection(app, notify, backend_name):
-    if backend_name != "postgres":
-        pytest.skip("async connections are psycopg's")
+@pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)  # async connections are psycopg's
+def test_async_enqueue_on_callers_async_connection(app, notify):
     import psycopg
 
     app.counts()
@@ -272,9 +271,8 @@ def test_enqueue_many_in_callers_transaction_commits_and_rolls_back_whole(app, n
     assert sorted(app.list_jobs(), key=lambda job: job.id) == kept
 
 
-def test_async_batch_on_callers_connection_keeps_idempotency(app, notify, backend_name):
-    if backend_name != "postgres":
-        pytest.skip("async connections are psycopg's")
+@pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)  # async connections are psycopg's
+def test_async_batch_on_callers_connection_keeps_idempotency(app, notify):
     import psycopg
 
     held = notify.using(idempotency_key="held").enqueue("pending")

@@ -25,7 +25,11 @@ COMPILE_ONLY = {
                 "own, and `await` needs the reader's event loop",
     "The dashboard and metrics": "a Starlette mount inside the reader's ASGI app, with their token",
 }
-RUN_SEPARATELY = {"Quick start": "test_quick_start_runs_and_prints_what_it_says checks its output too"}
+RUN_SEPARATELY = {
+    "Quick start": "test_quick_start_runs_and_prints_what_it_says checks its output too",
+    "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
+    "In your own transaction": "test_enqueue_in_your_own_transaction_runs_as_written checks its output too",
+}
 
 
 def python_blocks() -> list[tuple[str, int, str]]:
@@ -119,3 +123,10 @@ def test_the_test_database_is_created_when_missing():
             assert connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         finally:
             connection.execute(f'DROP DATABASE "{name}"')
+
+
+def test_enqueue_in_your_own_transaction_runs_as_written(tmp_path):
+    (code,) = [code for heading, _, code in BLOCKS if heading == "In your own transaction"]
+    (tmp_path / "example.py").write_text(code)
+    result = run([sys.executable, "example.py"], tmp_path)
+    assert result.stdout.splitlines() == ["pending"]

@@ -47,9 +47,8 @@ def test_a_job_enqueued_elsewhere_wakes_the_worker(app, producer, backend_name):
             wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")
 
 
-def test_the_listener_reconnects_after_its_connection_is_killed(app, producer, backend_name, caplog):
-    if backend_name != "postgres":
-        pytest.skip("LISTEN/NOTIFY")
+@pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)  # LISTEN/NOTIFY's connection
+def test_the_listener_reconnects_after_its_connection_is_killed(app, producer, caplog):
     import psycopg
 
     caplog.set_level(logging.INFO, logger="leased.worker")

@@ -272,7 +272,7 @@ def test_jobs_of_unregistered_tasks_wait_instead_of_burning_attempts(app, databa
 class UnreachableForRenewals(InjectedFault):
     """The real backend, except that renewals cannot reach the database."""
 
-    def renew(self, leases):
+    def renew(self, leases, wait_seconds=None):
         from leased import DatabaseUnavailable
 
         raise DatabaseUnavailable("connection refused (injected)")
@@ -328,7 +328,7 @@ def test_worker_rides_out_an_unreachable_database(app, caplog):
 
 
 class BrokenRenewals(InjectedFault):
-    def renew(self, leases):
+    def renew(self, leases, wait_seconds=None):
         raise RuntimeError("a bug in renewal (injected)")
 
 

@@ -6,6 +6,7 @@ from leased.engine.context import CancelReason, TaskContext
 from leased.errors import (
     ConfigurationError,
     DatabaseFull,
+    DatabaseLocked,
     DatabaseUnavailable,
     InvalidTransition,
     JobNotFound,
@@ -19,8 +20,8 @@ from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.tasks import Task
 
 __all__ = [
-    "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseUnavailable", "Explanation",
-    "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased", "LeasedError", "Outcome", "PayloadError",
-    "PermanentError", "Reason", "Task", "TaskContext", "WaitTimeout",
+    "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseLocked",
+    "DatabaseUnavailable", "Explanation", "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased",
+    "LeasedError", "Outcome", "PayloadError", "PermanentError", "Reason", "Task", "TaskContext", "WaitTimeout",
 ]
 __version__ = "0.1.0"

@@ -15,7 +15,7 @@ from leased.backends import connect
 from leased.backends.base import Backend, JobFilter, NewJob
 from leased.backoff import Backoff
 from leased.engine.worker import Worker, WorkerStats
-from leased.errors import ConfigurationError, DatabaseUnavailable, JobNotFound
+from leased.errors import ConfigurationError, DatabaseLocked, DatabaseUnavailable, JobNotFound
 from leased.events import Events
 from leased.explain import Explanation, explain
 from leased.jobs import Job, JobStatus
@@ -52,14 +52,22 @@ class Leased:
 
     @property
     def backend(self) -> Backend:
-        if self._backend is None:
-            with self._lock:
-                if self._backend is None:
-                    backend = connect(self.database_url)
-                    if self.auto_migrate:
-                        _migrate(backend)
-                    self._backend = backend
+        return self._backend or self._open()
+
+    def _open(self, callers_connection: Any = None) -> Backend:
+        """Connect and migrate, once. A first use inside the caller's transaction (`callers_connection`)
+        must not wait on that transaction's own locks: see the backends' migrate()."""
+        with self._lock:
+            if self._backend is None:
+                backend = connect(self.database_url)
+                if self.auto_migrate:
+                    _migrate(backend, callers_connection)
+                self._backend = backend
         return self._backend
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade the schema now (e.g. at start-up); returns the versions applied."""
+        return self.backend.migrate()
 
     def close(self) -> None:
         with self._lock:
@@ -104,13 +112,14 @@ class Leased:
             raise ConfigurationError(f"unknown task {name!r}; known tasks: {known}") from None
 
     def _enqueue(self, jobs: list[NewJob], connection: Any) -> list[Job]:
-        results = self.backend.enqueue(jobs, connection)
+        results = (self._backend or self._open(connection)).enqueue(jobs, connection)
         if connection is None:  # in a caller's transaction the jobs exist only once they commit
             self._wake_workers()
         return [job for job, _ in results]
 
     async def _enqueue_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
-        return [job for job, _ in await self.backend.enqueue_async(jobs, connection)]
+        backend = self._backend or self._open(connection)
+        return [job for job, _ in await backend.enqueue_async(jobs, connection)]
 
     # Inspection and administration.
     def get_job(self, job_id: int) -> Job:
@@ -266,14 +275,15 @@ def _zeros() -> dict[str, int]:
     return {status.value: 0 for status in JobStatus}
 
 
-def _migrate(backend: Backend, tries: int = 3) -> None:
-    """Migrate; a connection that dies under it (a restart, a killed session) gets two more tries."""
+def _migrate(backend: Backend, callers_connection: Any, tries: int = 3) -> None:
+    """Migrate; a connection that dies under it (a restart, a killed session) gets two more tries.
+    A lock that stayed held does not: the wait for it was the busy timeout already."""
     for attempt in range(1, tries + 1):
         try:
-            backend.migrate()
+            backend.migrate(callers_connection)
             return
-        except DatabaseUnavailable:
-            if attempt == tries:
+        except Exception as error:
+            if attempt == tries or not isinstance(error, DatabaseUnavailable) or isinstance(error, DatabaseLocked):
                 backend.close()
                 raise
             time.sleep(0.2 * attempt)

@@ -27,6 +27,10 @@ class DatabaseUnavailable(LeasedError, ConnectionError):
     """The database could not be reached or refused the connection."""
 
 
+class DatabaseLocked(DatabaseUnavailable):
+    """SQLite's write lock stayed with another connection past the wait (an open transaction)."""
+
+
 class DatabaseFull(LeasedError):
     """The database refused a write for lack of space; nothing of that write was kept."""
 

@@ -118,8 +118,9 @@ class Backend(Protocol):
         With `reclaim_expired`, does what reclaim_expired() does first: an idle worker's poll is
         then one transaction, not two."""
 
-    def renew(self, leases: Sequence[Lease]) -> set[Lease]:
-        """Extend every given lease in one statement; returns those still held."""
+    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
+        """Extend every given lease in one statement; returns those still held. Waits at most
+        `wait_seconds` for a write lock (SQLite), then raises DatabaseLocked."""
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
         """Record attempts' ends in one transaction, each fenced on its lease.
@@ -127,9 +128,11 @@ class Backend(Protocol):
         One flag per end: False when that lease was lost, and nothing was written for it.
         """
 
-    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str) -> None:
+    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         """Give up attempts: each job still held goes back to pending at once, and each attempt's
-        record is closed as `outcome` unless something (expiry, a user's cancel) closed it first."""
+        record is closed as `outcome` unless something (expiry, a user's cancel) closed it first.
+        With `explains_expiry`, `message` is the worker's account of why it let the lease lapse,
+        and replaces the reclaimer's guess on an attempt that expiry closed first."""
 
     def reclaim_expired(self) -> int:
         """Return jobs whose lease expired to the pool (or fail them, out of attempts)."""
@@ -180,8 +183,11 @@ class Backend(Protocol):
         """What leased.explain needs about one job, in one consistent read with the database's now."""
 
     # Schema.
-    def migrate(self) -> list[int]:
-        """Apply pending migrations; safe when several processes call it at once. Returns versions applied."""
+    def migrate(self, callers_connection: Any = None) -> list[int]:
+        """Apply pending migrations; safe when several processes call it at once. Returns versions applied.
+
+        Takes no lock when the schema is current. `callers_connection`: the first use is inside the
+        caller's transaction on it, which must not be waited on."""
 
     def migration_sql(self) -> str: ...
 

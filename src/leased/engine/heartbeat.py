@@ -4,6 +4,11 @@ A handler that blocks the event loop, or a thread that hogs the GIL between swit
 starve renewal: the heartbeat only needs the GIL for a moment every few seconds. One statement
 renews every lease the worker holds, once the oldest renewal is a third of a lease old; an idle
 worker's heartbeat sleeps until a job is claimed.
+
+On SQLite another connection's long transaction holds the one write lock, and a renewal waits for
+it. Each renewal waits at most a sixth of the lease, then tries again, until the lease runs out:
+no single wait outlives the lease, and the heartbeat can say what kept it from renewing, and for
+how long (lapse_cause), where the lease's history would otherwise blame the worker.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from leased.backends.base import Backend
+from leased.errors import DatabaseLocked
 from leased.jobs import Lease
 
 log = logging.getLogger("leased.worker")
@@ -44,6 +50,8 @@ class Heartbeat:
         self._stopped = False
         self._retry_at = 0.0  # after a failed renewal, when to try again
         self._sleeping_until = math.inf  # when the thread next looks at the leases, monotonic
+        self._failing_since: float | None = None  # when the renewals that keep failing began, monotonic
+        self._failure: BaseException | None = None  # the latest of them
         self._thread = threading.Thread(target=self._run, name="leased-heartbeat", daemon=True)
         self.failure: BaseException | None = None
 
@@ -79,10 +87,26 @@ class Heartbeat:
             return min((held.lease_seconds for held in self._held.values()), default=default)
 
     def overdue(self, now: float) -> list[Lease]:
-        """Leases that may run out before the next renewal could land: their handlers must stop now."""
+        """Leases that may run out before the next renewal could land: their handlers must stop now.
+
+        While another connection holds SQLite's write lock, no one can take a lease over, so the
+        renewals go on until the lease itself runs out."""
+        locked_out = isinstance(self._failure, DatabaseLocked)
         with self._lock:
             return [lease for lease, held in self._held.items()
-                    if held.deadline - now < held.lease_seconds / RENEWALS_PER_LEASE / 2]
+                    if held.deadline - now < (0.0 if locked_out else held.lease_seconds / RENEWALS_PER_LEASE / 2)]
+
+    def lapse_cause(self) -> str | None:
+        """Why the renewals have been failing, and for how long; None while they succeed."""
+        return self._lapse("its lease")
+
+    def _lapse(self, what: str) -> str | None:
+        since, failure = self._failing_since, self._failure
+        if since is None or failure is None:
+            return None
+        why = ("another connection held the database's write lock all that time (a long transaction)"
+               if isinstance(failure, DatabaseLocked) else _one_line(failure))
+        return f"could not renew {what} for {time.monotonic() - since:.1f} s: {why}"
 
     def _seconds_until_due(self, planning_a_nap: bool = False) -> float | None:
         now = time.monotonic()
@@ -114,15 +138,26 @@ class Heartbeat:
             return
         shortest = self.shortest_lease()
         sent = time.monotonic()
-        try:
-            kept = self._backend.renew(leases)
+        step = shortest / RENEWALS_PER_LEASE / 2
+        with self._lock:
+            remaining = min((held.deadline for held in self._held.values()), default=math.inf) - sent
+        try:  # never wait past the lease's end; once it has passed, a step at a time
+            kept = self._backend.renew(leases, wait_seconds=min(step, remaining) if remaining > 0 else step)
         except BaseException as error:
             if not self._is_transient(error):
                 raise
-            self._retry_at = time.monotonic() + shortest / RENEWALS_PER_LEASE / 2
-            log.warning("could not renew %d lease(s): %s", len(leases), error)
+            self._failure = error
+            if self._failing_since is None:
+                self._failing_since = sent
+            # A lock wait has paused already: try again at once. Other failures wait a step.
+            self._retry_at = time.monotonic() + (0.0 if isinstance(error, DatabaseLocked) else step)
+            log.warning("%s; retrying until the lease runs out", self._lapse(f"{len(leases)} lease(s)"))
             return
+        if self._failing_since is not None:
+            log.info("renewal went through after failing for %.1f s: %d of %d lease(s) still held",
+                     sent - self._failing_since, len(kept), len(leases))
         self._retry_at = 0.0
+        self._failing_since = self._failure = None
         with self._lock:
             for lease in kept:
                 held = self._held.get(lease)
@@ -131,3 +166,8 @@ class Heartbeat:
             lost = [lease for lease in leases if lease not in kept and lease in self._held]
         for lease in lost:
             self._on_lost(lease)
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

@@ -75,6 +75,8 @@ class _Running:
     thread: Future | None = field(default=None, repr=False)  # a sync handler's, until it returns
     time_limit: asyncio.TimerHandle | None = field(default=None, repr=False)
 
+    lapse_cause: str | None = None  # why this worker let the lease lapse, when it knows (e.g. a write lock)
+
 
 _OUTCOME_OF_CANCEL = {
     CancelReason.LEASE_LOST: Outcome.LEASE_LOST,
@@ -453,9 +455,12 @@ class Worker:
         if running.context.cancel_reason is CancelReason.LEASE_LOST:
             # If the lease was taken over, this writes nothing. If this worker gave up on its own
             # (it could not renew), the job goes back to the pool now rather than at expiry.
-            try:
-                await asyncio.to_thread(self.backend.release, [running.job.lease], Outcome.LEASE_LOST,
-                                        "the worker lost its lease; handler cancelled, result discarded")
+            cause = running.lapse_cause
+            message = (f"the worker {cause}" if cause else "the worker lost its lease") + \
+                "; handler cancelled, result discarded"
+            try:  # its own account of the lapse replaces the reclaimer's guess ("stopped renewing")
+                await asyncio.to_thread(self.backend.release, [running.job.lease], Outcome.LEASE_LOST, message,
+                                        explains_expiry=cause is not None)
             except Exception as error:
                 if not self._is_transient(error):
                     raise
@@ -483,12 +488,13 @@ class Worker:
         if loop is not None:
             loop.call_soon_threadsafe(self._cancel, lease, reason)
 
-    def _cancel(self, lease: Lease, reason: CancelReason) -> None:
+    def _cancel(self, lease: Lease, reason: CancelReason, cause: str | None = None) -> None:
         running = self._running.get(lease)
         if running is None or running.finishing or not running.context.cancel(reason):
             return
-        log.warning("job %d (%s) attempt %d: %s; cancelling its handler", lease.job_id, running.job.task_name,
-                    lease.attempt, reason)
+        running.lapse_cause = cause
+        log.warning("job %d (%s) attempt %d: %s%s; cancelling its handler", lease.job_id, running.job.task_name,
+                    lease.attempt, reason, f" (the worker {cause})" if cause else "")
         if running.handler is not None:
             running.handler.cancel()
 
@@ -561,7 +567,7 @@ class Worker:
                 self._stopping = True
                 self._apply_stop(forced=True)
             for lease in self._heartbeat.overdue(time.monotonic()):
-                self._cancel(lease, CancelReason.LEASE_LOST)
+                self._cancel(lease, CancelReason.LEASE_LOST, self._heartbeat.lapse_cause())
 
     # Shutting down.
     async def _shut_down(self) -> None:

@@ -22,6 +22,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leased.admin import WorkerInfo
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, WorkerRecord
+from leased.backends.callers import wrong_connection
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,
@@ -35,6 +36,7 @@ from leased.backends.rows import (
     worker_from_row,
     worker_params,
 )
+from leased.backends.postgres import callers
 from leased.backends.postgres.listener import Listener
 from leased.backends.sql import load_migrations, load_queries
 from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
@@ -122,6 +124,7 @@ class PostgresBackend(InspectionReads):
         # claim cost a transaction block and more time than the claim itself.
         self._claims_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
+        self._identity: callers.Identity | None = None  # what connection_identity reads on ours
 
     def _open_pool(self) -> ConnectionPool:
         """Connect on first use, so that e.g. printing the migration SQL needs no server."""
@@ -203,9 +206,9 @@ class PostgresBackend(InspectionReads):
     def enqueue(self, jobs: Sequence[NewJob], connection: psycopg.Connection | None = None) -> list[tuple[Job, bool]]:
         if connection is not None:
             if not isinstance(connection, psycopg.Connection):
-                raise ConfigurationError(
-                    f"enqueue() needs a psycopg.Connection, got {type(connection).__name__}; "
-                    "for a psycopg.AsyncConnection use aenqueue()")
+                raise ConfigurationError(wrong_connection(connection, "psycopg.Connection", "PostgreSQL",
+                                                          "for a psycopg.AsyncConnection use aenqueue()"))
+            self._check_reach(callers.identity(connection, QUERIES["connection_identity"]))
             # The caller's transaction: write with their connection and leave commit to them.
             return self._insert(connection, jobs)
         with self._connection() as own:
@@ -247,8 +250,9 @@ class PostgresBackend(InspectionReads):
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: psycopg.AsyncConnection
                             ) -> list[tuple[Job, bool]]:
         if not isinstance(connection, psycopg.AsyncConnection):
-            raise ConfigurationError(
-                f"aenqueue() with a connection needs a psycopg.AsyncConnection, got {type(connection).__name__}")
+            raise ConfigurationError(wrong_connection(connection, "psycopg.AsyncConnection", "PostgreSQL",
+                                                      "aenqueue() writes with an async connection"))
+        self._check_reach(await callers.identity_async(connection, QUERIES["connection_identity"]))
         sent = first_of_each_key(jobs)
         created = await self._insert_batch_async(connection, sent)
         found = {new.idempotency_key: await self._held_or_inserted_async(connection, new)
@@ -293,7 +297,8 @@ class PostgresBackend(InspectionReads):
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs
 
-    def renew(self, leases: Sequence[Lease]) -> set[Lease]:
+    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
+        # wait_seconds bounds SQLite's wait for its one write lock; PostgreSQL has none to wait for.
         if not leases:
             return set()
         worker_id = leases[0].worker_id
@@ -313,9 +318,11 @@ class PostgresBackend(InspectionReads):
         written = {(row["id"], row["attempt"]) for row in rows}
         return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
 
-    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str) -> None:
+    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         if leases:
             self._run("release", **_lease_arrays(leases), outcome=outcome.value, message=message)
+        if leases and explains_expiry:
+            self._run("explain_expired", **_lease_arrays(leases), message=message)
 
     def reclaim_expired(self) -> int:
         return self._fetch_one("reclaim_expired")["n"]
@@ -380,8 +387,24 @@ class PostgresBackend(InspectionReads):
             connection.execute(QUERIES["why_snapshot"])  # one snapshot, and now() is one instant
             yield lambda name, **params: connection.execute(QUERIES[name], params).fetchall()
 
+    def _check_reach(self, theirs: callers.Identity) -> None:
+        """A caller's connection must reach our jobs table; ours is read again before blaming theirs
+        (a server restart changes its start time)."""
+        for fresh in (False, True):
+            if fresh or self._identity is None:
+                self._identity = tuple(self._fetch_one("connection_identity").values())
+            problem = callers.mismatch(theirs, self._identity, self._where)
+            if problem is None:
+                return
+        raise ConfigurationError(problem)
+
     # Schema.
-    def migrate(self) -> list[int]:
+    def migrate(self, callers_connection: Any = None) -> list[int]:
+        """Apply what is missing. Finding the schema current takes no lock. A caller's open
+        transaction (`callers_connection`, unused here) holds no lock of ours, so a missing schema
+        is created meanwhile on a connection of our own."""
+        if not self._missing_versions():
+            return []
         applied = []
         with self._connection() as connection, connection.transaction():
             # The lock comes before CREATE TABLE IF NOT EXISTS, which is not safe against a
@@ -395,6 +418,13 @@ class PostgresBackend(InspectionReads):
                     connection.execute(QUERIES["record_version"], {"version": migration.version})
                     applied.append(migration.version)
         return applied
+
+    def _missing_versions(self) -> set[int]:
+        every = {migration.version for migration in MIGRATIONS}
+        try:
+            return every - {row["version"] for row in self._rows("applied_versions")}
+        except errors.UndefinedTable:
+            return every
 
     def migration_sql(self) -> str:
         parts = [QUERIES["create_version_table"] + ";"]

@@ -371,3 +371,25 @@ SELECT count(*) AS n FROM leased_jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text);
+
+-- name: connection_identity
+-- Which server, database and jobs table a connection reaches, however it was addressed (a host
+-- name, an address, a socket): a caller's connection= must reach ours.
+SELECT pg_postmaster_start_time() AS started, current_setting('port') AS port, current_database() AS database,
+       to_regclass('leased_jobs')::oid AS jobs_table;
+
+-- name: explain_expired
+-- A worker's own account of why it let leases lapse replaces the reclaimer's guess that it
+-- "stopped renewing": on the attempts that expiry closed, and on their jobs while no later
+-- attempt has begun.
+WITH explained AS (
+    UPDATE leased_attempts AS a
+    SET error_message = %(message)s
+    FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS given (id, attempt)
+    WHERE a.job_id = given.id AND a.attempt = given.attempt AND a.worker_id = %(worker_id)s AND a.outcome = 'expired'
+    RETURNING a.job_id, a.attempt
+)
+UPDATE leased_jobs AS job
+SET last_error = 'lease expired: ' || %(message)s
+FROM explained
+WHERE job.id = explained.job_id AND job.attempt = explained.attempt AND job.status <> 'running';

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, WorkerRecord
+from leased.backends.callers import wrong_connection
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,
@@ -32,8 +33,16 @@ from leased.backends.rows import (
     worker_params,
 )
 from leased.backends.sql import load_migrations, load_queries
+from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
-from leased.errors import DatabaseFull, DatabaseUnavailable, InvalidTransition, JobNotFound
+from leased.errors import (
+    ConfigurationError,
+    DatabaseFull,
+    DatabaseLocked,
+    DatabaseUnavailable,
+    InvalidTransition,
+    JobNotFound,
+)
 from leased.jobs import Attempt, Job, Lease, Outcome
 from leased.payloads import decode
 
@@ -96,6 +105,8 @@ class SQLiteBackend(InspectionReads):
                 connection.execute("PRAGMA foreign_keys = ON")
                 connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             except sqlite3.OperationalError as error:
+                if is_lock_error(error):  # e.g. switching a new file to WAL while a caller writes to it
+                    raise DatabaseLocked(lock_message(self.path, "open")) from None
                 raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {error}") from None
             prepare_connection(connection)
             self._local.connection = connection
@@ -104,12 +115,13 @@ class SQLiteBackend(InspectionReads):
         return connection
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, wait_seconds: float | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction; waits for the write lock at most `wait_seconds` (default: the busy
+        timeout), then raises DatabaseLocked rather than SQLite's bare "database is locked"."""
         connection = self._connection()
         # Threads of one process queue here rather than in SQLite's busy handler, which polls
         # with sleeps of up to 100 ms; other processes still wait in the busy handler.
-        with self._write_lock:
-            connection.execute("BEGIN IMMEDIATE")
+        with write_lock(self._write_lock, connection, self.path, wait_seconds, BUSY_TIMEOUT_MS):
             try:
                 yield connection
                 connection.execute("COMMIT")
@@ -141,8 +153,9 @@ class SQLiteBackend(InspectionReads):
     def enqueue(self, jobs: Sequence[NewJob], connection: sqlite3.Connection | None = None) -> list[tuple[Job, bool]]:
         if connection is not None:
             # The caller's transaction: write with their connection and leave commit to them.
-            prepare_connection(connection)
-            return self._insert(connection, jobs)
+            prepare_connection(_callers(connection))
+            with translated_lock_errors(self.path):
+                return self._insert(connection, jobs)
         with self._write() as own:
             results = self._insert(own, jobs)
         now = datetime.now(UTC)
@@ -202,11 +215,11 @@ class SQLiteBackend(InspectionReads):
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs
 
-    def renew(self, leases: Sequence[Lease]) -> set[Lease]:
+    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
         if not leases:
             return set()
         worker_id = leases[0].worker_id
-        with self._write() as connection:
+        with self._write(wait_seconds) as connection:
             rows = connection.execute(QUERIES["renew"], {"worker_id": worker_id,
                                                          "leases": _leases_json(leases)}).fetchall()
         return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
@@ -226,14 +239,18 @@ class SQLiteBackend(InspectionReads):
                      end.error_message, end.traceback] for end, flag in zip(ends, kept) if flag])})
         return kept
 
-    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str) -> None:
+    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         if not leases:
             return
+        held = {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)}
         with self._write() as connection:
-            connection.execute(QUERIES["release"], {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)})
+            connection.execute(QUERIES["release"], held)
             connection.execute(QUERIES["close_attempts"], {"ends": json.dumps([
                 [lease.job_id, lease.attempt, lease.worker_id, outcome.value, None, message, None]
                 for lease in leases])})
+            if explains_expiry:
+                connection.execute(QUERIES["explain_expired_jobs"], {**held, "message": message})
+                connection.execute(QUERIES["explain_expired_attempts"], {**held, "message": message})
 
     def reclaim_expired(self) -> int:
         with self._write() as connection:
@@ -330,7 +347,20 @@ class SQLiteBackend(InspectionReads):
                 connection.execute("COMMIT")  # nothing was written: this only ends the read
 
     # Schema.
-    def migrate(self) -> list[int]:
+    def migrate(self, callers_connection: sqlite3.Connection | None = None) -> list[int]:
+        """Apply what is missing. Finding the schema current takes no lock: a first use inside a
+        caller's transaction, which holds the write lock, must not wait on it. Inside one, a
+        missing schema is an error that says to migrate first: creating it in the caller's
+        transaction would tie our schema to their commit or rollback."""
+        if callers_connection is not None and _callers(callers_connection).in_transaction:
+            if _missing_versions(callers_connection):
+                raise ConfigurationError(
+                    f"the leased schema is missing or behind in SQLite database {self.path!r}, and this first "
+                    "use is inside your open transaction on connection=, whose write lock creating it would "
+                    "wait for: create it first with `leased migrate APP`, or app.migrate() at start-up")
+            return []
+        if not _missing_versions(self._connection()):
+            return []
         applied = []
         # BEGIN IMMEDIATE serializes concurrent migrators: the second sees the first one's versions.
         with self._write() as connection:
@@ -362,3 +392,22 @@ def _statements(script: str) -> list[str]:
             statements.append("\n".join(current))
             current = []
     return [s for s in statements if s.strip()]
+
+
+def _callers(connection: Any) -> sqlite3.Connection:
+    if not isinstance(connection, sqlite3.Connection):
+        raise ConfigurationError(wrong_connection(connection, "sqlite3.Connection", "SQLite"))
+    return connection
+
+
+def _missing_versions(connection: sqlite3.Connection) -> set[int]:
+    """Migrations not applied yet, read without a write lock (every one before the first migration)."""
+    cursor = connection.cursor()
+    cursor.row_factory = None  # on the cursor: a caller's connection may use any row factory
+    try:
+        applied = {row[0] for row in cursor.execute(QUERIES["applied_versions"])}
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):
+            return {migration.version for migration in MIGRATIONS}
+        raise
+    return {migration.version for migration in MIGRATIONS} - applied

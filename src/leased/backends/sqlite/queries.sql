@@ -272,3 +272,21 @@ SELECT count(*) AS n FROM leased_jobs
 WHERE (:status IS NULL OR status = :status)
   AND (:task_name IS NULL OR task_name = :task_name)
   AND (:queue_name IS NULL OR queue_name = :queue_name);
+
+-- name: explain_expired_jobs
+-- A worker's own account of why it let leases lapse (e.g. another connection held the write
+-- lock) replaces the reclaimer's guess that it "stopped renewing", on the job while no later
+-- attempt has begun; run before explain_expired_attempts, whose rows it finds unexplained.
+UPDATE leased_jobs
+SET last_error = 'lease expired: ' || :message
+WHERE status <> 'running' AND (id, attempt) IN (
+    SELECT job_id, attempt FROM leased_attempts
+    WHERE worker_id = :worker_id AND outcome = 'expired'
+      AND (job_id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases)));
+
+-- name: explain_expired_attempts
+-- The same account on the attempts that expiry closed.
+UPDATE leased_attempts
+SET error_message = :message
+WHERE worker_id = :worker_id AND outcome = 'expired'
+  AND (job_id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
