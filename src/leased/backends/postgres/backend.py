@@ -37,6 +37,7 @@ from leased.backends.rows import (
 )
 from leased.backends.postgres.listener import Listener
 from leased.backends.sql import load_migrations, load_queries
+from leased.backends.ticks import ScheduleStore
 from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, Lease, Outcome
 
@@ -93,7 +94,7 @@ def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-class PostgresBackend(InspectionReads):
+class PostgresBackend(InspectionReads, ScheduleStore):
     # Connection failures become DatabaseUnavailable; these are worth another try as they are.
     transient_errors: tuple[type[BaseException], ...] = (errors.DeadlockDetected, errors.SerializationFailure)
 
@@ -368,6 +369,20 @@ class PostgresBackend(InspectionReads):
         if row is None:
             raise InvalidTransition(f"cannot {action} job {job_id}: it is {job.status}, and only {allowed} jobs can be")
         return job
+
+    # Periodic jobs: the shared ScheduleStore. A tick's NOTIFY goes out when its transaction commits.
+    _queries = QUERIES
+
+    @contextmanager
+    def _schedule_transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        with self._connection() as connection, connection.transaction():
+            yield connection
+
+    def _time_in(self, value: datetime) -> datetime:
+        return value
+
+    def _time_out(self, value: datetime | None) -> datetime | None:
+        return _utc(value)
 
     # Schema.
     def migrate(self) -> list[int]:

@@ -33,6 +33,7 @@ from leased.backends.rows import (
 )
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
+from leased.backends.ticks import ScheduleStore
 from leased.errors import DatabaseFull, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, Lease, Outcome
 from leased.payloads import decode
@@ -68,7 +69,7 @@ def _attempt(row: sqlite3.Row) -> Attempt:
     return attempt_from_row(row, _time)
 
 
-class SQLiteBackend(InspectionReads):
+class SQLiteBackend(InspectionReads, ScheduleStore):
     # "database is locked" past the busy timeout, disk I/O errors: worth retrying, not a bug.
     transient_errors: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
 
@@ -298,6 +299,22 @@ class SQLiteBackend(InspectionReads):
         if row is None:
             raise InvalidTransition(f"cannot {action} job {job_id}: it is {job.status}, and only {allowed} jobs can be")
         return job
+
+    # Periodic jobs: the shared ScheduleStore, on a write transaction of ours.
+    _queries = QUERIES
+
+    def _schedule_transaction(self) -> Any:
+        return self._write()
+
+    def _time_in(self, value: datetime) -> float:
+        return value.timestamp()
+
+    def _time_out(self, value: float | None) -> datetime | None:
+        return _time(value)
+
+    def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
+        for queue_name in {job.queue_name for job in jobs}:
+            self._waker.wake(queue_name)
 
     # Schema.
     def migrate(self) -> list[int]:
