@@ -56,8 +56,7 @@ class Scheduler:
         """Enqueue every due tick; returns the seconds until the next one is due (at most the poll interval)."""
         now, states = self.backend.schedule_states()
         last_ticks = {state.name: state.last_tick_at for state in states}
-        due = [schedule for schedule in self.schedules
-               if schedule.name not in last_ticks or schedule.plan(last_ticks[schedule.name], now).ticks]
+        due = [schedule for schedule in self.schedules if _moves(schedule, last_ticks.get(schedule.name), now)]
         if due:
             outcomes = self.backend.run_schedules(due)
             if any(outcome.job is not None for outcome in outcomes):
@@ -68,3 +67,9 @@ class Scheduler:
                                 outcome.schedule_name, outcome.tick_at.isoformat())
         next_tick = min(schedule.next_tick_after(now) for schedule in self.schedules)
         return min(max((next_tick - now).total_seconds(), SHORTEST_NAP), self.poll_interval)
+
+
+def _moves(schedule: ScheduledTicks, last_tick: datetime | None, now: datetime) -> bool:
+    """Whether a run would write anything: a tick to enqueue, or ticks passed over to record."""
+    plan = schedule.plan(last_tick, now)
+    return last_tick is None or bool(plan.ticks) or plan.last_tick != last_tick
