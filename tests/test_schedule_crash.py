@@ -27,7 +27,8 @@ def spawn(database_url, tmp_path):
 
     def start(worker_id: str, *arguments: str) -> subprocess.Popen:
         log = open(tmp_path / f"{worker_id}.log", "w")
-        env = {**os.environ, "LEASED_DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")])}
+        env = {**os.environ, "LEASED_DATABASE_URL": database_url,
+               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")])}
         process = subprocess.Popen([sys.executable, str(HERE / "schedule_app.py"), worker_id, *arguments], env=env,
                                    stdout=log, stderr=subprocess.STDOUT)
         processes.append(process)
