@@ -63,7 +63,9 @@ class Cli:
         self.url = url
         (cwd / "tasks_app.py").write_text(APP_SOURCE)
         (cwd / "broken_app.py").write_text("import os\nratio = 1 / 0\n")
-        self.env = {**os.environ, "TEST_APP_URL": url}
+        # This checkout's leased, not whichever the virtualenv has installed (a relative PYTHONPATH
+        # such as `src` would not survive the change of directory).
+        self.env = {**os.environ, "TEST_APP_URL": url, "PYTHONPATH": str(Path(__file__).parent.parent / "src")}
         self.env.pop("LEASED_DATABASE_URL", None)  # the "neither APP nor --database" case must stay reachable
 
     def command(self, *args: str) -> list[str]:

@@ -28,7 +28,7 @@ def spawn(database_url, tmp_path):
         log = open(tmp_path / f"{worker_id}.log", "w")
         worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
         env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
-               "PYTHONPATH": str(HERE)}
+               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")])}
         if clock:  # libfaketime, preloaded into the worker itself so that signals reach it
             env.update(LD_PRELOAD=LIBFAKETIME, FAKETIME=clock, DONT_FAKE_MONOTONIC="1")
         process = subprocess.Popen([sys.executable, str(HERE / "crash_app.py"), worker_id], env=env,

@@ -29,6 +29,7 @@ RUN_SEPARATELY = {
     "Quick start": "test_quick_start_runs_and_prints_what_it_says checks its output too",
     "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
     "In your own transaction": "test_enqueue_in_your_own_transaction_runs_as_written checks its output too",
+    "Periodic jobs": "test_periodic_jobs_example_registers_and_ticks runs it with a worker",
 }
 
 
@@ -130,3 +131,22 @@ def test_enqueue_in_your_own_transaction_runs_as_written(tmp_path):
     (tmp_path / "example.py").write_text(code)
     result = run([sys.executable, "example.py"], tmp_path)
     assert result.stdout.splitlines() == ["pending"]
+
+
+def test_periodic_jobs_example_registers_and_ticks(tmp_path):
+    """The example as written, with a worker that runs until its first schedule has been seen."""
+    section = README.read_text().split("### Periodic jobs", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    check = ("\nimport threading, time\nworker = app.worker(poll_interval=0.05)\n"
+             "def stop_once_seen():\n"
+             "    while any(s.last_tick_at is None for s in app.list_schedules()):\n"
+             "        time.sleep(0.01)\n"
+             "    worker.stop()\n"
+             "threading.Thread(target=stop_once_seen).start()\n"
+             "worker.run()\nprint([(s.name, s.expression, s.timezone) for s in app.list_schedules()])\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(README.parent / "src")}
+    result = subprocess.run([sys.executable, "-c", code + check], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == ("[('prune_sessions', 'every 3600s', 'UTC'), "
+                                              "('send_digest', '*/5 * * * *', 'Europe/Paris')]")

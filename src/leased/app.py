@@ -7,6 +7,7 @@ import os
 import threading
 import time
 import weakref
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, ParamSpec, TypeVar, overload
 
@@ -20,6 +21,7 @@ from leased.events import Events
 from leased.explain import Explanation, explain
 from leased.jobs import Job, JobStatus
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from leased.schedules import Schedule, ScheduleInfo, describe_schedules, make_schedule, tick_handler
 from leased.tasks import Task, check_queue_name
 from leased.waiting import JobEndSignals, JobWait
 
@@ -41,6 +43,7 @@ class Leased:
         self.auto_migrate = migrate
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task] = {}
+        self.schedules: dict[str, Schedule] = {}  # periodic tasks, by task name
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
@@ -103,6 +106,32 @@ class Leased:
             return task
 
         return register if func is None else register(func)
+
+    def periodic(self, cron: str | None = None, /, *, every: timedelta | None = None, name: str | None = None,
+                 timezone: str = "UTC", catch_up: str = "latest", catch_up_limit: int = 100, overlap: str = "allow",
+                 **task_options: Any) -> Callable[[Callable[..., R]], Task[..., R]]:
+        """Register a handler that workers run on a schedule: a cron expression in `timezone`, or
+        `every=timedelta(...)`. It receives the tick's time as `scheduled_at` (an aware datetime).
+
+        After downtime, catch_up="latest" runs the latest missed tick once, "all" every missed tick
+        (at most `catch_up_limit`), "none" none. overlap="skip" skips a tick while the previous run is
+        still pending or running. Other options are @task's (queue_name, priority, max_attempts, ...).
+        """
+
+        def register(function: Callable[..., R]) -> Task[..., R]:
+            task_name = name or f"{function.__module__}.{function.__qualname__}"
+            schedule = make_schedule(task_name, cron, every, timezone, catch_up, catch_up_limit, overlap)
+            handler = tick_handler(function, schedule, leading=1 if task_options.get("takes_context") else 0)
+            task = self.task(name=task_name, **task_options)(handler)
+            self.schedules[task_name] = replace(schedule, task=task)
+            return task
+
+        return register
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        """Every stored schedule and every one registered here: next run, last tick, last job and its status."""
+        now, states = self.backend.schedule_states()
+        return describe_schedules(self.schedules, now, states)
 
     def get_task(self, name: str) -> Task:
         try:
@@ -222,12 +251,16 @@ class Leased:
             check_queue_name(queue)
         worker = Worker(self.backend, self.tasks, concurrency=concurrency, queues=queues,
                         poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
-                        max_payload_bytes=self.max_payload_bytes, events=self.events, push=push)
+                        max_payload_bytes=self.max_payload_bytes, events=self.events, push=push,
+                        schedules=tuple(self.schedules.values()))
         self._workers.add(worker)
         return worker
 
     def run_until_empty(self, *, concurrency: int = 1, queues: list[str] | None = None) -> WorkerStats:
-        """Run every job that is due now (and any it enqueues) in this process, then return."""
+        """Run every job that is due now (and any it enqueues) in this process, then return.
+
+        Periodic tasks are not ticked here (a schedule would never let the queue be empty): run a
+        worker for them, or call the handler yourself."""
         return self.worker(concurrency=concurrency, queues=queues).run(stop_when_idle=True)
 
     # Bulk actions, waiting, and what the command line checks.

@@ -2,6 +2,7 @@
 
 Two registries, because they come from different places:
 - database_registry(app): jobs by queue and status, the wait of the oldest due job, live workers,
+  each schedule's last success and skipped ticks,
   read from the database on every scrape (the dashboard serves it on /metrics);
 - worker_registry(events): attempts by task and outcome, a histogram of run time, and handlers
   stuck past their time limit, counted from the events of the workers in this process
@@ -52,6 +53,20 @@ class DatabaseCollector:
         workers = GaugeMetricFamily("leased_workers_alive", "Workers that renewed their presence recently.")
         workers.add_metric([], sum(worker.alive for worker in overview.workers))
         yield from (jobs, oldest, workers)
+        yield from self._schedules()
+
+    def _schedules(self) -> Iterator[Metric]:
+        """Alert on a schedule that stopped: time() minus its last success, against its period."""
+        success = GaugeMetricFamily("leased_schedule_last_success_timestamp_seconds",
+                                    "When each schedule's task last finished done (Unix time); absent: never.",
+                                    labels=["schedule"])
+        skipped = GaugeMetricFamily("leased_schedule_skipped_ticks", "Ticks each schedule skipped because its "
+                                    "previous run was still pending or running.", labels=["schedule"])
+        for schedule in self.app.list_schedules():
+            if schedule.last_success_at is not None:
+                success.add_metric([schedule.name], schedule.last_success_at.timestamp())
+            skipped.add_metric([schedule.name], schedule.skipped_ticks)
+        yield from (success, skipped)
 
 
 def database_registry(app: Leased) -> CollectorRegistry:

@@ -91,6 +91,47 @@ class WorkerRecord:
     stuck_handlers: int = 0  # handler threads still running past their job's time limit
 
 
+# Periodic jobs (see leased/schedules.py): the state of each schedule, and what one run decided.
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    ticks: tuple[datetime, ...]  # due ticks to enqueue (or skip, if the last run is still going), oldest first
+    last_tick: datetime  # every tick up to this one is now handled, run or passed over
+
+
+class TickSource(Protocol):
+    """A schedule as the backend sees it: its plan is computed inside the transaction that writes it."""
+
+    name: str
+    expression: str
+    timezone: str
+    skip_overlap: bool
+
+    def plan(self, last_tick: datetime | None, now: datetime) -> TickPlan: ...
+
+    def new_job(self, tick: datetime) -> NewJob: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    name: str
+    expression: str
+    timezone: str
+    last_tick_at: datetime | None
+    last_job_id: int | None
+    last_job_status: JobStatus | None
+    last_success_at: datetime | None  # when the schedule's task last finished done
+    skipped_ticks: int  # ticks not run because the previous run was still pending or running
+    last_skipped_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TickOutcome:
+    schedule_name: str
+    tick_at: datetime
+    job: Job | None  # None: skipped, the previous run still pending or running
+
+
 class Listener(Protocol):
     def wait(self, timeout: float) -> list[str]:
         """Queue names of jobs that became due; waits at most `timeout` seconds for the first."""
@@ -139,6 +180,14 @@ class Backend(Protocol):
 
     def listener(self) -> Listener | None:
         """A source of wake-ups (queue names of jobs that became due), or None: poll only."""
+
+    def schedule_states(self) -> tuple[datetime, list[ScheduleState]]:
+        """The database's now, and every schedule's stored state."""
+
+    def run_schedules(self, sources: Sequence[TickSource]) -> list[TickOutcome]:
+        """In one transaction: for each schedule, plan its due ticks against the database's now and
+        its stored last tick, and enqueue each tick's job unless a row for (schedule, tick) exists
+        already (another worker wrote it). Jobs and tick rows commit together."""
 
     # Inspection and administration.
     def get_job(self, job_id: int) -> Job | None: ...

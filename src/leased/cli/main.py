@@ -490,6 +490,27 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
         server.run(asgi_app, sock)
 
 
+@cli.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--json", "as_json", is_flag=True, help="Print the schedules as a JSON array.")
+@click.pass_context
+def schedules(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
+    """List periodic tasks: schedule, next run, the last tick's job and its status, skipped ticks.
+
+    With APP, also those no worker has seen yet, and which stored ones the code no longer has.
+    """
+    import dataclasses
+
+    found = open_app(ctx, app_spec, database).list_schedules()
+    if as_json:
+        click.echo(output.to_json([dataclasses.asdict(info) for info in found]))
+    elif not found:
+        click.echo("no schedules" + ("" if app_spec else " stored yet"))
+    else:
+        click.echo(output.schedules_table(found, datetime.now(UTC)))
+
+
 def main() -> None:
     cli(prog_name="leased")
 

@@ -134,6 +134,24 @@ def counts_table(counts: dict[str, dict[str, int]], indent: str = "") -> str:
                  right=range(1, len(statuses) + 2), indent=indent)
 
 
+def schedules_table(found: list[Any], now: datetime, indent: str = "") -> str:
+    """app.list_schedules(): a schedule that no worker runs any more shows when it was due."""
+    rows = []
+    for info in found:
+        if info.registered is False:
+            next_run = "removed from the code"
+        elif info.next_run_at is not None and info.next_run_at < now:
+            next_run = f"overdue since {local_time(info.next_run_at)}"
+        else:
+            next_run = local_time(info.next_run_at)
+        last_job = NONE if info.last_job_id is None else f"{info.last_job_id} {info.last_job_status or 'deleted'}"
+        skipped = str(info.skipped_ticks) + (f" (last {local_time(info.last_skipped_at)})" if info.skipped_ticks else "")
+        rows.append((info.name, info.expression, info.timezone, next_run, last_job, local_time(info.last_success_at),
+                     skipped))
+    return table(["NAME", "SCHEDULE", "TIMEZONE", "NEXT RUN", "LAST JOB", "LAST SUCCESS", "SKIPPED"], rows,
+                 indent=indent)
+
+
 # JSON.
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):

@@ -5,8 +5,9 @@ ahead of them; once a second the same claim first returns expired leases to the 
 completer (writes the ends that arrived meanwhile in one transaction, behind the handlers),
 the heartbeat (a thread renewing every held lease in one statement), the lease watchdog (stops a
 handler whose lease could run out before a renewal lands), the listener (a thread turning the
-database's wake-ups into a claim now), the announcer (keeps the worker's row fresh) and the time
-limits (engine/timelimits.py: cancel a handler at its job's limit, hold a stuck thread's slot). If one
+database's wake-ups into a claim now), the announcer (keeps the worker's row fresh), the time
+limits (engine/timelimits.py: cancel a handler at its job's limit, hold a stuck thread's slot) and,
+with periodic tasks, the scheduler (engine/scheduler.py: enqueues their due ticks). If one
 dies, the worker stops loudly. Shutdown has two phases: stop claiming and let running jobs finish
 within a grace period, then cancel what is left and release its leases at once. Signal handlers
 only call stop().
@@ -26,12 +27,13 @@ import traceback
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from leased.admin import WORKER_BEAT_SECONDS
 from leased.backends.base import AttemptEnd, Backend, ClaimRequest, Listener, WorkerRecord
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.heartbeat import Heartbeat
+from leased.engine.scheduler import ScheduledTicks, Scheduler
 from leased.engine.threads import HandlerThreads
 from leased.engine.timelimits import TimeLimits, timeout_end
 from leased.errors import DatabaseUnavailable, PayloadError, PermanentError
@@ -101,7 +103,7 @@ class Worker:
                  queues: list[str] | tuple[str, ...] | None = None, poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, worker_id: str | None = None,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, events: Events | None = None,
-                 push: bool = True):
+                 push: bool = True, schedules: Sequence[ScheduledTicks] = ()):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.backend = backend
@@ -115,6 +117,7 @@ class Worker:
         self.stats = WorkerStats()
         self.events = events or Events()
         self.push = push
+        self.schedules = tuple(schedules)
         self._running: dict[Lease, _Running] = {}  # claimed, until the attempt's end is written
         self._handling = 0  # of those, how many are waiting for a slot or in their handler
         self._handler_ends: collections.deque[float] = collections.deque()  # recent, monotonic
@@ -181,6 +184,10 @@ class Worker:
         completer = self._service(self._complete_loop())
         listener = self.backend.listener() if self.push else None
         announcer = self._service(self._announce_loop(getattr(listener, "port", None)))
+        # run_until_empty() drains what is queued; ticking schedules would never let it be empty.
+        scheduler = None if stop_when_idle or not self.schedules else self._service(Scheduler(
+            self.backend, self.schedules, wake_claimer=self.notify, is_transient=self._is_transient,
+            retry_delay=retry_delay, poll_interval=self.poll_interval, worker_id=self.id).run())
         if listener is not None:
             threading.Thread(target=self._listen, args=(listener,), name="leased-listener", daemon=True).start()
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
@@ -192,6 +199,8 @@ class Worker:
             watchdog.cancel()
             completer.cancel()
             announcer.cancel()
+            if scheduler is not None:
+                scheduler.cancel()
             await self._unregister()
             self._threads.shutdown()
             self._heartbeat.stop()

@@ -41,6 +41,7 @@ def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | b
         Route("/jobs/{job_id:int}", pages.job, name="job"),
         Route("/jobs/{job_id:int}/retry", pages.retry, methods=["POST"], name="retry"),
         Route("/jobs/{job_id:int}/cancel", pages.cancel, methods=["POST"], name="cancel"),
+        Route("/schedules", pages.schedules, name="schedules"),
         Route("/metrics", MetricsEndpoint(leased), name="metrics"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -10,6 +10,7 @@ in its thread pool) or hands the call to the pool itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Callable
 from urllib.parse import urlencode
 
@@ -172,6 +173,10 @@ class Pages:
             "can_retry": job.status in (JobStatus.FAILED, JobStatus.CANCELLED),
             "can_cancel": job.status in (JobStatus.PENDING, JobStatus.RUNNING),
         })
+
+    def schedules(self, request: Request) -> Response:
+        return self.render(request, "schedules.html", {"schedules": self.leased.list_schedules(),
+                                                       "now": datetime.now(UTC)})
 
     # Actions.
     async def _checked_form(self, request: Request) -> Any:

@@ -39,6 +39,7 @@ from leased.backends.rows import (
 from leased.backends.postgres import callers
 from leased.backends.postgres.listener import Listener
 from leased.backends.sql import load_migrations, load_queries
+from leased.backends.ticks import ScheduleStore
 from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, Lease, Outcome
 
@@ -95,7 +96,7 @@ def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-class PostgresBackend(InspectionReads):
+class PostgresBackend(InspectionReads, ScheduleStore):
     # Connection failures become DatabaseUnavailable; these are worth another try as they are.
     transient_errors: tuple[type[BaseException], ...] = (errors.DeadlockDetected, errors.SerializationFailure)
 
@@ -397,6 +398,20 @@ class PostgresBackend(InspectionReads):
             if problem is None:
                 return
         raise ConfigurationError(problem)
+
+    # Periodic jobs: the shared ScheduleStore. A tick's NOTIFY goes out when its transaction commits.
+    _queries = QUERIES
+
+    @contextmanager
+    def _schedule_transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        with self._connection() as connection, connection.transaction():
+            yield connection
+
+    def _time_in(self, value: datetime) -> datetime:
+        return value
+
+    def _time_out(self, value: datetime | None) -> datetime | None:
+        return _utc(value)
 
     # Schema.
     def migrate(self, callers_connection: Any = None) -> list[int]:

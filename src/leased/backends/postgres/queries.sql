@@ -393,3 +393,51 @@ UPDATE leased_jobs AS job
 SET last_error = 'lease expired: ' || %(message)s
 FROM explained
 WHERE job.id = explained.job_id AND job.attempt = explained.attempt AND job.status <> 'running';
+
+-- Periodic jobs (backends/ticks.py).
+
+-- name: database_now
+SELECT now() AS now;
+
+-- name: list_schedules
+-- The last success reads the task's index backwards to its latest done job: one step while it succeeds.
+SELECT s.*, j.status AS last_job_status,
+       (SELECT d.finished_at FROM leased_jobs AS d
+        WHERE d.task_name = s.name AND d.status = 'done' ORDER BY d.id DESC LIMIT 1) AS last_success_at
+FROM leased_schedules AS s LEFT JOIN leased_jobs AS j ON j.id = s.last_job_id
+ORDER BY s.name;
+
+-- name: ensure_schedule
+INSERT INTO leased_schedules (name, expression, timezone) VALUES (%(name)s, %(expression)s, %(timezone)s)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: lock_schedule
+-- Schedulers of one schedule take turns: the next plans from the last tick this one records.
+SELECT * FROM leased_schedules WHERE name = %(name)s FOR UPDATE;
+
+-- name: claim_tick
+INSERT INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (%(schedule_name)s, %(tick_at)s)
+ON CONFLICT (schedule_name, tick_at) DO NOTHING
+RETURNING tick_at;
+
+-- name: job_active
+SELECT 1 AS active FROM leased_jobs WHERE id = %(job_id)s AND status IN ('pending', 'running');
+
+-- name: set_tick_job
+UPDATE leased_schedule_ticks SET job_id = %(job_id)s
+WHERE schedule_name = %(schedule_name)s AND tick_at = %(tick_at)s;
+
+-- name: update_schedule
+-- The last tick never moves back, whatever a worker with an older view of the schedule computed.
+UPDATE leased_schedules
+SET expression = %(expression)s, timezone = %(timezone)s,
+    last_tick_at = greatest(last_tick_at, %(last_tick_at)s::timestamptz),
+    last_job_id = %(last_job_id)s, skipped_ticks = skipped_ticks + %(skipped)s,
+    last_skipped_at = coalesce(%(last_skipped_at)s::timestamptz, last_skipped_at), updated_at = now()
+WHERE name = %(name)s;
+
+-- name: prune_ticks
+DELETE FROM leased_schedule_ticks
+WHERE schedule_name = %(schedule_name)s
+  AND tick_at < (SELECT tick_at FROM leased_schedule_ticks WHERE schedule_name = %(schedule_name)s
+                 ORDER BY tick_at DESC LIMIT 1 OFFSET %(keep)s - 1);

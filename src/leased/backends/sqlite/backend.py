@@ -35,6 +35,7 @@ from leased.backends.rows import (
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
+from leased.backends.ticks import ScheduleStore
 from leased.errors import (
     ConfigurationError,
     DatabaseFull,
@@ -77,7 +78,7 @@ def _attempt(row: sqlite3.Row) -> Attempt:
     return attempt_from_row(row, _time)
 
 
-class SQLiteBackend(InspectionReads):
+class SQLiteBackend(InspectionReads, ScheduleStore):
     # "database is locked" past the busy timeout, disk I/O errors: worth retrying, not a bug.
     transient_errors: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
 
@@ -345,6 +346,22 @@ class SQLiteBackend(InspectionReads):
         finally:
             if connection.in_transaction:
                 connection.execute("COMMIT")  # nothing was written: this only ends the read
+
+    # Periodic jobs: the shared ScheduleStore, on a write transaction of ours.
+    _queries = QUERIES
+
+    def _schedule_transaction(self) -> Any:
+        return self._write()
+
+    def _time_in(self, value: datetime) -> float:
+        return value.timestamp()
+
+    def _time_out(self, value: float | None) -> datetime | None:
+        return _time(value)
+
+    def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
+        for queue_name in {job.queue_name for job in jobs}:
+            self._waker.wake(queue_name)
 
     # Schema.
     def migrate(self, callers_connection: sqlite3.Connection | None = None) -> list[int]:

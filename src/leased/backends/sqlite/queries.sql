@@ -290,3 +290,51 @@ UPDATE leased_attempts
 SET error_message = :message
 WHERE worker_id = :worker_id AND outcome = 'expired'
   AND (job_id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
+
+-- Periodic jobs (backends/ticks.py). A tick's time is epoch seconds, as the schedule computed it.
+
+-- name: database_now
+SELECT leased_now() AS now;
+
+-- name: list_schedules
+-- The last success reads the task's index backwards to its latest done job: one step while it succeeds.
+SELECT s.*, j.status AS last_job_status,
+       (SELECT d.finished_at FROM leased_jobs AS d INDEXED BY leased_jobs_task
+        WHERE d.task_name = s.name AND d.status = 'done' ORDER BY d.id DESC LIMIT 1) AS last_success_at
+FROM leased_schedules AS s LEFT JOIN leased_jobs AS j ON j.id = s.last_job_id
+ORDER BY s.name;
+
+-- name: ensure_schedule
+INSERT INTO leased_schedules (name, expression, timezone, updated_at)
+VALUES (:name, :expression, :timezone, leased_now())
+ON CONFLICT (name) DO NOTHING;
+
+-- name: lock_schedule
+-- The transaction's write lock already serializes schedulers.
+SELECT * FROM leased_schedules WHERE name = :name;
+
+-- name: claim_tick
+INSERT INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (:schedule_name, :tick_at)
+ON CONFLICT (schedule_name, tick_at) DO NOTHING
+RETURNING tick_at;
+
+-- name: job_active
+SELECT 1 AS active FROM leased_jobs WHERE id = :job_id AND status IN ('pending', 'running');
+
+-- name: set_tick_job
+UPDATE leased_schedule_ticks SET job_id = :job_id WHERE schedule_name = :schedule_name AND tick_at = :tick_at;
+
+-- name: update_schedule
+-- The last tick never moves back, whatever a worker with an older view of the schedule computed.
+UPDATE leased_schedules
+SET expression = :expression, timezone = :timezone,
+    last_tick_at = max(coalesce(last_tick_at, :last_tick_at), :last_tick_at),
+    last_job_id = :last_job_id, skipped_ticks = skipped_ticks + :skipped,
+    last_skipped_at = coalesce(:last_skipped_at, last_skipped_at), updated_at = leased_now()
+WHERE name = :name;
+
+-- name: prune_ticks
+DELETE FROM leased_schedule_ticks
+WHERE schedule_name = :schedule_name
+  AND tick_at < (SELECT tick_at FROM leased_schedule_ticks WHERE schedule_name = :schedule_name
+                 ORDER BY tick_at DESC LIMIT 1 OFFSET :keep - 1);

@@ -1,0 +1,92 @@
+"""Periodic jobs with real worker processes: three of them ticking one schedule, and one killed
+between enqueueing a tick and running it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_for
+from leased import JobStatus
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent
+TICKS = 20
+
+
+@pytest.fixture
+def spawn(database_url, tmp_path):
+    processes = []
+
+    def start(worker_id: str, *arguments: str) -> subprocess.Popen:
+        log = open(tmp_path / f"{worker_id}.log", "w")
+        env = {**os.environ, "LEASED_DATABASE_URL": database_url,
+               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")])}
+        process = subprocess.Popen([sys.executable, str(HERE / "schedule_app.py"), worker_id, *arguments], env=env,
+                                   stdout=log, stderr=subprocess.STDOUT)
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+@pytest.fixture
+def beat(app):
+    """The producer's view of schedule_app's task; the workers run the real one."""
+
+    @app.task(name="beat", takes_context=True)
+    def beat(context, scheduled_at): ...
+
+    app.counts()  # the schema in place before the processes race for it
+    return beat
+
+
+def ticks_of(app) -> list[tuple[datetime, object]]:
+    jobs = app.list_jobs(task_name="beat", limit=10_000, order="oldest")
+    return [(datetime.fromisoformat(job.kwargs["scheduled_at"]), job) for job in jobs]
+
+
+def test_three_workers_ticking_one_schedule_write_exactly_one_job_per_tick(app, beat, spawn, tmp_path):
+    workers = [spawn(f"worker-{n}") for n in range(3)]
+    wait_for(lambda: sum(job.status is JobStatus.DONE for _, job in ticks_of(app)) >= TICKS, timeout=90,
+             message=f"{TICKS} ticks done")
+    for process in workers:
+        process.terminate()
+        assert process.wait(30) == 0
+    ticks = ticks_of(app)
+    times = [tick for tick, _ in ticks]
+    assert len(times) == len(set(times)), "a tick enqueued twice"
+    assert {b - a for a, b in zip(times, times[1:])} == {timedelta(seconds=1)}, "a tick missed"
+    runners = {job.result for _, job in ticks if job.result}
+    lateness = [(job.created_at - tick).total_seconds() for tick, job in ticks]
+    print(f"\n{len(ticks)} ticks, one job each; run by {sorted(runners)}; enqueued after the tick: "
+          f"median {statistics.median(lateness) * 1000:.0f} ms, max {max(lateness) * 1000:.0f} ms")
+    logs = "".join((tmp_path / f"worker-{n}.log").read_text() for n in range(3))
+    assert "Traceback" not in logs and "locked" not in logs
+
+
+def test_a_tick_enqueued_by_a_worker_killed_before_running_it_is_run_by_another(app, beat, spawn):
+    ticker = spawn("ticker", "elsewhere")  # ticks the schedule, claims nothing from its queue
+    first = wait_for(lambda: ticks_of(app), timeout=60, message="the first tick enqueued")[0]
+    ticker.send_signal(signal.SIGKILL)
+    ticker.wait()
+    tick, job = first
+    assert app.get_job(job.id).status is JobStatus.PENDING
+    spawn("runner")
+    wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=60, message="the tick's job run")
+    done = app.get_job(job.id)
+    assert done.result == "runner" and [attempt.worker_id for attempt in done.history] == ["runner"]
+    wait_for(lambda: len(ticks_of(app)) >= 3, timeout=60, message="the runner ticking on")
+    times = [tick for tick, _ in ticks_of(app)]
+    assert len(times) == len(set(times)) and times[0] == tick
