@@ -78,6 +78,7 @@ class Job:
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
     history: tuple[Attempt, ...] = field(default=())
+    concurrency_key: str | None = None  # the key whose limit this job waits on and counts against
 
     @property
     def lease(self) -> Lease:
