@@ -151,7 +151,7 @@ def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
 
 
 def test_migrate_applies_once_and_prints_sql(cli):
-    assert cli.run("migrate", "--database", cli.url).stdout.strip() == "applied migrations 0001, 0002"
+    assert cli.run("migrate", "--database", cli.url).stdout.strip() == "applied migrations 0001, 0002, 0005"
     assert cli.run("migrate", APP).stdout.strip() == "schema up to date: no migrations to apply"
     assert "CREATE TABLE" in cli.run("migrate", "--database", cli.url, "--sql").stdout
 
@@ -263,3 +263,25 @@ def test_demo_with_dashboard_serves_it_with_a_worker_until_interrupted(tmp_path)
         demo.send_signal(signal.SIGINT)
         demo.wait(timeout=30)
     assert demo.returncode == 0, output.read_text()
+
+
+def test_queue_limits_are_set_listed_shown_and_cleared(cli):
+    assert cli.run("limits", APP).stdout.strip() == "no queue has a limit"
+    assert cli.run("limit", APP, "billing", "--concurrency", "5", "--rate", "100/m").stdout.strip() == (
+        "queue billing: concurrency 5, rate 100/m")
+    assert cli.json("limits", "--database", cli.url) == {"billing": {"concurrency": 5, "rate_limit": "100/m"}}
+    stats = cli.run("stats", APP).stdout.splitlines()
+    assert stats[-2].split() == ["QUEUE", "CONCURRENCY", "RATE"] and stats[-1].split() == ["billing", "5", "100/m"]
+    assert cli.run("limit", APP, "billing", "--clear").stdout.strip() == "queue billing: no limits"
+    assert cli.json("limits", APP) == {}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["limit", APP, "billing", "--concurrency", "0"], "invalid concurrency 0: use a whole number >= 1"),
+    (["limit", APP, "billing", "--rate", "100/x"], "invalid rate_limit '100/x'"),
+    (["limit", APP, "billing", "--rate", "0/m"], "invalid rate_limit '0/m'"),
+    (["limit", APP, "billing"], "give --concurrency N and/or --rate N/UNIT, or --clear alone"),
+    (["limit", APP, "billing", "--clear", "--concurrency", "2"], "or --clear alone"),
+])
+def test_bad_limits_are_one_line_errors(sqlite_cli, args, message):
+    assert message in sqlite_cli.error(*args)

@@ -155,10 +155,12 @@ class Leased:
         counts = self.counts()
         oldest = self.backend.oldest_due()
         finished = self.backend.finished_since(window.total_seconds())
+        limits = self.limits()
         queues = [
             QueueSummary(queue, counts.get(queue, _zeros()), oldest.get(queue),
-                         finished.get((queue, JobStatus.DONE), 0), finished.get((queue, JobStatus.FAILED), 0))
-            for queue in sorted(set(counts) | set(oldest))
+                         finished.get((queue, JobStatus.DONE), 0), finished.get((queue, JobStatus.FAILED), 0),
+                         limits.get(queue))
+            for queue in sorted(set(counts) | set(oldest) | set(limits))
         ]
         totals = _zeros()
         for summary in queues:
