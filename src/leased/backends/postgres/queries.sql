@@ -351,7 +351,7 @@ WITH RECURSIVE keys (key) AS (
     SELECT (SELECT min(concurrency_key) FROM leased_jobs
             WHERE status = 'pending' AND concurrency_key IS NOT NULL AND concurrency_key > keys.key)
     FROM keys WHERE keys.key IS NOT NULL
-), key_room AS (
+), key_room AS MATERIALIZED (
     SELECT keys.key, least(
         coalesce(head.key_concurrency - (SELECT count(*) FROM leased_jobs AS r
                                          WHERE r.status = 'running' AND r.concurrency_key = keys.key), %(limit)s),

@@ -240,7 +240,8 @@ INSERT INTO leased_schema_version (version, applied_at) VALUES (:version, leased
 
 -- name: limits_in_use
 -- Whether the claim must go through claim_limited: a job with a key waits, or a queue has a limit.
-SELECT EXISTS (SELECT 1 FROM leased_jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL)
+SELECT EXISTS (SELECT 1 FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+               WHERE status = 'pending' AND concurrency_key IS NOT NULL)
     OR EXISTS (SELECT 1 FROM leased_queue_limits) AS in_use;
 
 -- name: claim_limited
@@ -251,10 +252,13 @@ SELECT EXISTS (SELECT 1 FROM leased_jobs WHERE status = 'pending' AND concurrenc
 -- head job of a key (the next in claim order) carries the key's limits. Limited queues read their
 -- own head through leased_jobs_queue_due; jobs without a key in other queues come from the due
 -- index as in the plain claim. Room may be negative after a limit was lowered: nothing is claimed.
+-- Indexes are named: without statistics the planner would find each next key by scanning every
+-- pending job.
 WITH RECURSIVE keys (key) AS (
-    SELECT min(concurrency_key) FROM leased_jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL
+    SELECT min(concurrency_key) FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+    WHERE status = 'pending' AND concurrency_key IS NOT NULL
     UNION ALL
-    SELECT (SELECT min(concurrency_key) FROM leased_jobs
+    SELECT (SELECT min(concurrency_key) FROM leased_jobs INDEXED BY leased_jobs_keyed_due
             WHERE status = 'pending' AND concurrency_key IS NOT NULL AND concurrency_key > keys.key)
     FROM keys WHERE keys.key IS NOT NULL
 ), heads AS (
@@ -262,7 +266,7 @@ WITH RECURSIVE keys (key) AS (
                       WHERE status = 'pending' AND concurrency_key = keys.key
                       ORDER BY priority DESC, run_after, id LIMIT 1) AS head_id
     FROM keys WHERE keys.key IS NOT NULL
-), key_room AS (
+), key_room AS MATERIALIZED (
     SELECT heads.key, min(
         coalesce(head.key_concurrency - (SELECT count(*) FROM leased_jobs INDEXED BY leased_jobs_keyed_running
                                          WHERE status = 'running' AND concurrency_key = heads.key), :limit),
