@@ -16,3 +16,11 @@ def test_quick_start_runs_and_prints_what_it_says(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["emailing the owner of proposal p-1", "done sent"]
+
+
+def test_limits_example_runs_and_prints_what_it_says(tmp_path):
+    section = README.read_text().split("## Limits", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["{'api': QueueLimit(queue_name='api', concurrency=5, rate_limit=None)}"]
