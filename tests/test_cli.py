@@ -427,3 +427,25 @@ def test_a_failed_demo_email_succeeds_when_retried(database_url, monkeypatch):
         assert retried.status == "done" and retried.result == "sent 'Welcome aboard' to ada@example.com"
     finally:
         demo_app.close()
+
+
+def test_queue_limits_are_set_listed_shown_and_cleared(cli):
+    assert cli.run("limits", APP).stdout.strip() == "no queue has a limit"
+    assert cli.run("limit", APP, "billing", "--concurrency", "5", "--rate", "100/m").stdout.strip() == (
+        "queue billing: concurrency 5, rate 100/m")
+    assert cli.json("limits", "--database", cli.url) == {"billing": {"concurrency": 5, "rate_limit": "100/m"}}
+    stats = cli.run("stats", APP).stdout.splitlines()
+    assert stats[-2].split() == ["QUEUE", "CONCURRENCY", "RATE"] and stats[-1].split() == ["billing", "5", "100/m"]
+    assert cli.run("limit", APP, "billing", "--clear").stdout.strip() == "queue billing: no limits"
+    assert cli.json("limits", APP) == {}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["limit", APP, "billing", "--concurrency", "0"], "invalid concurrency 0: use a whole number >= 1"),
+    (["limit", APP, "billing", "--rate", "100/x"], "invalid rate_limit '100/x'"),
+    (["limit", APP, "billing", "--rate", "0/m"], "invalid rate_limit '0/m'"),
+    (["limit", APP, "billing"], "give --concurrency N and/or --rate N/UNIT, or --clear alone"),
+    (["limit", APP, "billing", "--clear", "--concurrency", "2"], "or --clear alone"),
+])
+def test_bad_limits_are_one_line_errors(sqlite_cli, args, message):
+    assert message in sqlite_cli.error(*args)

@@ -43,6 +43,14 @@ def test_database_metrics_match_the_database(app):
     assert scraped[("leased_jobs", (("queue", "mail"), ("status", "failed")))] == 1
     assert scraped[("leased_oldest_due_job_age_seconds", (("queue", "default"),))] >= 0
     assert scraped[("leased_workers_alive", ())] == 0
+    assert not any(name.startswith("leased_queue_") for name, _ in scraped)
+
+
+def test_queue_limits_are_gauges(app):
+    app.limit("billing", concurrency=5, rate_limit="120/m")
+    scraped = samples(prometheus_client.generate_latest(database_registry(app)).decode())
+    assert scraped[("leased_queue_concurrency_limit", (("queue", "billing"),))] == 5
+    assert scraped[("leased_queue_rate_limit_per_second", (("queue", "billing"),))] == 2
 
 
 def test_worker_metrics_count_attempts_and_time_them(app):

@@ -30,6 +30,7 @@ RUN_SEPARATELY = {
     "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
     "In your own transaction": "test_enqueue_in_your_own_transaction_runs_as_written checks its output too",
     "Periodic jobs": "test_periodic_jobs_example_registers_and_ticks runs it with a worker",
+    "Limits": "test_limits_example_runs_and_prints_what_it_says checks its output too",
 }
 
 
@@ -150,3 +151,11 @@ def test_periodic_jobs_example_registers_and_ticks(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == ("[('prune_sessions', 'every 3600s', 'UTC'), "
                                               "('send_digest', '*/5 * * * *', 'Europe/Paris')]")
+
+
+def test_limits_example_runs_and_prints_what_it_says(tmp_path):
+    section = README.read_text().split("### Limits", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["{'api': QueueLimit(queue_name='api', concurrency=5, rate_limit=None)}"]

@@ -91,6 +91,9 @@ def test_overview_shows_queues_counts_and_recent_activity(client, app):
     assert '?queue=default&amp;status=failed">2</a>' in html
     assert '?queue=mail&amp;status=failed">1</a>' in html
     assert "Done, last hour" in html
+    assert "<th>Limit</th>" in html
+    app.limit("mail", concurrency=2, rate_limit="10/s")
+    assert "concurrency 2, rate 10/s" in client.get("/").text
     assert "no-store" in page.headers["cache-control"]
     assert "default-src 'none'" in page.headers["content-security-policy"]
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from leased.limits import QueueLimit
+
 WORKER_BEAT_SECONDS = 5.0
 WORKER_SILENT_AFTER = 3 * WORKER_BEAT_SECONDS  # a worker not seen for this long is shown as gone
 
@@ -31,6 +33,7 @@ class QueueSummary:
     oldest_due_seconds: float | None  # how long the oldest due pending job has waited; None: nothing due
     done_recently: int = 0
     failed_recently: int = 0
+    limit: QueueLimit | None = None  # its concurrency and rate limits, across all workers
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from leased.errors import ConfigurationError, DatabaseLocked, DatabaseUnavailabl
 from leased.events import Events
 from leased.explain import Explanation, explain
 from leased.jobs import Job, JobStatus
+from leased.limits import QueueLimit, check_concurrency, parse_rate
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.schedules import Schedule, ScheduleInfo, describe_schedules, make_schedule, tick_handler
 from leased.tasks import Task, check_queue_name
@@ -85,15 +86,20 @@ class Leased:
     @overload
     def task(self, *, name: str | None = None, queue_name: str = "default", priority: int = 0,
              max_attempts: int = 3, lease: float | timedelta = 30.0, backoff: Backoff | None = None,
-             takes_context: bool = False, timeout: float | timedelta | None = None
-             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             takes_context: bool = False, timeout: float | timedelta | None = None,
+             concurrency: int | None = None, concurrency_key: str | Callable[..., str] | None = None,
+             rate_limit: str | None = None) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, func=None, /, *, name=None, queue_name="default", priority=0, max_attempts=3, lease=30.0,
-             backoff=None, takes_context=False, timeout=None):
+             backoff=None, takes_context=False, timeout=None, concurrency=None, concurrency_key=None,
+             rate_limit=None):
         """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors.
 
         `timeout` limits each attempt (seconds or a timedelta; None: no limit): an async handler is
-        cancelled at the limit, a sync one told through its context; the attempt ends as `timeout`."""
+        cancelled at the limit, a sync one told through its context; the attempt ends as `timeout`.
+        `concurrency=N` runs at most N of its jobs at once per `concurrency_key` (a template over the
+        arguments, "customer:{customer_id}", or a function of them; default: the task's name), and
+        `rate_limit="100/m"` starts at most that many per key per window, across all workers."""
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -101,7 +107,8 @@ class Leased:
                 raise ConfigurationError(f"two handlers registered as task {task_name!r}; give one another name=")
             task = Task(self, function, name=task_name, queue_name=queue_name, priority=priority,
                         max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
-                        takes_context=takes_context, timeout=timeout)
+                        takes_context=takes_context, timeout=timeout, concurrency=concurrency,
+                        concurrency_key=concurrency_key, rate_limit=rate_limit)
             self.tasks[task_name] = task
             return task
 
@@ -189,10 +196,12 @@ class Leased:
         counts = self.counts()
         oldest = self.backend.oldest_due()
         finished = self.backend.finished_since(window.total_seconds())
+        limits = self.limits()
         queues = [
             QueueSummary(queue, counts.get(queue, _zeros()), oldest.get(queue),
-                         finished.get((queue, JobStatus.DONE), 0), finished.get((queue, JobStatus.FAILED), 0))
-            for queue in sorted(set(counts) | set(oldest))
+                         finished.get((queue, JobStatus.DONE), 0), finished.get((queue, JobStatus.FAILED), 0),
+                         limits.get(queue))
+            for queue in sorted(set(counts) | set(oldest) | set(limits))
         ]
         totals = _zeros()
         for summary in queues:
@@ -234,6 +243,19 @@ class Leased:
         if facts is None:
             raise JobNotFound(job_id)
         return explain(facts)
+
+    # Limits per queue, across all workers (limits per key are declared on tasks).
+    def limit(self, queue_name: str, *, concurrency: int | None = None, rate_limit: str | None = None) -> QueueLimit:
+        """Set a queue's limits, replacing any before: at most `concurrency` of its jobs running and
+        `rate_limit` ("100/m", "10/s", "1000/h") starts per sliding window. Neither: no limit."""
+        limit = QueueLimit(check_queue_name(queue_name), check_concurrency(concurrency), parse_rate(rate_limit))
+        self.backend.set_queue_limit(limit)
+        self._wake_workers()
+        return limit
+
+    def limits(self) -> dict[str, QueueLimit]:
+        """{queue_name: its limits}, for queues that have any."""
+        return {limit.queue_name: limit for limit in self.backend.queue_limits()}
 
     # Workers.
     def _wake_workers(self) -> None:

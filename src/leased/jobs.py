@@ -85,6 +85,7 @@ class Job:
     lease_expires_at: datetime | None = None
     timeout_seconds: float | None = None  # the handler's time limit per attempt; None: no limit
     history: tuple[Attempt, ...] = field(default=())
+    concurrency_key: str | None = None  # the key whose limit this job waits on and counts against
     created: bool | None = field(default=None, compare=False)
 
     @property

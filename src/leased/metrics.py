@@ -26,6 +26,7 @@ from leased.events import (
 )
 
 if TYPE_CHECKING:
+    from leased.admin import QueueSummary
     from leased.app import Leased
 
 RUN_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -52,7 +53,7 @@ class DatabaseCollector:
             oldest.add_metric([queue.queue_name], queue.oldest_due_seconds or 0.0)
         workers = GaugeMetricFamily("leased_workers_alive", "Workers that renewed their presence recently.")
         workers.add_metric([], sum(worker.alive for worker in overview.workers))
-        yield from (jobs, oldest, workers)
+        yield from (jobs, oldest, workers, *_limit_gauges(overview.queues))
         yield from self._schedules()
 
     def _schedules(self) -> Iterator[Metric]:
@@ -67,6 +68,20 @@ class DatabaseCollector:
                 success.add_metric([schedule.name], schedule.last_success_at.timestamp())
             skipped.add_metric([schedule.name], schedule.skipped_ticks)
         yield from (success, skipped)
+
+def _limit_gauges(queues: list[QueueSummary]) -> tuple[Metric, Metric]:
+    """The limits of the queues that have them (`leased limit`)."""
+    concurrency = GaugeMetricFamily("leased_queue_concurrency_limit",
+                                    "Most jobs of the queue that may run at once, across all workers.", labels=["queue"])
+    rate = GaugeMetricFamily("leased_queue_rate_limit_per_second",
+                             "Starts of the queue's jobs allowed per second, averaged over the limit's window.",
+                             labels=["queue"])
+    for queue in queues:
+        if queue.limit is not None and queue.limit.concurrency is not None:
+            concurrency.add_metric([queue.queue_name], queue.limit.concurrency)
+        if queue.limit is not None and queue.limit.rate_limit is not None:
+            rate.add_metric([queue.queue_name], queue.limit.rate_limit.count / queue.limit.rate_limit.seconds)
+    return concurrency, rate
 
 
 def database_registry(app: Leased) -> CollectorRegistry:

@@ -14,6 +14,7 @@ from leased.backends.base import NewJob
 from leased.backoff import Backoff
 from leased.errors import ConfigurationError, PayloadError
 from leased.jobs import Job
+from leased.limits import KeyLimit, check_key, key_limit
 from leased.payloads import encode_arguments
 
 if TYPE_CHECKING:
@@ -118,11 +119,18 @@ class TaskCall(Generic[P, R]):
     idempotency_key: str | None = None
     connection: Any = None
     timeout_seconds: float | None = None
+    concurrency_key: str | None = None  # overrides the key the task computes from the arguments
 
     def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET, run_after: datetime | timedelta | None = _UNSET,
               idempotency_key: str | None = _UNSET, connection: Any = _UNSET, max_attempts: int = _UNSET,
-              lease: float | timedelta = _UNSET, timeout: float | timedelta | None = _UNSET) -> TaskCall[P, R]:
+              lease: float | timedelta = _UNSET, timeout: float | timedelta | None = _UNSET,
+              concurrency_key: str | None = _UNSET) -> TaskCall[P, R]:
         changes: dict[str, Any] = {}
+        if concurrency_key is not _UNSET:
+            if concurrency_key is not None and self.task.key_limit is None:
+                raise ConfigurationError(f"task {self.task.name!r} has no limit per key, so concurrency_key "
+                                         "means nothing: add concurrency=N to @app.task")
+            changes["concurrency_key"] = None if concurrency_key is None else check_key(concurrency_key, "using()")
         if queue_name is not _UNSET:
             changes["queue_name"] = check_queue_name(queue_name)
         if priority is not _UNSET:
@@ -156,9 +164,16 @@ class TaskCall(Generic[P, R]):
         for args, kwargs in calls:
             check(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
-            jobs.append(NewJob(task.name, self.queue_name, args_json, kwargs_json, self.priority, self.max_attempts,
-                               self.lease_seconds, run_at, delay, self.idempotency_key, self.timeout_seconds))
+            job = NewJob(task.name, self.queue_name, args_json, kwargs_json, self.priority, self.max_attempts,
+                         self.lease_seconds, run_at, delay, self.idempotency_key, self.timeout_seconds)
+            jobs.append(job if task.key_limit is None else self._with_key(job, task.key_limit, args, kwargs))
         return jobs
+
+    def _with_key(self, job: NewJob, limit: KeyLimit, args: tuple, kwargs: dict[str, Any]) -> NewJob:
+        key = self.concurrency_key or limit.key_for(args, kwargs)
+        rate = limit.rate_limit
+        return replace(job, concurrency_key=key, key_concurrency=limit.concurrency,
+                       key_rate_count=rate and rate.count, key_rate_seconds=rate and rate.seconds)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Write the job (in `connection`'s open transaction if one was given) and return it."""
@@ -182,7 +197,8 @@ class Task(Generic[P, R]):
 
     def __init__(self, app: Leased, func: Callable[P, R], *, name: str, queue_name: str, priority: int,
                  max_attempts: int, lease: float | timedelta, backoff: Backoff, takes_context: bool,
-                 timeout: float | timedelta | None = None):
+                 timeout: float | timedelta | None = None, concurrency: int | None = None,
+                 concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None):
         if not callable(func):
             raise ConfigurationError(f"a task needs a function, got {func!r}")
         if not isinstance(backoff, Backoff):
@@ -203,6 +219,7 @@ class Task(Generic[P, R]):
                         for p in list(self.signature.parameters.values())[1 if takes_context else 0:]],
             return_annotation=inspect.Signature.empty)
         self._positional_counts = _positional_counts(self.signature, leading=1 if takes_context else 0)
+        self.key_limit = key_limit(name, self.signature, takes_context, concurrency, concurrency_key, rate_limit)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),
             lease_seconds(lease), timeout_seconds=check_timeout(timeout))
@@ -234,7 +251,7 @@ class Task(Generic[P, R]):
 
     def using(self, **options: Any) -> TaskCall[P, R]:
         """Per-call options: queue_name, priority, run_after, idempotency_key, connection, max_attempts, lease,
-        timeout."""
+        timeout, concurrency_key."""
         return self.defaults.using(**options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:

@@ -14,6 +14,7 @@ from typing import Any, Protocol, Sequence
 from leased.admin import WorkerInfo
 from leased.explain import JobFacts
 from leased.jobs import Job, JobStatus, Lease, Outcome
+from leased.limits import QueueLimit
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,12 @@ class NewJob:
     delay_seconds: float = 0.0  # seconds after the database's now
     idempotency_key: str | None = None
     timeout_seconds: float | None = None  # the handler's time limit per attempt; None: no limit
+    # Limits per key (see leased.limits): at most key_concurrency running, key_rate_count starts
+    # per key_rate_seconds; each None when not limited.
+    concurrency_key: str | None = None
+    key_concurrency: int | None = None
+    key_rate_count: int | None = None
+    key_rate_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,3 +248,9 @@ class Backend(Protocol):
     def migration_sql(self) -> str: ...
 
     def close(self) -> None: ...
+
+    # Limits per queue (limits per key travel on each job).
+    def set_queue_limit(self, limit: QueueLimit) -> None:
+        """Set a queue's limits, replacing any before; a limit of neither kind removes them."""
+
+    def queue_limits(self) -> list[QueueLimit]: ...

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from leased.admin import WorkerInfo
 from leased.backends.base import JobFilter, NewJob, WorkerRecord
 from leased.jobs import Attempt, Job, JobStatus, Outcome
+from leased.limits import QueueLimit, Rate
 
 ToTime = Callable[[Any], Any]
 
@@ -38,6 +39,7 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         lease_expires_at=to_time(row["lease_expires_at"]),
         timeout_seconds=row["timeout_seconds"],
         history=history,
+        concurrency_key=row["concurrency_key"],
     )
 
 
@@ -110,7 +112,8 @@ def jobs_json(jobs: Sequence[NewJob], run_at: Callable[[datetime], Any]) -> str:
     return json.dumps([
         [job.task_name, job.queue_name, job.args_json, job.kwargs_json, job.priority, job.max_attempts,
          job.lease_seconds, None if job.run_at is None else run_at(job.run_at), job.delay_seconds,
-         job.idempotency_key, job.timeout_seconds]
+         job.idempotency_key, job.timeout_seconds, job.concurrency_key, job.key_concurrency,
+         job.key_rate_count, job.key_rate_seconds]
         for job in jobs])
 
 
@@ -146,7 +149,8 @@ def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time:
             id=row[0], task_name=job.task_name, queue_name=job.queue_name, status=JobStatus.PENDING,
             args=job_args, kwargs=job_kwargs, priority=job.priority, attempt=0, max_attempts=job.max_attempts,
             lease_seconds=job.lease_seconds, run_after=times[run_after], created_at=times[created_at],
-            idempotency_key=job.idempotency_key, timeout_seconds=job.timeout_seconds, created=True))
+            idempotency_key=job.idempotency_key, timeout_seconds=job.timeout_seconds, concurrency_key=job.concurrency_key,
+            created=True))
     return created
 
 
@@ -174,3 +178,14 @@ def enqueue_results(jobs: Sequence[NewJob], created: Iterable[Job | None],
 def _returned_again(job: Job) -> Job:
     """The job an enqueue found holding its key, marked as not created by that enqueue."""
     return job if job.created is False else replace(job, created=False)
+
+
+def queue_limit_params(limit: QueueLimit) -> dict[str, Any]:
+    rate = limit.rate_limit
+    return {"queue_name": limit.queue_name, "concurrency": limit.concurrency,
+            "rate_count": rate and rate.count, "rate_seconds": rate and rate.seconds}
+
+
+def queue_limit_from_row(row: Mapping[str, Any]) -> QueueLimit:
+    rate = None if row["rate_count"] is None else Rate(row["rate_count"], row["rate_seconds"])
+    return QueueLimit(row["queue_name"], row["concurrency"], rate)

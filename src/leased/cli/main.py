@@ -21,6 +21,7 @@ from leased.cli.loading import Failure, load_app, open_app
 from leased.app import Leased
 from leased.errors import LeasedError
 from leased.jobs import Job, JobStatus, Outcome
+from leased.limits import QueueLimit
 
 
 class LeasedGroup(click.Group):
@@ -419,14 +420,16 @@ def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | N
 @click.option("--json", "as_json", is_flag=True, help="Print {queue: {status: count}} as JSON.")
 @click.pass_context
 def stats(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
-    """Count jobs per queue and status."""
-    counts = open_app(ctx, app_spec, database).counts()
+    """Count jobs per queue and status, and show the queues' limits."""
+    app = open_app(ctx, app_spec, database)
+    counts = app.counts()
     if as_json:
         click.echo(output.to_json(counts))
-    elif not counts:
-        click.echo("no jobs yet")
-    else:
-        click.echo(output.counts_table(counts))
+        return
+    click.echo(output.counts_table(counts) if counts else "no jobs yet")
+    limits = app.limits()
+    if limits:
+        click.echo("\n" + limits_table(limits))
 
 
 @cli.command()
@@ -509,6 +512,45 @@ def schedules(ctx: click.Context, app_spec: str | None, database: str | None, as
         click.echo("no schedules" + ("" if app_spec else " stored yet"))
     else:
         click.echo(output.schedules_table(found, datetime.now(UTC)))
+
+
+# Limits per queue, across all workers.
+@cli.command()
+@click.argument("app_spec", metavar="APP")
+@click.argument("queue_name", metavar="QUEUE")
+@click.option("--concurrency", type=int, metavar="N", help="At most N of the queue's jobs running at once.")
+@click.option("--rate", "rate_limit", metavar="N/UNIT", help="At most N starts per second, minute or hour: 100/m.")
+@click.option("--clear", is_flag=True, help="Remove the queue's limits.")
+@click.pass_context
+def limit(ctx: click.Context, app_spec: str, queue_name: str, concurrency: int | None, rate_limit: str | None,
+          clear: bool) -> None:
+    """Set a queue's limits (replacing any before), or --clear them."""
+    if clear == (concurrency is not None or rate_limit is not None):
+        raise Failure("give --concurrency N and/or --rate N/UNIT, or --clear alone")
+    queue_limit = open_app(ctx, app_spec, None).limit(queue_name, concurrency=concurrency, rate_limit=rate_limit)
+    click.echo(f"queue {queue_name}: " + ("no limits" if clear else queue_limit.describe()))
+
+
+@cli.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--json", "as_json", is_flag=True, help="Print {queue: {concurrency, rate_limit}} as JSON.")
+@click.pass_context
+def limits(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
+    """List the queues' limits."""
+    found = open_app(ctx, app_spec, database).limits()
+    if as_json:
+        click.echo(output.to_json({name: {"concurrency": queue_limit.concurrency,
+                                          "rate_limit": queue_limit.rate_limit and str(queue_limit.rate_limit)}
+                                   for name, queue_limit in found.items()}))
+    else:
+        click.echo(limits_table(found) if found else "no queue has a limit")
+
+
+def limits_table(found: dict[str, QueueLimit]) -> str:
+    return output.table(["QUEUE", "CONCURRENCY", "RATE"], [
+        (name, "-" if queue_limit.concurrency is None else queue_limit.concurrency,
+         "-" if queue_limit.rate_limit is None else queue_limit.rate_limit) for name, queue_limit in found.items()])
 
 
 def main() -> None:

@@ -259,6 +259,9 @@ class Worker:
             try:
                 claimed_at = time.monotonic()
                 reclaim = claimed_at >= next_reclaim
+                # A limit may refuse jobs only because ours still run: if they end during the claim,
+                # "nothing claimed, nothing running" does not mean the queue is empty.
+                was_running = bool(self._running)
                 jobs = await asyncio.to_thread(self.backend.claim,
                                                replace(request, limit=wanted, reclaim_expired=reclaim))
                 if reclaim:
@@ -284,7 +287,9 @@ class Worker:
             self._claimer_needs_slots = len(jobs) == wanted
             if len(jobs) < wanted:
                 if stop_when_idle and not jobs and not self._running:
-                    return
+                    if not was_running:
+                        return
+                    continue  # ours ended during the claim: look again
                 await self._nap(None if stop_when_idle else self.poll_interval)
 
     async def _nap(self, timeout: float | None) -> None:

@@ -33,6 +33,8 @@ from leased.backends.rows import (
     in_parts,
     job_from_row,
     jobs_json,
+    queue_limit_from_row,
+    queue_limit_params,
     worker_from_row,
     worker_params,
 )
@@ -42,6 +44,7 @@ from leased.backends.sql import load_migrations, load_queries
 from leased.backends.ticks import ScheduleStore
 from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job, Lease, Outcome
+from leased.limits import QueueLimit
 
 _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
@@ -78,7 +81,9 @@ def _insert_query(jobs: Sequence[NewJob]) -> tuple[str, dict[str, Any]]:
         "task_name": job.task_name, "queue_name": job.queue_name, "args": job.args_json, "kwargs": job.kwargs_json,
         "priority": job.priority, "max_attempts": job.max_attempts, "lease_seconds": job.lease_seconds,
         "run_at": None if job.run_at is None else job.run_at.astimezone(UTC), "delay_seconds": job.delay_seconds,
-        "idempotency_key": job.idempotency_key, "timeout_seconds": job.timeout_seconds}
+        "idempotency_key": job.idempotency_key, "timeout_seconds": job.timeout_seconds,
+        "concurrency_key": job.concurrency_key, "key_concurrency": job.key_concurrency,
+        "key_rate_count": job.key_rate_count, "key_rate_seconds": job.key_rate_seconds}
 
 
 def _is_connection_failure(error: psycopg.OperationalError) -> bool:
@@ -126,6 +131,10 @@ class PostgresBackend(InspectionReads, ScheduleStore):
         self._claims_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
         self._identity: callers.Identity | None = None  # what connection_identity reads on ours
+        # Whether limited jobs may wait, as last seen: while they do, every claim takes the lock that
+        # serializes claims of limited jobs. The plain claim is safe whatever this says: it takes no
+        # limited job. A short plain claim and the once-a-second reclaim look again.
+        self._limits_in_use = False
 
     def _open_pool(self) -> ConnectionPool:
         """Connect on first use, so that e.g. printing the migration SQL needs no server."""
@@ -287,16 +296,43 @@ class PostgresBackend(InspectionReads, ScheduleStore):
                   "queue_names": None if request.queue_names is None else list(request.queue_names),
                   "limit": request.limit}
         with self._connection(for_claims=True) as connection:
-            if not request.reclaim_expired:
-                rows = connection.execute(QUERIES["claim"], params).fetchall()
-            else:  # once a second: one transaction, pipelined into one round trip
-                with connection.pipeline(), connection.transaction():
-                    connection.execute(QUERIES["reclaim_expired"])
-                    claimed = connection.execute(QUERIES["claim"], params)
-                rows = claimed.fetchall()
+            if self._limits_in_use:
+                rows = self._claim_limited(connection, params, request.reclaim_expired)
+            else:
+                rows, in_use = self._claim_plain(connection, params, request.reclaim_expired)
+                if len(rows) < request.limit and in_use is None:  # slots to spare: look for limited jobs
+                    in_use = connection.execute(QUERIES["limits_in_use"]).fetchone()["in_use"]
+                if in_use:
+                    self._limits_in_use = True
+                    if len(rows) < request.limit:
+                        rows += self._claim_limited(connection, {**params, "limit": request.limit - len(rows)}, False)
         jobs = [_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs
+
+    def _claim_plain(self, connection: psycopg.Connection, params: dict[str, Any], reclaim: bool
+                     ) -> tuple[list[dict[str, Any]], bool | None]:
+        """The claim of jobs no limit holds; with reclaim, also whether limited jobs wait."""
+        if not reclaim:
+            return connection.execute(QUERIES["claim"], params).fetchall(), None
+        with connection.pipeline(), connection.transaction():  # once a second: one round trip
+            connection.execute(QUERIES["reclaim_expired"])
+            claimed = connection.execute(QUERIES["claim"], params)
+            in_use = connection.execute(QUERIES["limits_in_use"])
+        return claimed.fetchall(), in_use.fetchone()["in_use"]
+
+    def _claim_limited(self, connection: psycopg.Connection, params: dict[str, Any], reclaim: bool
+                       ) -> list[dict[str, Any]]:
+        """Claim limited and plain jobs alike, in claim order, under the lock that serializes
+        claims of limited jobs (see queries.sql); one round trip."""
+        with connection.pipeline(), connection.transaction():
+            if reclaim:
+                connection.execute(QUERIES["reclaim_expired"])
+            connection.execute(QUERIES["limited_claim_lock"])
+            claimed = connection.execute(QUERIES["claim_limited"], params)
+            in_use = connection.execute(QUERIES["limits_in_use"])
+        self._limits_in_use = in_use.fetchone()["in_use"]
+        return claimed.fetchall()
 
     def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
         # wait_seconds bounds SQLite's wait for its one write lock; PostgreSQL has none to wait for.
@@ -412,6 +448,16 @@ class PostgresBackend(InspectionReads, ScheduleStore):
 
     def _time_out(self, value: datetime | None) -> datetime | None:
         return _utc(value)
+    # Limits per queue.
+    def set_queue_limit(self, limit: QueueLimit) -> None:
+        if limit.is_empty:
+            self._run("clear_queue_limit", queue_name=limit.queue_name)
+        else:
+            self._run("set_queue_limit", **queue_limit_params(limit))
+            self._limits_in_use = True
+
+    def queue_limits(self) -> list[QueueLimit]:
+        return [queue_limit_from_row(row) for row in self._rows("queue_limits")]
 
     # Schema.
     def migrate(self, callers_connection: Any = None) -> list[int]:

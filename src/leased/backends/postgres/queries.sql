@@ -5,8 +5,9 @@
 
 -- name: insert_jobs
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
--- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds], and the
--- batch one array of them: psycopg adapts one string far faster than ten arrays of values. As jsonb the batch is
+-- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds, concurrency_key,
+-- key_concurrency, key_rate_count, key_rate_seconds], and the batch one array of them: psycopg adapts
+-- one string far faster than ten arrays of values. As jsonb the batch is
 -- parsed once (each ->> on json parses its element again); args and kwargs are strings in it, so
 -- they are stored exactly as written. A job whose key a pending job holds is skipped.
 -- Ids follow the batch's order, which is how the caller matches rows to jobs: the identity
@@ -19,13 +20,17 @@ WITH given AS (
            (job ->> 3)::json AS kwargs, (job ->> 4)::int AS priority, (job ->> 5)::int AS max_attempts,
            (job ->> 6)::float8 AS lease_seconds, (job ->> 7)::timestamptz AS run_at,
            (job ->> 8)::float8 AS delay_seconds, job ->> 9 AS idempotency_key,
-           (job ->> 10)::float8 AS timeout_seconds, position
+           (job ->> 10)::float8 AS timeout_seconds, job ->> 11 AS concurrency_key,
+           (job ->> 12)::int AS key_concurrency, (job ->> 13)::int AS key_rate_count,
+           (job ->> 14)::float8 AS key_rate_seconds, position
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS batch (job, position)
 ), job AS (
     INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
-                             run_after, created_at, idempotency_key, timeout_seconds)
+                             run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
+                             key_concurrency, key_rate_count, key_rate_seconds)
     SELECT task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
-           coalesce(run_at, now() + make_interval(secs => delay_seconds)), now(), idempotency_key, timeout_seconds
+           coalesce(run_at, now() + make_interval(secs => delay_seconds)), now(), idempotency_key, timeout_seconds,
+           concurrency_key, key_concurrency, key_rate_count, key_rate_seconds
     FROM given
     ORDER BY position
     ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
@@ -41,11 +46,13 @@ SELECT job.id, job.run_after, job.created_at, job.idempotency_key FROM job, woke
 -- One job, as insert_jobs would insert it, without a batch to parse: about 70 µs less per call,
 -- a tenth of an enqueue.
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
-                         run_after, created_at, idempotency_key, timeout_seconds)
+                         run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
+                         key_concurrency, key_rate_count, key_rate_seconds)
 VALUES (%(task_name)s, %(queue_name)s, %(args)s::json, %(kwargs)s::json, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s::float8,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay_seconds)s::float8)),
-        now(), %(idempotency_key)s, %(timeout_seconds)s::float8)
+        now(), %(idempotency_key)s, %(timeout_seconds)s::float8, %(concurrency_key)s, %(key_concurrency)s::int,
+        %(key_rate_count)s::int, %(key_rate_seconds)s::float8)
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING id, run_after, created_at, idempotency_key,
@@ -66,15 +73,19 @@ WHERE idempotency_key = %(idempotency_key)s AND status = 'pending' AND attempt =
 -- The commit does not wait for the WAL flush: if the server crashes, a claim from its last moments
 -- is forgotten, the job is pending again and runs again, and the first run's result is refused by
 -- the fence. That is at-least-once, as always; enqueues and results still wait for the flush.
+-- JIT never pays for a claim, and ruling out sorts inflates claim_limited's estimated cost (its
+-- window needs one) past the threshold where PostgreSQL would spend seconds compiling it.
 SELECT set_config('enable_sort', 'off', false), set_config('enable_bitmapscan', 'off', false),
-       set_config('synchronous_commit', 'off', false);
+       set_config('synchronous_commit', 'off', false), set_config('jit', 'off', false);
 
 -- name: claim
+-- Jobs without a key in queues without a limit; claim_limited takes the others (see there).
 WITH due AS (
     SELECT id FROM leased_jobs
-    WHERE status = 'pending' AND run_after <= now()
+    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= now()
       AND task_name = ANY(%(task_names)s::text[])
       AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
+      AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -441,3 +452,129 @@ DELETE FROM leased_schedule_ticks
 WHERE schedule_name = %(schedule_name)s
   AND tick_at < (SELECT tick_at FROM leased_schedule_ticks WHERE schedule_name = %(schedule_name)s
                  ORDER BY tick_at DESC LIMIT 1 OFFSET %(keep)s - 1);
+
+-- Limits (0005). The plain claim never takes a job with a key or in a limited queue, so it needs
+-- no lock. Limited jobs are taken only by claim_limited, after limited_claim_lock in the same
+-- transaction: claims of limited jobs run one at a time, and each statement's snapshot, taken
+-- after the lock, sees every running job the one before it claimed. (A lock taken inside the
+-- claim statement would come after its snapshot, and two claims could both see the same room.)
+
+-- name: limits_in_use
+-- Whether claims must go through claim_limited: a job with a key waits, or a queue has a limit.
+SELECT EXISTS (SELECT 1 FROM leased_jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM leased_queue_limits) AS in_use;
+
+-- name: limited_claim_lock
+-- Per schema, held until the claim commits.
+SELECT pg_advisory_xact_lock(hashtext('leased.limits.' || current_schema()));
+
+-- name: claim_limited
+-- Every due job, limited or not, in claim order, within the limits. It reads O(keys + limit) rows:
+-- each waiting key is found by skipping through leased_jobs_keyed_due (one probe per key), its room
+-- is its cap minus its running jobs (and its starts within the rate window), and only that many of
+-- its jobs are read. A key with no room costs one probe however many jobs wait behind it. The key's
+-- next job in claim order (its head) carries the key's limits. Limited queues read their own head
+-- through leased_jobs_queue_due; jobs without a key in other queues come from the due index as in
+-- the plain claim. Room may be negative after a limit was lowered: nothing is claimed.
+WITH RECURSIVE keys (key) AS (
+    SELECT min(concurrency_key) FROM leased_jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL
+    UNION ALL
+    SELECT (SELECT min(concurrency_key) FROM leased_jobs
+            WHERE status = 'pending' AND concurrency_key IS NOT NULL AND concurrency_key > keys.key)
+    FROM keys WHERE keys.key IS NOT NULL
+), key_room AS MATERIALIZED (
+    SELECT keys.key, least(
+        coalesce(head.key_concurrency - (SELECT count(*) FROM leased_jobs AS r
+                                         WHERE r.status = 'running' AND r.concurrency_key = keys.key), %(limit)s),
+        coalesce(head.key_rate_count - (SELECT count(*) FROM leased_starts AS s
+                                        WHERE s.limit_name = 'key:' || keys.key
+                                          AND s.started_at > now() - make_interval(secs => head.key_rate_seconds)),
+                 %(limit)s),
+        %(limit)s) AS room
+    FROM keys CROSS JOIN LATERAL (
+        SELECT key_concurrency, key_rate_count, key_rate_seconds FROM leased_jobs
+        WHERE status = 'pending' AND concurrency_key = keys.key
+        ORDER BY priority DESC, run_after, id
+        LIMIT 1
+    ) AS head
+), queue_room AS (
+    SELECT l.queue_name, least(
+        coalesce(l.concurrency - (SELECT count(*) FROM leased_jobs AS r
+                                  WHERE r.queue_name = l.queue_name AND r.status = 'running'), %(limit)s),
+        coalesce(l.rate_count - (SELECT count(*) FROM leased_starts AS s
+                                 WHERE s.limit_name = 'queue:' || l.queue_name
+                                   AND s.started_at > now() - make_interval(secs => l.rate_seconds)), %(limit)s),
+        %(limit)s) AS room
+    FROM leased_queue_limits AS l
+), candidates AS (
+    (SELECT id, priority, run_after, queue_name FROM leased_jobs
+     WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= now()
+       AND task_name = ANY(%(task_names)s::text[])
+       AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
+       AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
+     ORDER BY priority DESC, run_after, id
+     LIMIT %(limit)s)
+    UNION ALL
+    SELECT job.* FROM queue_room CROSS JOIN LATERAL (
+        SELECT id, priority, run_after, queue_name FROM leased_jobs
+        WHERE status = 'pending' AND concurrency_key IS NULL AND queue_name = queue_room.queue_name
+          AND run_after <= now() AND task_name = ANY(%(task_names)s::text[])
+          AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
+        ORDER BY priority DESC, run_after, id
+        LIMIT greatest(queue_room.room, 0)
+    ) AS job
+    UNION ALL
+    SELECT job.* FROM key_room CROSS JOIN LATERAL (
+        SELECT id, priority, run_after, queue_name FROM leased_jobs
+        WHERE status = 'pending' AND concurrency_key = key_room.key AND run_after <= now()
+          AND task_name = ANY(%(task_names)s::text[])
+          AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
+        ORDER BY priority DESC, run_after, id
+        LIMIT greatest(key_room.room, 0)
+    ) AS job
+), ranked AS (
+    SELECT candidates.*, row_number() OVER (PARTITION BY queue_name ORDER BY priority DESC, run_after, id) AS place
+    FROM candidates
+), chosen AS (
+    SELECT ranked.id FROM ranked LEFT JOIN queue_room USING (queue_name)
+    WHERE queue_room.queue_name IS NULL OR ranked.place <= queue_room.room
+    ORDER BY ranked.priority DESC, ranked.run_after, ranked.id
+    LIMIT %(limit)s
+), due AS (
+    -- A job the plain claim took since the snapshot is no longer pending when its lock is granted.
+    -- An array of ids: looked up by primary key, where a join may hash every pending job.
+    SELECT id FROM leased_jobs WHERE id = ANY(ARRAY(SELECT id FROM chosen)) AND status = 'pending'
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE leased_jobs AS job
+    SET status = 'running', attempt = job.attempt + 1, lease_owner = %(worker_id)s,
+        lease_expires_at = now() + make_interval(secs => job.lease_seconds)
+    FROM due
+    WHERE job.id = due.id
+    RETURNING job.*
+), opened AS (
+    INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
+    SELECT id, attempt, lease_owner, now() FROM claimed
+), started AS (
+    INSERT INTO leased_starts (limit_name, started_at)
+    SELECT 'key:' || concurrency_key, now() FROM claimed WHERE key_rate_count IS NOT NULL
+    UNION ALL
+    SELECT 'queue:' || claimed.queue_name, now() FROM claimed
+    JOIN leased_queue_limits AS l ON l.queue_name = claimed.queue_name AND l.rate_count IS NOT NULL
+), forgotten AS (
+    -- Starts older than the longest window (an hour) count for nothing.
+    DELETE FROM leased_starts WHERE started_at < now() - interval '1 hour'
+)
+SELECT * FROM claimed;
+
+-- name: set_queue_limit
+INSERT INTO leased_queue_limits (queue_name, concurrency, rate_count, rate_seconds)
+VALUES (%(queue_name)s, %(concurrency)s, %(rate_count)s, %(rate_seconds)s)
+ON CONFLICT (queue_name) DO UPDATE
+SET concurrency = excluded.concurrency, rate_count = excluded.rate_count, rate_seconds = excluded.rate_seconds;
+
+-- name: clear_queue_limit
+DELETE FROM leased_queue_limits WHERE queue_name = %(queue_name)s;
+
+-- name: queue_limits
+SELECT * FROM leased_queue_limits ORDER BY queue_name;

@@ -29,6 +29,8 @@ from leased.backends.rows import (
     in_parts,
     job_from_row,
     jobs_json,
+    queue_limit_from_row,
+    queue_limit_params,
     worker_from_row,
     worker_params,
 )
@@ -45,6 +47,7 @@ from leased.errors import (
     JobNotFound,
 )
 from leased.jobs import Attempt, Job, Lease, Outcome
+from leased.limits import QueueLimit
 from leased.payloads import decode
 
 _HERE = Path(__file__).parent
@@ -208,10 +211,15 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
         with self._write() as connection:
             if request.reclaim_expired:
                 self._reclaim(connection)
-            rows = connection.execute(QUERIES["claim"], params).fetchall()
+            # One writer at a time: no other claim can run between counting a limit's room and taking it.
+            limited = connection.execute(QUERIES["limits_in_use"]).fetchone()[0]
+            rows = connection.execute(QUERIES["claim_limited" if limited else "claim"], params).fetchall()
             if rows:
-                connection.execute(QUERIES["open_attempts"], {
-                    "job_ids": json.dumps([row["id"] for row in rows]), "worker_id": request.worker_id})
+                job_ids = json.dumps([row["id"] for row in rows])
+                connection.execute(QUERIES["open_attempts"], {"job_ids": job_ids, "worker_id": request.worker_id})
+                if limited:
+                    connection.execute(QUERIES["record_starts"], {"job_ids": job_ids})
+                    connection.execute(QUERIES["forget_old_starts"])
         jobs = [_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs
@@ -362,6 +370,17 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
     def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
         for queue_name in {job.queue_name for job in jobs}:
             self._waker.wake(queue_name)
+
+    # Limits per queue.
+    def set_queue_limit(self, limit: QueueLimit) -> None:
+        with self._write() as connection:
+            if limit.is_empty:
+                connection.execute(QUERIES["clear_queue_limit"], {"queue_name": limit.queue_name})
+            else:
+                connection.execute(QUERIES["set_queue_limit"], queue_limit_params(limit))
+
+    def queue_limits(self) -> list[QueueLimit]:
+        return [queue_limit_from_row(row) for row in self._rows("queue_limits")]
 
     # Schema.
     def migrate(self, callers_connection: sqlite3.Connection | None = None) -> list[int]:

@@ -3,19 +3,22 @@
 
 -- name: insert_jobs
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
--- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds], and the
--- batch one array of them. A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
+-- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds,
+-- concurrency_key, key_concurrency, key_rate_count, key_rate_seconds], and the batch one array of them.
+-- A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
 -- the caller matches rows to jobs (RETURNING's own order is unspecified): the rows are inserted
 -- one at a time in the SELECT's order, and AUTOINCREMENT gives each an id above any before it.
 -- One clock reading for the batch, as now() is one for a transaction on PostgreSQL. The statement
 -- starts with INSERT, which is how Python's sqlite3 knows to open the caller's transaction first.
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
-                         run_after, created_at, idempotency_key, timeout_seconds)
+                         run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
+                         key_concurrency, key_rate_count, key_rate_seconds)
 WITH clock AS MATERIALIZED (SELECT leased_now() AS now)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
        json_extract(value, '$[6]'), coalesce(json_extract(value, '$[7]'), clock.now + json_extract(value, '$[8]')),
-       clock.now, json_extract(value, '$[9]'), json_extract(value, '$[10]')
+       clock.now, json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
+       json_extract(value, '$[12]'), json_extract(value, '$[13]'), json_extract(value, '$[14]')
 FROM json_each(:jobs), clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ORDER BY key
@@ -28,6 +31,8 @@ SELECT * FROM leased_jobs
 WHERE idempotency_key = :idempotency_key AND status = 'pending' AND attempt = 0;
 
 -- name: claim
+-- Jobs without a key in queues without a limit: the only claim while no limit is in use (see
+-- limits_in_use); claim_limited takes the others.
 UPDATE leased_jobs
 SET status = 'running', attempt = attempt + 1, lease_owner = :worker_id,
     lease_expires_at = leased_now() + lease_seconds
@@ -35,9 +40,10 @@ WHERE id IN (
     -- The planner would rather use leased_jobs_status and sort every pending row; the due index
     -- is already in claim order, so the scan stops after `limit` matches.
     SELECT id FROM leased_jobs INDEXED BY leased_jobs_due
-    WHERE status = 'pending' AND run_after <= leased_now()
+    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
       AND task_name IN (SELECT value FROM json_each(:task_names))
       AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+      AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
     ORDER BY priority DESC, run_after, id
     LIMIT :limit
 )
@@ -338,3 +344,127 @@ DELETE FROM leased_schedule_ticks
 WHERE schedule_name = :schedule_name
   AND tick_at < (SELECT tick_at FROM leased_schedule_ticks WHERE schedule_name = :schedule_name
                  ORDER BY tick_at DESC LIMIT 1 OFFSET :keep - 1);
+
+-- Limits (0005). A claim takes limited jobs only through claim_limited, inside the same BEGIN
+-- IMMEDIATE transaction that counts what runs: one writer at a time, so no two claims can both
+-- see the same free room.
+
+-- name: limits_in_use
+-- Whether the claim must go through claim_limited: a job with a key waits, or a queue has a limit.
+SELECT EXISTS (SELECT 1 FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+               WHERE status = 'pending' AND concurrency_key IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM leased_queue_limits) AS in_use;
+
+-- name: claim_limited
+-- Every due job, limited or not, in claim order, within the limits. It reads O(keys + limit) rows:
+-- each waiting key is found by skipping through leased_jobs_keyed_due (one probe per key), its room
+-- is its cap minus its running jobs (and its starts within the rate window), and only that many of
+-- its jobs are read. A key with no room costs one probe however many jobs wait behind it. The
+-- head job of a key (the next in claim order) carries the key's limits. Limited queues read their
+-- own head through leased_jobs_queue_due; jobs without a key in other queues come from the due
+-- index as in the plain claim. Room may be negative after a limit was lowered: nothing is claimed.
+-- Indexes are named: without statistics the planner would find each next key by scanning every
+-- pending job.
+WITH RECURSIVE keys (key) AS (
+    SELECT min(concurrency_key) FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+    WHERE status = 'pending' AND concurrency_key IS NOT NULL
+    UNION ALL
+    SELECT (SELECT min(concurrency_key) FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+            WHERE status = 'pending' AND concurrency_key IS NOT NULL AND concurrency_key > keys.key)
+    FROM keys WHERE keys.key IS NOT NULL
+), heads AS (
+    SELECT keys.key, (SELECT id FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+                      WHERE status = 'pending' AND concurrency_key = keys.key
+                      ORDER BY priority DESC, run_after, id LIMIT 1) AS head_id
+    FROM keys WHERE keys.key IS NOT NULL
+), key_room AS MATERIALIZED (
+    SELECT heads.key, min(
+        coalesce(head.key_concurrency - (SELECT count(*) FROM leased_jobs INDEXED BY leased_jobs_keyed_running
+                                         WHERE status = 'running' AND concurrency_key = heads.key), :limit),
+        coalesce(head.key_rate_count - (SELECT count(*) FROM leased_starts
+                                        WHERE limit_name = 'key:' || heads.key
+                                          AND started_at > leased_now() - head.key_rate_seconds), :limit),
+        :limit) AS room
+    FROM heads JOIN leased_jobs AS head ON head.id = heads.head_id
+), queue_room AS (
+    SELECT l.queue_name, min(
+        coalesce(l.concurrency - (SELECT count(*) FROM leased_jobs AS r
+                                  WHERE r.queue_name = l.queue_name AND r.status = 'running'), :limit),
+        coalesce(l.rate_count - (SELECT count(*) FROM leased_starts
+                                 WHERE limit_name = 'queue:' || l.queue_name
+                                   AND started_at > leased_now() - l.rate_seconds), :limit),
+        :limit) AS room
+    FROM leased_queue_limits AS l
+), keyed AS (
+    SELECT job.id, job.priority, job.run_after, job.queue_name, key_room.room,
+           row_number() OVER (PARTITION BY job.concurrency_key ORDER BY job.priority DESC, job.run_after, job.id)
+               AS place
+    FROM key_room JOIN leased_jobs AS job ON job.id IN (
+        SELECT id FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+        WHERE status = 'pending' AND concurrency_key = key_room.key AND run_after <= leased_now()
+          AND task_name IN (SELECT value FROM json_each(:task_names))
+          AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+        ORDER BY priority DESC, run_after, id
+        LIMIT :limit)
+    WHERE key_room.room > 0
+), candidates AS (
+    SELECT * FROM (
+        SELECT id, priority, run_after, queue_name FROM leased_jobs INDEXED BY leased_jobs_due
+        WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+          AND task_name IN (SELECT value FROM json_each(:task_names))
+          AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+          AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
+        ORDER BY priority DESC, run_after, id
+        LIMIT :limit)
+    UNION ALL
+    SELECT job.id, job.priority, job.run_after, job.queue_name
+    FROM queue_room JOIN leased_jobs AS job ON job.id IN (
+        SELECT id FROM leased_jobs INDEXED BY leased_jobs_queue_due
+        WHERE status = 'pending' AND concurrency_key IS NULL AND queue_name = queue_room.queue_name
+          AND run_after <= leased_now()
+          AND task_name IN (SELECT value FROM json_each(:task_names))
+          AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+        ORDER BY priority DESC, run_after, id
+        LIMIT :limit)
+    WHERE queue_room.room > 0
+    UNION ALL
+    SELECT id, priority, run_after, queue_name FROM keyed WHERE place <= room
+), ranked AS (
+    SELECT candidates.*, row_number() OVER (PARTITION BY queue_name ORDER BY priority DESC, run_after, id) AS place
+    FROM candidates
+)
+UPDATE leased_jobs
+SET status = 'running', attempt = attempt + 1, lease_owner = :worker_id,
+    lease_expires_at = leased_now() + lease_seconds
+WHERE id IN (
+    SELECT ranked.id FROM ranked LEFT JOIN queue_room ON queue_room.queue_name = ranked.queue_name
+    WHERE queue_room.queue_name IS NULL OR ranked.place <= queue_room.room
+    ORDER BY ranked.priority DESC, ranked.run_after, ranked.id
+    LIMIT :limit
+)
+RETURNING *;
+
+-- name: record_starts
+-- The starts of claimed jobs that a rate limit counts, and the end of starts older than any window.
+INSERT INTO leased_starts (limit_name, started_at)
+SELECT 'key:' || concurrency_key, leased_now() FROM leased_jobs
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND key_rate_count IS NOT NULL
+UNION ALL
+SELECT 'queue:' || job.queue_name, leased_now() FROM leased_jobs AS job
+JOIN leased_queue_limits AS l ON l.queue_name = job.queue_name AND l.rate_count IS NOT NULL
+WHERE job.id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: forget_old_starts
+DELETE FROM leased_starts WHERE started_at < leased_now() - 3600;
+
+-- name: set_queue_limit
+INSERT INTO leased_queue_limits (queue_name, concurrency, rate_count, rate_seconds)
+VALUES (:queue_name, :concurrency, :rate_count, :rate_seconds)
+ON CONFLICT (queue_name) DO UPDATE
+SET concurrency = excluded.concurrency, rate_count = excluded.rate_count, rate_seconds = excluded.rate_seconds;
+
+-- name: clear_queue_limit
+DELETE FROM leased_queue_limits WHERE queue_name = :queue_name;
+
+-- name: queue_limits
+SELECT * FROM leased_queue_limits ORDER BY queue_name;
