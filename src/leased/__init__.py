@@ -14,11 +14,12 @@ from leased.errors import (
     PermanentError,
 )
 from leased.jobs import Attempt, Job, JobStatus, Outcome
+from leased.retention import Retention
 from leased.tasks import Task
 
 __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseUnavailable", "InvalidTransition",
     "Job", "JobNotFound", "JobStatus", "Leased", "LeasedError", "Outcome", "PayloadError", "PermanentError",
-    "Task", "TaskContext",
+    "Retention", "Task", "TaskContext",
 ]
 __version__ = "0.1.0"

@@ -30,6 +30,11 @@ class QueueSummary:
     oldest_due_seconds: float | None  # how long the oldest due pending job has waited; None: nothing due
     done_recently: int = 0
     failed_recently: int = 0
+    paused_seconds: float | None = None  # how long the queue has been paused; None: it runs
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_seconds is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,14 +11,16 @@ from typing import Any, Callable, ParamSpec, TypeVar, overload
 
 from leased.admin import WORKER_SILENT_AFTER, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect
-from leased.backends.base import Backend, JobFilter, NewJob
+from leased.backends.base import Backend, JobFilter, NewJob, PruneRule, Throughput
 from leased.backoff import Backoff
+from leased.engine.pruner import Pruner, count_prunable, older_than_rules, prune, prune_rules
 from leased.engine.worker import Worker, WorkerStats
-from leased.errors import ConfigurationError, DatabaseUnavailable, JobNotFound
+from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.events import Events
 from leased.jobs import Job, JobStatus
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
-from leased.tasks import Task, check_queue_name
+from leased.retention import Retention, app_retention, period
+from leased.tasks import _UNSET, Task, check_queue_name
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,7 +35,8 @@ class Leased:
     """
 
     def __init__(self, database_url: str | None = None, *, migrate: bool = True,
-                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES):
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 retention: Retention | dict[str, Any] | None = Retention()):
         self.database_url = database_url or os.environ.get("LEASED_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.auto_migrate = migrate
         self.max_payload_bytes = max_payload_bytes
@@ -42,6 +45,7 @@ class Leased:
         self._lock = threading.Lock()
         self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
         self.events = Events()
+        self.retention = app_retention(retention)  # workers prune finished jobs past it (see prune())
 
     def __repr__(self) -> str:
         return f"Leased({self.database_url!r})"
@@ -70,10 +74,11 @@ class Leased:
     @overload
     def task(self, *, name: str | None = None, queue_name: str = "default", priority: int = 0,
              max_attempts: int = 3, lease: float | timedelta = 30.0, backoff: Backoff | None = None,
-             takes_context: bool = False) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             takes_context: bool = False, retention: Retention | dict[str, Any] | None = ...
+             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, func=None, /, *, name=None, queue_name="default", priority=0, max_attempts=3, lease=30.0,
-             backoff=None, takes_context=False):
+             backoff=None, takes_context=False, retention=_UNSET):
         """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors."""
 
         def register(function: Callable[P, R]) -> Task[P, R]:
@@ -82,7 +87,7 @@ class Leased:
                 raise ConfigurationError(f"two handlers registered as task {task_name!r}; give one another name=")
             task = Task(self, function, name=task_name, queue_name=queue_name, priority=priority,
                         max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
-                        takes_context=takes_context)
+                        takes_context=takes_context, retention=retention)
             self.tasks[task_name] = task
             return task
 
@@ -147,10 +152,12 @@ class Leased:
         counts = self.counts()
         oldest = self.backend.oldest_due()
         finished = self.backend.finished_since(window.total_seconds())
+        paused = self.backend.paused_queues()
         queues = [
             QueueSummary(queue, counts.get(queue, _zeros()), oldest.get(queue),
-                         finished.get((queue, JobStatus.DONE), 0), finished.get((queue, JobStatus.FAILED), 0))
-            for queue in sorted(set(counts) | set(oldest))
+                         finished.get((queue, JobStatus.DONE), 0), finished.get((queue, JobStatus.FAILED), 0),
+                         paused.get(queue))
+            for queue in sorted(set(counts) | set(oldest) | set(paused))
         ]
         totals = _zeros()
         for summary in queues:
@@ -191,22 +198,73 @@ class Leased:
             worker.notify()
 
     def worker(self, *, concurrency: int = 8, queues: list[str] | None = None, poll_interval: float = 1.0,
-               shutdown_grace: float = 30.0, worker_id: str | None = None, push: bool = True) -> Worker:
+               shutdown_grace: float = 30.0, worker_id: str | None = None, push: bool = True,
+               prune: bool = True) -> Worker:
         """A worker for this app's tasks. `push=False` turns off LISTEN/NOTIFY wake-ups (needed
-        behind a transaction-pooling proxy such as PgBouncer, where LISTEN does not work)."""
+        behind a transaction-pooling proxy such as PgBouncer, where LISTEN does not work).
+        `prune=False`: this worker deletes no finished jobs (prune with `leased prune` instead)."""
         if not self.tasks:
             raise ConfigurationError("no tasks registered: decorate handlers with @app.task before starting a worker")
         for queue in queues or ():
             check_queue_name(queue)
         worker = Worker(self.backend, self.tasks, concurrency=concurrency, queues=queues,
                         poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
-                        max_payload_bytes=self.max_payload_bytes, events=self.events, push=push)
+                        max_payload_bytes=self.max_payload_bytes, events=self.events, push=push,
+                        pruner=Pruner(self.backend, rules) if prune and (rules := self._prune_rules()) else None)
         self._workers.add(worker)
         return worker
 
     def run_until_empty(self, *, concurrency: int = 1, queues: list[str] | None = None) -> WorkerStats:
         """Run every job that is due now (and any it enqueues) in this process, then return."""
         return self.worker(concurrency=concurrency, queues=queues).run(stop_when_idle=True)
+
+    # Pausing queues, and retention (see README: "Pausing a queue", "Retention").
+    def pause(self, queue_name: str, *, force: bool = False) -> bool:
+        """Stop every worker claiming the queue's jobs (running ones finish; enqueue still works).
+        False if it was paused already. An unknown queue is an error unless `force=True`."""
+        self._check_known_queue(queue_name, force)
+        return self.backend.pause_queue(queue_name)
+
+    def resume(self, queue_name: str) -> bool:
+        """Let workers claim the queue's jobs again, and wake them. False if it was not paused."""
+        self._check_known_queue(queue_name, False)
+        resumed = self.backend.resume_queue(queue_name)
+        self._wake_workers()
+        return resumed
+
+    def paused_queues(self) -> list[str]:
+        return list(self.backend.paused_queues())
+
+    def _check_known_queue(self, queue_name: str, force: bool) -> None:
+        check_queue_name(queue_name)
+        if force:
+            return
+        known = set(self.backend.queue_names()) | set(self.backend.paused_queues())
+        if queue_name not in known:
+            listed = ", ".join(sorted(known)) or "none yet"
+            raise ConfigurationError(f"unknown queue {queue_name!r}: no job has used it (known queues: {listed}); "
+                                     "to pause it before its first job, use force=True (--force)")
+
+    def throughput(self, window: timedelta = timedelta(hours=1)) -> list[Throughput]:
+        """Done and failed jobs per minute, queue and task over `window`, pruned jobs included."""
+        return self.backend.throughput(window.total_seconds())
+
+    def prune(self, *, older_than: timedelta | float | str | None = None, dry_run: bool = False) -> dict[str, int]:
+        """Delete finished jobs past their retention now (or every finished job older than
+        `older_than`), with their attempts; returns how many per status (with `dry_run`: would)."""
+        if older_than is not None:
+            rules = older_than_rules(period(older_than, "older_than").total_seconds())
+        else:
+            rules = self._prune_rules()
+        if dry_run:
+            return count_prunable(self.backend, rules)
+        deleted = prune(self.backend, rules)
+        if deleted is None:
+            raise InvalidTransition("another process is pruning this database now; try again when it is done")
+        return deleted
+
+    def _prune_rules(self) -> list[PruneRule]:
+        return prune_rules(self.retention, {name: task.retention for name, task in self.tasks.items() if task.retention})
 
 
 def _zeros() -> dict[str, int]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Sequence
 
+from leased.durations import parse_duration  # noqa: F401  (the CLI's Duration type reads it from here)
 from leased.jobs import Job, JobStatus
 
 NONE = "-"
@@ -44,19 +44,6 @@ def format_duration(value: float | timedelta | None) -> str:
     if whole < 86_400:
         return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
     return f"{whole // 86_400}d{whole % 86_400 // 3600:02d}h"
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, None: 1}
-
-
-def parse_duration(text: str) -> float:
-    """'250ms', '10s', '5m', '2h', '1d' or a plain number of seconds; ValueError otherwise."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration: use e.g. 250ms, 10s, 5m, 2h, 1d or a number of seconds")
-    number, unit = match.groups()
-    return float(number) * _UNIT_SECONDS[unit.lower() if unit else None]
 
 
 # Text fitting.

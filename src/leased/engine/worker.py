@@ -5,7 +5,8 @@ ahead of them; once a second the same claim first returns expired leases to the 
 completer (writes the ends that arrived meanwhile in one transaction, behind the handlers),
 the heartbeat (a thread renewing every held lease in one statement), the lease watchdog (stops a
 handler whose lease could run out before a renewal lands), the listener (a thread turning the
-database's wake-ups into a claim now) and the announcer (keeps the worker's row fresh). If one
+database's wake-ups into a claim now), the announcer (keeps the worker's row fresh) and the
+pruner (deletes finished jobs past their retention, in engine/pruner.py). If one
 dies, the worker stops loudly. Shutdown has two phases: stop claiming and let running jobs finish
 within a grace period, then cancel what is left and release its leases at once. Signal handlers
 only call stop().
@@ -37,6 +38,7 @@ from leased.jobs import Job, Lease, Outcome
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, clean_text, encode_result
 
 if TYPE_CHECKING:
+    from leased.engine.pruner import Pruner
     from leased.tasks import Task
 
 log = logging.getLogger("leased.worker")
@@ -93,7 +95,7 @@ class Worker:
                  queues: list[str] | tuple[str, ...] | None = None, poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, worker_id: str | None = None,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, events: Events | None = None,
-                 push: bool = True):
+                 push: bool = True, pruner: Pruner | None = None):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.backend = backend
@@ -107,6 +109,7 @@ class Worker:
         self.stats = WorkerStats()
         self.events = events or Events()
         self.push = push
+        self.pruner = pruner  # deletes finished jobs past their retention (engine/pruner.py)
         self._running: dict[Lease, _Running] = {}  # claimed, until the attempt's end is written
         self._handling = 0  # of those, how many are waiting for a slot or in their handler
         self._handler_ends: collections.deque[float] = collections.deque()  # recent, monotonic
@@ -170,6 +173,7 @@ class Worker:
         completer = self._service(self._complete_loop())
         listener = self.backend.listener() if self.push else None
         announcer = self._service(self._announce_loop(getattr(listener, "port", None)))
+        pruner = self._service(self.pruner.run(self.id)) if self.pruner and not stop_when_idle else None
         if listener is not None:
             threading.Thread(target=self._listen, args=(listener,), name="leased-listener", daemon=True).start()
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
@@ -181,6 +185,8 @@ class Worker:
             watchdog.cancel()
             completer.cancel()
             announcer.cancel()
+            if pruner is not None:
+                pruner.cancel()
             await self._unregister()
             self._threads.shutdown()
             self._heartbeat.stop()

@@ -38,6 +38,7 @@ WHERE id IN (
     WHERE status = 'pending' AND run_after <= leased_now()
       AND task_name IN (SELECT value FROM json_each(:task_names))
       AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+      AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
     ORDER BY priority DESC, run_after, id
     LIMIT :limit
 )
@@ -167,9 +168,20 @@ WHERE status = 'pending' AND run_after <= leased_now()
 GROUP BY queue_name;
 
 -- name: finished_since
-SELECT queue_name, status, count(*) AS n FROM leased_jobs
-WHERE finished_at >= leased_now() - :window_seconds AND status IN ('done', 'failed')
-GROUP BY queue_name, status;
+-- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
+SELECT queue_name, status, sum(n) AS n FROM (
+    SELECT queue_name, status, count(*) AS n FROM leased_jobs
+    WHERE finished_at >= leased_now() - :window_seconds AND status IN ('done', 'failed')
+    GROUP BY queue_name, status
+    UNION ALL
+    SELECT queue_name, 'done', sum(done) FROM leased_throughput
+    WHERE minute >= leased_now() - :window_seconds GROUP BY queue_name
+    UNION ALL
+    SELECT queue_name, 'failed', sum(failed) FROM leased_throughput
+    WHERE minute >= leased_now() - :window_seconds GROUP BY queue_name
+)
+GROUP BY queue_name, status
+HAVING sum(n) > 0;
 
 -- name: retry_failed
 UPDATE leased_jobs
@@ -228,3 +240,68 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
 
 -- name: record_version
 INSERT INTO leased_schema_version (version, applied_at) VALUES (:version, leased_now());
+
+-- Pausing queues, and pruning finished jobs (migration 0003).
+
+-- name: pause_queue
+-- Returns the queue only if this paused it (it was not paused already).
+INSERT INTO leased_queues (queue_name, paused_at) VALUES (:queue_name, leased_now())
+ON CONFLICT (queue_name) DO UPDATE SET paused_at = leased_now() WHERE paused_at IS NULL
+RETURNING queue_name;
+
+-- name: resume_queue
+UPDATE leased_queues SET paused_at = NULL WHERE queue_name = :queue_name AND paused_at IS NOT NULL
+RETURNING queue_name;
+
+-- name: paused_queues
+SELECT queue_name, leased_now() - paused_at AS seconds FROM leased_queues
+WHERE paused_at IS NOT NULL ORDER BY queue_name;
+
+-- name: prunable_ids
+-- One batch of a rule's finished jobs, oldest first through the finished_at index: a pass that
+-- finds nothing to delete reads only the rows past the cutoff.
+SELECT id FROM leased_jobs INDEXED BY leased_jobs_finished
+WHERE finished_at < leased_now() - :older_than AND status = :status
+  AND (:task_names IS NULL OR task_name IN (SELECT value FROM json_each(:task_names)))
+  AND task_name NOT IN (SELECT value FROM json_each(:except_task_names))
+ORDER BY finished_at
+LIMIT :limit;
+
+-- name: count_pruned
+-- Before the rows go, their counts go to the per-minute rollup (in the same transaction).
+INSERT INTO leased_throughput (minute, queue_name, task_name, done, failed)
+SELECT CAST(finished_at / 60 AS INTEGER) * 60, queue_name, task_name, sum(status = 'done'), sum(status = 'failed')
+FROM leased_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('done', 'failed')
+GROUP BY 1, 2, 3
+ON CONFLICT (minute, queue_name, task_name) DO UPDATE
+SET done = done + excluded.done, failed = failed + excluded.failed;
+
+-- name: delete_jobs
+-- Their attempts go with them (ON DELETE CASCADE). Only finished rows: the ids were picked in
+-- this transaction, which holds the write lock, so none can have changed since.
+DELETE FROM leased_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('done', 'failed', 'cancelled');
+
+-- name: count_prunable
+SELECT count(*) AS n FROM leased_jobs INDEXED BY leased_jobs_finished
+WHERE finished_at < leased_now() - :older_than AND status = :status
+  AND (:task_names IS NULL OR task_name IN (SELECT value FROM json_each(:task_names)))
+  AND task_name NOT IN (SELECT value FROM json_each(:except_task_names));
+
+-- name: prune_throughput
+DELETE FROM leased_throughput WHERE minute < leased_now() - :older_than;
+
+-- name: throughput
+-- Done and failed jobs per minute, queue and task since the start of the minute `window_seconds`
+-- ago: the rollup of pruned jobs plus the rows still in the table (each job is in one of them).
+WITH since AS MATERIALIZED (SELECT CAST((leased_now() - :window_seconds) / 60 AS INTEGER) * 60 AS minute)
+SELECT minute, queue_name, task_name, sum(done) AS done, sum(failed) AS failed FROM (
+    SELECT t.minute, t.queue_name, t.task_name, t.done, t.failed
+    FROM leased_throughput AS t, since WHERE t.minute >= since.minute
+    UNION ALL
+    SELECT CAST(j.finished_at / 60 AS INTEGER) * 60, j.queue_name, j.task_name, j.status = 'done', j.status = 'failed'
+    FROM leased_jobs AS j, since WHERE j.finished_at >= since.minute AND j.status IN ('done', 'failed')
+)
+GROUP BY minute, queue_name, task_name
+ORDER BY minute;
