@@ -18,7 +18,7 @@ BACKENDS_DIR = Path(__file__).parent.parent / "src" / "leased" / "backends"
 
 def test_migrate_is_idempotent(database_url):
     app = Leased(database_url, migrate=False)
-    assert app.backend.migrate() == [1, 2]
+    assert app.backend.migrate() == [1, 2, 3]
     assert app.backend.migrate() == []
     app.close()
 
@@ -29,7 +29,7 @@ def test_concurrent_migrators_all_succeed_with_one_schema(database_url):
                                   stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outputs = [process.communicate(timeout=60) for process in processes]
     assert [process.returncode for process in processes] == [0] * 4, outputs
-    assert sorted(out.strip() for out, _ in outputs) == ["[1, 2]", "[]", "[]", "[]"]
+    assert sorted(out.strip() for out, _ in outputs) == ["[1, 2, 3]", "[]", "[]", "[]"]
 
 
 def _sqlite_schema(path: str) -> list[tuple]:

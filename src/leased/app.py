@@ -239,10 +239,11 @@ class Leased:
         check_queue_name(queue_name)
         if force:
             return
-        known = set(self.backend.queue_names()) | set(self.backend.paused_queues())
+        known = ({task.queue_name for task in self.tasks.values()} | set(self.backend.queue_names())
+                 | set(self.backend.paused_queues()))
         if queue_name not in known:
             listed = ", ".join(sorted(known)) or "none yet"
-            raise ConfigurationError(f"unknown queue {queue_name!r}: no job has used it (known queues: {listed}); "
+            raise ConfigurationError(f"unknown queue {queue_name!r}: no task or job uses it (known queues: {listed}); "
                                      "to pause it before its first job, use force=True (--force)")
 
     def throughput(self, window: timedelta = timedelta(hours=1)) -> list[Throughput]:

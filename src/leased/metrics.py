@@ -1,7 +1,8 @@
 """Prometheus metrics through prometheus_client: never hand-written exposition text.
 
 Two registries, because they come from different places:
-- database_registry(app): jobs by queue and status, the wait of the oldest due job, live workers,
+- database_registry(app): jobs by queue and status, the wait of the oldest due job, paused queues,
+  live workers,
   read from the database on every scrape (the dashboard serves it on /metrics);
 - worker_registry(events): attempts by task and outcome and a histogram of run time, counted from
   the events of the workers in this process (`leased worker --metrics-port N` serves it).
@@ -37,13 +38,16 @@ class DatabaseCollector:
         oldest = GaugeMetricFamily("leased_oldest_due_job_age_seconds",
                                    "How long the oldest due pending job of each queue has waited (0: none).",
                                    labels=["queue"])
+        paused = GaugeMetricFamily("leased_queue_paused", "1 while the queue is paused: no worker claims its jobs.",
+                                   labels=["queue"])
         for queue in overview.queues:
             for status, count in queue.counts.items():
                 jobs.add_metric([queue.queue_name, status], count)
             oldest.add_metric([queue.queue_name], queue.oldest_due_seconds or 0.0)
+            paused.add_metric([queue.queue_name], 1.0 if queue.paused else 0.0)
         workers = GaugeMetricFamily("leased_workers_alive", "Workers that renewed their presence recently.")
         workers.add_metric([], sum(worker.alive for worker in overview.workers))
-        yield from (jobs, oldest, workers)
+        yield from (jobs, oldest, paused, workers)
 
 
 def database_registry(app: Leased) -> CollectorRegistry:

@@ -94,10 +94,12 @@ def count_prunable(backend: Backend, rules: list[PruneRule]) -> dict[str, int]:
 
 
 class Pruner:
-    def __init__(self, backend: Backend, rules: list[PruneRule], *, interval: float = PRUNE_INTERVAL):
+    def __init__(self, backend: Backend, rules: list[PruneRule], *, interval: float = PRUNE_INTERVAL,
+                 batch_size: int = BATCH_SIZE):
         self.backend = backend
         self.rules = rules
         self.interval = interval
+        self.batch_size = batch_size
 
     def is_transient(self, error: BaseException) -> bool:
         return isinstance(error, (DatabaseUnavailable, *self.backend.transient_errors))
@@ -109,7 +111,8 @@ class Pruner:
             await asyncio.sleep(random.uniform(0, min(FIRST_PASS_WITHIN, self.interval)))
             while True:
                 try:
-                    deleted = await asyncio.to_thread(prune, self.backend, self.rules, stop=stop)
+                    deleted = await asyncio.to_thread(prune, self.backend, self.rules, batch_size=self.batch_size,
+                                                      stop=stop)
                 except Exception as error:
                     if not self.is_transient(error):
                         raise
