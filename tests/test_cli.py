@@ -151,7 +151,7 @@ def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
 
 
 def test_migrate_applies_once_and_prints_sql(cli):
-    assert cli.run("migrate", "--database", cli.url).stdout.strip() == "applied migrations 0001, 0002"
+    assert cli.run("migrate", "--database", cli.url).stdout.strip() == "applied migrations 0001, 0002, 0003"
     assert cli.run("migrate", APP).stdout.strip() == "schema up to date: no migrations to apply"
     assert "CREATE TABLE" in cli.run("migrate", "--database", cli.url, "--sql").stdout
 
@@ -263,3 +263,26 @@ def test_demo_with_dashboard_serves_it_with_a_worker_until_interrupted(tmp_path)
         demo.send_signal(signal.SIGINT)
         demo.wait(timeout=30)
     assert demo.returncode == 0, output.read_text()
+
+
+def test_pause_resume_stats_and_prune(cli, app):
+    register_tasks(app)
+    app.get_task("add").enqueue(1, 2)
+    assert "queue default paused" in cli.run("pause", APP, "default").stdout
+    assert "was paused already" in cli.run("pause", "--database", cli.url, "default").stdout
+    assert "paused: default (for " in cli.run("stats", APP).stdout
+    assert app.run_until_empty().claimed == 0
+    error = cli.error("pause", APP, "biling")
+    assert "unknown queue 'biling'" in error and "known queues: default" in error and "--force" in error
+    assert "invalid queue_name" in cli.error("pause", APP, "no spaces", "--force")
+    assert "queue reports paused" in cli.run("pause", "--database", cli.url, "reports", "--force").stdout
+    assert cli.run("resume", APP, "default").stdout.strip() == "queue default resumed"
+    assert cli.run("resume", APP, "default").stdout.strip() == "queue default was not paused"
+    assert app.run_until_empty().done == 1
+    assert "paused: reports" in cli.run("stats", "--database", cli.url).stdout
+
+    assert cli.run("prune", APP, "--dry-run").stdout.strip() == "would delete 0 done, 0 failed, 0 cancelled (0 jobs)"
+    assert cli.run("prune", APP, "--older-than", "1ms", "--dry-run").stdout.startswith("would delete 1 done")
+    assert cli.run("prune", "--database", cli.url, "--older-than", "1ms").stdout.startswith("deleted 1 done")
+    assert app.counts() == {}
+    assert "'soon' is not a duration" in cli.run("prune", APP, "--older-than", "soon", code=2).stderr
