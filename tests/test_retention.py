@@ -7,21 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from conftest import running_worker, wait_for
+from conftest import raw_scalar, running_worker, wait_for
 from leased import ConfigurationError, InvalidTransition, JobNotFound, JobStatus, Leased, PermanentError, Retention
 from leased.backends.base import PruneRule
 from leased.engine import pruner
 from leased.engine.pruner import prune, prune_rules
-
-
-def scalar(app: Leased, query: str) -> object:
-    """One value read behind leased's back, as an operator's SQL shell would."""
-    if app.database_url.startswith("sqlite"):
-        return app.backend._connection().execute(query).fetchone()[0]
-    import psycopg
-
-    with psycopg.connect(app.database_url) as connection:
-        return connection.execute(query).fetchone()[0]
 
 
 def age(app: Leased, job_ids: list[int], days: float) -> None:
@@ -109,7 +99,7 @@ def test_rules_group_overriding_tasks_and_leave_them_out_of_the_default():
 
 
 def test_prune_deletes_finished_jobs_past_retention_with_their_attempts(app, history):
-    attempts_before = scalar(app, "SELECT count(*) FROM leased_attempts")
+    attempts_before = raw_scalar(app, "SELECT count(*) FROM leased_attempts")
     assert app.prune(dry_run=True) == {"done": 6, "failed": 0, "cancelled": 1}
     assert app.prune() == {"done": 6, "failed": 0, "cancelled": 1}
     for job_id in history["done"] + history["brief"] + history["cancelled"]:
@@ -118,8 +108,8 @@ def test_prune_deletes_finished_jobs_past_retention_with_their_attempts(app, his
     kept = {job_id: app.get_job(job_id).status for key in ("failed", "kept", "recent", "pending")
             for job_id in (history[key] if isinstance(history[key], list) else [history[key]])}
     assert list(kept.values()) == ["failed", "done", "done", "pending"]
-    assert scalar(app, "SELECT count(*) FROM leased_attempts") == attempts_before - 6  # the cancelled one never ran
-    assert scalar(app, "SELECT count(*) FROM leased_attempts WHERE job_id NOT IN (SELECT id FROM leased_jobs)") == 0
+    assert raw_scalar(app, "SELECT count(*) FROM leased_attempts") == attempts_before - 6  # the cancelled one never ran
+    assert raw_scalar(app, "SELECT count(*) FROM leased_attempts WHERE job_id NOT IN (SELECT id FROM leased_jobs)") == 0
     assert app.prune() == {"done": 0, "failed": 0, "cancelled": 0}
 
 
@@ -146,7 +136,7 @@ def test_small_batches_delete_it_all_and_the_rollup_keeps_the_counts(app, histor
 
 def test_the_rollup_forgets_its_old_minutes(app, history):
     app.prune(older_than="1h")
-    assert scalar(app, "SELECT count(*) FROM leased_throughput") > 0
+    assert raw_scalar(app, "SELECT count(*) FROM leased_throughput") > 0
     old = "leased_now() - 31 * 86400" if app.database_url.startswith("sqlite") else "now() - interval '31 days'"
     app.backend._rows("counts")  # connection open for the sqlite helper
     if app.database_url.startswith("sqlite"):
@@ -157,7 +147,7 @@ def test_the_rollup_forgets_its_old_minutes(app, history):
         with psycopg.connect(app.database_url, autocommit=True) as connection:
             connection.execute(f"UPDATE leased_throughput SET minute = {old}")
     app.prune()
-    assert scalar(app, "SELECT count(*) FROM leased_throughput") == 0
+    assert raw_scalar(app, "SELECT count(*) FROM leased_throughput") == 0
 
 
 def test_a_worker_prunes_in_the_background_unless_told_not_to(app, history, monkeypatch):
