@@ -33,4 +33,10 @@ def hold(context, mode):
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    app.worker(concurrency=2, poll_interval=0.05, worker_id=sys.argv[1]).run()
+    worker = app.worker(concurrency=2, poll_interval=0.05, worker_id=sys.argv[1])
+    if os.environ.get("CRASH_PRUNE_BATCH"):  # prune at once, in many small batches, for the mid-prune kill
+        from leased.engine import pruner
+
+        pruner.FIRST_PASS_WITHIN = 0.0
+        worker.pruner.batch_size = int(os.environ["CRASH_PRUNE_BATCH"])
+    worker.run()

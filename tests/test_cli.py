@@ -449,3 +449,26 @@ def test_queue_limits_are_set_listed_shown_and_cleared(cli):
 ])
 def test_bad_limits_are_one_line_errors(sqlite_cli, args, message):
     assert message in sqlite_cli.error(*args)
+
+
+def test_pause_resume_stats_and_prune(cli, app):
+    register_tasks(app)
+    app.get_task("add").enqueue(1, 2)
+    assert "queue default paused" in cli.run("pause", APP, "default").stdout
+    assert "was paused already" in cli.run("pause", "--database", cli.url, "default").stdout
+    assert "paused: default (for " in cli.run("stats", APP).stdout
+    assert app.run_until_empty().claimed == 0
+    error = cli.error("pause", APP, "biling")
+    assert "unknown queue 'biling'" in error and "known queues: default" in error and "--force" in error
+    assert "invalid queue_name" in cli.error("pause", APP, "no spaces", "--force")
+    assert "queue reports paused" in cli.run("pause", "--database", cli.url, "reports", "--force").stdout
+    assert cli.run("resume", APP, "default").stdout.strip() == "queue default resumed"
+    assert cli.run("resume", APP, "default").stdout.strip() == "queue default was not paused"
+    assert app.run_until_empty().done == 1
+    assert "paused: reports" in cli.run("stats", "--database", cli.url).stdout
+
+    assert cli.run("prune", APP, "--dry-run").stdout.strip() == "would delete 0 done, 0 failed, 0 cancelled (0 jobs)"
+    assert cli.run("prune", APP, "--older-than", "1ms", "--dry-run").stdout.startswith("would delete 1 done")
+    assert cli.run("prune", "--database", cli.url, "--older-than", "1ms").stdout.startswith("deleted 1 done")
+    assert app.counts() == {}
+    assert "'soon' is not a duration" in cli.run("prune", APP, "--older-than", "soon", code=2).stderr

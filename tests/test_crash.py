@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import raw_scalar, raw_sql, wait_for
 from leased import JobStatus, Outcome
 
 pytestmark = pytest.mark.slow
@@ -24,11 +24,12 @@ LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 def spawn(database_url, tmp_path):
     processes = []
 
-    def start(worker_id: str, clock: str | None = None) -> subprocess.Popen:
+    def start(worker_id: str, clock: str | None = None, **extra_env: str) -> subprocess.Popen:
         log = open(tmp_path / f"{worker_id}.log", "w")
         worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
         env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
-               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")])}
+               # This checkout's leased, not whichever one the virtualenv has installed.
+               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")]), **extra_env}
         if clock:  # libfaketime, preloaded into the worker itself so that signals reach it
             env.update(LD_PRELOAD=LIBFAKETIME, FAKETIME=clock, DONT_FAKE_MONOTONIC="1")
         process = subprocess.Popen([sys.executable, str(HERE / "crash_app.py"), worker_id], env=env,
@@ -251,3 +252,75 @@ def test_worker_with_a_clock_an_hour_behind_does_not_keep_an_expired_lease(app, 
     assert done.result == "done by worker-b"
     assert [(a.worker_id, a.outcome) for a in done.history] == [
         ("worker-behind", Outcome.EXPIRED), ("worker-b", Outcome.DONE)]
+
+
+def test_a_pause_survives_a_worker_restart(app, hold, spawn):
+    app.pause("billing", force=True)
+    waiting = hold.using(queue_name="billing").enqueue("quick")
+    other = hold.using(queue_name="other").enqueue("quick")
+    first = spawn("worker-a")
+    wait_for(lambda: app.get_job(other.id).status is JobStatus.DONE, message="worker-a to run the other queue")
+    first.kill()
+    first.wait()
+    spawn("worker-b")
+    later = hold.using(queue_name="other").enqueue("quick")
+    wait_for(lambda: app.get_job(later.id).status is JobStatus.DONE, message="worker-b to claim")
+    assert app.get_job(waiting.id).status is JobStatus.PENDING and app.paused_queues() == ["billing"]
+    app.resume("billing")
+    wait_for(lambda: app.get_job(waiting.id).status is JobStatus.DONE, message="worker-b after the resume")
+    assert app.get_job(waiting.id).result == "done by worker-b"
+
+
+PRUNED = 20_000
+
+
+def _old_history(app) -> None:
+    """PRUNED done jobs (with an attempt each) eight days old; 100 failed ones as old (kept for 30
+    days); 200 pending jobs no worker here can run, with a stale finished_at as bait."""
+    if app.database_url.startswith("sqlite"):
+        now = "((julianday('now') - 2440587.5) * 86400.0)"
+        old = f"{now} - 8 * 86400"
+        numbers = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count}) "
+        source = "FROM n"
+    else:
+        now, old = "now()", "now() - interval '8 days'"
+        numbers, source = "", "FROM generate_series(1, {count})"
+    for count, task, status, attempt in ((PRUNED, "hold", "done", 1), (100, "hold", "failed", 1),
+                                         (200, "nobody", "pending", 0)):
+        raw_sql(app, numbers.format(count=count) +
+                "INSERT INTO leased_jobs (task_name, queue_name, status, attempt, max_attempts, lease_seconds, "
+                f"run_after, created_at, finished_at) SELECT '{task}', 'default', '{status}', {attempt}, 3, 1, "
+                f"{now}, {old}, {old} " + source.format(count=count))
+    raw_sql(app, "INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome) "
+                 "SELECT id, 1, 'old', finished_at, finished_at, 'done' FROM leased_jobs WHERE attempt = 1")
+
+
+def test_a_worker_killed_mid_prune_loses_nothing_that_should_stay(app, hold, spawn):
+    app.counts()  # the schema
+    _old_history(app)
+
+    def done() -> int:
+        return raw_scalar(app, "SELECT count(*) FROM leased_jobs WHERE status = 'done'")
+
+    def consistent() -> None:
+        counts = app.counts()["default"]
+        assert (counts["pending"], counts["failed"], counts["running"]) == (200, 100, 0)
+        assert raw_scalar(app, "SELECT count(*) FROM leased_attempts "
+                               "WHERE job_id NOT IN (SELECT id FROM leased_jobs)") == 0
+        assert raw_scalar(app, "SELECT count(*) FROM leased_jobs AS j WHERE attempt = 1 "
+                               "AND NOT EXISTS (SELECT 1 FROM leased_attempts AS a WHERE a.job_id = j.id)") == 0
+        # Each job counted once: as a row, or in the rollup the pruner wrote as it deleted it.
+        assert sum(row.done for row in app.throughput(timedelta(days=9))) == PRUNED
+
+    consistent()
+    pruning = spawn("worker-a", CRASH_PRUNE_BATCH="20")
+    wait_for(lambda: done() <= PRUNED - 200, message="worker-a to prune a few batches")
+    pruning.kill()
+    pruning.wait()
+    left = done()
+    assert 0 < left < PRUNED, "killed mid-prune"
+    consistent()
+    spawn("worker-b", CRASH_PRUNE_BATCH="1000")
+    wait_for(lambda: done() == 0, timeout=120, message="worker-b to finish pruning")
+    consistent()
+    print(f"\nkilled mid-prune with {left:,} of {PRUNED:,} done jobs left; the next worker pruned the rest")

@@ -43,7 +43,23 @@ def test_database_metrics_match_the_database(app):
     assert scraped[("leased_jobs", (("queue", "mail"), ("status", "failed")))] == 1
     assert scraped[("leased_oldest_due_job_age_seconds", (("queue", "default"),))] >= 0
     assert scraped[("leased_workers_alive", ())] == 0
-    assert not any(name.startswith("leased_queue_") for name, _ in scraped)
+    assert scraped[("leased_queue_paused", (("queue", "mail"),))] == 0
+
+
+def test_a_paused_queue_is_a_gauge_of_one(app):
+    @app.task(name="ok")
+    def ok(): ...
+
+    ok.enqueue()
+    app.pause("default")
+    app.pause("reports", force=True)
+    registry = database_registry(app)
+    scraped = samples(prometheus_client.generate_latest(registry).decode())
+    assert scraped[("leased_queue_paused", (("queue", "default"),))] == 1
+    assert scraped[("leased_queue_paused", (("queue", "reports"),))] == 1
+    app.resume("default")
+    scraped = samples(prometheus_client.generate_latest(registry).decode())
+    assert scraped[("leased_queue_paused", (("queue", "default"),))] == 0
 
 
 def test_queue_limits_are_gauges(app):

@@ -31,6 +31,8 @@ RUN_SEPARATELY = {
     "In your own transaction": "test_enqueue_in_your_own_transaction_runs_as_written checks its output too",
     "Periodic jobs": "test_periodic_jobs_example_registers_and_ticks runs it with a worker",
     "Limits": "test_limits_example_runs_and_prints_what_it_says checks its output too",
+    "Pausing a queue": "test_pause_and_retention_examples_run checks its output too",
+    "Retention: the table does not grow forever": "test_pause_and_retention_examples_run checks its output too",
 }
 
 
@@ -159,3 +161,14 @@ def test_limits_example_runs_and_prints_what_it_says(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["{'api': QueueLimit(queue_name='api', concurrency=5, rate_limit=None)}"]
+
+
+@pytest.mark.parametrize("section, printed", [
+    ("### Pausing a queue", ["pending", "done"]),
+    ("### Retention: the table does not grow forever", ["{'done': 0, 'failed': 0, 'cancelled': 0}"]),
+])
+def test_pause_and_retention_examples_run(tmp_path, section, printed):
+    code = re.search(r"```python\n(.*?)```", README.read_text().split(section, 1)[1], re.DOTALL)[1]
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == printed

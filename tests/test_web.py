@@ -98,6 +98,31 @@ def test_overview_shows_queues_counts_and_recent_activity(client, app):
     assert "default-src 'none'" in page.headers["content-security-policy"]
 
 
+def test_overview_draws_throughput_that_survives_pruning(client, app):
+    html = client.get("/").text
+    assert "<h2>Throughput</h2>" in html and "<svg" in html and 'class="bar-done"' in html
+    assert '<span class="tone-done">25 done</span>' in html
+    app.prune(older_than="1ms")
+    assert app.counts()["default"]["done"] == 0
+    html = client.get("/").text
+    assert '<span class="tone-done">25 done</span>' in html and 'class="bar-failed"' in html
+
+
+def test_pause_and_resume_buttons(app, client, jobs):
+    html = client.get("/").text
+    assert 'action="/queues/mail/pause"' in html and "badge status-paused" not in html
+    response = client.post("/queues/mail/pause", data={"csrf_token": csrf_token(client)}, follow_redirects=True)
+    assert "Queue mail is paused" in response.text and 'action="/queues/mail/resume"' in response.text
+    assert "badge status-paused" in response.text
+    assert app.paused_queues() == ["mail"]
+    response = client.post("/queues/nowhere/pause", data={"csrf_token": csrf_token(client)}, follow_redirects=True)
+    assert "Not paused: unknown queue &#39;nowhere&#39;" in response.text
+    assert client.post("/queues/mail/resume", data={"csrf_token": "forged"}).status_code == 403
+    assert app.paused_queues() == ["mail"]
+    response = client.post("/queues/mail/resume", data={"csrf_token": csrf_token(client)}, follow_redirects=True)
+    assert "Queue mail runs again" in response.text and app.paused_queues() == []
+
+
 def test_job_page_shows_payload_result_and_every_attempt(client, app, jobs):
     done = client.get(f"/jobs/{jobs['done'][3]}").text
     assert "<pre class=\"json\">[\n  3,\n  1\n]</pre>" in done
@@ -224,8 +249,10 @@ def test_read_only_has_no_buttons_and_refuses_posts(app, jobs):
     assert "read-only" in page and 'method="post"' not in page
     assert 'method="post"' not in client.get("/jobs?status=failed&task=boom").text
     token = CSRF.search(TestClient(dashboard(app)).get("/jobs?status=failed&task=boom").text)  # even a real one
+    assert 'method="post"' not in client.get("/").text  # no pause buttons either
     before = snapshot(app)
-    for url in (f"/jobs/{jobs['failed'][0]}/retry", f"/jobs/{jobs['pending'][0]}/cancel", "/jobs/retry-failed"):
+    for url in (f"/jobs/{jobs['failed'][0]}/retry", f"/jobs/{jobs['pending'][0]}/cancel", "/jobs/retry-failed",
+                "/queues/default/pause"):
         assert client.post(url, data={"csrf_token": token.group(1), "task": "boom"}).status_code == 403
     assert snapshot(app) == before
 

@@ -17,11 +17,13 @@ from leased.errors import (
 )
 from leased.explain import Explanation, Reason
 from leased.jobs import Attempt, Job, JobStatus, Outcome
+from leased.retention import Retention
 from leased.tasks import Task
 
 __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseLocked",
     "DatabaseUnavailable", "Explanation", "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased",
-    "LeasedError", "Outcome", "PayloadError", "PermanentError", "Reason", "Task", "TaskContext", "WaitTimeout",
+    "LeasedError", "Outcome", "PayloadError", "PermanentError", "Reason", "Retention", "Task", "TaskContext",
+    "WaitTimeout",
 ]
 __version__ = "0.1.0"

@@ -34,6 +34,11 @@ class QueueSummary:
     done_recently: int = 0
     failed_recently: int = 0
     limit: QueueLimit | None = None  # its concurrency and rate limits, across all workers
+    paused_seconds: float | None = None  # how long the queue has been paused; None: it runs
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_seconds is not None
 
 
 @dataclass(frozen=True, slots=True)

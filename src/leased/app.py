@@ -13,17 +13,19 @@ from typing import Any, Callable, ParamSpec, TypeVar, overload
 
 from leased.admin import WORKER_SILENT_AFTER, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect
-from leased.backends.base import Backend, JobFilter, NewJob
+from leased.backends.base import Backend, JobFilter, NewJob, PruneRule, Throughput
 from leased.backoff import Backoff
+from leased.engine.pruner import Pruner, count_prunable, older_than_rules, prune, prune_rules
 from leased.engine.worker import Worker, WorkerStats
-from leased.errors import ConfigurationError, DatabaseLocked, DatabaseUnavailable, JobNotFound
+from leased.errors import ConfigurationError, DatabaseLocked, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.events import Events
 from leased.explain import Explanation, explain
 from leased.jobs import Job, JobStatus
 from leased.limits import QueueLimit, check_concurrency, parse_rate
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from leased.retention import Retention, app_retention, period
 from leased.schedules import Schedule, ScheduleInfo, describe_schedules, make_schedule, tick_handler
-from leased.tasks import Task, check_queue_name
+from leased.tasks import _UNSET, Task, check_queue_name
 from leased.waiting import JobEndSignals, JobWait
 
 P = ParamSpec("P")
@@ -39,7 +41,8 @@ class Leased:
     """
 
     def __init__(self, database_url: str | None = None, *, migrate: bool = True,
-                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES):
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 retention: Retention | dict[str, Any] | None = Retention()):
         self.database_url = database_url or os.environ.get("LEASED_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.auto_migrate = migrate
         self.max_payload_bytes = max_payload_bytes
@@ -50,6 +53,7 @@ class Leased:
         self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
         self.events = Events()
         self._job_ends = JobEndSignals(self.events)  # wakes app.wait() callers in this process
+        self.retention = app_retention(retention)  # workers prune finished jobs past it (see prune())
 
     def __repr__(self) -> str:
         return f"Leased({self.database_url!r})"
@@ -88,18 +92,20 @@ class Leased:
              max_attempts: int = 3, lease: float | timedelta = 30.0, backoff: Backoff | None = None,
              takes_context: bool = False, timeout: float | timedelta | None = None,
              concurrency: int | None = None, concurrency_key: str | Callable[..., str] | None = None,
-             rate_limit: str | None = None) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             rate_limit: str | None = None, retention: Retention | dict[str, Any] | None = ...
+             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, func=None, /, *, name=None, queue_name="default", priority=0, max_attempts=3, lease=30.0,
              backoff=None, takes_context=False, timeout=None, concurrency=None, concurrency_key=None,
-             rate_limit=None):
+             rate_limit=None, retention=_UNSET):
         """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors.
 
         `timeout` limits each attempt (seconds or a timedelta; None: no limit): an async handler is
         cancelled at the limit, a sync one told through its context; the attempt ends as `timeout`.
         `concurrency=N` runs at most N of its jobs at once per `concurrency_key` (a template over the
         arguments, "customer:{customer_id}", or a function of them; default: the task's name), and
-        `rate_limit="100/m"` starts at most that many per key per window, across all workers."""
+        `rate_limit="100/m"` starts at most that many per key per window, across all workers.
+        `retention` overrides the app's for this task's finished jobs (see Retention)."""
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -108,7 +114,8 @@ class Leased:
             task = Task(self, function, name=task_name, queue_name=queue_name, priority=priority,
                         max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
                         takes_context=takes_context, timeout=timeout, concurrency=concurrency,
-                        concurrency_key=concurrency_key, rate_limit=rate_limit)
+                        concurrency_key=concurrency_key, rate_limit=rate_limit,
+                        retention=retention)
             self.tasks[task_name] = task
             return task
 
@@ -197,11 +204,12 @@ class Leased:
         oldest = self.backend.oldest_due()
         finished = self.backend.finished_since(window.total_seconds())
         limits = self.limits()
+        paused = self.backend.paused_queues()
         queues = [
             QueueSummary(queue, counts.get(queue, _zeros()), oldest.get(queue),
                          finished.get((queue, JobStatus.DONE), 0), finished.get((queue, JobStatus.FAILED), 0),
-                         limits.get(queue))
-            for queue in sorted(set(counts) | set(oldest) | set(limits))
+                         limits.get(queue), paused.get(queue))
+            for queue in sorted(set(counts) | set(oldest) | set(limits) | set(paused))
         ]
         totals = _zeros()
         for summary in queues:
@@ -264,9 +272,11 @@ class Leased:
             worker.notify()
 
     def worker(self, *, concurrency: int = 8, queues: list[str] | None = None, poll_interval: float = 1.0,
-               shutdown_grace: float = 30.0, worker_id: str | None = None, push: bool = True) -> Worker:
+               shutdown_grace: float = 30.0, worker_id: str | None = None, push: bool = True,
+               prune: bool = True) -> Worker:
         """A worker for this app's tasks. `push=False` turns off LISTEN/NOTIFY wake-ups (needed
-        behind a transaction-pooling proxy such as PgBouncer, where LISTEN does not work)."""
+        behind a transaction-pooling proxy such as PgBouncer, where LISTEN does not work).
+        `prune=False`: this worker deletes no finished jobs (prune with `leased prune` instead)."""
         if not self.tasks:
             raise ConfigurationError("no tasks registered: decorate handlers with @app.task before starting a worker")
         for queue in queues or ():
@@ -274,7 +284,8 @@ class Leased:
         worker = Worker(self.backend, self.tasks, concurrency=concurrency, queues=queues,
                         poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
                         max_payload_bytes=self.max_payload_bytes, events=self.events, push=push,
-                        schedules=tuple(self.schedules.values()))
+                        schedules=tuple(self.schedules.values()),
+                        pruner=Pruner(self.backend, rules) if prune and (rules := self._prune_rules()) else None)
         self._workers.add(worker)
         return worker
 
@@ -299,9 +310,11 @@ class Leased:
         return self.backend.count_jobs(None if status is None else _job_status(status), task_name, queue_name)
 
     def known_queue_names(self) -> set[str]:
-        """Queues that exist for this app: those of its jobs and of its tasks. A worker started on
-        any other is most likely a typo (`leased worker` warns)."""
-        return set(self.queue_names()) | {task.queue_name for task in self.tasks.values()}
+        """Queues that exist for this app: those of its jobs, its tasks, its limits and its paused
+        queues. A worker started on any other is most likely a typo (`leased worker` warns), and
+        pausing one needs force=True."""
+        return (set(self.queue_names()) | {task.queue_name for task in self.tasks.values()}
+                | set(self.backend.paused_queues()) | {limit.queue_name for limit in self.backend.queue_limits()})
 
     def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """The job once it is done, failed or cancelled; WaitTimeout if it has not ended within `timeout`
@@ -316,6 +329,54 @@ class Leased:
             return await asyncio.to_thread(waiting.run)
         finally:
             waiting.abandon()
+
+    # Pausing queues, and retention (see README: "Pausing a queue", "Retention").
+    def pause(self, queue_name: str, *, force: bool = False) -> bool:
+        """Stop every worker claiming the queue's jobs (running ones finish; enqueue still works).
+        False if it was paused already. An unknown queue is an error unless `force=True`."""
+        self._check_known_queue(queue_name, force)
+        return self.backend.pause_queue(queue_name)
+
+    def resume(self, queue_name: str) -> bool:
+        """Let workers claim the queue's jobs again, and wake them. False if it was not paused."""
+        self._check_known_queue(queue_name, False)
+        resumed = self.backend.resume_queue(queue_name)
+        self._wake_workers()
+        return resumed
+
+    def paused_queues(self) -> list[str]:
+        return list(self.backend.paused_queues())
+
+    def _check_known_queue(self, queue_name: str, force: bool) -> None:
+        check_queue_name(queue_name)
+        if force:
+            return
+        known = self.known_queue_names()
+        if queue_name not in known:
+            listed = ", ".join(sorted(known)) or "none yet"
+            raise ConfigurationError(f"unknown queue {queue_name!r}: no task or job uses it (known queues: {listed}); "
+                                     "to pause it before its first job, use force=True (--force)")
+
+    def throughput(self, window: timedelta = timedelta(hours=1)) -> list[Throughput]:
+        """Done and failed jobs per minute, queue and task over `window`, pruned jobs included."""
+        return self.backend.throughput(window.total_seconds())
+
+    def prune(self, *, older_than: timedelta | float | str | None = None, dry_run: bool = False) -> dict[str, int]:
+        """Delete finished jobs past their retention now (or every finished job older than
+        `older_than`), with their attempts; returns how many per status (with `dry_run`: would)."""
+        if older_than is not None:
+            rules = older_than_rules(period(older_than, "older_than").total_seconds())
+        else:
+            rules = self._prune_rules()
+        if dry_run:
+            return count_prunable(self.backend, rules)
+        deleted = prune(self.backend, rules)
+        if deleted is None:
+            raise InvalidTransition("another process is pruning this database now; try again when it is done")
+        return deleted
+
+    def _prune_rules(self) -> list[PruneRule]:
+        return prune_rules(self.retention, {name: task.retention for name, task in self.tasks.items() if task.retention})
 
 
 def _job_status(value: JobStatus | str) -> JobStatus:

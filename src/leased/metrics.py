@@ -1,8 +1,8 @@
 """Prometheus metrics through prometheus_client: never hand-written exposition text.
 
 Two registries, because they come from different places:
-- database_registry(app): jobs by queue and status, the wait of the oldest due job, live workers,
-  each schedule's last success and skipped ticks,
+- database_registry(app): jobs by queue and status, the wait of the oldest due job, paused queues,
+  live workers, each schedule's last success and skipped ticks, the queues' limits,
   read from the database on every scrape (the dashboard serves it on /metrics);
 - worker_registry(events): attempts by task and outcome, a histogram of run time, and handlers
   stuck past their time limit, counted from the events of the workers in this process
@@ -47,13 +47,16 @@ class DatabaseCollector:
         oldest = GaugeMetricFamily("leased_oldest_due_job_age_seconds",
                                    "How long the oldest due pending job of each queue has waited (0: none).",
                                    labels=["queue"])
+        paused = GaugeMetricFamily("leased_queue_paused", "1 while the queue is paused: no worker claims its jobs.",
+                                   labels=["queue"])
         for queue in overview.queues:
             for status, count in queue.counts.items():
                 jobs.add_metric([queue.queue_name, status], count)
             oldest.add_metric([queue.queue_name], queue.oldest_due_seconds or 0.0)
+            paused.add_metric([queue.queue_name], 1.0 if queue.paused else 0.0)
         workers = GaugeMetricFamily("leased_workers_alive", "Workers that renewed their presence recently.")
         workers.add_metric([], sum(worker.alive for worker in overview.workers))
-        yield from (jobs, oldest, workers, *_limit_gauges(overview.queues))
+        yield from (jobs, oldest, paused, workers, *_limit_gauges(overview.queues))
         yield from self._schedules()
 
     def _schedules(self) -> Iterator[Metric]:
@@ -68,6 +71,7 @@ class DatabaseCollector:
                 success.add_metric([schedule.name], schedule.last_success_at.timestamp())
             skipped.add_metric([schedule.name], schedule.skipped_ticks)
         yield from (success, skipped)
+
 
 def _limit_gauges(queues: list[QueueSummary]) -> tuple[Metric, Metric]:
     """The limits of the queues that have them (`leased limit`)."""

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, M
 from leased.backends.base import NewJob
 from leased.backoff import Backoff
 from leased.errors import ConfigurationError, PayloadError
-from leased.jobs import Job
+from leased.jobs import Job, JobStatus
 from leased.limits import KeyLimit, check_key, key_limit
 from leased.payloads import encode_arguments
+from leased.retention import task_retention
 
 if TYPE_CHECKING:
     from leased.app import Leased
@@ -198,7 +199,8 @@ class Task(Generic[P, R]):
     def __init__(self, app: Leased, func: Callable[P, R], *, name: str, queue_name: str, priority: int,
                  max_attempts: int, lease: float | timedelta, backoff: Backoff, takes_context: bool,
                  timeout: float | timedelta | None = None, concurrency: int | None = None,
-                 concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None):
+                 concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
+                 retention: Any = _UNSET):
         if not callable(func):
             raise ConfigurationError(f"a task needs a function, got {func!r}")
         if not isinstance(backoff, Backoff):
@@ -223,6 +225,9 @@ class Task(Generic[P, R]):
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),
             lease_seconds(lease), timeout_seconds=check_timeout(timeout))
+        # The statuses whose retention this task overrides (the pruner reads it); empty: the app's.
+        self.retention: dict[JobStatus, timedelta | None] = (
+            {} if retention is _UNSET else task_retention(retention, name))
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
 

@@ -7,6 +7,7 @@ Times that decide leases and schedules are taken from the database's clock, neve
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, Sequence
@@ -139,6 +140,28 @@ class TickOutcome:
     job: Job | None  # None: skipped, the previous run still pending or running
 
 
+@dataclass(frozen=True, slots=True)
+class PruneRule:
+    """Finished jobs of one status that finished over `older_than_seconds` ago: of `task_names`
+    only (None: every task) except `except_task_names`."""
+
+    status: JobStatus
+    older_than_seconds: float
+    task_names: tuple[str, ...] | None = None
+    except_task_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Jobs that finished as done and as failed in one minute, of one task on one queue."""
+
+    minute: datetime
+    queue_name: str
+    task_name: str
+    done: int
+    failed: int
+
+
 class Listener(Protocol):
     def wait(self, timeout: float) -> list[str]:
         """Queue names of jobs that became due; waits at most `timeout` seconds for the first."""
@@ -234,6 +257,31 @@ class Backend(Protocol):
         """A failed or cancelled job back to pending, due now; wakes workers as enqueue does."""
 
     def cancel(self, job_id: int) -> Job: ...
+
+    # Pausing queues: a paused queue's jobs are not claimed; pause and resume report whether they
+    # changed anything, and resume wakes the workers.
+    def pause_queue(self, queue_name: str) -> bool: ...
+
+    def resume_queue(self, queue_name: str) -> bool: ...
+
+    def paused_queues(self) -> dict[str, float]:
+        """Paused queues, with how many seconds each has been paused."""
+
+    # Pruning: only finished rows are read or deleted, in short transactions.
+    def prune_batch(self, rule: PruneRule, limit: int) -> int:
+        """Delete up to `limit` of the rule's jobs with their attempts, in one transaction that also
+        adds their done and failed counts to the per-minute rollup. Returns how many went."""
+
+    def count_prunable(self, rule: PruneRule) -> int: ...
+
+    def prune_throughput(self, older_than_seconds: float) -> int:
+        """Forget the rollup's minutes older than this."""
+
+    def pruning(self) -> AbstractContextManager[bool]:
+        """Enter to prune: True if this process may (on PostgreSQL, no other pruner holds the lock)."""
+
+    def throughput(self, window_seconds: float) -> list[Throughput]:
+        """Done and failed per minute, queue and task, pruned jobs included, oldest minute first."""
 
     def why_facts(self, job_id: int) -> JobFacts | None:
         """What leased.explain needs about one job, in one consistent read with the database's now."""

@@ -5,9 +5,11 @@ that must agree with each other, `_snapshot()` and how its driver returns times 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from typing import Any, Callable, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
+from leased.backends.base import PruneRule, Throughput
 from leased.backends.rows import attempt_from_row, job_from_row, worker_from_row
 from leased.explain import AHEAD_LIMIT, JobFacts
 from leased.jobs import JobStatus
@@ -63,3 +65,18 @@ class InspectionReads:
     def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int:
         return self._rows("count_jobs", status=status and status.value, task_name=task_name,
                           queue_name=queue_name)[0]["n"]
+
+    # Pausing and pruning (migration 0003).
+    def paused_queues(self) -> dict[str, float]:
+        return {row["queue_name"]: row["seconds"] for row in self._rows("paused_queues")}
+
+    def throughput(self, window_seconds: float) -> list[Throughput]:
+        return [Throughput(datetime.fromtimestamp(row["minute"], UTC), row["queue_name"], row["task_name"],
+                           int(row["done"]), int(row["failed"]))
+                for row in self._rows("throughput", window_seconds=window_seconds)]
+
+    def count_prunable(self, rule: PruneRule) -> int:
+        return self._rows("count_prunable", **self._rule_params(rule))[0]["n"]
+
+    def _rule_params(self, rule: PruneRule) -> dict[str, Any]:
+        raise NotImplementedError

@@ -135,8 +135,9 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
               help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT/metrics (needs leased[web]).")
 @click.option("--no-push", is_flag=True,
               help="Poll only: no LISTEN/NOTIFY wake-ups (behind PgBouncer in transaction pooling mode).")
+@click.option("--no-prune", is_flag=True, help="Delete no finished jobs (when `leased prune` runs from cron).")
 def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
-           log_level: str, metrics_port: int | None, no_push: bool) -> None:
+           log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool) -> None:
     """Run jobs until SIGINT or SIGTERM.
 
     On the first signal no new jobs are claimed and running ones may finish within the grace
@@ -158,7 +159,7 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
         logging.getLogger("leased.worker").info("metrics on http://127.0.0.1:%d/metrics", metrics_port)
     try:
         app.worker(concurrency=concurrency, queues=queue_names, poll_interval=poll_interval,
-                   shutdown_grace=shutdown_grace, push=not no_push).run()
+                   shutdown_grace=shutdown_grace, push=not no_push, prune=not no_prune).run()
     finally:
         app.close()
 
@@ -420,13 +421,17 @@ def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | N
 @click.option("--json", "as_json", is_flag=True, help="Print {queue: {status: count}} as JSON.")
 @click.pass_context
 def stats(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
-    """Count jobs per queue and status, and show the queues' limits."""
+    """Count jobs per queue and status; name the paused queues and show the queues' limits."""
     app = open_app(ctx, app_spec, database)
     counts = app.counts()
     if as_json:
         click.echo(output.to_json(counts))
         return
     click.echo(output.counts_table(counts) if counts else "no jobs yet")
+    paused = app.backend.paused_queues()
+    if paused:
+        click.echo("paused: " + ", ".join(f"{queue} (for {output.format_duration(seconds)})"
+                                           for queue, seconds in paused.items()))
     limits = app.limits()
     if limits:
         click.echo("\n" + limits_table(limits))
@@ -551,6 +556,59 @@ def limits_table(found: dict[str, QueueLimit]) -> str:
     return output.table(["QUEUE", "CONCURRENCY", "RATE"], [
         (name, "-" if queue_limit.concurrency is None else queue_limit.concurrency,
          "-" if queue_limit.rate_limit is None else queue_limit.rate_limit) for name, queue_limit in found.items()])
+
+
+# Pausing queues, and pruning finished jobs.
+def queue_target(values: tuple[str, ...]) -> tuple[str | None, str]:
+    """[APP] QUEUE: split by count, since a queue name may hold a colon as APP does."""
+    if len(values) > 2:
+        raise click.UsageError(f"expected [APP] QUEUE, got {len(values)} arguments")
+    return (None, values[0]) if len(values) == 1 else (values[0], values[1])
+
+
+@cli.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] QUEUE")
+@database_option
+@click.option("--force", is_flag=True, help="Pause a queue that no job has used yet.")
+@click.pass_context
+def pause(ctx: click.Context, target: tuple[str, ...], database: str | None, force: bool) -> None:
+    """Stop workers claiming QUEUE's jobs; running jobs finish and enqueue still works."""
+    app_spec, queue = queue_target(target)
+    paused = open_app(ctx, app_spec, database).pause(queue, force=force)
+    click.echo(f"queue {queue} " + ("paused: workers claim none of its jobs until `leased resume`" if paused
+                                    else "was paused already"))
+
+
+@cli.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] QUEUE")
+@database_option
+@click.pass_context
+def resume(ctx: click.Context, target: tuple[str, ...], database: str | None) -> None:
+    """Let workers claim QUEUE's jobs again, at once."""
+    app_spec, queue = queue_target(target)
+    resumed = open_app(ctx, app_spec, database).resume(queue)
+    click.echo(f"queue {queue} " + ("resumed" if resumed else "was not paused"))
+
+
+@cli.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--older-than", type=Duration(positive=True), metavar="DURATION",
+              help="Every finished job older than this (e.g. 3d), whatever its status and task; "
+                   "default: the app's retention settings.")
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@click.pass_context
+def prune(ctx: click.Context, app_spec: str | None, database: str | None, older_than: float | None,
+          dry_run: bool) -> None:
+    """Delete finished jobs past their retention, with their attempts, for your own cron.
+
+    Give APP (not --database) for the retention your Leased(...) and tasks set.
+    """
+    app = open_app(ctx, app_spec, database)
+    counts = app.prune(older_than=older_than, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb} " + ", ".join(f"{count:,} {status}" for status, count in counts.items())
+               + f" ({sum(counts.values()):,} jobs)")
 
 
 def main() -> None:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Sequence
 
-from leased.durations import format_duration  # re-exported: the commands format with it
+from leased.durations import format_duration, parse_duration  # noqa: F401  (re-exported for the commands)
 from leased.jobs import Job, JobStatus
 
 NONE = "-"
@@ -25,19 +24,6 @@ def local_time(value: datetime | None) -> str:
     if value is None:
         return NONE
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, None: 1}
-
-
-def parse_duration(text: str) -> float:
-    """'250ms', '10s', '5m', '2h', '1d' or a plain number of seconds; ValueError otherwise."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration: use e.g. 250ms, 10s, 5m, 2h, 1d or a number of seconds")
-    number, unit = match.groups()
-    return float(number) * _UNIT_SECONDS[unit.lower() if unit else None]
 
 
 def plural(count: int, noun: str) -> str:

@@ -6,8 +6,9 @@ completer (writes the ends that arrived meanwhile in one transaction, behind the
 the heartbeat (a thread renewing every held lease in one statement), the lease watchdog (stops a
 handler whose lease could run out before a renewal lands), the listener (a thread turning the
 database's wake-ups into a claim now), the announcer (keeps the worker's row fresh), the time
-limits (engine/timelimits.py: cancel a handler at its job's limit, hold a stuck thread's slot) and,
-with periodic tasks, the scheduler (engine/scheduler.py: enqueues their due ticks). If one
+limits (engine/timelimits.py: cancel a handler at its job's limit, hold a stuck thread's slot),
+the pruner (engine/pruner.py: deletes finished jobs past their retention) and, with periodic
+tasks, the scheduler (engine/scheduler.py: enqueues their due ticks). If one
 dies, the worker stops loudly. Shutdown has two phases: stop claiming and let running jobs finish
 within a grace period, then cancel what is left and release its leases at once. Signal handlers
 only call stop().
@@ -42,6 +43,7 @@ from leased.jobs import Job, Lease, Outcome
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, clean_text, encode_result
 
 if TYPE_CHECKING:
+    from leased.engine.pruner import Pruner
     from leased.tasks import Task
 
 log = logging.getLogger("leased.worker")
@@ -103,7 +105,7 @@ class Worker:
                  queues: list[str] | tuple[str, ...] | None = None, poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, worker_id: str | None = None,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, events: Events | None = None,
-                 push: bool = True, schedules: Sequence[ScheduledTicks] = ()):
+                 push: bool = True, schedules: Sequence[ScheduledTicks] = (), pruner: Pruner | None = None):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.backend = backend
@@ -118,6 +120,7 @@ class Worker:
         self.events = events or Events()
         self.push = push
         self.schedules = tuple(schedules)
+        self.pruner = pruner  # deletes finished jobs past their retention (engine/pruner.py)
         self._running: dict[Lease, _Running] = {}  # claimed, until the attempt's end is written
         self._handling = 0  # of those, how many are waiting for a slot or in their handler
         self._handler_ends: collections.deque[float] = collections.deque()  # recent, monotonic
@@ -188,6 +191,7 @@ class Worker:
         scheduler = None if stop_when_idle or not self.schedules else self._service(Scheduler(
             self.backend, self.schedules, wake_claimer=self.notify, is_transient=self._is_transient,
             retry_delay=retry_delay, poll_interval=self.poll_interval, worker_id=self.id).run())
+        pruner = self._service(self.pruner.run(self.id)) if self.pruner and not stop_when_idle else None
         if listener is not None:
             threading.Thread(target=self._listen, args=(listener,), name="leased-listener", daemon=True).start()
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
@@ -201,6 +205,8 @@ class Worker:
             announcer.cancel()
             if scheduler is not None:
                 scheduler.cancel()
+            if pruner is not None:
+                pruner.cancel()
             await self._unregister()
             self._threads.shutdown()
             self._heartbeat.stop()

@@ -42,6 +42,8 @@ def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | b
         Route("/jobs/{job_id:int}/retry", pages.retry, methods=["POST"], name="retry"),
         Route("/jobs/{job_id:int}/cancel", pages.cancel, methods=["POST"], name="cancel"),
         Route("/schedules", pages.schedules, name="schedules"),
+        Route("/queues/{queue_name}/pause", pages.pause_queue, methods=["POST"], name="pause_queue"),
+        Route("/queues/{queue_name}/resume", pages.resume_queue, methods=["POST"], name="resume_queue"),
         Route("/metrics", MetricsEndpoint(leased), name="metrics"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -10,7 +10,7 @@ in its thread pool) or hands the call to the pool itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Callable
 from urllib.parse import urlencode
 
@@ -22,6 +22,7 @@ from starlette.templating import Jinja2Templates
 from leased.app import Leased
 from leased.errors import ConfigurationError, InvalidTransition, JobNotFound
 from leased.jobs import JobStatus
+from leased.web.charts import throughput_chart
 from leased.web.security import CSRF_FIELD, Csrf, Flash
 
 PAGE_SIZE = 50
@@ -142,6 +143,7 @@ class Pages:
         overview = self.leased.overview()
         return self.render(request, "overview.html", {
             "overview": overview, "totals": overview.totals,
+            "chart": throughput_chart(self.leased.throughput(timedelta(seconds=overview.window_seconds))),
             "done_recently": sum(queue.done_recently for queue in overview.queues),
             "failed_recently": sum(queue.failed_recently for queue in overview.queues),
             "alive_workers": sum(1 for worker in overview.workers if worker.alive),
@@ -243,3 +245,28 @@ class Pages:
             return self._redirect(request, back, "ok", f"No failed jobs of {where} to retry.")
         plural = "job" if count == 1 else "jobs"
         return self._redirect(request, back, "ok", f"{count:,} failed {plural} of {where} sent back to pending.")
+
+    # Pausing queues.
+    async def pause_queue(self, request: Request) -> Response:
+        return await self._on_queue(request, pause=True)
+
+    async def resume_queue(self, request: Request) -> Response:
+        return await self._on_queue(request, pause=False)
+
+    async def _on_queue(self, request: Request, *, pause: bool) -> Response:
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        queue = request.path_params["queue_name"]
+        back = request.url_for("overview").path
+        act = self.leased.pause if pause else self.leased.resume
+        try:
+            changed = await run_in_threadpool(act, queue)
+        except ConfigurationError as error:
+            return self._redirect(request, back, "error", f"Not {'paused' if pause else 'resumed'}: {error}")
+        if pause:
+            text = (f"Queue {queue} is paused: no worker claims its jobs; running ones finish." if changed
+                    else f"Queue {queue} was paused already.")
+        else:
+            text = f"Queue {queue} runs again." if changed else f"Queue {queue} was not paused."
+        return self._redirect(request, back, "ok", text)

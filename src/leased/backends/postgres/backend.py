@@ -21,7 +21,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leased.admin import WorkerInfo
-from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, WorkerRecord
+from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, PruneRule, WorkerRecord
 from leased.backends.callers import wrong_connection
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
@@ -448,6 +448,7 @@ class PostgresBackend(InspectionReads, ScheduleStore):
 
     def _time_out(self, value: datetime | None) -> datetime | None:
         return _utc(value)
+
     # Limits per queue.
     def set_queue_limit(self, limit: QueueLimit) -> None:
         if limit.is_empty:
@@ -458,6 +459,36 @@ class PostgresBackend(InspectionReads, ScheduleStore):
 
     def queue_limits(self) -> list[QueueLimit]:
         return [queue_limit_from_row(row) for row in self._rows("queue_limits")]
+
+    # Pausing queues, and pruning finished jobs (migration 0003).
+    def pause_queue(self, queue_name: str) -> bool:
+        return self._fetch_one("pause_queue", queue_name=queue_name) is not None
+
+    def resume_queue(self, queue_name: str) -> bool:
+        return self._fetch_one("resume_queue", queue_name=queue_name) is not None  # NOTIFYs at commit
+
+    def _rule_params(self, rule: PruneRule) -> dict[str, Any]:
+        return {"status": rule.status.value, "older_than": rule.older_than_seconds,
+                "task_names": None if rule.task_names is None else list(rule.task_names),
+                "except_task_names": list(rule.except_task_names)}
+
+    def prune_batch(self, rule: PruneRule, limit: int) -> int:
+        return self._fetch_one("prune_batch", **self._rule_params(rule), limit=limit)["n"]
+
+    def prune_throughput(self, older_than_seconds: float) -> int:
+        with self._connection() as connection:
+            return connection.execute(QUERIES["prune_throughput"], {"older_than": older_than_seconds}).rowcount
+
+    @contextmanager
+    def pruning(self) -> Iterator[bool]:
+        """Holds the pruners' advisory lock on a connection of its own while the pass runs."""
+        with self._connection() as connection:
+            locked = connection.execute(QUERIES["try_prune_lock"]).fetchone()["locked"]
+            try:
+                yield locked
+            finally:
+                if locked:
+                    connection.execute(QUERIES["prune_unlock"])
 
     # Schema.
     def migrate(self, callers_connection: Any = None) -> list[int]:

@@ -86,6 +86,7 @@ WITH due AS (
       AND task_name = ANY(%(task_names)s::text[])
       AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
       AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
+      AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -281,9 +282,20 @@ WHERE status = 'pending' AND run_after <= now()
 GROUP BY queue_name;
 
 -- name: finished_since
-SELECT queue_name, status, count(*) AS n FROM leased_jobs
-WHERE finished_at >= now() - make_interval(secs => %(window_seconds)s::float8) AND status IN ('done', 'failed')
-GROUP BY queue_name, status;
+-- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
+SELECT queue_name, status, sum(n)::bigint AS n FROM (
+    SELECT queue_name, status, count(*) AS n FROM leased_jobs
+    WHERE finished_at >= now() - make_interval(secs => %(window_seconds)s::float8) AND status IN ('done', 'failed')
+    GROUP BY queue_name, status
+    UNION ALL
+    SELECT queue_name, 'done', sum(done) FROM leased_throughput
+    WHERE minute >= now() - make_interval(secs => %(window_seconds)s::float8) GROUP BY queue_name
+    UNION ALL
+    SELECT queue_name, 'failed', sum(failed) FROM leased_throughput
+    WHERE minute >= now() - make_interval(secs => %(window_seconds)s::float8) GROUP BY queue_name
+) AS finished
+GROUP BY queue_name, status
+HAVING sum(n) > 0;
 
 -- name: retry_failed
 -- Wakes listening workers once per queue with a retried job, as retry does.
@@ -475,7 +487,8 @@ SELECT pg_advisory_xact_lock(hashtext('leased.limits.' || current_schema()));
 -- its jobs are read. A key with no room costs one probe however many jobs wait behind it. The key's
 -- next job in claim order (its head) carries the key's limits. Limited queues read their own head
 -- through leased_jobs_queue_due; jobs without a key in other queues come from the due index as in
--- the plain claim. Room may be negative after a limit was lowered: nothing is claimed.
+-- the plain claim. A paused queue's jobs are left out of all three. Room may be negative after a
+-- limit was lowered: nothing is claimed.
 WITH RECURSIVE keys (key) AS (
     SELECT min(concurrency_key) FROM leased_jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL
     UNION ALL
@@ -511,6 +524,7 @@ WITH RECURSIVE keys (key) AS (
      WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= now()
        AND task_name = ANY(%(task_names)s::text[])
        AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
+       AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
        AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
      ORDER BY priority DESC, run_after, id
      LIMIT %(limit)s)
@@ -520,6 +534,7 @@ WITH RECURSIVE keys (key) AS (
         WHERE status = 'pending' AND concurrency_key IS NULL AND queue_name = queue_room.queue_name
           AND run_after <= now() AND task_name = ANY(%(task_names)s::text[])
           AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
+          AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
         ORDER BY priority DESC, run_after, id
         LIMIT greatest(queue_room.room, 0)
     ) AS job
@@ -529,6 +544,7 @@ WITH RECURSIVE keys (key) AS (
         WHERE status = 'pending' AND concurrency_key = key_room.key AND run_after <= now()
           AND task_name = ANY(%(task_names)s::text[])
           AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
+          AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
         ORDER BY priority DESC, run_after, id
         LIMIT greatest(key_room.room, 0)
     ) AS job
@@ -578,3 +594,84 @@ DELETE FROM leased_queue_limits WHERE queue_name = %(queue_name)s;
 
 -- name: queue_limits
 SELECT * FROM leased_queue_limits ORDER BY queue_name;
+-- Pausing queues, and pruning finished jobs (migration 0003).
+
+-- name: pause_queue
+-- Returns the queue only if this paused it (it was not paused already).
+INSERT INTO leased_queues AS q (queue_name, paused_at) VALUES (%(queue_name)s, now())
+ON CONFLICT (queue_name) DO UPDATE SET paused_at = now() WHERE q.paused_at IS NULL
+RETURNING queue_name;
+
+-- name: resume_queue
+-- Wakes listening workers at commit, as a job due now does.
+UPDATE leased_queues SET paused_at = NULL WHERE queue_name = %(queue_name)s AND paused_at IS NOT NULL
+RETURNING queue_name, pg_notify(left('leased.' || current_schema(), 63), queue_name);
+
+-- name: paused_queues
+SELECT queue_name, extract(epoch FROM now() - paused_at)::float8 AS seconds FROM leased_queues
+WHERE paused_at IS NOT NULL ORDER BY queue_name;
+
+-- name: try_prune_lock
+-- One pruner at a time per schema; a session lock, released by prune_unlock or when the session
+-- ends (a killed worker's included).
+SELECT pg_try_advisory_lock(1818583405, hashtext(current_schema())) AS locked;
+
+-- name: prune_unlock
+SELECT pg_advisory_unlock(1818583405, hashtext(current_schema()));
+
+-- name: prune_batch
+-- One batch of a rule's finished jobs in one statement: picked oldest first through the
+-- finished_at index (a pass with nothing to delete reads only the rows past the cutoff), locked
+-- with SKIP LOCKED (a row someone is retrying is theirs; a row that stopped matching, retried
+-- meanwhile, is re-checked and left), counted into the per-minute rollup and deleted with their
+-- attempts (ON DELETE CASCADE). Claimable rows are never read.
+WITH picked AS (
+    SELECT id FROM leased_jobs
+    WHERE finished_at < now() - make_interval(secs => %(older_than)s::float8) AND status = %(status)s::text
+      AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+      AND task_name <> ALL(%(except_task_names)s::text[])
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM leased_jobs AS job USING picked
+    WHERE job.id = picked.id AND job.status IN ('done', 'failed', 'cancelled')
+    RETURNING job.queue_name, job.task_name, job.status, job.finished_at
+), counted AS (
+    INSERT INTO leased_throughput AS t (minute, queue_name, task_name, done, failed)
+    SELECT date_trunc('minute', finished_at), queue_name, task_name,
+           count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed')
+    FROM deleted WHERE status IN ('done', 'failed')
+    GROUP BY 1, 2, 3
+    ON CONFLICT (minute, queue_name, task_name) DO UPDATE
+    SET done = t.done + excluded.done, failed = t.failed + excluded.failed
+)
+SELECT count(*) AS n FROM deleted;
+
+-- name: count_prunable
+SELECT count(*) AS n FROM leased_jobs
+WHERE finished_at < now() - make_interval(secs => %(older_than)s::float8) AND status = %(status)s::text
+  AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+  AND task_name <> ALL(%(except_task_names)s::text[]);
+
+-- name: prune_throughput
+DELETE FROM leased_throughput WHERE minute < now() - make_interval(secs => %(older_than)s::float8);
+
+-- name: throughput
+-- Done and failed jobs per minute, queue and task since the start of the minute `window_seconds`
+-- ago: the rollup of pruned jobs plus the rows still in the table (each job is in one of them).
+WITH since AS MATERIALIZED (
+    SELECT date_trunc('minute', now() - make_interval(secs => %(window_seconds)s::float8)) AS minute
+)
+SELECT extract(epoch FROM minute)::float8 AS minute, queue_name, task_name,
+       sum(done)::bigint AS done, sum(failed)::bigint AS failed
+FROM (
+    SELECT t.minute, t.queue_name, t.task_name, t.done, t.failed
+    FROM leased_throughput AS t, since WHERE t.minute >= since.minute
+    UNION ALL
+    SELECT date_trunc('minute', j.finished_at), j.queue_name, j.task_name,
+           (j.status = 'done')::int, (j.status = 'failed')::int
+    FROM leased_jobs AS j, since WHERE j.finished_at >= since.minute AND j.status IN ('done', 'failed')
+) AS finished
+GROUP BY 1, 2, 3
+ORDER BY 1;

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
-from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, WorkerRecord
+from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, PruneRule, WorkerRecord
 from leased.backends.callers import wrong_connection
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
@@ -381,6 +381,43 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
 
     def queue_limits(self) -> list[QueueLimit]:
         return [queue_limit_from_row(row) for row in self._rows("queue_limits")]
+
+    # Pausing queues, and pruning finished jobs (migration 0003).
+    def pause_queue(self, queue_name: str) -> bool:
+        with self._write() as connection:
+            return connection.execute(QUERIES["pause_queue"], {"queue_name": queue_name}).fetchone() is not None
+
+    def resume_queue(self, queue_name: str) -> bool:
+        with self._write() as connection:
+            resumed = connection.execute(QUERIES["resume_queue"], {"queue_name": queue_name}).fetchone() is not None
+        if resumed:  # after the commit, as for a new job: its jobs are claimable now
+            self._waker.wake(queue_name)
+        return resumed
+
+    def _rule_params(self, rule: PruneRule) -> dict[str, Any]:
+        return {"status": rule.status.value, "older_than": rule.older_than_seconds,
+                "task_names": None if rule.task_names is None else json.dumps(list(rule.task_names)),
+                "except_task_names": json.dumps(list(rule.except_task_names))}
+
+    def prune_batch(self, rule: PruneRule, limit: int) -> int:
+        # One short write transaction: SQLite's single writer serializes claims behind it, so the
+        # batch, not the pass, is what a claim may wait for.
+        with self._write() as connection:
+            ids = [row["id"] for row in connection.execute(QUERIES["prunable_ids"],
+                                                           {**self._rule_params(rule), "limit": limit})]
+            if not ids:
+                return 0
+            batch = {"ids": json.dumps(ids)}
+            connection.execute(QUERIES["count_pruned"], batch)
+            return connection.execute(QUERIES["delete_jobs"], batch).rowcount
+
+    def prune_throughput(self, older_than_seconds: float) -> int:
+        with self._write() as connection:
+            return connection.execute(QUERIES["prune_throughput"], {"older_than": older_than_seconds}).rowcount
+
+    @contextmanager
+    def pruning(self) -> Iterator[bool]:
+        yield True  # the write lock already serializes pruners batch by batch
 
     # Schema.
     def migrate(self, callers_connection: sqlite3.Connection | None = None) -> list[int]:

@@ -44,6 +44,7 @@ WHERE id IN (
       AND task_name IN (SELECT value FROM json_each(:task_names))
       AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
       AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
+      AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
     ORDER BY priority DESC, run_after, id
     LIMIT :limit
 )
@@ -173,9 +174,20 @@ WHERE status = 'pending' AND run_after <= leased_now()
 GROUP BY queue_name;
 
 -- name: finished_since
-SELECT queue_name, status, count(*) AS n FROM leased_jobs
-WHERE finished_at >= leased_now() - :window_seconds AND status IN ('done', 'failed')
-GROUP BY queue_name, status;
+-- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
+SELECT queue_name, status, sum(n) AS n FROM (
+    SELECT queue_name, status, count(*) AS n FROM leased_jobs
+    WHERE finished_at >= leased_now() - :window_seconds AND status IN ('done', 'failed')
+    GROUP BY queue_name, status
+    UNION ALL
+    SELECT queue_name, 'done', sum(done) FROM leased_throughput
+    WHERE minute >= leased_now() - :window_seconds GROUP BY queue_name
+    UNION ALL
+    SELECT queue_name, 'failed', sum(failed) FROM leased_throughput
+    WHERE minute >= leased_now() - :window_seconds GROUP BY queue_name
+)
+GROUP BY queue_name, status
+HAVING sum(n) > 0;
 
 -- name: retry_failed
 UPDATE leased_jobs
@@ -362,7 +374,8 @@ SELECT EXISTS (SELECT 1 FROM leased_jobs INDEXED BY leased_jobs_keyed_due
 -- its jobs are read. A key with no room costs one probe however many jobs wait behind it. The
 -- head job of a key (the next in claim order) carries the key's limits. Limited queues read their
 -- own head through leased_jobs_queue_due; jobs without a key in other queues come from the due
--- index as in the plain claim. Room may be negative after a limit was lowered: nothing is claimed.
+-- index as in the plain claim. A paused queue's jobs are left out of all three. Room may be
+-- negative after a limit was lowered: nothing is claimed.
 -- Indexes are named: without statistics the planner would find each next key by scanning every
 -- pending job.
 WITH RECURSIVE keys (key) AS (
@@ -404,6 +417,7 @@ WITH RECURSIVE keys (key) AS (
         WHERE status = 'pending' AND concurrency_key = key_room.key AND run_after <= leased_now()
           AND task_name IN (SELECT value FROM json_each(:task_names))
           AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+          AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
         ORDER BY priority DESC, run_after, id
         LIMIT :limit)
     WHERE key_room.room > 0
@@ -413,6 +427,7 @@ WITH RECURSIVE keys (key) AS (
         WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
           AND task_name IN (SELECT value FROM json_each(:task_names))
           AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+          AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
           AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
         ORDER BY priority DESC, run_after, id
         LIMIT :limit)
@@ -424,6 +439,7 @@ WITH RECURSIVE keys (key) AS (
           AND run_after <= leased_now()
           AND task_name IN (SELECT value FROM json_each(:task_names))
           AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+          AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
         ORDER BY priority DESC, run_after, id
         LIMIT :limit)
     WHERE queue_room.room > 0
@@ -468,3 +484,67 @@ DELETE FROM leased_queue_limits WHERE queue_name = :queue_name;
 
 -- name: queue_limits
 SELECT * FROM leased_queue_limits ORDER BY queue_name;
+-- Pausing queues, and pruning finished jobs (migration 0003).
+
+-- name: pause_queue
+-- Returns the queue only if this paused it (it was not paused already).
+INSERT INTO leased_queues (queue_name, paused_at) VALUES (:queue_name, leased_now())
+ON CONFLICT (queue_name) DO UPDATE SET paused_at = leased_now() WHERE paused_at IS NULL
+RETURNING queue_name;
+
+-- name: resume_queue
+UPDATE leased_queues SET paused_at = NULL WHERE queue_name = :queue_name AND paused_at IS NOT NULL
+RETURNING queue_name;
+
+-- name: paused_queues
+SELECT queue_name, leased_now() - paused_at AS seconds FROM leased_queues
+WHERE paused_at IS NOT NULL ORDER BY queue_name;
+
+-- name: prunable_ids
+-- One batch of a rule's finished jobs, oldest first through the finished_at index: a pass that
+-- finds nothing to delete reads only the rows past the cutoff.
+SELECT id FROM leased_jobs INDEXED BY leased_jobs_finished
+WHERE finished_at < leased_now() - :older_than AND status = :status
+  AND (:task_names IS NULL OR task_name IN (SELECT value FROM json_each(:task_names)))
+  AND task_name NOT IN (SELECT value FROM json_each(:except_task_names))
+ORDER BY finished_at
+LIMIT :limit;
+
+-- name: count_pruned
+-- Before the rows go, their counts go to the per-minute rollup (in the same transaction).
+INSERT INTO leased_throughput (minute, queue_name, task_name, done, failed)
+SELECT CAST(finished_at / 60 AS INTEGER) * 60, queue_name, task_name, sum(status = 'done'), sum(status = 'failed')
+FROM leased_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('done', 'failed')
+GROUP BY 1, 2, 3
+ON CONFLICT (minute, queue_name, task_name) DO UPDATE
+SET done = done + excluded.done, failed = failed + excluded.failed;
+
+-- name: delete_jobs
+-- Their attempts go with them (ON DELETE CASCADE). Only finished rows: the ids were picked in
+-- this transaction, which holds the write lock, so none can have changed since.
+DELETE FROM leased_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('done', 'failed', 'cancelled');
+
+-- name: count_prunable
+SELECT count(*) AS n FROM leased_jobs INDEXED BY leased_jobs_finished
+WHERE finished_at < leased_now() - :older_than AND status = :status
+  AND (:task_names IS NULL OR task_name IN (SELECT value FROM json_each(:task_names)))
+  AND task_name NOT IN (SELECT value FROM json_each(:except_task_names));
+
+-- name: prune_throughput
+DELETE FROM leased_throughput WHERE minute < leased_now() - :older_than;
+
+-- name: throughput
+-- Done and failed jobs per minute, queue and task since the start of the minute `window_seconds`
+-- ago: the rollup of pruned jobs plus the rows still in the table (each job is in one of them).
+WITH since AS MATERIALIZED (SELECT CAST((leased_now() - :window_seconds) / 60 AS INTEGER) * 60 AS minute)
+SELECT minute, queue_name, task_name, sum(done) AS done, sum(failed) AS failed FROM (
+    SELECT t.minute, t.queue_name, t.task_name, t.done, t.failed
+    FROM leased_throughput AS t, since WHERE t.minute >= since.minute
+    UNION ALL
+    SELECT CAST(j.finished_at / 60 AS INTEGER) * 60, j.queue_name, j.task_name, j.status = 'done', j.status = 'failed'
+    FROM leased_jobs AS j, since WHERE j.finished_at >= since.minute AND j.status IN ('done', 'failed')
+)
+GROUP BY minute, queue_name, task_name
+ORDER BY minute;
