@@ -8,6 +8,7 @@ second conftest would take that name from it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -67,6 +68,21 @@ def leased_tasks(db_alias: str, **options: Any) -> Iterator[Any]:
 def backend(db_alias) -> Iterator[Any]:
     with leased_tasks(db_alias) as leased_backend:
         yield leased_backend
+
+
+def run_async(coroutine: Any) -> Any:
+    """asyncio.run(coroutine), then close the Django connections of the thread sync_to_async used
+    (a PostgreSQL test database cannot be dropped while they are open)."""
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    async def and_close() -> Any:
+        try:
+            return await coroutine
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    return asyncio.run(and_close())
 
 
 def run_queued(backend: Any, **options: Any) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from datetime import timedelta
 
@@ -10,11 +9,10 @@ import pytest
 
 pytest.importorskip("django")
 
-from djangotest import backend, close_leased_connections, db_alias, leased_tasks, run_queued, worker_process  # noqa: E402,F401  (fixtures)
+from djangotest import backend, close_leased_connections, db_alias, leased_tasks, run_async, run_queued, worker_process  # noqa: E402,F401  (fixtures)
 
-from asgiref.sync import sync_to_async  # noqa: E402
 from conftest import wait_for  # noqa: E402
-from django.db import connections, transaction  # noqa: E402
+from django.db import transaction  # noqa: E402
 from django.tasks import TaskResultStatus, task, task_backends  # noqa: E402
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist  # noqa: E402
 from django.tasks.signals import task_enqueued, task_finished, task_started  # noqa: E402
@@ -23,7 +21,6 @@ from django.utils import timezone  # noqa: E402
 from signups import tasks  # noqa: E402
 from signups.models import Signup  # noqa: E402
 
-from leased import Backoff  # noqa: E402
 from leased.contrib.django import LeasedBackend, LeasedTask  # noqa: E402
 from leased.contrib.django.exceptions import LeaseExpired, TaskCancelled  # noqa: E402
 
@@ -169,14 +166,9 @@ def test_async_tasks_and_the_async_api(backend, db_alias):
         assert (await tasks.add_async.aget_result(result.id)).status == TaskResultStatus.READY
         return result
 
-    async def finished(result_id):
-        done = await tasks.add_async.aget_result(result_id)
-        await sync_to_async(connections.close_all)()  # the thread Django's async calls ran on
-        return done
-
-    result = asyncio.run(scenario())
+    result = run_async(scenario())
     run_queued(backend)
-    done = asyncio.run(finished(result.id))
+    done = run_async(tasks.add_async.aget_result(result.id))
     assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == 5
 
 
