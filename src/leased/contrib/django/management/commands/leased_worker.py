@@ -1,4 +1,4 @@
-"""python manage.py leased_worker [--concurrency N] [--queues a,b] [--backend ALIAS]
+"""python manage.py leased_worker [--concurrency N] [--queues a,b] [--backend ALIAS] [--until-empty]
 
 leased's Worker in Django's process: it imports every installed app's `tasks` module, runs the
 tasks of a LeasedBackend until SIGINT or SIGTERM (the first lets running tasks finish, within the
@@ -32,6 +32,8 @@ class Command(BaseCommand):
         parser.add_argument("--shutdown-grace", type=float, default=30.0,
                             help="seconds running tasks get to finish after the first stop signal")
         parser.add_argument("--worker-id", default=None, help="this worker's id (default: host:pid:random)")
+        parser.add_argument("--until-empty", action="store_true",
+                            help="run the tasks that are due, then exit (for cron jobs and tests)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from leased.contrib.django.backend import LeasedBackend
@@ -67,7 +69,7 @@ class Command(BaseCommand):
                           f"database {backend.database!r}")
         self.stdout.flush()
         try:
-            stats = worker.run()
+            stats = worker.run(stop_when_idle=options["until_empty"])
         except LeasedError as error:
             raise CommandError(str(error)) from None
         self.stdout.write(f"stopped: {stats.done} done, {stats.failed} failed, "
