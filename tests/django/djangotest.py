@@ -1,6 +1,6 @@
 """Set-up and helpers for the tests of the Django project under tests/django (pytest-django, on its
 test databases: SQLite, and PostgreSQL when reachable). Test modules import it after
-`pytest.importorskip("django")`: Django needs Python 3.12+.
+`pytest.importorskip("django.tasks")`: Django 6 needs Python 3.12+.
 
 Not a conftest.py: tests/conftest.py is imported as `conftest` by the other test modules, and a
 second conftest would take that name from it.

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-pytest.importorskip("django")
+pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
 from djangotest import backend, close_leased_connections, db_alias, leased_tasks, run_async, run_queued, worker_process  # noqa: E402,F401  (fixtures)
 

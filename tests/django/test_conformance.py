@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-pytest.importorskip("django")
+pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
 from djangotest import POSTGRES_PROBLEM, REQUIRE_POSTGRES, close_leased_connections, run_async, run_queued, tasks_setting  # noqa: E402,F401,I001
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("django")
+pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "django"
 SOURCE = Path(__file__).parent.parent.parent / "src"

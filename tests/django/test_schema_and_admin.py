@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-pytest.importorskip("django")
+pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
 from djangotest import backend, close_leased_connections, db_alias, run_queued  # noqa: E402,F401  (fixtures)
 
