@@ -24,6 +24,8 @@ COMPILE_ONLY = {
     "Using it": "a tour of the API in fragments: order_is_gone, steps, conn and job_id stand for the reader's "
                 "own, and `await` needs the reader's event loop",
     "The dashboard and metrics": "a Starlette mount inside the reader's ASGI app, with their token",
+    "With Django": "fragments of the reader's settings and tasks modules; the runnable project, "
+                   "examples/django, runs in tests/django/test_example.py",
 }
 RUN_SEPARATELY = {
     "Quick start": "test_quick_start_runs_and_prints_what_it_says checks its output too",

@@ -1,0 +1,1 @@
+"""Integrations with frameworks; each is an optional extra (leased[django])."""

@@ -1,0 +1,160 @@
+"""LeasedBackend: a django.tasks backend whose tasks are leased jobs in a Django database.
+
+    TASKS = {"default": {"BACKEND": "leased.contrib.django.LeasedBackend",
+                         "QUEUES": ["default", "mail"],
+                         "OPTIONS": {"database": "default", "max_attempts": 3, "lease": 30}}}
+
+enqueue() writes the job on Django's connection `database`, inside the caller's transaction if
+one is open; get_result() reads it there too (so it sees what this transaction wrote). Workers
+(`manage.py leased_worker`) and admin actions use leased's own connections to the same database.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import Task, TaskResult
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+
+from leased.app import Leased
+from leased.backoff import Backoff
+from leased.contrib.django.connection import database_url, raw_connection
+from leased.contrib.django.options import TASK_OPTIONS, LeasedTask, task_options
+from leased.contrib.django.results import new_result, task_as_enqueued, task_result
+from leased.engine.worker import Worker
+from leased.errors import ConfigurationError
+from leased.tasks import Task as LeasedHandler, check_queue_name
+
+BACKEND_OPTIONS = ("database", *TASK_OPTIONS)
+
+# Every Django task a LeasedBackend has validated, by the name its jobs store (its module path):
+# a worker runs them all, whichever backend alias they were declared with.
+_known_tasks: dict[str, Task] = {}
+# One Leased (its connections, its handlers) per database, shared by the backend instances that
+# Django makes per thread.
+_apps: dict[str, Leased] = {}
+_apps_lock = threading.Lock()
+
+
+class LeasedBackend(BaseTaskBackend):
+    task_class = LeasedTask
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]):
+        super().__init__(alias, params)
+        unknown = sorted(set(self.options) - set(BACKEND_OPTIONS))
+        if unknown:
+            raise InvalidTaskBackend(f"TASKS[{alias!r}]['OPTIONS'] has unknown option {unknown[0]!r}: "
+                                     f"leased's backend takes {', '.join(BACKEND_OPTIONS)}")
+        self.database: str = self.options.get("database", DEFAULT_DB_ALIAS)
+        try:
+            self.defaults = {name: check(self.options[name]) for name, check in TASK_OPTIONS.items()
+                             if name in self.options}
+            for queue_name in self.queues:
+                check_queue_name(queue_name)
+        except ConfigurationError as error:
+            raise InvalidTaskBackend(f"TASKS[{alias!r}]: {error}") from None
+
+    # The contract.
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        try:
+            check_queue_name(task.queue_name)
+        except ConfigurationError as error:
+            raise InvalidTask(str(error)) from None
+        task_options(task)
+        _known_tasks[task.module_path] = task
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))  # Django's TypeError first
+        options = {**self.defaults, **task_options(task)}
+        call = self._handler(task).using(
+            queue_name=task.queue_name, priority=task.priority, run_after=_aware(task.run_after),
+            connection=raw_connection(self.database),
+            **{name: options[name] for name in ("max_attempts", "lease") if name in options})
+        job = call.enqueue(*args, **kwargs)
+        result = new_result(task, job, self.alias, args, kwargs)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        from leased.contrib.django.models import read_job  # models need the app registry
+
+        job_id = str(result_id)
+        job = read_job(self.database, int(job_id)) if job_id.isdigit() and len(job_id) < 19 else None
+        if job is None:
+            raise TaskResultDoesNotExist(result_id)
+        try:
+            task = import_string(job.task_name)
+        except ImportError:
+            task = None
+        if not isinstance(task, Task):
+            raise TaskResultDoesNotExist(f"{result_id} (job of {job.task_name!r}, which is not a django.tasks Task)")
+        return task_result(task_as_enqueued(task, job, self.alias), job, self.alias)
+
+    def check(self, **kwargs: Any) -> list:
+        from leased.contrib.django.checks import backend_problems
+
+        return backend_problems(self)
+
+    # leased's side.
+    @property
+    def app(self) -> Leased:
+        """The Leased application on this backend's database (its own connections), made once per database."""
+        url = database_url(self.database)
+        with _apps_lock:
+            if url not in _apps:
+                _apps[url] = Leased(url, migrate=False)  # the schema is a Django migration
+            return _apps[url]
+
+    def worker(self, **options: Any) -> Worker:
+        """A leased Worker running every django.tasks Task imported so far (see leased_worker)."""
+        for task in list(_known_tasks.values()):
+            self._handler(task)
+        return self.app.worker(**options)
+
+    def _handler(self, task: Task) -> LeasedHandler:
+        app = self.app
+        handler = app.tasks.get(task.module_path)
+        if handler is None:
+            from leased.contrib.django.execution import handler_for
+
+            backoff = task_options(task).get("backoff") or self.defaults.get("backoff") or Backoff()
+            with _apps_lock:
+                handler = app.tasks.get(task.module_path) or app.task(
+                    name=task.module_path, queue_name=task.queue_name, backoff=backoff,
+                    takes_context=True)(handler_for(self, task))
+        return handler
+
+
+def _aware(run_after: Any) -> Any:
+    """run_after as leased wants it: aware (with USE_TZ = False, Django allows naive local times)."""
+    if run_after is None or timezone.is_aware(run_after):
+        return run_after
+    if isinstance(run_after, timedelta):
+        return run_after
+    return timezone.make_aware(run_after)
+
+
+def close_all() -> None:
+    """Close leased's own connections (those of workers' and admin actions' Leased apps).
+
+    Django's test runner needs this before it drops a PostgreSQL test database."""
+    with _apps_lock:
+        apps = list(_apps.values())
+        _apps.clear()
+    for app in apps:
+        app.close()

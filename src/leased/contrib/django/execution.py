@@ -1,0 +1,88 @@
+"""Running a django.tasks Task inside leased's worker, the way Django's own backends run one.
+
+The handler leased calls for a Django task: it sends task_started and task_finished, passes
+Django's TaskContext to tasks that take one, makes the return value JSON as Django does (a value
+that is not fails the attempt with TypeError), and closes stale Django connections around each
+task, as Django does around each request in a long-running process.
+"""
+
+from __future__ import annotations
+
+import inspect
+from datetime import UTC, datetime
+from traceback import format_exception
+from typing import TYPE_CHECKING, Any, Callable
+
+from django.db import close_old_connections, reset_queries
+from django.tasks.base import Task, TaskContext as DjangoTaskContext, TaskError, TaskResult, TaskResultStatus
+from django.tasks.signals import task_finished, task_started
+from django.utils.json import normalize_json
+
+from leased.contrib.django.results import class_path, new_result, task_as_enqueued, task_result
+from leased.engine.context import TaskContext
+from leased.errors import PermanentError
+
+if TYPE_CHECKING:
+    from leased.contrib.django.backend import LeasedBackend
+
+
+def handler_for(backend: LeasedBackend, task: Task) -> Callable[..., Any]:
+    """leased's handler for `task`: called with leased's context first, then the task's arguments."""
+
+    def run(leased_context: TaskContext, /, *args: Any, **kwargs: Any) -> Any:
+        close_old_connections()
+        reset_queries()
+        try:
+            return _run(backend, task, leased_context, args, kwargs)
+        finally:
+            close_old_connections()
+
+    # Arguments are checked at enqueue against the function's own parameters (without Django's context).
+    parameters = list(inspect.signature(task.func).parameters.values())[1 if task.takes_context else 0:]
+    leading = inspect.Parameter("leased_context", inspect.Parameter.POSITIONAL_ONLY)
+    run.__signature__ = inspect.Signature([leading, *parameters])  # type: ignore[attr-defined]
+    run.__name__ = run.__qualname__ = task.name
+    run.__module__ = task.func.__module__
+    return run
+
+
+def _run(backend: LeasedBackend, task: Task, leased_context: TaskContext, args: tuple, kwargs: dict) -> Any:
+    job, sender = leased_context.job, type(backend)
+    result = _running_result(backend, task, leased_context, list(args), kwargs)
+    task_started.send(sender=sender, task_result=result)
+    try:
+        if task.takes_context:
+            value = task.call(DjangoTaskContext(task_result=result), *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        value = normalize_json(value)  # TypeError for a value that is not JSON, as in Django's backends
+    except KeyboardInterrupt:
+        raise  # as Django's backends do: whoever interrupts wins, and the task is not marked failed
+    except BaseException as error:
+        result.errors.append(TaskError(exception_class_path=class_path(type(error)),
+                                       traceback="".join(format_exception(error))))
+        if isinstance(error, PermanentError) or job.attempt >= job.max_attempts:
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            object.__setattr__(result, "finished_at", datetime.now(UTC))
+            task_finished.send(sender=sender, task_result=result)  # in the except: Django's logger reads exc_info
+        raise
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", datetime.now(UTC))
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender=sender, task_result=result)
+    return value
+
+
+def _running_result(backend: LeasedBackend, task: Task, leased_context: TaskContext, args: list,
+                    kwargs: dict) -> TaskResult:
+    job, now = leased_context.job, datetime.now(UTC)
+    enqueued = task_as_enqueued(task, job, backend.alias)
+    if job.attempt > 1:  # a retry: earlier attempts' workers and errors are in the history
+        result = task_result(enqueued, backend.app.get_job(job.id), backend.alias)
+    else:
+        result = new_result(enqueued, job, backend.alias, args, kwargs)
+        object.__setattr__(result, "started_at", now)
+        result.worker_ids.append(leased_context.worker_id)
+    object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    object.__setattr__(result, "last_attempted_at", now)
+    return result

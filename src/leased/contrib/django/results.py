@@ -1,0 +1,115 @@
+"""leased's Job, as Django's TaskResult.
+
+    pending   -> READY       (waiting for its first attempt, or for a retry)
+    running   -> RUNNING
+    done      -> SUCCESSFUL  (return_value is the handler's result)
+    failed    -> FAILED
+    cancelled -> FAILED      (with a TaskError of class TaskCancelled: Django has no cancelled status)
+
+One entry in worker_ids per attempt, so `attempts` and `TaskContext.attempt` count them; one
+TaskError per attempt that failed: an exception, a worker that died (LeaseExpired), a lease lost
+to another worker (LeaseLost), a cancellation (TaskCancelled). An attempt given back by a worker
+shutting down is not a failure: the task runs again.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+
+from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
+from django.tasks.exceptions import InvalidTask
+
+from leased.contrib.django import exceptions
+from leased.jobs import Attempt, Job, JobStatus, Outcome
+
+STATUSES = {
+    JobStatus.PENDING: TaskResultStatus.READY,
+    JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.DONE: TaskResultStatus.SUCCESSFUL,
+    JobStatus.FAILED: TaskResultStatus.FAILED,
+    JobStatus.CANCELLED: TaskResultStatus.FAILED,
+}
+
+# Attempts that ended without an exception of the handler's own: the class that stands for each.
+_FAILURES_WITHOUT_EXCEPTION: dict[Outcome, type[Exception]] = {
+    Outcome.EXPIRED: exceptions.LeaseExpired,
+    Outcome.LEASE_LOST: exceptions.LeaseLost,
+    Outcome.CANCELLED: exceptions.TaskCancelled,
+}
+
+
+def class_path(error: type[BaseException]) -> str:
+    return f"{error.__module__}.{error.__qualname__}"
+
+
+def exception_class_path(error_type: str, traceback: str | None) -> str:
+    """The dotted path of a stored error's class.
+
+    leased stores the class's bare name; the traceback's last header for that name carries the
+    module (Python prints "package.module.Error: message", and builtins by name alone).
+    """
+    name = error_type
+    if traceback:
+        header = re.compile(rf"^((?:\w+\.)*{re.escape(error_type)})(?::|$)", re.MULTILINE)
+        found = header.findall(traceback)
+        if found:
+            name = found[-1]
+    if "." not in name and isinstance(getattr(builtins, name, None), type):
+        return f"builtins.{name}"
+    return name
+
+
+def task_error(attempt: Attempt) -> TaskError | None:
+    """The TaskError of one attempt, or None if the attempt did not fail."""
+    if attempt.outcome is Outcome.ERROR:
+        error_type = attempt.error_type or "Exception"
+        text = attempt.traceback or f"{error_type}: {attempt.error_message or ''}\n"
+        return TaskError(exception_class_path=exception_class_path(error_type, attempt.traceback), traceback=text)
+    stand_in = _FAILURES_WITHOUT_EXCEPTION.get(attempt.outcome)  # type: ignore[arg-type]
+    if stand_in is None:
+        return None
+    return TaskError(exception_class_path=class_path(stand_in),
+                     traceback=f"{class_path(stand_in)}: {attempt.error_message or stand_in.__doc__}\n")
+
+
+def task_as_enqueued(task: Task, job: Job, alias: str) -> Task:
+    """The task with the queue and priority the job was enqueued with (as enqueue() returned it)."""
+    try:
+        return task.using(queue_name=job.queue_name, priority=job.priority, backend=alias)
+    except InvalidTask:  # e.g. the queue has since left QUEUES: the declared task still names the function
+        return task
+
+
+def task_result(task: Task, job: Job, alias: str) -> TaskResult:
+    """The TaskResult of a job read with its history."""
+    history = job.history
+    errors = [error for error in map(task_error, history) if error is not None]
+    if job.status is JobStatus.CANCELLED and not any(a.outcome is Outcome.CANCELLED for a in history):
+        errors.append(TaskError(exception_class_path=class_path(exceptions.TaskCancelled),
+                                traceback=f"{class_path(exceptions.TaskCancelled)}: the job was cancelled "
+                                          "before it ran\n"))
+    result = TaskResult(
+        task=task,
+        id=str(job.id),
+        status=STATUSES[job.status],
+        enqueued_at=job.created_at,
+        started_at=history[0].started_at if history else None,
+        finished_at=job.finished_at if job.is_finished else None,
+        last_attempted_at=history[-1].started_at if history else None,
+        args=list(job.args),
+        kwargs=dict(job.kwargs),
+        backend=alias,
+        errors=errors,
+        worker_ids=[attempt.worker_id for attempt in history],
+    )
+    if job.status is JobStatus.DONE:
+        object.__setattr__(result, "_return_value", job.result)
+    return result
+
+
+def new_result(task: Task, job: Job, alias: str, args: list, kwargs: dict) -> TaskResult:
+    """The TaskResult enqueue() returns: READY, nothing run yet."""
+    return TaskResult(task=task, id=str(job.id), status=TaskResultStatus.READY, enqueued_at=job.created_at,
+                      started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
+                      backend=alias, errors=[], worker_ids=[])

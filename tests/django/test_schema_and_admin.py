@@ -1,0 +1,124 @@
+"""The Django migration builds leased's schema, and the admin shows, retries and cancels jobs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
+
+from djangotest import backend, close_leased_connections, db_alias, run_queued  # noqa: E402,F401  (fixtures)
+
+from conftest import postgres_schema  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connections  # noqa: E402
+from django.test import Client  # noqa: E402
+from signups import tasks  # noqa: E402
+from leased.backends.sqlite.backend import MIGRATIONS as SQLITE_MIGRATIONS  # noqa: E402
+
+from leased import Leased  # noqa: E402
+from leased.contrib.django.connection import database_url  # noqa: E402
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+def _leased_schema(url: str) -> list[tuple]:
+    """leased's tables, columns and indexes (without Django's), comparable across databases and schemas."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(url[len("sqlite:///"):]) as connection:
+            return connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
+                                      "WHERE tbl_name LIKE 'leased%' ORDER BY name").fetchall()
+    import psycopg
+
+    with psycopg.connect(url) as connection:
+        columns = connection.execute(
+            "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name LIKE 'leased%' ORDER BY 1, 2").fetchall()
+        indexes = connection.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename LIKE 'leased%' ORDER BY 1").fetchall()
+    return columns + [(name, re.sub(r"ON \w+\.", "ON ", definition)) for name, definition in indexes]
+
+
+def _leased_migrated(db_alias: str, tmp_path) -> list[tuple]:
+    """The schema `leased migrate` builds in an empty database of the same kind."""
+    if connections[db_alias].vendor == "sqlite":
+        return _migrated_by_leased(f"sqlite:///{tmp_path / 'leased.db'}")
+    with postgres_schema() as url:
+        return _migrated_by_leased(url)
+
+
+def _migrated_by_leased(url: str) -> list[tuple]:
+    app = Leased(url, migrate=False)
+    try:
+        # Every leased migration: a new one needs its Django migration (see migrations/), or this differs.
+        assert app.backend.migrate() == [migration.version for migration in SQLITE_MIGRATIONS]
+    finally:
+        app.close()
+    return _leased_schema(url)
+
+
+def test_manage_py_migrate_builds_the_schema_leased_migrate_builds(db_alias, tmp_path):
+    url = database_url(db_alias)  # the test database, migrated by Django's test runner
+    assert _leased_schema(url) == _leased_migrated(db_alias, tmp_path)
+    app = Leased(url, migrate=False)
+    try:
+        assert app.backend.migrate() == []  # `leased migrate` afterwards: nothing left to do
+    finally:
+        app.close()
+
+
+def test_manage_py_migrate_after_leased_migrate_is_a_no_op_and_zero_drops_the_tables(db_alias, tmp_path):
+    from leased.contrib.django.backend import close_all
+
+    close_all()  # the tables are about to be dropped under leased's own connections
+    url = database_url(db_alias)
+    call_command("migrate", "leased", "zero", database=db_alias, verbosity=0)
+    assert _leased_schema(url) == []
+    app = Leased(url, migrate=False)
+    try:
+        # Every leased migration: a new one needs its Django migration (see migrations/), or this differs.
+        assert app.backend.migrate() == [migration.version for migration in SQLITE_MIGRATIONS]
+    finally:
+        app.close()
+    call_command("migrate", "leased", database=db_alias, verbosity=0)
+    assert _leased_schema(url) == _leased_migrated(db_alias, tmp_path)
+
+
+@pytest.fixture
+def staff_client(db_alias) -> Client:
+    user = User.objects.create_superuser("admin", "admin@example.com", "secret")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_admin_lists_jobs_shows_attempts_and_retries_and_cancels(backend, staff_client, tmp_path):
+    failed = tasks.flaky.using(max_attempts=1).enqueue(5, str(tmp_path / "attempts"))
+    waiting = tasks.send_welcome.enqueue(1)
+    backend.app.cancel(int(waiting.id))
+    pending = tasks.send_welcome.enqueue(2)
+    run_queued(backend, queues=["default"])
+
+    listing = staff_client.get("/admin/leased/job/", {"status__exact": "failed"})
+    assert listing.status_code == 200
+    assert "signups.tasks.flaky" in listing.text and "Retry the selected" in listing.text
+
+    page = staff_client.get(f"/admin/leased/job/{failed.id}/change/")
+    assert page.status_code == 200
+    assert "ConnectionError" in page.text and "attempt 1 failed" in page.text and "<details>" in page.text
+    assert 'name="_save"' not in page.text  # read-only: actions change jobs, not forms
+
+    retried = staff_client.post("/admin/leased/job/", {"action": "retry_jobs", "_selected_action": [failed.id]},
+                                follow=True)
+    assert "1 retried" in retried.text
+    assert backend.get_result(failed.id).status == "READY"
+    cancelled = staff_client.post("/admin/leased/job/", {
+        "action": "cancel_jobs", "_selected_action": [pending.id, waiting.id]}, follow=True)
+    assert "1 cancelled" in cancelled.text and "only pending or running jobs" in cancelled.text
+    assert backend.get_result(pending.id).errors[0].exception_class_path.endswith("TaskCancelled")
+    backend.app.cancel(int(failed.id))

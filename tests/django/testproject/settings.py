@@ -1,0 +1,78 @@
+"""A small Django project for leased's backend: SQLite ("default") and, when reachable, PostgreSQL ("postgres").
+
+Each test run gets fresh test databases (a temporary SQLite file, a PostgreSQL database named after
+the run). Worker processes that tests start set LEASED_DJANGO_USE_TEST_DBS=1 to open those.
+"""
+
+import os
+import tempfile
+import uuid
+
+RUN_ID = os.environ.setdefault("LEASED_DJANGO_TEST_RUN", uuid.uuid4().hex[:10])  # inherited by worker processes
+USE_TEST_DBS = os.environ.get("LEASED_DJANGO_USE_TEST_DBS") == "1"
+SQLITE_TEST_NAME = os.path.join(tempfile.gettempdir(), f"leased-django-{RUN_ID}.sqlite3")
+POSTGRES_TEST_NAME = f"test_leased_django_{RUN_ID}"
+
+SECRET_KEY = "leased-tests-only"
+DEBUG = False
+USE_TZ = True
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "testproject.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "leased.contrib.django",
+    "signups",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": SQLITE_TEST_NAME if USE_TEST_DBS else SQLITE_TEST_NAME + ".unused",
+        # IMMEDIATE: a transaction takes SQLite's write lock when it begins, so a worker and a
+        # request never deadlock upgrading read locks (the setting leased recommends for Django on SQLite).
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30},
+        "TEST": {"NAME": SQLITE_TEST_NAME},
+    },
+}
+if os.environ.get("LEASED_DJANGO_POSTGRES") == "1":
+    from psycopg.conninfo import conninfo_to_dict
+
+    _postgres = conninfo_to_dict(os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    DATABASES["postgres"] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": POSTGRES_TEST_NAME if USE_TEST_DBS else _postgres.get("dbname", "test"),
+        "USER": _postgres.get("user", "postgres"),
+        "PASSWORD": _postgres.get("password", ""),
+        "HOST": _postgres.get("host", "127.0.0.1"),
+        "PORT": _postgres.get("port", "5432"),
+        "TEST": {"NAME": POSTGRES_TEST_NAME},
+    }
+
+TASKS = {
+    "default": {
+        "BACKEND": "leased.contrib.django.LeasedBackend",
+        "QUEUES": ["default", "mail"],
+        "OPTIONS": {"database": os.environ.get("LEASED_DJANGO_DATABASE", "default")},
+    },
+}
