@@ -344,3 +344,24 @@ def test_import_leased_loads_no_web_dependencies():
     code = ("import sys, leased, leased.web; heavy = {'starlette', 'jinja2', 'uvicorn', 'prometheus_client'}; "
             "print(sorted(heavy & set(sys.modules)))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+def test_jobs_list_shows_the_last_error_only_where_it_explains_the_status(app, client, jobs):
+    # A job that failed once and then succeeded keeps the error in its row; beside "done" it misleads.
+    tries = []
+
+    @app.task(name="flaky", max_attempts=1)
+    def flaky():
+        tries.append(1)
+        if len(tries) == 1:
+            raise ValueError("first time unlucky")
+
+    job = flaky.enqueue()
+    app.run_until_empty()
+    app.retry(job.id)
+    app.run_until_empty()
+    assert app.get_job(job.id).status == "done" and app.get_job(job.id).last_error
+    page = client.get("/jobs", params={"task": "flaky"}).text
+    assert "first time unlucky" not in page
+    failed_page = client.get("/jobs", params={"status": "failed"}).text
+    assert "ValueError: kaboom" in failed_page

@@ -97,3 +97,15 @@ class Job:
     @property
     def is_finished(self) -> bool:
         return self.status in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+
+    @property
+    def explaining_error(self) -> str | None:
+        """The last error where it explains the status: a failed job, or one waiting or running
+        again after a failed attempt. A job that ended done (after a retry) or was cancelled by a
+        user keeps the old error in its row, but showing it beside that status would mislead; the
+        history keeps every attempt's error."""
+        if self.status == JobStatus.FAILED:
+            return self.last_error
+        if self.status == JobStatus.PENDING and self.attempt > 0 or self.status == JobStatus.RUNNING and self.attempt > 1:
+            return self.last_error
+        return None

@@ -285,8 +285,8 @@ def describe_job(job: Job) -> str:
                                     f"(lease {output.format_duration(job.lease_seconds)})"))
     if job.idempotency_key:
         fields.append(("idempotency key", job.idempotency_key))
-    if output.explaining_error(job):
-        fields.append(("last error", output.explaining_error(job)))
+    if job.explaining_error:
+        fields.append(("last error", job.explaining_error))
     fields += [("args", output.readable_json(job.args)), ("kwargs", output.readable_json(job.kwargs))]
     if job.status == JobStatus.DONE:
         fields.append(("result", output.readable_json(job.result)))

@@ -88,22 +88,10 @@ def labelled(pairs: Sequence[tuple[str, str]], indent: str = "  ") -> str:
 
 
 # The tables several commands share.
-def explaining_error(job: Job) -> str | None:
-    """The job's last error where it explains the status: a failed job, or one waiting or running
-    again after a failed attempt. A job that ended done (after a retry) or was cancelled by a user
-    keeps the old error in its row, but showing it beside that status would mislead; `leased show`
-    lists every attempt's error."""
-    if job.status == JobStatus.FAILED:
-        return job.last_error
-    if job.status == JobStatus.PENDING and job.attempt > 0 or job.status == JobStatus.RUNNING and job.attempt > 1:
-        return job.last_error
-    return None
-
-
 def jobs_table(found: list[Job], indent: str = "") -> str:
     """One line per job; the time column is when it may run, or when it finished."""
     rows = [(job.id, job.task_name, job.queue_name, job.status, f"{job.attempt}/{job.max_attempts}",
-             local_time(job.finished_at if job.is_finished else job.run_after), one_line(explaining_error(job)))
+             local_time(job.finished_at if job.is_finished else job.run_after), one_line(job.explaining_error))
             for job in found]
     # The last error is cut to the terminal's width: `leased show ID` has all of it.
     return table(["ID", "TASK", "QUEUE", "STATUS", "ATTEMPT", "RUN AFTER/FINISHED", "LAST ERROR"], rows,
