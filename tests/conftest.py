@@ -9,6 +9,9 @@ PostgreSQL half is skipped, unless LEASED_REQUIRE_POSTGRES=1 (CI sets it) makes 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -181,3 +184,36 @@ def raw_scalar(app: Leased, query: str) -> object:
 
     with psycopg.connect(app.database_url) as connection:
         return connection.execute(query).fetchone()[0]
+
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+@pytest.fixture
+def worker_processes(database_url, tmp_path):
+    """start(script, worker_id, *args, clock=None, **env): a worker process running tests/<script>
+    (this checkout's leased, logging to tmp_path/<worker_id>.log); all are killed afterwards."""
+    here = Path(__file__).parent
+    processes = []
+
+    def start(script: str, worker_id: str, *arguments: str, clock: str | None = None,
+              **extra_env: str) -> subprocess.Popen:
+        log = open(tmp_path / f"{worker_id}.log", "w")
+        # The application name lets the fault tests find the workers' PostgreSQL sessions.
+        worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
+        env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
+               # This checkout's leased, not whichever one the virtualenv has installed.
+               "PYTHONPATH": os.pathsep.join([str(here), str(here.parent / "src")]), **extra_env}
+        if clock:  # libfaketime, preloaded into the worker itself so that signals reach it
+            env.update(LD_PRELOAD=LIBFAKETIME, FAKETIME=clock, DONT_FAKE_MONOTONIC="1")
+        process = subprocess.Popen([sys.executable, str(here / script), worker_id, *arguments], env=env,
+                                   stdout=log, stderr=subprocess.STDOUT)
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a SIGSTOPped one too
+            process.kill()
+        process.wait()

@@ -12,37 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import raw_scalar, raw_sql, wait_for
+from conftest import LIBFAKETIME, raw_scalar, raw_sql, wait_for
 from leased import JobStatus, Outcome
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
 @pytest.fixture
-def spawn(database_url, tmp_path):
-    processes = []
-
-    def start(worker_id: str, clock: str | None = None, **extra_env: str) -> subprocess.Popen:
-        log = open(tmp_path / f"{worker_id}.log", "w")
-        worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
-        env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
-               # This checkout's leased, not whichever one the virtualenv has installed.
-               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")]), **extra_env}
-        if clock:  # libfaketime, preloaded into the worker itself so that signals reach it
-            env.update(LD_PRELOAD=LIBFAKETIME, FAKETIME=clock, DONT_FAKE_MONOTONIC="1")
-        process = subprocess.Popen([sys.executable, str(HERE / "crash_app.py"), worker_id], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
-        processes.append(process)
-        return process
-
-    yield start
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGCONT)
-            process.kill()
-        process.wait()
+def spawn(worker_processes):
+    return lambda worker_id, clock=None, **env: worker_processes("crash_app.py", worker_id, clock=clock, **env)
 
 
 @pytest.fixture

@@ -7,9 +7,6 @@ largest overlap per key and per queue, and counts the starts the database record
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,27 +24,8 @@ import limits_app  # noqa: E402  (the same tasks the workers run)
 
 
 @pytest.fixture
-def workers(database_url, tmp_path):
-    processes = []
-
-    def start(worker_id: str) -> subprocess.Popen:
-        log = open(tmp_path / f"{worker_id}.log", "w")
-        env = {**os.environ, "LEASED_DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join(sys.path)}
-        process = subprocess.Popen([sys.executable, str(HERE / "limits_app.py"), worker_id], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
-        processes.append(process)
-        return process
-
-    yield start
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def workers(worker_processes):
+    return lambda worker_id: worker_processes("limits_app.py", worker_id)
 
 
 @pytest.fixture

@@ -3,11 +3,8 @@ between enqueueing a tick and running it."""
 
 from __future__ import annotations
 
-import os
 import signal
 import statistics
-import subprocess
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -22,23 +19,8 @@ TICKS = 20
 
 
 @pytest.fixture
-def spawn(database_url, tmp_path):
-    processes = []
-
-    def start(worker_id: str, *arguments: str) -> subprocess.Popen:
-        log = open(tmp_path / f"{worker_id}.log", "w")
-        env = {**os.environ, "LEASED_DATABASE_URL": database_url,
-               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")])}
-        process = subprocess.Popen([sys.executable, str(HERE / "schedule_app.py"), worker_id, *arguments], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
-        processes.append(process)
-        return process
-
-    yield start
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+def spawn(worker_processes):
+    return lambda worker_id, *arguments: worker_processes("schedule_app.py", worker_id, *arguments)
 
 
 @pytest.fixture
