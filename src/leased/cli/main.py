@@ -12,16 +12,16 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime, timedelta
-from typing import Any, Callable
+from typing import Any
 
 import click
 
-from leased.cli import output
+from leased.cli import operations, output
 from leased.cli.loading import Failure, load_app, open_app
+from leased.cli.options import Duration, database_option
 from leased.app import Leased
 from leased.errors import LeasedError
 from leased.jobs import Job, JobStatus, Outcome
-from leased.limits import QueueLimit
 
 
 class LeasedGroup(click.Group):
@@ -35,32 +35,6 @@ class LeasedGroup(click.Group):
             return super().invoke(ctx)
         except LeasedError as error:
             raise Failure(output.one_line(str(error))) from None
-
-
-class Duration(click.ParamType):
-    """250ms, 10s, 5m, 2h, 1d or a plain number of seconds, as float seconds."""
-
-    name = "duration"
-
-    def __init__(self, positive: bool = False):
-        self.positive = positive
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, (int, float)):
-            seconds = float(value)
-        else:
-            try:
-                seconds = output.parse_duration(value)
-            except ValueError as error:
-                self.fail(str(error), param, ctx)
-        if self.positive and seconds <= 0:
-            self.fail(f"{value!r} must be more than zero", param, ctx)
-        return seconds
-
-
-def database_option(function: Callable) -> Callable:
-    return click.option("--database", metavar="URL", envvar="LEASED_DATABASE_URL",
-                        help="Database URL, instead of APP (default: $LEASED_DATABASE_URL).")(function)
 
 
 def job_target(values: tuple[str, ...]) -> tuple[str | None, int]:
@@ -418,28 +392,6 @@ def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | N
 @cli.command()
 @click.argument("app_spec", metavar="[APP]", required=False)
 @database_option
-@click.option("--json", "as_json", is_flag=True, help="Print {queue: {status: count}} as JSON.")
-@click.pass_context
-def stats(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
-    """Count jobs per queue and status; name the paused queues and show the queues' limits."""
-    app = open_app(ctx, app_spec, database)
-    counts = app.counts()
-    if as_json:
-        click.echo(output.to_json(counts))
-        return
-    click.echo(output.counts_table(counts) if counts else "no jobs yet")
-    paused = app.backend.paused_queues()
-    if paused:
-        click.echo("paused: " + ", ".join(f"{queue} (for {output.format_duration(seconds)})"
-                                           for queue, seconds in paused.items()))
-    limits = app.limits()
-    if limits:
-        click.echo("\n" + limits_table(limits))
-
-
-@cli.command()
-@click.argument("app_spec", metavar="[APP]", required=False)
-@database_option
 @click.option("--sql", "print_sql", is_flag=True,
               help="Print the schema SQL instead of applying it, for your own migration tool.")
 @click.pass_context
@@ -498,117 +450,8 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
         server.run(asgi_app, sock)
 
 
-@cli.command()
-@click.argument("app_spec", metavar="[APP]", required=False)
-@database_option
-@click.option("--json", "as_json", is_flag=True, help="Print the schedules as a JSON array.")
-@click.pass_context
-def schedules(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
-    """List periodic tasks: schedule, next run, the last tick's job and its status, skipped ticks.
-
-    With APP, also those no worker has seen yet, and which stored ones the code no longer has.
-    """
-    import dataclasses
-
-    found = open_app(ctx, app_spec, database).list_schedules()
-    if as_json:
-        click.echo(output.to_json([dataclasses.asdict(info) for info in found]))
-    elif not found:
-        click.echo("no schedules" + ("" if app_spec else " stored yet"))
-    else:
-        click.echo(output.schedules_table(found, datetime.now(UTC)))
-
-
-# Limits per queue, across all workers.
-@cli.command()
-@click.argument("app_spec", metavar="APP")
-@click.argument("queue_name", metavar="QUEUE")
-@click.option("--concurrency", type=int, metavar="N", help="At most N of the queue's jobs running at once.")
-@click.option("--rate", "rate_limit", metavar="N/UNIT", help="At most N starts per second, minute or hour: 100/m.")
-@click.option("--clear", is_flag=True, help="Remove the queue's limits.")
-@click.pass_context
-def limit(ctx: click.Context, app_spec: str, queue_name: str, concurrency: int | None, rate_limit: str | None,
-          clear: bool) -> None:
-    """Set a queue's limits (replacing any before), or --clear them."""
-    if clear == (concurrency is not None or rate_limit is not None):
-        raise Failure("give --concurrency N and/or --rate N/UNIT, or --clear alone")
-    queue_limit = open_app(ctx, app_spec, None).limit(queue_name, concurrency=concurrency, rate_limit=rate_limit)
-    click.echo(f"queue {queue_name}: " + ("no limits" if clear else queue_limit.describe()))
-
-
-@cli.command()
-@click.argument("app_spec", metavar="[APP]", required=False)
-@database_option
-@click.option("--json", "as_json", is_flag=True, help="Print {queue: {concurrency, rate_limit}} as JSON.")
-@click.pass_context
-def limits(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
-    """List the queues' limits."""
-    found = open_app(ctx, app_spec, database).limits()
-    if as_json:
-        click.echo(output.to_json({name: {"concurrency": queue_limit.concurrency,
-                                          "rate_limit": queue_limit.rate_limit and str(queue_limit.rate_limit)}
-                                   for name, queue_limit in found.items()}))
-    else:
-        click.echo(limits_table(found) if found else "no queue has a limit")
-
-
-def limits_table(found: dict[str, QueueLimit]) -> str:
-    return output.table(["QUEUE", "CONCURRENCY", "RATE"], [
-        (name, "-" if queue_limit.concurrency is None else queue_limit.concurrency,
-         "-" if queue_limit.rate_limit is None else queue_limit.rate_limit) for name, queue_limit in found.items()])
-
-
-# Pausing queues, and pruning finished jobs.
-def queue_target(values: tuple[str, ...]) -> tuple[str | None, str]:
-    """[APP] QUEUE: split by count, since a queue name may hold a colon as APP does."""
-    if len(values) > 2:
-        raise click.UsageError(f"expected [APP] QUEUE, got {len(values)} arguments")
-    return (None, values[0]) if len(values) == 1 else (values[0], values[1])
-
-
-@cli.command()
-@click.argument("target", nargs=-1, required=True, metavar="[APP] QUEUE")
-@database_option
-@click.option("--force", is_flag=True, help="Pause a queue that no job has used yet.")
-@click.pass_context
-def pause(ctx: click.Context, target: tuple[str, ...], database: str | None, force: bool) -> None:
-    """Stop workers claiming QUEUE's jobs; running jobs finish and enqueue still works."""
-    app_spec, queue = queue_target(target)
-    paused = open_app(ctx, app_spec, database).pause(queue, force=force)
-    click.echo(f"queue {queue} " + ("paused: workers claim none of its jobs until `leased resume`" if paused
-                                    else "was paused already"))
-
-
-@cli.command()
-@click.argument("target", nargs=-1, required=True, metavar="[APP] QUEUE")
-@database_option
-@click.pass_context
-def resume(ctx: click.Context, target: tuple[str, ...], database: str | None) -> None:
-    """Let workers claim QUEUE's jobs again, at once."""
-    app_spec, queue = queue_target(target)
-    resumed = open_app(ctx, app_spec, database).resume(queue)
-    click.echo(f"queue {queue} " + ("resumed" if resumed else "was not paused"))
-
-
-@cli.command()
-@click.argument("app_spec", metavar="[APP]", required=False)
-@database_option
-@click.option("--older-than", type=Duration(positive=True), metavar="DURATION",
-              help="Every finished job older than this (e.g. 3d), whatever its status and task; "
-                   "default: the app's retention settings.")
-@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
-@click.pass_context
-def prune(ctx: click.Context, app_spec: str | None, database: str | None, older_than: float | None,
-          dry_run: bool) -> None:
-    """Delete finished jobs past their retention, with their attempts, for your own cron.
-
-    Give APP (not --database) for the retention your Leased(...) and tasks set.
-    """
-    app = open_app(ctx, app_spec, database)
-    counts = app.prune(older_than=older_than, dry_run=dry_run)
-    verb = "would delete" if dry_run else "deleted"
-    click.echo(f"{verb} " + ", ".join(f"{count:,} {status}" for status, count in counts.items())
-               + f" ({sum(counts.values()):,} jobs)")
+for command in operations.COMMANDS:  # after the job commands: the tour goes on with the queues
+    cli.add_command(command)
 
 
 def main() -> None:

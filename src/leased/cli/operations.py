@@ -1,0 +1,149 @@
+"""The commands for queues as a whole: counts, pause and resume, limits, schedules, pruning."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import click
+
+from leased.cli import output
+from leased.cli.loading import Failure, open_app
+from leased.cli.options import Duration, database_option
+from leased.limits import QueueLimit
+
+
+@click.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--json", "as_json", is_flag=True, help="Print {queue: {status: count}} as JSON.")
+@click.pass_context
+def stats(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
+    """Count jobs per queue and status; name the paused queues and show the queues' limits."""
+    app = open_app(ctx, app_spec, database)
+    counts = app.counts()
+    if as_json:
+        click.echo(output.to_json(counts))
+        return
+    click.echo(output.counts_table(counts) if counts else "no jobs yet")
+    paused = app.backend.paused_queues()
+    if paused:
+        click.echo("paused: " + ", ".join(f"{queue} (for {output.format_duration(seconds)})"
+                                           for queue, seconds in paused.items()))
+    limits = app.limits()
+    if limits:
+        click.echo("\n" + limits_table(limits))
+
+
+@click.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--json", "as_json", is_flag=True, help="Print the schedules as a JSON array.")
+@click.pass_context
+def schedules(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
+    """List periodic tasks: schedule, next run, the last tick's job and its status, skipped ticks.
+
+    With APP, also those no worker has seen yet, and which stored ones the code no longer has.
+    """
+    found = open_app(ctx, app_spec, database).list_schedules()
+    if as_json:
+        click.echo(output.to_json([dataclasses.asdict(info) for info in found]))
+    elif not found:
+        click.echo("no schedules" + ("" if app_spec else " stored yet"))
+    else:
+        click.echo(output.schedules_table(found, datetime.now(UTC)))
+
+
+# Limits per queue, across all workers.
+@click.command()
+@click.argument("app_spec", metavar="APP")
+@click.argument("queue_name", metavar="QUEUE")
+@click.option("--concurrency", type=int, metavar="N", help="At most N of the queue's jobs running at once.")
+@click.option("--rate", "rate_limit", metavar="N/UNIT", help="At most N starts per second, minute or hour: 100/m.")
+@click.option("--clear", is_flag=True, help="Remove the queue's limits.")
+@click.pass_context
+def limit(ctx: click.Context, app_spec: str, queue_name: str, concurrency: int | None, rate_limit: str | None,
+          clear: bool) -> None:
+    """Set a queue's limits (replacing any before), or --clear them."""
+    if clear == (concurrency is not None or rate_limit is not None):
+        raise Failure("give --concurrency N and/or --rate N/UNIT, or --clear alone")
+    queue_limit = open_app(ctx, app_spec, None).limit(queue_name, concurrency=concurrency, rate_limit=rate_limit)
+    click.echo(f"queue {queue_name}: " + ("no limits" if clear else queue_limit.describe()))
+
+
+@click.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--json", "as_json", is_flag=True, help="Print {queue: {concurrency, rate_limit}} as JSON.")
+@click.pass_context
+def limits(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
+    """List the queues' limits."""
+    found = open_app(ctx, app_spec, database).limits()
+    if as_json:
+        click.echo(output.to_json({name: {"concurrency": queue_limit.concurrency,
+                                          "rate_limit": queue_limit.rate_limit and str(queue_limit.rate_limit)}
+                                   for name, queue_limit in found.items()}))
+    else:
+        click.echo(limits_table(found) if found else "no queue has a limit")
+
+
+def limits_table(found: dict[str, QueueLimit]) -> str:
+    return output.table(["QUEUE", "CONCURRENCY", "RATE"], [
+        (name, "-" if queue_limit.concurrency is None else queue_limit.concurrency,
+         "-" if queue_limit.rate_limit is None else queue_limit.rate_limit) for name, queue_limit in found.items()])
+
+
+# Pausing queues, and pruning finished jobs.
+def queue_target(values: tuple[str, ...]) -> tuple[str | None, str]:
+    """[APP] QUEUE: split by count, since a queue name may hold a colon as APP does."""
+    if len(values) > 2:
+        raise click.UsageError(f"expected [APP] QUEUE, got {len(values)} arguments")
+    return (None, values[0]) if len(values) == 1 else (values[0], values[1])
+
+
+@click.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] QUEUE")
+@database_option
+@click.option("--force", is_flag=True, help="Pause a queue that no job has used yet.")
+@click.pass_context
+def pause(ctx: click.Context, target: tuple[str, ...], database: str | None, force: bool) -> None:
+    """Stop workers claiming QUEUE's jobs; running jobs finish and enqueue still works."""
+    app_spec, queue = queue_target(target)
+    paused = open_app(ctx, app_spec, database).pause(queue, force=force)
+    click.echo(f"queue {queue} " + ("paused: workers claim none of its jobs until `leased resume`" if paused
+                                    else "was paused already"))
+
+
+@click.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] QUEUE")
+@database_option
+@click.pass_context
+def resume(ctx: click.Context, target: tuple[str, ...], database: str | None) -> None:
+    """Let workers claim QUEUE's jobs again, at once."""
+    app_spec, queue = queue_target(target)
+    resumed = open_app(ctx, app_spec, database).resume(queue)
+    click.echo(f"queue {queue} " + ("resumed" if resumed else "was not paused"))
+
+
+@click.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--older-than", type=Duration(positive=True), metavar="DURATION",
+              help="Every finished job older than this (e.g. 3d), whatever its status and task; "
+                   "default: the app's retention settings.")
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@click.pass_context
+def prune(ctx: click.Context, app_spec: str | None, database: str | None, older_than: float | None,
+          dry_run: bool) -> None:
+    """Delete finished jobs past their retention, with their attempts, for your own cron.
+
+    Give APP (not --database) for the retention your Leased(...) and tasks set.
+    """
+    app = open_app(ctx, app_spec, database)
+    counts = app.prune(older_than=older_than, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb} " + ", ".join(f"{count:,} {status}" for status, count in counts.items())
+               + f" ({sum(counts.values()):,} jobs)")
+
+
+COMMANDS = [stats, pause, resume, limit, limits, schedules, prune]
