@@ -30,7 +30,7 @@ class ScheduleStore:
     def _transaction(self) -> AbstractContextManager[Any]:
         raise NotImplementedError
 
-    def _execute(self, connection: Any, name: str, **params: Any) -> Any:
+    def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
         """Run a named query on `connection`; returns a cursor with its rows."""
         raise NotImplementedError
 

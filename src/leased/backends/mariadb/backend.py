@@ -179,7 +179,7 @@ class MariaDBBackend(SQLBackend):
                 time.sleep(0.001 * 2 ** attempt)  # let the transaction that won finish first
         raise AssertionError("unreachable")
 
-    def _execute(self, connection: Any, name: str, **params: Any) -> Any:
+    def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
         cursor = connection.cursor(DictCursor)
         cursor.execute(QUERIES[name], params)
         return cursor

@@ -422,7 +422,7 @@ class PostgresBackend(SQLBackend):
     def _run_script(self, connection: psycopg.Connection, script: str) -> None:
         connection.execute(script)  # no parameters: sent as one multi-statement script
 
-    def _execute(self, connection: psycopg.Connection, name: str, **params: Any) -> psycopg.Cursor:
+    def _execute(self, connection: psycopg.Connection, name: str, /, **params: Any) -> psycopg.Cursor:
         return connection.execute(QUERIES[name], params)
 
     def _is_missing_table(self, error: BaseException) -> bool:

@@ -393,7 +393,7 @@ class SQLiteBackend(SQLBackend):
         for statement in _statements(script):  # executescript would commit our transaction
             connection.execute(statement)
 
-    def _execute(self, connection: sqlite3.Connection, name: str, **params: Any) -> sqlite3.Cursor:
+    def _execute(self, connection: sqlite3.Connection, name: str, /, **params: Any) -> sqlite3.Cursor:
         return connection.execute(QUERIES[name], params)
 
     def _is_missing_table(self, error: BaseException) -> bool:
