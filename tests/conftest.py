@@ -27,7 +27,12 @@ from leased.engine.worker import Worker
 
 POSTGRES_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("LEASED_REQUIRE_POSTGRES") == "1"
-BACKENDS = ["sqlite", "postgres"]
+MARIADB_URL = os.environ.get("LEASED_TEST_MARIADB_URL", "mariadb://root@127.0.0.1:3306/test")
+REQUIRE_MARIADB = os.environ.get("LEASED_REQUIRE_MARIADB") == "1"
+# MariaDB joins the behavioural suite with LEASED_TEST_MARIADB=1 (or LEASED_REQUIRE_MARIADB=1) until
+# it passes all of it; then it belongs in the list unconditionally, and .ci/run requires it.
+TEST_MARIADB = REQUIRE_MARIADB or os.environ.get("LEASED_TEST_MARIADB") == "1"
+BACKENDS = ["sqlite", "postgres", *(["mariadb"] if TEST_MARIADB else [])]
 
 # Subprocesses (the CLI, crash and README tests) import leased from this tree, as this process does:
 # a relative PYTHONPATH=src would not hold in their working directories, and they would quietly
@@ -90,19 +95,60 @@ def postgres_schema() -> Iterator[str]:
             connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+def _mariadb_connection(url: str = MARIADB_URL):
+    import MySQLdb
+
+    from leased.backends.mariadb.backend import connect_arguments
+
+    arguments, _ = connect_arguments(url)
+    return MySQLdb.connect(**{**arguments, "connect_timeout": 3})
+
+
+def _mariadb_problem() -> str | None:
+    try:
+        _mariadb_connection().close()
+        return None
+    except Exception as error:  # missing driver or unreachable server
+        return f"MariaDB not available at {MARIADB_URL}: {error}"
+
+
+_MARIADB_PROBLEM = _mariadb_problem()
+
+
+@contextmanager
+def mariadb_database() -> Iterator[str]:
+    """A URL of a database of its own on the MariaDB server, dropped afterwards."""
+    name = f"leased_test_{uuid.uuid4().hex[:12]}"
+    connection = _mariadb_connection()
+    try:
+        connection.cursor().execute(f"CREATE DATABASE `{name}`")
+        yield MARIADB_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        connection.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        connection.close()
+
+
+_PROBLEMS = {"postgres": (_POSTGRES_PROBLEM, REQUIRE_POSTGRES), "mariadb": (_MARIADB_PROBLEM, REQUIRE_MARIADB)}
+
+
 @pytest.fixture(params=BACKENDS)
 def backend_name(request) -> str:
-    if request.param == "postgres" and _POSTGRES_PROBLEM:
-        if REQUIRE_POSTGRES:
-            pytest.fail(_POSTGRES_PROBLEM)
-        pytest.skip(_POSTGRES_PROBLEM)
+    problem, required = _PROBLEMS.get(request.param, (None, False))
+    if problem:
+        if required:
+            pytest.fail(problem)
+        pytest.skip(problem)
     return request.param
 
 
 @pytest.fixture
 def database_url(backend_name, tmp_path) -> Iterator[str]:
+    """The one fixture a backend adds to run the whole behavioural suite: a fresh database URL."""
     if backend_name == "sqlite":
         yield f"sqlite:///{tmp_path / 'jobs.db'}"
+    elif backend_name == "mariadb":
+        with mariadb_database() as url:
+            yield url
     else:
         with postgres_schema() as url:
             yield url

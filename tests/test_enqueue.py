@@ -236,13 +236,22 @@ def test_a_batch_mixing_keys_gets_each_position_its_job(app, notify):
 
 
 def test_a_key_freed_before_the_lookup_is_inserted_after_all(app, notify):
-    # The branch taken when a worker claims the key's holder between our insert and our lookup.
+    # The branch taken when a worker claims the key's holder between our insert and our lookup:
+    # the first insert is answered "key held", the lookup then finds no holder, the next insert wins.
+    from leased.backends.enqueueing import InsertJobs, drive, enqueue_steps
+
     new = notify.using(idempotency_key="k").new_job(("p",), {})
-    if isinstance(app.backend._connection(), sqlite3.Connection):
-        job, created = app.backend._held_or_inserted(app.backend._connection(), new)
-    else:
-        with app.backend._connection() as connection:
-            job, created = app.backend._held_or_inserted(connection, new)
+    app.migrate()
+    inserts = []
+
+    def answer(connection, step):
+        if isinstance(step, InsertJobs) and not inserts:
+            inserts.append(step)
+            return [None]
+        return app.backend._answer(connection, step)
+
+    with app.backend._transaction() as connection:
+        ((job, created),) = drive(enqueue_steps([new]), lambda step: answer(connection, step))
     assert created and app.get_job(job.id) == job and job.idempotency_key == "k"
 
 
@@ -352,7 +361,7 @@ def test_positional_calls_are_checked_as_strictly_as_bind(tmp_path):
 
 
 def test_a_batch_larger_than_one_statement_keeps_order_and_keys(app, notify, monkeypatch):
-    monkeypatch.setattr("leased.backends.rows.INSERT_BATCH", 3)
+    monkeypatch.setattr("leased.backends.enqueueing.INSERT_BATCH", 3)
     held = notify.using(idempotency_key="held").enqueue("pending")
     keys = [None, "k", None, "held", None, None, None, "k", "m", None]
     batch = [notify.using(idempotency_key=key).new_job((n,), {}) for n, key in enumerate(keys)]

@@ -24,6 +24,10 @@ def test_claim_reads_the_due_index_not_the_table(app, backend_name):
         plan = " ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + SQLITE["claim"], params))
         assert "USING INDEX leased_jobs_due" in plan and "SCAN leased_jobs " not in plan + " ", plan
         return
+    if backend_name == "mariadb":
+        plan = _mariadb_claim_plan(app)
+        assert plan["key"] == "leased_jobs_due" and plan["type"] == "range" and int(plan["rows"]) <= HISTORY // 50, plan
+        return
     plan = _postgres_claim_plan(app, "CASE WHEN i %% 100 = 0 THEN 'pending' ELSE 'done' END", analyze=True)
     assert "leased_jobs_due" in plan and "Seq Scan on leased_jobs" not in plan, plan
 
@@ -62,3 +66,27 @@ def test_sqlite_finish_looks_each_job_up_by_id(app, backend_name):
     connection = app.backend._connection()
     plan = " ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + SQLITE["finish"], {"ends": "[]"}))
     assert "INTEGER PRIMARY KEY" in plan and "leased_jobs_status" not in plan, plan
+
+
+def _mariadb_claim_plan(app) -> dict:
+    """The claim's access to leased_jobs over HISTORY rows, one in a hundred pending: a range of the
+    due index, whose generated column is NULL for every job not pending."""
+    from conftest import _mariadb_connection
+    from MySQLdb.cursors import DictCursor
+
+    from leased.backends.mariadb.backend import QUERIES as MARIADB
+
+    connection = _mariadb_connection(app.database_url)
+    try:
+        cursor = connection.cursor(DictCursor)
+        cursor.execute(
+            "INSERT INTO leased_jobs (task_name, queue_name, status, args, kwargs, max_attempts, lease_seconds, "
+            "run_after, created_at, finished_at) SELECT 't', 'default', IF(seq %% 100 = 0, 'pending', 'done'), "
+            "'[]', '{}', 3, 30, 0, 0, 0 FROM seq_1_to_%s" % HISTORY)
+        cursor.execute("ANALYZE TABLE leased_jobs")
+        cursor.fetchall()
+        cursor.execute("EXPLAIN " + MARIADB["claim_ids"], {"worker_id": "w", "task_names": json.dumps(["t"]),
+                                                          "queue_names": None, "limit": 10})
+        return next(row for row in cursor.fetchall() if row["table"] == "leased_jobs")
+    finally:
+        connection.close()

@@ -21,6 +21,7 @@ CLI = [sys.executable, "-m", "leased.cli.main"]
 
 # The block's section heading -> why it is compiled, not run.
 COMPILE_ONLY = {
+    "On MariaDB": "the reader's own server and credentials",
     "Using it": "a tour of the API in fragments: order_is_gone, steps, conn and job_id stand for the reader's "
                 "own, and `await` needs the reader's event loop",
     "The dashboard and metrics": "a Starlette mount inside the reader's ASGI app, with their token",

@@ -70,13 +70,17 @@ def test_printed_sql_builds_the_schema_that_migrate_builds(backend_name, tmp_pat
         assert _postgres_schema(migrated) == _postgres_schema(printed)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+DIALECTS = sorted(path.parent.name for path in BACKENDS_DIR.glob("*/queries.sql"))
+
+
+@pytest.mark.parametrize("backend", DIALECTS)
 def test_every_query_used_is_defined_and_every_query_defined_is_used(backend):
     folder = BACKENDS_DIR / backend
     defined = set(sql.load_queries(folder / "queries.sql"))
-    code = "".join(path.read_text() for path in (folder / "backend.py", BACKENDS_DIR / "inspection.py",
-                                                      BACKENDS_DIR / "ticks.py"))
-    used = set(re.findall(r'QUERIES\["(\w+)"\]', code)) | set(re.findall(r'_(?:run|rows|fetch_one)\(\s*"(\w+)"', code))
+    shared = ("sql_backend.py", "inspection.py", "ticks.py")
+    code = "".join(path.read_text() for path in (*folder.glob("*.py"), *(BACKENDS_DIR / name for name in shared)))
+    used = (set(re.findall(r'QUERIES\["(\w+)"\]', code)) | set(re.findall(r'_(?:run|rows|fetch_one)\(\s*"(\w+)"', code))
+            | set(re.findall(r'_execute\(\w+, "(\w+)"', code)))
     assert used - defined == set(), "queries used but not defined"
     mentioned = set(re.findall(r'"(\w+)"', code))
     assert defined - mentioned == set(), "queries defined but never used"
@@ -95,17 +99,17 @@ def test_a_migration_merged_later_into_a_gap_is_still_applied(database_url):
     from leased.backends.sql import Migration
 
     app = Leased(database_url, migrate=False)
-    backend_module = sys.modules[type(app.backend).__module__]
-    migrations = backend_module.MIGRATIONS
+    backend_class = type(app.backend)
+    migrations = backend_class._migrations
     last = migrations[-1].version
     early = Migration(last + 2, "merged_early", "CREATE TABLE leased_merged_early (id integer);")
     late = Migration(last + 1, "merged_late", "CREATE TABLE leased_merged_late (id integer);")
     try:
-        backend_module.MIGRATIONS = [*migrations, early]
+        backend_class._migrations = [*migrations, early]
         assert app.backend.migrate() == [m.version for m in migrations] + [early.version]
-        backend_module.MIGRATIONS = [*migrations, late, early]
+        backend_class._migrations = [*migrations, late, early]
         assert app.backend.migrate() == [late.version]
         assert app.backend.migrate() == []
     finally:
-        backend_module.MIGRATIONS = migrations
+        backend_class._migrations = migrations
         app.close()

@@ -31,6 +31,15 @@ class DatabaseLocked(DatabaseUnavailable):
     """SQLite's write lock stayed with another connection past the wait (an open transaction)."""
 
 
+class DatabaseConflict(LeasedError):
+    """The database broke off a transaction to settle a conflict (a deadlock, a serialization
+    failure); nothing of it was written, and another try is expected to succeed."""
+
+
+# What the engine retries after a pause, rather than stopping: no driver's class ever reaches it.
+TRANSIENT_ERRORS: tuple[type[LeasedError], ...] = (DatabaseUnavailable, DatabaseConflict)
+
+
 class DatabaseFull(LeasedError):
     """The database refused a write for lack of space; nothing of that write was kept."""
 

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 from leased.backends.base import Backend
 from leased.errors import ConfigurationError
 
-URL_HELP = "use sqlite:///path/to/jobs.db or postgresql://user@host/dbname"
+URL_HELP = "use sqlite:///path/to/jobs.db, postgresql://user@host/dbname or mariadb://user@host/dbname"
 
 
 def connect(url: str) -> Backend:
@@ -33,4 +33,11 @@ def connect(url: str) -> Backend:
             raise ConfigurationError(
                 f"PostgreSQL needs psycopg: pip install 'leased[postgres]' ({error})") from None
         return PostgresBackend(url)
+    if scheme in ("mariadb", "mysql"):
+        try:
+            from leased.backends.mariadb import MariaDBBackend
+        except ImportError as error:
+            raise ConfigurationError(
+                f"MariaDB needs mysqlclient: pip install 'leased[mariadb]' ({error})") from None
+        return MariaDBBackend(url)
     raise ConfigurationError(f"unsupported database URL scheme {scheme!r} in {url!r}: {URL_HELP}")

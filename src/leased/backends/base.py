@@ -172,7 +172,8 @@ class Listener(Protocol):
 class Backend(Protocol):
     """Runtime verbs used by workers and producers."""
 
-    transient_errors: tuple[type[BaseException], ...]  # beyond DatabaseUnavailable: errors worth retrying
+    # Errors: a backend raises leased.errors classes only (TRANSIENT_ERRORS for what is worth
+    # another try), never its driver's.
 
     def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[tuple[Job, bool]]:
         """Write pending jobs in one transaction (the caller's, if given; it is never committed here).

@@ -1,6 +1,6 @@
 """Periodic jobs in storage, shared by the backends: each runs the same-named queries from its own
-SQL file. A backend provides `_rows(name, **params)`, `_schedule_transaction()` (a write
-transaction's connection), `_insert(connection, jobs)` and its time conversions.
+SQL file. A backend provides `_rows(name, **params)`, `_transaction()` (a write
+transaction's connection), `_execute(connection, name, **params)`, `_insert(connection, jobs)` and its time conversions.
 
 Exactly one job per tick, without a leader: the tick's row in leased_schedule_ticks has a primary
 key on (schedule, tick time) and is written in the transaction that writes the job, so a second
@@ -27,7 +27,11 @@ class ScheduleStore:
     def _rows(self, name: str, **params: Any) -> Sequence[Any]:
         raise NotImplementedError
 
-    def _schedule_transaction(self) -> AbstractContextManager[Any]:
+    def _transaction(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
+        """Run a named query on `connection`; returns a cursor with its rows."""
         raise NotImplementedError
 
     def _insert(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
@@ -59,9 +63,9 @@ class ScheduleStore:
 
     def run_schedules(self, sources: Sequence[TickSource]) -> list[TickOutcome]:
         outcomes: list[TickOutcome] = []
-        with self._schedule_transaction() as connection:
+        with self._transaction() as connection:
             def run(query: str, **params: Any) -> Any:
-                return connection.execute(self._queries[query], params)
+                return self._execute(connection, query, **params)
 
             def one(query: str, **params: Any) -> Any:
                 return run(query, **params).fetchone()

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Mapping
 
 from leased.backends.base import Backend, PruneRule
-from leased.errors import DatabaseUnavailable
+from leased.errors import TRANSIENT_ERRORS
 from leased.jobs import JobStatus
 from leased.retention import FINISHED, Retention
 
@@ -106,7 +106,7 @@ class Pruner:
         self.batch_size = batch_size
 
     def is_transient(self, error: BaseException) -> bool:
-        return isinstance(error, (DatabaseUnavailable, *self.backend.transient_errors))
+        return isinstance(error, TRANSIENT_ERRORS)
 
     async def run(self, worker_id: str) -> None:
         """Prune now and then until cancelled; a database outage only costs a turn."""

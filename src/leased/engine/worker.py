@@ -37,7 +37,7 @@ from leased.engine.heartbeat import Heartbeat
 from leased.engine.scheduler import ScheduledTicks, Scheduler
 from leased.engine.threads import HandlerThreads
 from leased.engine.timelimits import TimeLimits, timeout_end
-from leased.errors import DatabaseUnavailable, PayloadError, PermanentError
+from leased.errors import TRANSIENT_ERRORS, PayloadError, PermanentError
 from leased.events import AttemptEnded, Event, Events, ListenerLost, ListenerReconnected
 from leased.jobs import Job, Lease, Outcome
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, clean_text, encode_result
@@ -321,7 +321,7 @@ class Worker:
         return min(self.concurrency + prefetch - self._handling, MAX_UNWRITTEN_ENDS - unwritten)
 
     def _is_transient(self, error: BaseException) -> bool:
-        return isinstance(error, (DatabaseUnavailable, *self.backend.transient_errors))
+        return isinstance(error, TRANSIENT_ERRORS)
 
     # Running.
     def _start(self, job: Job) -> None:

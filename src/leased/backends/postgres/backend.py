@@ -20,30 +20,16 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from leased.admin import WorkerInfo
-from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, PruneRule, WorkerRecord
+from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.callers import wrong_connection
-from leased.backends.inspection import InspectionReads
-from leased.backends.rows import (
-    attempt_from_row,
-    created_jobs,
-    enqueue_results,
-    filter_params,
-    first_of_each_key,
-    in_parts,
-    job_from_row,
-    jobs_json,
-    queue_limit_from_row,
-    queue_limit_params,
-    worker_from_row,
-    worker_params,
-)
+from leased.backends.enqueueing import jobs_json
+from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.postgres import callers
 from leased.backends.postgres.listener import Listener
 from leased.backends.sql import load_migrations, load_queries
-from leased.backends.ticks import ScheduleStore
-from leased.errors import ConfigurationError, DatabaseUnavailable, InvalidTransition, JobNotFound
-from leased.jobs import Attempt, Job, Lease, Outcome
+from leased.backends.sql_backend import SQLBackend
+from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition
+from leased.jobs import Job, Lease, Outcome
 from leased.limits import QueueLimit
 
 _HERE = Path(__file__).parent
@@ -61,10 +47,6 @@ def _utc(value: datetime | None) -> datetime | None:
 def _lease_arrays(leases: Sequence[Lease]) -> dict[str, Any]:
     return {"worker_id": leases[0].worker_id, "job_ids": [lease.job_id for lease in leases],
             "attempts": [lease.attempt for lease in leases]}
-
-
-def _job(row: dict[str, Any], history: tuple[Attempt, ...] = ()) -> Job:
-    return job_from_row(row, _utc, _decoded, history)
 
 
 def _decoded(value: Any) -> Any:
@@ -101,9 +83,7 @@ def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-class PostgresBackend(InspectionReads, ScheduleStore):
-    # Connection failures become DatabaseUnavailable; these are worth another try as they are.
-    transient_errors: tuple[type[BaseException], ...] = (errors.DeadlockDetected, errors.SerializationFailure)
+class PostgresBackend(SQLBackend):
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10):
         if not 0 <= min_connections <= max_connections or max_connections < 1:
@@ -184,6 +164,8 @@ class PostgresBackend(InspectionReads, ScheduleStore):
             raise DatabaseUnavailable(
                 f"no connection to {self._where} within {POOL_TIMEOUT_SECONDS} s "
                 f"(all {self._sizes[1]} busy, or the database is unreachable)") from None
+        except (errors.DeadlockDetected, errors.SerializationFailure) as error:
+            raise DatabaseConflict(f"{self._where}: {_first_line(error)}; nothing was written") from error
         except psycopg.OperationalError as error:
             if _is_connection_failure(error):
                 raise DatabaseUnavailable(f"lost the connection to {self._where}: {_first_line(error)}") from error
@@ -227,35 +209,15 @@ class PostgresBackend(InspectionReads, ScheduleStore):
             with own.transaction():
                 return self._insert(own, jobs)
 
-    # enqueue_async mirrors _insert and its helpers line for line; only execute and fetch are awaited.
-    def _insert(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
-        sent = first_of_each_key(jobs)
-        created = self._insert_batch(connection, sent)
-        found = {new.idempotency_key: self._held_or_inserted(connection, new)
-                 for new, job in zip(sent, created) if job is None}
-        return enqueue_results(jobs, created, found)
-
-    def _insert_batch(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[Job | None]:
-        created: list[Job | None] = []
-        # The row factory on the cursor: the caller's connection may use any.
+    # The two steps of enqueue (leased.backends.enqueueing), on our connection or the caller's;
+    # the row factory goes on the cursor, since the caller's connection may use any.
+    def _insert_rows(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
         with connection.cursor(row_factory=tuple_row) as cursor:
-            for part in in_parts(jobs):
-                rows = cursor.execute(*_insert_query(part)).fetchall()
-                created += created_jobs(part, rows, _utc)
-        return created
+            return cursor.execute(*_insert_query(jobs)).fetchall()
 
-    def _held_or_inserted(self, connection: psycopg.Connection, new: NewJob) -> tuple[Job, bool]:
-        # A pending job holds the key. If a worker claims it before we read it, the key is free
-        # again and the next insert succeeds.
-        while True:
-            with connection.cursor(row_factory=dict_row) as cursor:
-                holder = cursor.execute(QUERIES["pending_with_key"],
-                                        {"idempotency_key": new.idempotency_key}).fetchone()
-            if holder is not None:
-                return _job(holder), False
-            (job,) = self._insert_batch(connection, [new])
-            if job is not None:
-                return job, True
+    def _pending_with_key(self, connection: psycopg.Connection, key: str) -> dict[str, Any] | None:
+        with connection.cursor(row_factory=dict_row) as cursor:
+            return cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": key}).fetchone()
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: psycopg.AsyncConnection
                             ) -> list[tuple[Job, bool]]:
@@ -263,33 +225,19 @@ class PostgresBackend(InspectionReads, ScheduleStore):
             raise ConfigurationError(wrong_connection(connection, "psycopg.AsyncConnection", "PostgreSQL",
                                                       "aenqueue() writes with an async connection"))
         self._check_reach(await callers.identity_async(connection, QUERIES["connection_identity"]))
-        sent = first_of_each_key(jobs)
-        created = await self._insert_batch_async(connection, sent)
-        found = {new.idempotency_key: await self._held_or_inserted_async(connection, new)
-                 for new, job in zip(sent, created) if job is None}
-        return enqueue_results(jobs, created, found)
+        return await self._insert_async(connection, jobs)
 
-    async def _insert_batch_async(self, connection: psycopg.AsyncConnection, jobs: Sequence[NewJob]
-                                  ) -> list[Job | None]:
-        created: list[Job | None] = []
+    async def _insert_rows_async(self, connection: psycopg.AsyncConnection, jobs: Sequence[NewJob]
+                                 ) -> list[tuple[Any, ...]]:
         async with connection.cursor(row_factory=tuple_row) as cursor:
-            for part in in_parts(jobs):
-                await cursor.execute(*_insert_query(part))
-                rows = await cursor.fetchall()
-                created += created_jobs(part, rows, _utc)
-        return created
+            await cursor.execute(*_insert_query(jobs))
+            return await cursor.fetchall()
 
-    async def _held_or_inserted_async(self, connection: psycopg.AsyncConnection, new: NewJob
-                                      ) -> tuple[Job, bool]:
-        while True:
-            async with connection.cursor(row_factory=dict_row) as cursor:
-                await cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": new.idempotency_key})
-                holder = await cursor.fetchone()
-            if holder is not None:
-                return _job(holder), False
-            (job,) = await self._insert_batch_async(connection, [new])
-            if job is not None:
-                return job, True
+    async def _pending_with_key_async(self, connection: psycopg.AsyncConnection, key: str
+                                      ) -> dict[str, Any] | None:
+        async with connection.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": key})
+            return await cursor.fetchone()
 
     def claim(self, request: ClaimRequest) -> list[Job]:
         params = {"worker_id": request.worker_id, "task_names": list(request.task_names),
@@ -306,7 +254,7 @@ class PostgresBackend(InspectionReads, ScheduleStore):
                     self._limits_in_use = True
                     if len(rows) < request.limit:
                         rows += self._claim_limited(connection, {**params, "limit": request.limit - len(rows)}, False)
-        jobs = [_job(row) for row in rows]
+        jobs = [self._job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs
 
@@ -365,18 +313,6 @@ class PostgresBackend(InspectionReads, ScheduleStore):
         return self._fetch_one("reclaim_expired")["n"]
 
     # Inspection and administration.
-    def get_job(self, job_id: int) -> Job | None:
-        with self._connection() as connection:
-            row = connection.execute(QUERIES["get_job"], {"job_id": job_id}).fetchone()
-            if row is None:
-                return None
-            history = connection.execute(QUERIES["get_history"], {"job_id": job_id}).fetchall()
-        return _job(row, tuple(attempt_from_row(attempt, _utc) for attempt in history))
-
-    def list_jobs(self, where: JobFilter) -> list[Job]:
-        query = "list_jobs_newest" if where.newest_first else "list_jobs_oldest"
-        return [_job(row) for row in self._rows(query, **filter_params(where))]
-
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         return self._fetch_one("retry_failed", task_name=task_name, queue_name=queue_name)["n"]
 
@@ -387,9 +323,6 @@ class PostgresBackend(InspectionReads, ScheduleStore):
 
     def unregister_worker(self, worker_id: str) -> None:
         self._run("unregister_worker", id=worker_id)
-
-    def list_workers(self, silent_after: float) -> list[WorkerInfo]:
-        return [worker_from_row(row, _utc, _decoded, silent_after) for row in self._rows("list_workers")]
 
     def retry(self, job_id: int) -> Job:
         try:
@@ -406,15 +339,7 @@ class PostgresBackend(InspectionReads, ScheduleStore):
     def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
         return self._fetch_one("cancel_pending", task_name=task_name, queue_name=queue_name)["n"]
 
-    def _changed_or_explain(self, row: dict[str, Any] | None, job_id: int, action: str, allowed: str) -> Job:
-        job = self.get_job(job_id)
-        if job is None:
-            raise JobNotFound(job_id)
-        if row is None:
-            raise InvalidTransition(f"cannot {action} job {job_id}: it is {job.status}, and only {allowed} jobs can be")
-        return job
-
-    # Explaining a job: InspectionReads.why_facts reads through these.
+    # How rows hold times and JSON, for the shared reads.
     _to_time = staticmethod(_utc)
     _from_json = staticmethod(_decoded)
 
@@ -436,18 +361,14 @@ class PostgresBackend(InspectionReads, ScheduleStore):
         raise ConfigurationError(problem)
 
     # Periodic jobs: the shared ScheduleStore. A tick's NOTIFY goes out when its transaction commits.
-    _queries = QUERIES
 
     @contextmanager
-    def _schedule_transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    def _transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
         with self._connection() as connection, connection.transaction():
             yield connection
 
     def _time_in(self, value: datetime) -> datetime:
         return value
-
-    def _time_out(self, value: datetime | None) -> datetime | None:
-        return _utc(value)
 
     # Limits per queue.
     def set_queue_limit(self, limit: QueueLimit) -> None:
@@ -457,9 +378,6 @@ class PostgresBackend(InspectionReads, ScheduleStore):
             self._run("set_queue_limit", **queue_limit_params(limit))
             self._limits_in_use = True
 
-    def queue_limits(self) -> list[QueueLimit]:
-        return [queue_limit_from_row(row) for row in self._rows("queue_limits")]
-
     # Pausing queues, and pruning finished jobs (migration 0003).
     def pause_queue(self, queue_name: str) -> bool:
         return self._fetch_one("pause_queue", queue_name=queue_name) is not None
@@ -467,10 +385,8 @@ class PostgresBackend(InspectionReads, ScheduleStore):
     def resume_queue(self, queue_name: str) -> bool:
         return self._fetch_one("resume_queue", queue_name=queue_name) is not None  # NOTIFYs at commit
 
-    def _rule_params(self, rule: PruneRule) -> dict[str, Any]:
-        return {"status": rule.status.value, "older_than": rule.older_than_seconds,
-                "task_names": None if rule.task_names is None else list(rule.task_names),
-                "except_task_names": list(rule.except_task_names)}
+    def _list_param(self, values: Sequence[Any]) -> list[Any]:
+        return list(values)
 
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
         return self._fetch_one("prune_batch", **self._rule_params(rule), limit=limit)["n"]
@@ -490,38 +406,24 @@ class PostgresBackend(InspectionReads, ScheduleStore):
                 if locked:
                     connection.execute(QUERIES["prune_unlock"])
 
-    # Schema.
-    def migrate(self, callers_connection: Any = None) -> list[int]:
-        """Apply what is missing. Finding the schema current takes no lock. A caller's open
-        transaction (`callers_connection`, unused here) holds no lock of ours, so a missing schema
-        is created meanwhile on a connection of our own."""
-        if not self._missing_versions():
-            return []
-        applied = []
-        with self._connection() as connection, connection.transaction():
+    # Schema: the shared runner, serialized by an advisory lock. A caller's open transaction
+    # (`callers_connection`) holds no lock of ours, so a missing schema is created meanwhile on a
+    # connection of our own.
+    _queries, _migrations, _now_sql = QUERIES, MIGRATIONS, "now()"
+
+    @contextmanager
+    def _migration_transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        with self._transaction() as connection:
             # The lock comes before CREATE TABLE IF NOT EXISTS, which is not safe against a
             # concurrent twin; the second migrator then reads the versions the first committed.
             connection.execute(QUERIES["migration_lock"])
-            connection.execute(QUERIES["create_version_table"])
-            done = {row["version"] for row in connection.execute(QUERIES["applied_versions"])}
-            for migration in MIGRATIONS:  # every one not applied yet: a branch merged late fills a gap
-                if migration.version not in done:
-                    connection.execute(migration.sql)  # no parameters: sent as one multi-statement script
-                    connection.execute(QUERIES["record_version"], {"version": migration.version})
-                    applied.append(migration.version)
-        return applied
+            yield connection
 
-    def _missing_versions(self) -> set[int]:
-        every = {migration.version for migration in MIGRATIONS}
-        try:
-            return every - {row["version"] for row in self._rows("applied_versions")}
-        except errors.UndefinedTable:
-            return every
+    def _run_script(self, connection: psycopg.Connection, script: str) -> None:
+        connection.execute(script)  # no parameters: sent as one multi-statement script
 
-    def migration_sql(self) -> str:
-        parts = [QUERIES["create_version_table"] + ";"]
-        for migration in MIGRATIONS:
-            parts.append(f"-- {migration.version:04d}_{migration.name}\n{migration.sql.strip()}")
-            parts.append(f"INSERT INTO leased_schema_version (version, applied_at) "
-                         f"VALUES ({migration.version}, now());")
-        return "\n\n".join(parts) + "\n"
+    def _execute(self, connection: psycopg.Connection, name: str, /, **params: Any) -> psycopg.Cursor:
+        return connection.execute(QUERIES[name], params)
+
+    def _is_missing_table(self, error: BaseException) -> bool:
+        return isinstance(error, errors.UndefinedTable)

@@ -7,6 +7,7 @@ the busy timeout), and the busy timeout makes other processes queue behind it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import threading
@@ -16,37 +17,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
-from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, PruneRule, WorkerRecord
+from leased.admin import WORKER_SILENT_AFTER
+from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.callers import wrong_connection
-from leased.backends.inspection import InspectionReads
-from leased.backends.rows import (
-    attempt_from_row,
-    created_jobs,
-    enqueue_results,
-    filter_params,
-    first_of_each_key,
-    in_parts,
-    job_from_row,
-    jobs_json,
-    queue_limit_from_row,
-    queue_limit_params,
-    worker_from_row,
-    worker_params,
-)
-from leased.backends.sql import load_migrations, load_queries
+from leased.backends.enqueueing import jobs_json
+from leased.backends.rows import queue_limit_params, worker_params
+from leased.backends.sql import Migration, load_migrations, load_queries
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
-from leased.backends.ticks import ScheduleStore
+from leased.backends.sql_backend import SQLBackend
 from leased.errors import (
     ConfigurationError,
     DatabaseFull,
     DatabaseLocked,
     DatabaseUnavailable,
     InvalidTransition,
-    JobNotFound,
 )
-from leased.jobs import Attempt, Job, Lease, Outcome
+from leased.jobs import Job, Lease, Outcome
 from leased.limits import QueueLimit
 from leased.payloads import decode
 
@@ -73,18 +60,7 @@ def prepare_connection(connection: sqlite3.Connection) -> None:
     connection.create_function("leased_now", 0, time.time)
 
 
-def _job(row: sqlite3.Row, history: tuple[Attempt, ...] = ()) -> Job:
-    return job_from_row(row, _time, decode, history)
-
-
-def _attempt(row: sqlite3.Row) -> Attempt:
-    return attempt_from_row(row, _time)
-
-
-class SQLiteBackend(InspectionReads, ScheduleStore):
-    # "database is locked" past the busy timeout, disk I/O errors: worth retrying, not a bug.
-    transient_errors: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
-
+class SQLiteBackend(SQLBackend):
     def __init__(self, path: str):
         self.path = path
         self._local = threading.local()
@@ -135,10 +111,22 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
                 if isinstance(error, sqlite3.OperationalError) and "full" in str(error):
                     raise DatabaseFull(f"SQLite database {self.path!r} is full ({error}); nothing was written. "
                                        "Free disk space, or prune finished jobs") from None
+                if isinstance(error, sqlite3.OperationalError):
+                    raise self._unavailable(error) from error
                 raise
 
     def _rows(self, name: str, **params: Any) -> list[sqlite3.Row]:
-        return self._connection().execute(QUERIES[name], params).fetchall()
+        try:
+            return self._connection().execute(QUERIES[name], params).fetchall()
+        except sqlite3.OperationalError as error:
+            raise self._unavailable(error) from error
+
+    def _unavailable(self, error: sqlite3.OperationalError) -> DatabaseUnavailable:
+        """sqlite3's errors stop here: a lock held past the wait, disk I/O errors, a missing table.
+        The engine retries them as it retries a lost server."""
+        if is_lock_error(error):
+            return DatabaseLocked(lock_message(self.path, "read"))
+        return DatabaseUnavailable(f"SQLite database {self.path!r}: {error}")
 
     def _wake_ports(self) -> list[int]:
         return [row["wake_port"] for row in self._rows("wake_ports", silent_after=WORKER_SILENT_AFTER)]
@@ -170,36 +158,26 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
         return results
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
-        return self.enqueue(jobs, connection)
+        """On a thread, so that waiting for the write lock does not stop the event loop; on the loop
+        itself only when the caller's connection refuses other threads (check_same_thread)."""
+        try:
+            return await asyncio.to_thread(self.enqueue, jobs, connection)
+        except sqlite3.ProgrammingError as error:
+            if "same thread" not in str(error):
+                raise
+            return self.enqueue(jobs, connection)  # refused at its first call: nothing was written
 
-    def _insert(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
-        sent = first_of_each_key(jobs)
-        created = self._insert_batch(connection, sent)
-        found = {new.idempotency_key: self._held_or_inserted(connection, new)
-                 for new, job in zip(sent, created) if job is None}
-        return enqueue_results(jobs, created, found)
-
-    def _insert_batch(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job | None]:
+    def _insert_rows(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Any]:
         cursor = connection.cursor()
         cursor.row_factory = None  # on the cursor: the caller's connection may use any row factory
-        created: list[Job | None] = []
-        for part in in_parts(jobs):
-            rows = cursor.execute(QUERIES["insert_jobs"], {"jobs": jobs_json(part, _epoch)}).fetchall()
-            created += created_jobs(part, rows, _time)
-        return created
+        return cursor.execute(QUERIES["insert_jobs"], {"jobs": jobs_json(jobs, _epoch)}).fetchall()
 
-    def _held_or_inserted(self, connection: sqlite3.Connection, new: NewJob) -> tuple[Job, bool]:
-        # A pending job holds the key. Our transaction holds the write lock, so no worker can claim
-        # it before we read it, unless the caller's connection commits each statement on its own.
+    def _pending_with_key(self, connection: sqlite3.Connection, key: str) -> sqlite3.Row | None:
+        # Our transaction holds the write lock, so no worker can claim the holder before we read
+        # it, unless the caller's connection commits each statement on its own.
         cursor = connection.cursor()
         cursor.row_factory = sqlite3.Row
-        while True:
-            holder = cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": new.idempotency_key}).fetchone()
-            if holder is not None:
-                return _job(holder), False
-            (job,) = self._insert_batch(connection, [new])
-            if job is not None:
-                return job, True
+        return cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": key}).fetchone()
 
     def claim(self, request: ClaimRequest) -> list[Job]:
         params = {
@@ -220,7 +198,7 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
                 if limited:
                     connection.execute(QUERIES["record_starts"], {"job_ids": job_ids})
                     connection.execute(QUERIES["forget_old_starts"])
-        jobs = [_job(row) for row in rows]
+        jobs = [self._job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
         return jobs
 
@@ -273,17 +251,6 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
         return len(rows)
 
     # Inspection and administration.
-    def get_job(self, job_id: int) -> Job | None:
-        rows = self._rows("get_job", job_id=job_id)
-        if not rows:
-            return None
-        history = tuple(_attempt(row) for row in self._rows("get_history", job_id=job_id))
-        return _job(rows[0], history)
-
-    def list_jobs(self, where: JobFilter) -> list[Job]:
-        query = "list_jobs_newest" if where.newest_first else "list_jobs_oldest"
-        return [_job(row) for row in self._rows(query, **filter_params(where))]
-
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         with self._write() as connection:
             retried = connection.execute(QUERIES["retry_failed"], {"task_name": task_name,
@@ -300,9 +267,6 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
     def unregister_worker(self, worker_id: str) -> None:
         with self._write() as connection:
             connection.execute(QUERIES["unregister_worker"], {"id": worker_id})
-
-    def list_workers(self, silent_after: float) -> list[WorkerInfo]:
-        return [worker_from_row(row, _time, decode, silent_after) for row in self._rows("list_workers")]
 
     def retry(self, job_id: int) -> Job:
         try:
@@ -331,15 +295,7 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
                     "jobs": json.dumps([[row["id"], row["attempt"]] for row in rows])})
         return len(rows)
 
-    def _changed_or_explain(self, row: sqlite3.Row | None, job_id: int, action: str, allowed: str) -> Job:
-        job = self.get_job(job_id)
-        if job is None:
-            raise JobNotFound(job_id)
-        if row is None:
-            raise InvalidTransition(f"cannot {action} job {job_id}: it is {job.status}, and only {allowed} jobs can be")
-        return job
-
-    # Explaining a job: InspectionReads.why_facts reads through these.
+    # How rows hold times and JSON (seconds since the epoch, JSON text), for the shared reads.
     _to_time = staticmethod(_time)
     _from_json = staticmethod(decode)
 
@@ -356,16 +312,12 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
                 connection.execute("COMMIT")  # nothing was written: this only ends the read
 
     # Periodic jobs: the shared ScheduleStore, on a write transaction of ours.
-    _queries = QUERIES
 
-    def _schedule_transaction(self) -> Any:
+    def _transaction(self) -> Any:
         return self._write()
 
     def _time_in(self, value: datetime) -> float:
         return value.timestamp()
-
-    def _time_out(self, value: float | None) -> datetime | None:
-        return _time(value)
 
     def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
         for queue_name in {job.queue_name for job in jobs}:
@@ -379,9 +331,6 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
             else:
                 connection.execute(QUERIES["set_queue_limit"], queue_limit_params(limit))
 
-    def queue_limits(self) -> list[QueueLimit]:
-        return [queue_limit_from_row(row) for row in self._rows("queue_limits")]
-
     # Pausing queues, and pruning finished jobs (migration 0003).
     def pause_queue(self, queue_name: str) -> bool:
         with self._write() as connection:
@@ -394,10 +343,8 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
             self._waker.wake(queue_name)
         return resumed
 
-    def _rule_params(self, rule: PruneRule) -> dict[str, Any]:
-        return {"status": rule.status.value, "older_than": rule.older_than_seconds,
-                "task_names": None if rule.task_names is None else json.dumps(list(rule.task_names)),
-                "except_task_names": json.dumps(list(rule.except_task_names))}
+    def _list_param(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
 
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
         # One short write transaction: SQLite's single writer serializes claims behind it, so the
@@ -419,41 +366,38 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
     def pruning(self) -> Iterator[bool]:
         yield True  # the write lock already serializes pruners batch by batch
 
-    # Schema.
+    # Schema: the shared runner, serialized by BEGIN IMMEDIATE.
+    _queries, _migrations, _now_sql = QUERIES, MIGRATIONS, "unixepoch()"
+
     def migrate(self, callers_connection: sqlite3.Connection | None = None) -> list[int]:
-        """Apply what is missing. Finding the schema current takes no lock: a first use inside a
-        caller's transaction, which holds the write lock, must not wait on it. Inside one, a
-        missing schema is an error that says to migrate first: creating it in the caller's
-        transaction would tie our schema to their commit or rollback."""
+        """Finding the schema current takes no lock: a first use inside a caller's transaction,
+        which holds the write lock, must not wait on it. Inside one, a missing schema is an error
+        that says to migrate first: creating it in the caller's transaction would tie our schema to
+        their commit or rollback."""
         if callers_connection is not None and _callers(callers_connection).in_transaction:
-            if _missing_versions(callers_connection):
+            if _missing_versions(callers_connection, self._migrations):
                 raise ConfigurationError(
                     f"the leased schema is missing or behind in SQLite database {self.path!r}, and this first "
                     "use is inside your open transaction on connection=, whose write lock creating it would "
                     "wait for: create it first with `leased migrate APP`, or app.migrate() at start-up")
             return []
-        if not _missing_versions(self._connection()):
-            return []
-        applied = []
-        # BEGIN IMMEDIATE serializes concurrent migrators: the second sees the first one's versions.
-        with self._write() as connection:
-            connection.execute(QUERIES["create_version_table"])
-            done = {row[0] for row in connection.execute(QUERIES["applied_versions"])}
-            for migration in MIGRATIONS:  # every one not applied yet: a branch merged late fills a gap
-                if migration.version not in done:
-                    for statement in _statements(migration.sql):
-                        connection.execute(statement)
-                    connection.execute(QUERIES["record_version"], {"version": migration.version})
-                    applied.append(migration.version)
-        return applied
+        return super().migrate()
 
-    def migration_sql(self) -> str:
-        parts = [QUERIES["create_version_table"] + ";"]
-        for migration in MIGRATIONS:
-            parts.append(f"-- {migration.version:04d}_{migration.name}\n{migration.sql.strip()}")
-            parts.append(f"INSERT INTO leased_schema_version (version, applied_at) "
-                         f"VALUES ({migration.version}, unixepoch());")
-        return "\n\n".join(parts) + "\n"
+    def _missing_versions(self) -> set[int]:
+        return _missing_versions(self._connection(), self._migrations)
+
+    def _migration_transaction(self) -> Any:
+        return self._write()
+
+    def _run_script(self, connection: sqlite3.Connection, script: str) -> None:
+        for statement in _statements(script):  # executescript would commit our transaction
+            connection.execute(statement)
+
+    def _execute(self, connection: sqlite3.Connection, name: str, /, **params: Any) -> sqlite3.Cursor:
+        return connection.execute(QUERIES[name], params)
+
+    def _is_missing_table(self, error: BaseException) -> bool:
+        return isinstance(error, sqlite3.OperationalError) and "no such table" in str(error)
 
 
 def _statements(script: str) -> list[str]:
@@ -473,7 +417,7 @@ def _callers(connection: Any) -> sqlite3.Connection:
     return connection
 
 
-def _missing_versions(connection: sqlite3.Connection) -> set[int]:
+def _missing_versions(connection: sqlite3.Connection, migrations: list[Migration]) -> set[int]:
     """Migrations not applied yet, read without a write lock (every one before the first migration)."""
     cursor = connection.cursor()
     cursor.row_factory = None  # on the cursor: a caller's connection may use any row factory
@@ -481,6 +425,6 @@ def _missing_versions(connection: sqlite3.Connection) -> set[int]:
         applied = {row[0] for row in cursor.execute(QUERIES["applied_versions"])}
     except sqlite3.OperationalError as error:
         if "no such table" in str(error):
-            return {migration.version for migration in MIGRATIONS}
+            return {migration.version for migration in migrations}
         raise
-    return {migration.version for migration in MIGRATIONS} - applied
+    return {migration.version for migration in migrations} - applied

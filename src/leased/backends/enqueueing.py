@@ -1,0 +1,181 @@
+"""The enqueue algorithm, written once for every backend and both paths (sync and async).
+
+Each backend's insert_jobs query takes the batch as one JSON array of jobs and returns
+(id, run_after, created_at, idempotency_key, ...) for each row it inserted; a job whose key a
+pending job already holds is skipped. What else a new job holds, the caller already knows.
+
+The algorithm does no I/O: `enqueue_steps` yields what it needs from the database (an insert, or
+the pending job that holds a key) and is sent the answer. `drive` answers with a blocking
+connection, `drive_async` with an awaitable one, so neither path is a hand-written twin.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import datetime
+from operator import itemgetter
+from typing import Any, Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+
+from leased.backends.base import NewJob
+from leased.jobs import Job, JobStatus
+
+ToTime = Callable[[Any], Any]
+
+# Jobs per insert statement: a larger batch goes in several, so that no statement's JSON nears
+# what a database takes in one value (PostgreSQL's jsonb stops at 256 MB).
+INSERT_BATCH = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class InsertJobs:
+    """Insert these jobs (no key twice); answer: for each, the Job created, or None (key held)."""
+
+    jobs: Sequence[NewJob]
+
+
+@dataclass(frozen=True, slots=True)
+class FindHolder:
+    """Answer: the pending job that holds this idempotency key, or None."""
+
+    idempotency_key: str
+
+
+Step = InsertJobs | FindHolder
+Steps = Generator[Step, Any, list[tuple[Job, bool]]]
+
+
+def enqueue_steps(jobs: Sequence[NewJob]) -> Steps:
+    """Backend.enqueue's algorithm: for each job, the job and whether this call created it."""
+    sent = first_of_each_key(jobs)
+    created: list[Job | None] = []
+    for part in in_parts(sent):
+        created += yield InsertJobs(part)
+    found = {}
+    for new, job in zip(sent, created):
+        if job is None:
+            found[new.idempotency_key] = yield from _held_or_inserted(new)
+    return enqueue_results(jobs, created, found)
+
+
+def _held_or_inserted(new: NewJob) -> Generator[Step, Any, tuple[Job, bool]]:
+    # A pending job holds the key. If a worker claims it before we read it (a database where the
+    # insert does not hold a lock that keeps claims out), the key is free again and the next
+    # insert succeeds.
+    while True:
+        holder = yield FindHolder(new.idempotency_key)
+        if holder is not None:
+            return holder, False
+        (job,) = yield InsertJobs([new])
+        if job is not None:
+            return job, True
+
+
+def drive(steps: Steps, answer: Callable[[Step], Any]) -> list[tuple[Job, bool]]:
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(answer(step))
+    except StopIteration as done:
+        return done.value
+
+
+async def drive_async(steps: Steps, answer: Callable[[Step], Awaitable[Any]]) -> list[tuple[Job, bool]]:
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await answer(step))
+    except StopIteration as done:
+        return done.value
+
+
+def in_parts(jobs: Sequence[NewJob]) -> Iterator[Sequence[NewJob]]:
+    for start in range(0, len(jobs), INSERT_BATCH):
+        yield jobs[start:start + INSERT_BATCH]
+
+
+def first_of_each_key(jobs: Sequence[NewJob]) -> list[NewJob]:
+    """The jobs to insert: those without a key, and the first with each key (the later ones get
+    its job, as their own insert would find it pending)."""
+    seen: set[str] = set()
+    first = []
+    for job in jobs:
+        key = job.idempotency_key
+        if key is None or key not in seen:
+            if key is not None:
+                seen.add(key)
+            first.append(job)
+    return first
+
+
+def jobs_json(jobs: Sequence[NewJob], run_at: Callable[[datetime], Any]) -> str:
+    """insert_jobs' parameter; `run_at` gives an absolute time in a form the query reads."""
+    return json.dumps([
+        [job.task_name, job.queue_name, job.args_json, job.kwargs_json, job.priority, job.max_attempts,
+         job.lease_seconds, None if job.run_at is None else run_at(job.run_at), job.delay_seconds,
+         job.idempotency_key, job.timeout_seconds, job.concurrency_key, job.key_concurrency,
+         job.key_rate_count, job.key_rate_seconds]
+        for job in jobs])
+
+
+def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time: ToTime) -> list[Job | None]:
+    """The jobs insert_jobs created from `jobs` (no key twice), None where a pending job held the key.
+
+    A row with a key is that key's job. Rows without one go to the jobs without one in id order:
+    insert_jobs assigns ids in the batch's order (see queries.sql), whatever order it returns them in.
+    """
+    keyed, keyless = {}, []
+    for row in sorted(rows, key=itemgetter(0)):
+        if row[3] is None:
+            keyless.append(row)
+        else:
+            keyed[row[3]] = row
+    keyless_rows = iter(keyless)
+    times: dict[Any, datetime] = {}  # a batch's rows mostly share their times: convert each once
+    # One loads() for the batch: for documents this small, each call's overhead outweighs the parsing.
+    args = json.loads(f"[{','.join(job.args_json for job in jobs)}]")
+    kwargs = json.loads(f"[{','.join(job.kwargs_json for job in jobs)}]")
+    created: list[Job | None] = []
+    for job, job_args, job_kwargs in zip(jobs, args, kwargs):
+        row = next(keyless_rows) if job.idempotency_key is None else keyed.get(job.idempotency_key)
+        if row is None:
+            created.append(None)
+            continue
+        run_after, created_at = row[1], row[2]
+        if run_after not in times:
+            times[run_after] = to_time(run_after)
+        if created_at not in times:
+            times[created_at] = to_time(created_at)
+        created.append(Job(
+            id=row[0], task_name=job.task_name, queue_name=job.queue_name, status=JobStatus.PENDING,
+            args=job_args, kwargs=job_kwargs, priority=job.priority, attempt=0, max_attempts=job.max_attempts,
+            lease_seconds=job.lease_seconds, run_after=times[run_after], created_at=times[created_at],
+            idempotency_key=job.idempotency_key, timeout_seconds=job.timeout_seconds, concurrency_key=job.concurrency_key,
+            created=True))
+    return created
+
+
+def enqueue_results(jobs: Sequence[NewJob], created: Iterable[Job | None],
+                    found: Mapping[str, tuple[Job, bool]]) -> list[tuple[Job, bool]]:
+    """Backend.enqueue's answer for `jobs`, given what inserting first_of_each_key(jobs) created
+    and, for each key that was held, what the backend found: the holder, or a job inserted later."""
+    made = iter(created)
+    holders: dict[str, Job] = {}  # each key's job, as a later duplicate in the batch gets it
+    results = []
+    for new in jobs:
+        key = new.idempotency_key
+        if key is None:
+            results.append((next(made), True))
+        elif key in holders:
+            results.append((_returned_again(holders[key]), False))
+        else:
+            job = next(made)
+            job, was_created = (job, True) if job is not None else found[key]
+            holders[key] = job
+            results.append((job, True) if was_created else (_returned_again(job), False))
+    return results
+
+
+def _returned_again(job: Job) -> Job:
+    """The job an enqueue found holding its key, marked as not created by that enqueue."""
+    return job if job.created is False else replace(job, created=False)

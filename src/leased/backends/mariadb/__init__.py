@@ -1,0 +1,3 @@
+from leased.backends.mariadb.backend import MariaDBBackend
+
+__all__ = ["MariaDBBackend"]

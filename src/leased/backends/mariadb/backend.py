@@ -1,0 +1,504 @@
+"""MariaDB (10.6+): many workers on many hosts, through mysqlclient (the C driver, MySQLdb).
+
+Every transaction runs in READ COMMITTED: REPEATABLE READ's gap locks make concurrent claims
+deadlock on the due index. Claims lock their rows with FOR UPDATE SKIP LOCKED, so workers never
+wait on each other's rows. UPDATE has no RETURNING here, so a write that must know what it changed
+locks those rows first, changes them by id and reads them back, in one transaction. A deadlock or
+a lock wait timeout rolls the transaction back, and it is run again (DEADLOCK_RETRIES times), then
+raised as DatabaseConflict. Times come from the server's clock with microseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import MySQLdb
+from MySQLdb.constants import CLIENT
+from MySQLdb.cursors import Cursor, DictCursor
+
+from leased.admin import WORKER_SILENT_AFTER
+from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
+from leased.backends.callers import wrong_connection
+from leased.backends.enqueueing import jobs_json
+from leased.backends.rows import queue_limit_params, worker_params
+from leased.backends.sql import load_migrations, load_queries
+from leased.backends.sql_backend import SQLBackend
+from leased.backends.sqlite.wakeups import DatagramListener, Waker
+from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition
+from leased.jobs import Job, Lease, Outcome
+from leased.limits import QueueLimit
+from leased.payloads import decode
+
+_HERE = Path(__file__).parent
+QUERIES = load_queries(_HERE / "queries.sql")
+MIGRATIONS = load_migrations(_HERE / "migrations")
+CONNECT_TIMEOUT_SECONDS = 10
+DEADLOCK_RETRIES = 5
+LOCK_WAIT_SECONDS = 30  # innodb_lock_wait_timeout for our sessions
+
+# Server error numbers: a transaction the server broke off (worth running again), a table that is
+# not there, and a key already taken.
+ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT = 1213, 1205
+ER_NO_SUCH_TABLE, ER_DUP_ENTRY = 1146, 1062
+# Client errors: the server is gone, or never answered.
+CONNECTION_LOST = {2002, 2003, 2005, 2006, 2013, 2055, 1927, 4031}
+
+T = TypeVar("T")
+
+
+def _time(value: Any) -> Any:
+    from datetime import UTC, datetime
+
+    return None if value is None else datetime.fromtimestamp(float(value), UTC)
+
+
+def _epoch(value: Any) -> float:
+    return value.timestamp()
+
+
+def _ids(rows: Sequence[Any]) -> str:
+    return json.dumps([row["id"] for row in rows])
+
+
+def _leases_json(leases: Sequence[Lease]) -> str:
+    return json.dumps([[lease.job_id, lease.attempt] for lease in leases])
+
+
+def _errno(error: BaseException) -> int | None:
+    args = getattr(error, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
+    """MySQLdb.connect's arguments for a mariadb:// or mysql:// URL, and the database's name for messages."""
+    parts = urlsplit(url)
+    database = parts.path.lstrip("/")
+    if not database:
+        raise ConfigurationError(f"invalid MariaDB URL {url!r}: name the database, e.g. mariadb://user@host/dbname")
+    arguments: dict[str, Any] = {
+        "host": parts.hostname or "127.0.0.1", "port": parts.port or 3306, "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""), "database": database, "charset": "utf8mb4",
+        "connect_timeout": CONNECT_TIMEOUT_SECONDS, "autocommit": True,
+        "client_flag": CLIENT.FOUND_ROWS,  # rowcount counts rows matched, as on the other databases
+    }
+    return arguments, f"MariaDB database {database!r} on {arguments['host']}:{arguments['port']}"
+
+
+class MariaDBBackend(SQLBackend):
+    def __init__(self, url: str):
+        self._arguments, self._where = connect_arguments(url)
+        self._local = threading.local()
+        self._connections: list[Any] = []
+        self._lock = threading.Lock()
+        self._waker = Waker(self._wake_ports)
+        self._host = socket.gethostname()
+
+    def __repr__(self) -> str:
+        return f"MariaDBBackend({self._where})"
+
+    # Connections: one per thread (a MySQLdb connection must not be used by two threads at once).
+    def _connection(self) -> Any:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            try:
+                connection = MySQLdb.connect(**self._arguments)
+                with connection.cursor() as cursor:
+                    cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}")
+                    cursor.execute("SET SESSION time_zone = '+00:00'")
+            except MySQLdb.OperationalError as error:
+                raise DatabaseUnavailable(f"cannot connect to {self._where}: {error.args[-1]}") from None
+            self._local.connection = connection
+            with self._lock:
+                self._connections.append(connection)
+        return connection
+
+    def _forget_connection(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if connection is not None:
+            with self._lock:
+                if connection in self._connections:
+                    self._connections.remove(connection)
+            try:
+                connection.close()
+            except MySQLdb.Error:
+                pass
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        """MySQLdb's errors stop here, as leased errors."""
+        try:
+            yield
+        except MySQLdb.OperationalError as error:
+            number = _errno(error)
+            if number in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT):
+                raise DatabaseConflict(f"{self._where}: {error.args[-1]}; nothing was written") from error
+            if number in CONNECTION_LOST or number is None or number >= 2000:
+                self._forget_connection()  # the next call connects again
+                raise DatabaseUnavailable(f"lost the connection to {self._where}: {error.args[-1]}") from error
+            raise
+
+    def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        with self._translated(), self._connection().cursor(DictCursor) as cursor:
+            cursor.execute(QUERIES[name], params)
+            return list(cursor.fetchall())
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """A connection in a READ COMMITTED transaction, committed at the end."""
+        with self._translated():
+            connection = self._connection()
+            connection.begin()
+            try:
+                yield connection
+                connection.commit()
+            except BaseException:
+                try:
+                    connection.rollback()
+                except MySQLdb.Error:
+                    pass
+                raise
+
+    def _transact(self, work: Callable[[Any], T]) -> T:
+        """work(connection) in a transaction, run again when the server broke it off for a deadlock."""
+        for attempt in range(DEADLOCK_RETRIES):
+            try:
+                with self._transaction() as connection:
+                    return work(connection)
+            except DatabaseConflict:
+                if attempt == DEADLOCK_RETRIES - 1:
+                    raise
+                time.sleep(0.001 * 2 ** attempt)  # let the transaction that won finish first
+        raise AssertionError("unreachable")
+
+    def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
+        cursor = connection.cursor(DictCursor)
+        cursor.execute(QUERIES[name], params)
+        return cursor
+
+    def _all(self, connection: Any, name: str, **params: Any) -> list[dict[str, Any]]:
+        return list(self._execute(connection, name, **params).fetchall())
+
+    def _wake_ports(self) -> list[int]:
+        rows = self._rows("wake_ports", host=self._host, silent_after=WORKER_SILENT_AFTER)
+        return [row["wake_port"] for row in rows]
+
+    def _wake(self, queue_names: set[str]) -> None:
+        for queue_name in queue_names:  # after the commit: the jobs are there to be claimed
+            self._waker.wake(queue_name)
+
+    def close(self) -> None:
+        with self._lock:
+            for connection in self._connections:
+                try:
+                    connection.close()
+                except MySQLdb.Error:
+                    pass
+            self._connections.clear()
+        self._local = threading.local()
+
+    def listener(self) -> DatagramListener:
+        """No LISTEN in MariaDB: workers on the producer's host hear a datagram (as on SQLite);
+        workers elsewhere poll."""
+        return DatagramListener()
+
+    # How rows hold times and JSON (epoch seconds, JSON text), for the shared reads.
+    _to_time = staticmethod(_time)
+    _from_json = staticmethod(decode)
+
+    def _time_in(self, value: Any) -> float:
+        return value.timestamp()
+
+    def _list_param(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
+
+    # Runtime.
+    def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[tuple[Job, bool]]:
+        if connection is not None:
+            if not isinstance(connection, MySQLdb.connections.Connection):
+                raise ConfigurationError(wrong_connection(connection, "MySQLdb.Connection", "MariaDB"))
+            with self._translated():  # the caller's transaction: we never commit it
+                return self._insert(connection, jobs)
+        results = self._transact(lambda own: self._insert(own, jobs))
+        self._wake({job.queue_name for job, (_, created) in zip(jobs, results)
+                    if created and job.delay_seconds <= 0 and job.run_at is None})
+        return results
+
+    def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
+        with connection.cursor(Cursor) as cursor:
+            cursor.execute(QUERIES["insert_jobs"], {"jobs": jobs_json(jobs, _epoch)})
+            return list(cursor.fetchall())
+
+    def _pending_with_key(self, connection: Any, key: str) -> dict[str, Any] | None:
+        with connection.cursor(DictCursor) as cursor:
+            cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": key})
+            return cursor.fetchone()
+
+    def claim(self, request: ClaimRequest) -> list[Job]:
+        params = {"worker_id": request.worker_id, "task_names": json.dumps(list(request.task_names)),
+                  "queue_names": None if request.queue_names is None else json.dumps(list(request.queue_names)),
+                  "limit": request.limit}
+        if request.reclaim_expired:
+            self.reclaim_expired()
+        rows = self._transact(lambda connection: self._lease(connection, self._all(connection, "claim_ids", **params),
+                                                             request.worker_id))
+        if len(rows) < request.limit and self._rows("limits_in_use")[0]["in_use"]:
+            rows += self._claim_limited({**params, "limit": request.limit - len(rows)})
+        jobs = [self._job(row) for row in rows]
+        jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
+        return jobs
+
+    def _lease(self, connection: Any, picked: list[dict[str, Any]], worker_id: str,
+               limited: bool = False) -> list[dict[str, Any]]:
+        if not picked:
+            return []
+        ids = {"job_ids": _ids(picked), "worker_id": worker_id}
+        self._execute(connection, "take_leases", **ids)
+        self._execute(connection, "open_attempts", **ids)
+        if limited:
+            self._execute(connection, "record_starts", job_ids=ids["job_ids"])
+            self._execute(connection, "forget_old_starts")
+        return self._all(connection, "leased_jobs", **ids)
+
+    def _claim_limited(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Claims of limited jobs take turns under a named lock: no two count the same free room."""
+        connection = self._connection()
+        with self._translated():
+            if not self._execute(connection, "limited_claim_lock").fetchone()["locked"]:
+                raise DatabaseConflict(f"{self._where}: another claim held the limited-claim lock too long")
+        try:
+            return self._transact(lambda own: self._lease(own, self._all(own, "claim_limited_ids", **params),
+                                                          params["worker_id"], limited=True))
+        finally:
+            with self._translated():
+                self._execute(connection, "limited_claim_unlock")
+
+    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
+        if not leases:
+            return set()
+        held = {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)}
+
+        def work(connection: Any) -> list[dict[str, Any]]:
+            self._execute(connection, "renew", **held)
+            return self._all(connection, "held_leases", **held)
+
+        return {Lease(row["id"], row["attempt"], held["worker_id"]) for row in self._transact(work)}
+
+    def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
+        if not ends:
+            return []
+
+        def work(connection: Any) -> list[bool]:
+            held: set[tuple[int, int]] = set()
+            for worker_id in {end.lease.worker_id for end in ends}:
+                mine = [end.lease for end in ends if end.lease.worker_id == worker_id]
+                rows = self._all(connection, "held_leases", worker_id=worker_id, leases=_leases_json(mine))
+                held |= {(row["id"], row["attempt"]) for row in rows}
+            kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
+            written = [end for end, flag in zip(ends, kept) if flag]
+            if written:
+                self._execute(connection, "finish", ends=json.dumps([
+                    [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value,
+                     end.result_json, end.last_error, end.retry_in_seconds or 0.0] for end in written]))
+                self._execute(connection, "close_attempts", ends=json.dumps([
+                    [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.outcome.value, end.error_type,
+                     end.error_message, end.traceback] for end in written]))
+            return kept
+
+        return self._transact(work)
+
+    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
+        if not leases:
+            return
+        held = {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)}
+
+        def work(connection: Any) -> None:
+            self._execute(connection, "release", **held)
+            self._execute(connection, "close_attempts", ends=json.dumps([
+                [lease.job_id, lease.attempt, lease.worker_id, outcome.value, None, message, None]
+                for lease in leases]))
+            if explains_expiry:
+                self._execute(connection, "explain_expired_jobs", **held, message=message)
+                self._execute(connection, "explain_expired_attempts", **held, message=message)
+
+        self._transact(work)
+
+    def reclaim_expired(self) -> int:
+        def work(connection: Any) -> int:
+            expired = self._all(connection, "expired_ids")
+            if expired:
+                self._execute(connection, "reclaim_expired", job_ids=_ids(expired))
+                self._execute(connection, "close_expired_attempts", job_ids=_ids(expired))
+            return len(expired)
+
+        return self._transact(work)
+
+    # Inspection and administration.
+    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
+        def work(connection: Any) -> list[dict[str, Any]]:
+            rows = self._all(connection, "failed_to_retry", task_name=task_name, queue_name=queue_name)
+            if rows:
+                self._execute(connection, "retry_jobs", job_ids=_ids(rows))
+            return rows
+
+        retried = self._transact(work)
+        self._wake({row["queue_name"] for row in retried})
+        return len(retried)
+
+    def register_worker(self, worker: WorkerRecord) -> None:
+        def work(connection: Any) -> None:
+            self._execute(connection, "register_worker", **worker_params(worker))
+            self._execute(connection, "prune_workers")
+
+        self._transact(work)
+
+    def unregister_worker(self, worker_id: str) -> None:
+        self._transact(lambda connection: self._execute(connection, "unregister_worker", id=worker_id))
+
+    def retry(self, job_id: int) -> Job:
+        def work(connection: Any) -> dict[str, Any] | None:
+            row = self._execute(connection, "lock_for_retry", job_id=job_id).fetchone()
+            if row is not None:
+                self._execute(connection, "retry", job_id=job_id)
+            return row
+
+        try:
+            row = self._transact(work)
+        except MySQLdb.IntegrityError as error:
+            if _errno(error) != ER_DUP_ENTRY:
+                raise
+            raise InvalidTransition(
+                f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
+        if row is not None:
+            self._wake({row["queue_name"]})
+        return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
+
+    def cancel(self, job_id: int) -> Job:
+        def work(connection: Any) -> dict[str, Any] | None:
+            row = self._execute(connection, "lock_for_cancel", job_id=job_id).fetchone()
+            if row is not None:
+                self._execute(connection, "cancel", job_id=job_id)
+                self._execute(connection, "close_cancelled_attempt", job_id=job_id, attempt=row["attempt"])
+            return row
+
+        return self._changed_or_explain(self._transact(work), job_id, "cancel", "pending or running")
+
+    def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
+        def work(connection: Any) -> int:
+            rows = self._all(connection, "pending_to_cancel", task_name=task_name, queue_name=queue_name)
+            if rows:
+                self._execute(connection, "cancel_jobs", job_ids=_ids(rows))
+                self._execute(connection, "close_cancelled_attempts", job_ids=_ids(rows))
+            return len(rows)
+
+        return self._transact(work)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Callable[..., list[dict[str, Any]]]]:
+        with self._translated():
+            connection = self._connection()
+            self._execute(connection, "why_snapshot")  # one consistent read, until the commit
+            try:
+                yield lambda name, **params: self._all(connection, name, **params)
+            finally:
+                connection.commit()
+
+    # Periodic jobs: the shared ScheduleStore, on a transaction of ours.
+    def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
+        self._wake({job.queue_name for job in jobs})
+
+    # Limits per queue.
+    def set_queue_limit(self, limit: QueueLimit) -> None:
+        if limit.is_empty:
+            self._transact(lambda c: self._execute(c, "clear_queue_limit", queue_name=limit.queue_name))
+        else:
+            self._transact(lambda c: self._execute(c, "set_queue_limit", **queue_limit_params(limit)))
+
+    # Pausing queues, and pruning finished jobs.
+    def pause_queue(self, queue_name: str) -> bool:
+        def work(connection: Any) -> bool:
+            self._execute(connection, "ensure_queue", queue_name=queue_name)
+            return self._execute(connection, "pause_queue", queue_name=queue_name).rowcount > 0
+
+        return self._transact(work)
+
+    def resume_queue(self, queue_name: str) -> bool:
+        resumed = self._transact(
+            lambda connection: self._execute(connection, "resume_queue", queue_name=queue_name).rowcount > 0)
+        if resumed:
+            self._wake({queue_name})
+        return resumed
+
+    def prune_batch(self, rule: PruneRule, limit: int) -> int:
+        def work(connection: Any) -> int:
+            ids = self._all(connection, "prunable_ids", **self._rule_params(rule), limit=limit)
+            if not ids:
+                return 0
+            self._execute(connection, "count_pruned", ids=_ids(ids))
+            return self._execute(connection, "delete_jobs", ids=_ids(ids)).rowcount
+
+        return self._transact(work)
+
+    def prune_throughput(self, older_than_seconds: float) -> int:
+        return self._transact(
+            lambda connection: self._execute(connection, "prune_throughput", older_than=older_than_seconds).rowcount)
+
+    @contextmanager
+    def pruning(self) -> Iterator[bool]:
+        """Holds the pruners' named lock on this thread's connection while the pass runs."""
+        connection = self._connection()
+        with self._translated():
+            locked = bool(self._execute(connection, "try_prune_lock").fetchone()["locked"])
+        try:
+            yield locked
+        finally:
+            if locked:
+                with self._translated():
+                    self._execute(connection, "prune_unlock")
+
+    # Schema: the shared runner. DDL commits on its own in MariaDB, so migrators take turns under
+    # a named lock rather than in one transaction, and each version is recorded once applied.
+    _queries, _migrations, _now_sql = QUERIES, MIGRATIONS, "UNIX_TIMESTAMP(NOW(6))"
+
+    @contextmanager
+    def _migration_transaction(self) -> Iterator[Any]:
+        with self._translated():
+            connection = self._connection()
+            if not self._execute(connection, "migration_lock").fetchone()["locked"]:
+                raise DatabaseConflict(f"{self._where}: another migrator held the migration lock for 60 s")
+            try:
+                yield connection
+            finally:
+                self._execute(connection, "migration_unlock")
+
+    def _run_script(self, connection: Any, script: str) -> None:
+        for statement in _statements(script):
+            with connection.cursor() as cursor:
+                cursor.execute(statement)
+
+    def _is_missing_table(self, error: BaseException) -> bool:
+        return isinstance(error, MySQLdb.ProgrammingError) and _errno(error) == ER_NO_SUCH_TABLE
+
+
+def _statements(script: str) -> list[str]:
+    """A migration's statements: split on a semicolon that ends a line (our migrations hold no
+    semicolons inside strings), comment lines left out."""
+    statements, current = [], []
+    for line in script.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        current.append(line)
+        if line.rstrip().endswith(";"):
+            statements.append("\n".join(current).strip().rstrip(";"))
+            current = []
+    if "".join(current).strip():
+        statements.append("\n".join(current).strip())
+    return [statement for statement in statements if statement]

@@ -1,0 +1,544 @@
+-- Named queries of the MariaDB backend (MariaDB 10.6+: JSON_TABLE, SKIP LOCKED, INSERT ... RETURNING).
+-- Parameters are %(name)s (MySQLdb's style). Times are epoch seconds from the server's clock,
+-- UNIX_TIMESTAMP(NOW(6)): one reading per statement, with microseconds. Lists arrive as JSON
+-- arrays and are read through JSON_TABLE. UPDATE has no RETURNING here: the backend locks the
+-- rows it will change (FOR UPDATE [SKIP LOCKED]), changes them by id, and reads them back, in one
+-- READ COMMITTED transaction.
+
+-- name: insert_jobs
+-- A batch in one statement; each job a JSON array as on SQLite (see enqueueing.jobs_json). A job
+-- whose key a waiting job holds is skipped: IGNORE turns the unique index's refusal into no row.
+-- Rows are inserted in the batch's order, so AUTO_INCREMENT gives ids in that order.
+INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+                                run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
+                                key_concurrency, key_rate_count, key_rate_seconds)
+SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
+       COALESCE(j.run_at, UNIX_TIMESTAMP(NOW(6)) + j.delay_seconds), UNIX_TIMESTAMP(NOW(6)), j.idempotency_key,
+       j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds
+FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
+    position FOR ORDINALITY,
+    task_name VARCHAR(255) PATH '$[0]', queue_name VARCHAR(255) PATH '$[1]', args LONGTEXT PATH '$[2]',
+    kwargs LONGTEXT PATH '$[3]', priority INT PATH '$[4]', max_attempts INT PATH '$[5]',
+    lease_seconds DOUBLE PATH '$[6]', run_at DOUBLE PATH '$[7]', delay_seconds DOUBLE PATH '$[8]',
+    idempotency_key VARCHAR(255) PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
+    concurrency_key VARCHAR(255) PATH '$[11]', key_concurrency INT PATH '$[12]', key_rate_count INT PATH '$[13]',
+    key_rate_seconds DOUBLE PATH '$[14]')) AS j
+ORDER BY j.position
+RETURNING id, run_after, created_at, idempotency_key;
+
+-- name: pending_with_key
+SELECT * FROM leased_jobs WHERE waiting_key = %(idempotency_key)s;
+
+-- name: claim_ids
+-- Jobs without a key in queues without a limit, read through the due index in claim order; rows
+-- another claim has locked are skipped, never waited for.
+SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_due)
+WHERE due_rank IS NOT NULL AND run_after <= UNIX_TIMESTAMP(NOW(6))
+  AND task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t)
+  AND (%(queue_names)s IS NULL
+       OR queue_name IN (SELECT value FROM JSON_TABLE(%(queue_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS q))
+  AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
+  AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
+ORDER BY due_rank, run_after, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: take_leases
+-- The jobs whose ids a claim read (and locked), leased to the worker.
+UPDATE leased_jobs
+SET status = 'running', attempt = attempt + 1, lease_owner = %(worker_id)s,
+    lease_expires_at = UNIX_TIMESTAMP(NOW(6)) + lease_seconds
+WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND status = 'pending';
+
+-- name: leased_jobs
+SELECT * FROM leased_jobs
+WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND lease_owner = %(worker_id)s AND status = 'running';
+
+-- name: open_attempts
+INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
+SELECT id, attempt, lease_owner, UNIX_TIMESTAMP(NOW(6)) FROM leased_jobs
+WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND lease_owner = %(worker_id)s AND status = 'running';
+
+-- name: renew
+UPDATE leased_jobs
+SET lease_expires_at = UNIX_TIMESTAMP(NOW(6)) + lease_seconds
+WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > UNIX_TIMESTAMP(NOW(6))
+  AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+          job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l);
+
+-- name: held_leases
+-- Of the given leases, those the worker holds unexpired: after renew, the ones it renewed.
+SELECT id, attempt FROM leased_jobs
+WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > UNIX_TIMESTAMP(NOW(6))
+  AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+          job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l)
+FOR UPDATE;
+
+-- name: finish
+-- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds];
+-- each end is fenced on its lease (held_leases locked those still held, first).
+UPDATE leased_jobs AS job
+JOIN JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
+    status VARCHAR(16) PATH '$[3]', result LONGTEXT PATH '$[4]', last_error LONGTEXT PATH '$[5]',
+    retry_in_seconds DOUBLE PATH '$[6]')) AS ends
+  ON job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
+SET job.result = ends.result,
+    job.last_error = COALESCE(ends.last_error, job.last_error),
+    job.finished_at = CASE WHEN ends.status = 'pending' THEN NULL ELSE UNIX_TIMESTAMP(NOW(6)) END,
+    job.run_after = CASE WHEN ends.status = 'pending' THEN UNIX_TIMESTAMP(NOW(6)) + ends.retry_in_seconds
+                         ELSE job.run_after END,
+    job.lease_owner = NULL,
+    job.lease_expires_at = NULL,
+    job.status = ends.status
+WHERE job.status = 'running';
+
+-- name: close_attempts
+-- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback].
+UPDATE leased_attempts AS a
+JOIN JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
+    outcome VARCHAR(16) PATH '$[3]', error_type VARCHAR(255) PATH '$[4]', error_message LONGTEXT PATH '$[5]',
+    traceback LONGTEXT PATH '$[6]')) AS ends
+  ON a.job_id = ends.job_id AND a.attempt = ends.attempt AND a.worker_id = ends.worker_id
+SET a.finished_at = UNIX_TIMESTAMP(NOW(6)), a.outcome = ends.outcome, a.error_type = ends.error_type,
+    a.error_message = ends.error_message, a.traceback = ends.traceback
+WHERE a.outcome IS NULL;
+
+-- name: release
+UPDATE leased_jobs
+SET status = 'pending', run_after = UNIX_TIMESTAMP(NOW(6)), lease_owner = NULL, lease_expires_at = NULL
+WHERE status = 'running' AND lease_owner = %(worker_id)s
+  AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+          job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l);
+
+-- name: expired_ids
+-- Expired leases through the leases index (NULL for every job not running); rows a claim or
+-- another reclaimer has locked are left to it.
+SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_leases)
+WHERE running_expires_at <= UNIX_TIMESTAMP(NOW(6))
+FOR UPDATE SKIP LOCKED;
+
+-- name: reclaim_expired
+UPDATE leased_jobs
+SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN attempt >= max_attempts THEN UNIX_TIMESTAMP(NOW(6)) END,
+    last_error = CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)'),
+    run_after = UNIX_TIMESTAMP(NOW(6)),
+    lease_owner = NULL,
+    lease_expires_at = NULL
+WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND status = 'running';
+
+-- name: close_expired_attempts
+UPDATE leased_attempts AS a JOIN leased_jobs AS job ON job.id = a.job_id AND job.attempt = a.attempt
+SET a.finished_at = UNIX_TIMESTAMP(NOW(6)), a.outcome = 'expired', a.error_message = job.last_error
+WHERE a.job_id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND a.outcome IS NULL;
+
+-- name: get_job
+SELECT * FROM leased_jobs WHERE id = %(job_id)s;
+
+-- name: get_history
+SELECT * FROM leased_attempts WHERE job_id = %(job_id)s ORDER BY attempt;
+
+-- name: list_jobs_newest
+SELECT * FROM leased_jobs
+WHERE (%(status)s IS NULL OR status = %(status)s)
+  AND (%(queue_name)s IS NULL OR queue_name = %(queue_name)s)
+  AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
+  AND (%(search)s IS NULL OR id = %(search_id)s OR idempotency_key = %(search)s)
+  AND (%(before_id)s IS NULL OR id < %(before_id)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: list_jobs_oldest
+SELECT * FROM leased_jobs
+WHERE (%(status)s IS NULL OR status = %(status)s)
+  AND (%(queue_name)s IS NULL OR queue_name = %(queue_name)s)
+  AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
+  AND (%(search)s IS NULL OR id = %(search_id)s OR idempotency_key = %(search)s)
+  AND (%(after_id)s IS NULL OR id > %(after_id)s)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: counts
+SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, status;
+
+-- name: lock_for_retry
+SELECT queue_name FROM leased_jobs WHERE id = %(job_id)s AND status IN ('failed', 'cancelled') FOR UPDATE;
+
+-- name: retry
+UPDATE leased_jobs
+SET status = 'pending', run_after = UNIX_TIMESTAMP(NOW(6)), finished_at = NULL,
+    max_attempts = GREATEST(max_attempts, attempt + 1)
+WHERE id = %(job_id)s AND status IN ('failed', 'cancelled');
+
+-- name: lock_for_cancel
+SELECT attempt FROM leased_jobs WHERE id = %(job_id)s AND status IN ('pending', 'running') FOR UPDATE;
+
+-- name: cancel
+UPDATE leased_jobs
+SET status = 'cancelled', finished_at = UNIX_TIMESTAMP(NOW(6)), lease_owner = NULL, lease_expires_at = NULL
+WHERE id = %(job_id)s AND status IN ('pending', 'running');
+
+-- name: close_cancelled_attempt
+UPDATE leased_attempts
+SET finished_at = UNIX_TIMESTAMP(NOW(6)), outcome = 'cancelled', error_message = 'cancelled by a user'
+WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND outcome IS NULL;
+
+-- name: oldest_due
+SELECT queue_name, UNIX_TIMESTAMP(NOW(6)) - min(run_after) AS seconds FROM leased_jobs
+WHERE status = 'pending' AND run_after <= UNIX_TIMESTAMP(NOW(6))
+GROUP BY queue_name;
+
+-- name: finished_since
+-- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
+SELECT queue_name, status, CAST(sum(n) AS SIGNED) AS n FROM (
+    SELECT queue_name, status, count(*) AS n FROM leased_jobs
+    WHERE finished_at >= UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s AND status IN ('done', 'failed')
+    GROUP BY queue_name, status
+    UNION ALL
+    SELECT queue_name, 'done', sum(done) FROM leased_throughput
+    WHERE minute >= UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s GROUP BY queue_name
+    UNION ALL
+    SELECT queue_name, 'failed', sum(failed) FROM leased_throughput
+    WHERE minute >= UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s GROUP BY queue_name
+) AS finished
+GROUP BY queue_name, status
+HAVING sum(n) > 0;
+
+-- name: failed_to_retry
+SELECT id, queue_name FROM leased_jobs
+WHERE status = 'failed'
+  AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
+  AND (%(queue_name)s IS NULL OR queue_name = %(queue_name)s)
+FOR UPDATE;
+
+-- name: retry_jobs
+UPDATE leased_jobs
+SET status = 'pending', run_after = UNIX_TIMESTAMP(NOW(6)), finished_at = NULL,
+    max_attempts = GREATEST(max_attempts, attempt + 1)
+WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND status = 'failed';
+
+-- name: task_names
+-- DISTINCT on the leading column of an index: a loose index scan, not a read of every row.
+SELECT DISTINCT task_name AS name FROM leased_jobs ORDER BY task_name;
+
+-- name: queue_names
+SELECT DISTINCT queue_name AS name FROM leased_jobs ORDER BY queue_name;
+
+-- name: register_worker
+INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, wake_host, stuck_handlers,
+                            started_at, last_seen_at)
+VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, %(tasks)s, %(wake_port)s, %(host)s,
+        %(stuck_handlers)s, UNIX_TIMESTAMP(NOW(6)), UNIX_TIMESTAMP(NOW(6)))
+ON DUPLICATE KEY UPDATE last_seen_at = UNIX_TIMESTAMP(NOW(6)), stuck_handlers = VALUE(stuck_handlers);
+
+-- name: wake_ports
+-- Datagrams reach workers on this host only; the others poll.
+SELECT wake_port FROM leased_workers
+WHERE wake_port IS NOT NULL AND wake_host = %(host)s
+  AND last_seen_at > UNIX_TIMESTAMP(NOW(6)) - %(silent_after)s;
+
+-- name: prune_workers
+DELETE FROM leased_workers WHERE last_seen_at < UNIX_TIMESTAMP(NOW(6)) - 86400;
+
+-- name: unregister_worker
+DELETE FROM leased_workers WHERE id = %(id)s;
+
+-- name: list_workers
+SELECT w.*, UNIX_TIMESTAMP(NOW(6)) - w.last_seen_at AS silent_seconds,
+       (SELECT count(*) FROM leased_jobs AS j WHERE j.status = 'running' AND j.lease_owner = w.id) AS running
+FROM leased_workers AS w
+ORDER BY w.started_at;
+
+-- name: migration_lock
+-- DDL commits on its own in MariaDB, so migrators take turns under a named lock instead of a
+-- transaction; each version is recorded as soon as it is applied.
+SELECT GET_LOCK(CONCAT('leased_migrate:', DATABASE()), 60) AS locked;
+
+-- name: migration_unlock
+SELECT RELEASE_LOCK(CONCAT('leased_migrate:', DATABASE())) AS released;
+
+-- name: applied_versions
+SELECT version FROM leased_schema_version;
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS leased_schema_version (
+    version INT NOT NULL PRIMARY KEY,
+    applied_at DOUBLE NOT NULL
+) ENGINE = InnoDB;
+
+-- name: record_version
+INSERT INTO leased_schema_version (version, applied_at) VALUES (%(version)s, UNIX_TIMESTAMP(NOW(6)));
+
+-- Explaining one job (`leased why`): read in one consistent snapshot.
+
+-- name: why_snapshot
+START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY;
+
+-- name: why_now
+SELECT CAST(UNIX_TIMESTAMP(NOW(6)) AS DOUBLE) AS now;
+
+-- name: jobs_ahead
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leased_jobs AS job, leased_jobs AS other
+    WHERE job.id = %(job_id)s
+      AND other.status = 'pending' AND other.queue_name = job.queue_name
+      AND other.run_after <= UNIX_TIMESTAMP(NOW(6))
+      AND other.priority >= job.priority
+      AND (other.priority > job.priority OR other.run_after < job.run_after
+           OR (other.run_after = job.run_after AND other.id < job.id))
+    LIMIT %(limit)s
+) AS ahead;
+
+-- name: pending_to_cancel
+SELECT id, attempt FROM leased_jobs
+WHERE status = 'pending'
+  AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
+  AND (%(queue_name)s IS NULL OR queue_name = %(queue_name)s)
+FOR UPDATE;
+
+-- name: cancel_jobs
+UPDATE leased_jobs
+SET status = 'cancelled', finished_at = UNIX_TIMESTAMP(NOW(6))
+WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND status = 'pending';
+
+-- name: close_cancelled_attempts
+UPDATE leased_attempts
+SET finished_at = UNIX_TIMESTAMP(NOW(6)), outcome = 'cancelled', error_message = 'cancelled by a user'
+WHERE outcome IS NULL
+  AND job_id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids);
+
+-- name: count_jobs
+SELECT count(*) AS n FROM leased_jobs
+WHERE (%(status)s IS NULL OR status = %(status)s)
+  AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
+  AND (%(queue_name)s IS NULL OR queue_name = %(queue_name)s);
+
+-- name: explain_expired_jobs
+UPDATE leased_jobs
+SET last_error = CONCAT('lease expired: ', %(message)s)
+WHERE status <> 'running' AND (id, attempt) IN (
+    SELECT job_id, attempt FROM leased_attempts
+    WHERE worker_id = %(worker_id)s AND outcome = 'expired'
+      AND (job_id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+              job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l));
+
+-- name: explain_expired_attempts
+UPDATE leased_attempts
+SET error_message = %(message)s
+WHERE worker_id = %(worker_id)s AND outcome = 'expired'
+  AND (job_id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+          job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l);
+
+-- Periodic jobs (backends/ticks.py).
+
+-- name: database_now
+SELECT CAST(UNIX_TIMESTAMP(NOW(6)) AS DOUBLE) AS now;
+
+-- name: list_schedules
+SELECT s.*, j.status AS last_job_status,
+       (SELECT d.finished_at FROM leased_jobs AS d FORCE INDEX (leased_jobs_task)
+        WHERE d.task_name = s.name AND d.status = 'done' ORDER BY d.id DESC LIMIT 1) AS last_success_at
+FROM leased_schedules AS s LEFT JOIN leased_jobs AS j ON j.id = s.last_job_id
+ORDER BY s.name;
+
+-- name: ensure_schedule
+INSERT IGNORE INTO leased_schedules (name, expression, timezone, updated_at)
+VALUES (%(name)s, %(expression)s, %(timezone)s, UNIX_TIMESTAMP(NOW(6)));
+
+-- name: lock_schedule
+SELECT * FROM leased_schedules WHERE name = %(name)s FOR UPDATE;
+
+-- name: claim_tick
+INSERT IGNORE INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (%(schedule_name)s, %(tick_at)s)
+RETURNING tick_at;
+
+-- name: job_active
+SELECT 1 AS active FROM leased_jobs WHERE id = %(job_id)s AND status IN ('pending', 'running');
+
+-- name: set_tick_job
+UPDATE leased_schedule_ticks SET job_id = %(job_id)s WHERE schedule_name = %(schedule_name)s AND tick_at = %(tick_at)s;
+
+-- name: update_schedule
+UPDATE leased_schedules
+SET expression = %(expression)s, timezone = %(timezone)s,
+    last_tick_at = GREATEST(COALESCE(last_tick_at, %(last_tick_at)s), %(last_tick_at)s),
+    last_job_id = %(last_job_id)s, skipped_ticks = skipped_ticks + %(skipped)s,
+    last_skipped_at = COALESCE(%(last_skipped_at)s, last_skipped_at), updated_at = UNIX_TIMESTAMP(NOW(6))
+WHERE name = %(name)s;
+
+-- name: prune_ticks
+DELETE FROM leased_schedule_ticks
+WHERE schedule_name = %(schedule_name)s
+  AND tick_at NOT IN (SELECT tick_at FROM (SELECT tick_at FROM leased_schedule_ticks
+                                           WHERE schedule_name = %(schedule_name)s
+                                           ORDER BY tick_at DESC LIMIT %(keep)s) AS kept);
+
+-- Limits (0005). Claims of limited jobs take turns under a named lock (limited_claim_lock), as
+-- PostgreSQL's take an advisory lock: no two can both see the same free room.
+
+-- name: limits_in_use
+SELECT EXISTS (SELECT 1 FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due) WHERE due_key IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM leased_queue_limits) AS in_use;
+
+-- name: limited_claim_lock
+SELECT GET_LOCK(CONCAT('leased_limited_claim:', DATABASE()), 30) AS locked;
+
+-- name: limited_claim_unlock
+SELECT RELEASE_LOCK(CONCAT('leased_limited_claim:', DATABASE())) AS released;
+
+-- name: claim_limited_ids
+-- Every due job, limited or not, in claim order, within the limits; the caller leases them by id.
+-- A key's room is its cap minus its running jobs (and its starts within the rate window), read
+-- from the key's head job; a limited queue's room likewise. This reads every due job: MariaDB has
+-- no LIMIT inside IN subqueries, so the per-key reads PostgreSQL bounds are window functions here.
+WITH key_heads AS (
+    SELECT due_key AS limit_key, id FROM (
+        SELECT due_key, id, row_number() OVER (PARTITION BY due_key ORDER BY priority DESC, run_after, id) AS place
+        FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due) WHERE due_key IS NOT NULL) AS ordered
+    WHERE place = 1
+), key_room AS (
+    SELECT h.limit_key, LEAST(
+        COALESCE(head.key_concurrency - (SELECT count(*) FROM leased_jobs AS r WHERE r.running_key = h.limit_key),
+                 %(limit)s),
+        COALESCE(head.key_rate_count - (SELECT count(*) FROM leased_starts AS s
+                                        WHERE s.limit_name = CONCAT('key:', h.limit_key)
+                                          AND s.started_at > UNIX_TIMESTAMP(NOW(6)) - head.key_rate_seconds),
+                 %(limit)s),
+        %(limit)s) AS room
+    FROM key_heads AS h JOIN leased_jobs AS head ON head.id = h.id
+), queue_room AS (
+    SELECT l.queue_name, LEAST(
+        COALESCE(l.concurrency - (SELECT count(*) FROM leased_jobs AS r
+                                  WHERE r.queue_name = l.queue_name AND r.status = 'running'), %(limit)s),
+        COALESCE(l.rate_count - (SELECT count(*) FROM leased_starts AS s
+                                 WHERE s.limit_name = CONCAT('queue:', l.queue_name)
+                                   AND s.started_at > UNIX_TIMESTAMP(NOW(6)) - l.rate_seconds), %(limit)s),
+        %(limit)s) AS room
+    FROM leased_queue_limits AS l
+), eligible AS (
+    SELECT id, priority, run_after, queue_name, concurrency_key FROM leased_jobs
+    WHERE status = 'pending' AND run_after <= UNIX_TIMESTAMP(NOW(6))
+      AND task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t)
+      AND (%(queue_names)s IS NULL
+           OR queue_name IN (SELECT value FROM JSON_TABLE(%(queue_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS q))
+      AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
+), keyed AS (
+    SELECT e.id, e.priority, e.run_after, e.queue_name, k.room,
+           row_number() OVER (PARTITION BY e.concurrency_key ORDER BY e.priority DESC, e.run_after, e.id) AS place
+    FROM eligible AS e JOIN key_room AS k ON k.limit_key = e.concurrency_key
+    WHERE k.room > 0
+), candidates AS (
+    SELECT id, priority, run_after, queue_name FROM eligible WHERE concurrency_key IS NULL
+    UNION ALL
+    SELECT id, priority, run_after, queue_name FROM keyed WHERE place <= room
+), ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.queue_name ORDER BY c.priority DESC, c.run_after, c.id) AS place
+    FROM candidates AS c
+)
+SELECT ranked.id FROM ranked LEFT JOIN queue_room ON queue_room.queue_name = ranked.queue_name
+WHERE queue_room.queue_name IS NULL OR ranked.place <= queue_room.room
+ORDER BY ranked.priority DESC, ranked.run_after, ranked.id
+LIMIT %(limit)s;
+
+-- name: record_starts
+INSERT INTO leased_starts (limit_name, started_at)
+SELECT CONCAT('key:', concurrency_key), UNIX_TIMESTAMP(NOW(6)) FROM leased_jobs
+WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND key_rate_count IS NOT NULL
+UNION ALL
+SELECT CONCAT('queue:', job.queue_name), UNIX_TIMESTAMP(NOW(6)) FROM leased_jobs AS job
+JOIN leased_queue_limits AS l ON l.queue_name = job.queue_name AND l.rate_count IS NOT NULL
+WHERE job.id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids);
+
+-- name: forget_old_starts
+DELETE FROM leased_starts WHERE started_at < UNIX_TIMESTAMP(NOW(6)) - 3600;
+
+-- name: set_queue_limit
+INSERT INTO leased_queue_limits (queue_name, concurrency, rate_count, rate_seconds)
+VALUES (%(queue_name)s, %(concurrency)s, %(rate_count)s, %(rate_seconds)s)
+ON DUPLICATE KEY UPDATE concurrency = VALUE(concurrency), rate_count = VALUE(rate_count),
+                        rate_seconds = VALUE(rate_seconds);
+
+-- name: clear_queue_limit
+DELETE FROM leased_queue_limits WHERE queue_name = %(queue_name)s;
+
+-- name: queue_limits
+SELECT * FROM leased_queue_limits ORDER BY queue_name;
+
+-- Pausing queues, and pruning finished jobs (migration 0003).
+
+-- name: ensure_queue
+INSERT IGNORE INTO leased_queues (queue_name, paused_at) VALUES (%(queue_name)s, NULL);
+
+-- name: pause_queue
+-- Changes a row only if this paused the queue (it was not paused already).
+UPDATE leased_queues SET paused_at = UNIX_TIMESTAMP(NOW(6)) WHERE queue_name = %(queue_name)s AND paused_at IS NULL;
+
+-- name: resume_queue
+UPDATE leased_queues SET paused_at = NULL WHERE queue_name = %(queue_name)s AND paused_at IS NOT NULL;
+
+-- name: paused_queues
+SELECT queue_name, UNIX_TIMESTAMP(NOW(6)) - paused_at AS seconds FROM leased_queues
+WHERE paused_at IS NOT NULL ORDER BY queue_name;
+
+-- name: prunable_ids
+SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_finished)
+WHERE finished_at < UNIX_TIMESTAMP(NOW(6)) - %(older_than)s AND status = %(status)s
+  AND (%(task_names)s IS NULL
+       OR task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t))
+  AND task_name NOT IN (SELECT value FROM JSON_TABLE(%(except_task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS x)
+ORDER BY finished_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: count_pruned
+INSERT INTO leased_throughput (minute, queue_name, task_name, done, failed)
+SELECT FLOOR(finished_at / 60) * 60 AS minute, queue_name, task_name, sum(status = 'done'), sum(status = 'failed')
+FROM leased_jobs
+WHERE id IN (SELECT value FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND status IN ('done', 'failed')
+GROUP BY 1, 2, 3
+ON DUPLICATE KEY UPDATE done = done + VALUE(done), failed = failed + VALUE(failed);
+
+-- name: delete_jobs
+DELETE FROM leased_jobs
+WHERE id IN (SELECT value FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND status IN ('done', 'failed', 'cancelled');
+
+-- name: count_prunable
+SELECT count(*) AS n FROM leased_jobs FORCE INDEX (leased_jobs_finished)
+WHERE finished_at < UNIX_TIMESTAMP(NOW(6)) - %(older_than)s AND status = %(status)s
+  AND (%(task_names)s IS NULL
+       OR task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t))
+  AND task_name NOT IN (SELECT value FROM JSON_TABLE(%(except_task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS x);
+
+-- name: prune_throughput
+DELETE FROM leased_throughput WHERE minute < UNIX_TIMESTAMP(NOW(6)) - %(older_than)s;
+
+-- name: try_prune_lock
+SELECT GET_LOCK(CONCAT('leased_prune:', DATABASE()), 0) AS locked;
+
+-- name: prune_unlock
+SELECT RELEASE_LOCK(CONCAT('leased_prune:', DATABASE())) AS released;
+
+-- name: throughput
+SELECT minute, queue_name, task_name, CAST(sum(done) AS SIGNED) AS done, CAST(sum(failed) AS SIGNED) AS failed FROM (
+    SELECT t.minute, t.queue_name, t.task_name, t.done, t.failed
+    FROM leased_throughput AS t WHERE t.minute >= FLOOR((UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s) / 60) * 60
+    UNION ALL
+    SELECT FLOOR(j.finished_at / 60) * 60, j.queue_name, j.task_name, j.status = 'done', j.status = 'failed'
+    FROM leased_jobs AS j
+    WHERE j.finished_at >= FLOOR((UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s) / 60) * 60
+      AND j.status IN ('done', 'failed')
+) AS finished
+GROUP BY minute, queue_name, task_name
+ORDER BY minute;
