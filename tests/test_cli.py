@@ -189,7 +189,7 @@ def test_migrate_sql_leaves_the_database_alone(sqlite_cli, tmp_path):
     (["jobs", APP, "--database", "sqlite:///other.db"], "give APP or --database, not both"),
     (["show", "--database", "sqlite:///missing.db", "1"], "no SQLite database at 'missing.db'"),
     (["show", APP, "abc"], "a job id is a whole number"),
-    (["stats", "--database", "mysql://localhost/jobs"], "unsupported database URL scheme"),
+    (["stats", "--database", "oracle://localhost/jobs"], "unsupported database URL scheme"),
     (["stats", "--database", "postgresql://postgres@127.0.0.1:1/test"], ""),  # unreachable, or no driver
 ])
 def test_user_mistakes_are_one_line_errors(sqlite_cli, args, message):

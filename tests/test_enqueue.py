@@ -173,7 +173,7 @@ def test_list_jobs_filters_and_pages_newest_first(app, notify):
 
 
 def test_invalid_database_urls_are_named(tmp_path):
-    for url in ["nonsense", "mysql://x/y", "sqlite://"]:
+    for url in ["nonsense", "oracle://x/y", "sqlite://"]:
         with pytest.raises(ConfigurationError, match="database URL"):
             Leased(url).backend
 
