@@ -298,9 +298,10 @@ def _queue_paused(facts: JobFacts) -> list[Reason]:
     paused, queue = facts.queue_paused_at, facts.job.queue_name
     if paused is None:
         return []
-    return [Reason("queue_paused", f"Queue {queue} has been paused since {_utc(paused)} (for "
-                                   f"{format_duration(facts.now - paused)}): no worker claims its jobs until it is "
-                                   f"resumed with `leased resume APP {queue}`.",
+    since = facts.now - paused
+    how_long = f"for {format_duration(since)}" if since.total_seconds() >= 1 else "just now"
+    return [Reason("queue_paused", f"Queue {queue} has been paused since {_utc(paused)} ({how_long}): no worker "
+                                   f"claims its jobs until it is resumed with `leased resume APP {queue}`.",
                    {"queue_name": queue, "paused_at": paused, "paused_seconds": (facts.now - paused).total_seconds()})]
 
 
