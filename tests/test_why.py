@@ -7,6 +7,8 @@ as another program could; lease expiry is left to the database's clock.
 
 from __future__ import annotations
 
+import asyncio
+import re
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -14,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from conftest import raw_sql, running_worker, wait_for
+from test_schedules import scheduler, set_last_tick
 from leased import Backoff, JobNotFound, JobStatus, Leased, PermanentError
 from leased.admin import WorkerInfo
 from leased.backends.base import ClaimRequest, WorkerRecord
@@ -160,6 +163,107 @@ def test_every_worker_that_could_run_it_is_busy(app):
     assert reason.message == "Every live worker that can run it is busy (w1 runs 1 of 1): it waits for a free slot."
 
 
+# Pending, held back by a pause or a limit: each is a blocker, so no start is promised.
+def test_a_paused_queue_says_since_when_and_how_to_resume(app):
+    @app.task(name="charge", queue_name="billing")
+    def charge(): ...
+
+    job = charge.enqueue()
+    announce(app, "w1", tasks=("charge",))
+    app.pause("billing")
+    seconds_earlier(app, "leased_queues", "paused_at", 300, "queue_name = 'billing'")
+    why = app.why(job.id)
+    paused = reasons(why)["queue_paused"]
+    assert re.fullmatch(rf"Queue billing has been paused since {utc(paused.data['paused_at'])} \(for 5m\d\ds\): no "
+                        r"worker claims its jobs until it is resumed with `leased resume APP billing`\.",
+                        paused.message)
+    assert paused.data["queue_name"] == "billing" and paused.data["paused_seconds"] >= 300
+    assert "should_start" not in reasons(why)
+    app.resume("billing")
+    assert [reason.code for reason in app.why(job.id).reasons] == ["should_start"]
+
+
+def test_waiting_on_the_concurrency_limit_of_its_key_names_the_running_jobs(app):
+    @app.task(name="sync", concurrency=1, concurrency_key="customer:{customer_id}")
+    def sync(customer_id): ...
+
+    running, waiting = sync.enqueue(42), sync.enqueue(42)
+    announce(app, "vm:4411", tasks=("sync",))
+    assert claim_as(app, "vm:4411", "sync").id == running.id
+    why = app.why(waiting.id)
+    full = reasons(why)["key_concurrency_full"]
+    assert full.message == (f"It waits on the concurrency limit of key customer:42: 1 of 1 running (job {running.id} "
+                            f"on worker vm:4411).")
+    assert full.data["running_jobs"] == [{"job_id": running.id, "worker_id": "vm:4411"}]
+    assert "should_start" not in reasons(why)
+    assert "key_concurrency_full" not in reasons(app.why(sync.enqueue(7).id))  # another key has room
+
+
+def test_waiting_on_the_concurrency_limit_of_its_queue_names_three_running_jobs(app):
+    @app.task(name="charge", queue_name="billing")
+    def charge(n): ...
+
+    app.limit("billing", concurrency=5)
+    jobs = charge.enqueue_many([(n,) for n in range(6)])
+    for n in range(5):
+        announce(app, f"w{n}", tasks=("charge",))
+        claim_as(app, f"w{n}", "charge")
+    why = app.why(jobs[5].id)
+    full = reasons(why)["queue_concurrency_full"]
+    assert full.message == (f"It waits on the concurrency limit of queue billing: 5 of 5 running (job {jobs[0].id} on "
+                            f"worker w0, job {jobs[1].id} on worker w1, job {jobs[2].id} on worker w2 and 2 more).")
+    assert (full.data["concurrency"], full.data["running"]) == (5, 5)
+    assert "should_start" not in reasons(why)
+
+
+def test_a_reached_rate_limit_says_when_its_next_slot_opens(app):
+    @app.task(name="call", concurrency_key="api:{host}", rate_limit="3/h")
+    def call(host): ...
+
+    @app.task(name="send", queue_name="mail")
+    def send(): ...
+
+    app.limit("mail", rate_limit="1/m")
+    keyed = [call.enqueue("x") for _ in range(4)]
+    announce(app, "w1", tasks=("call", "send"))
+    for _ in range(3):
+        claim_as(app, "w1", "call")
+    # The oldest of the three starts began 30 minutes ago: the window lets one more in 30 minutes.
+    raw_sql(app, "UPDATE leased_starts SET started_at = started_at - "
+                 + ("1800" if app.database_url.startswith("sqlite") else "interval '1800 seconds'")
+                 + " WHERE started_at = (SELECT min(started_at) FROM leased_starts)")
+    why = app.why(keyed[3].id)
+    full = reasons(why)["key_rate_full"]
+    slot = full.data["next_slot_at"]
+    assert full.message.startswith("The rate limit of key api:x (3/h) is reached: 3 starts in the last 1h00m; the "
+                                   "next slot opens in ") and full.message.endswith(f"(at {utc(slot)}).")
+    assert 1700 < full.data["next_slot_seconds"] <= 1800 and full.data["starts"] == 3
+    assert "should_start" not in reasons(why)
+
+    sent, waiting = send.enqueue(), send.enqueue()
+    claim_as(app, "w1", "send")
+    full = reasons(app.why(waiting.id))["queue_rate_full"]
+    assert full.message.startswith("The rate limit of queue mail (1/m) is reached: 1 start in the last 1m00s; the "
+                                   "next slot opens in ")
+    assert 0 < full.data["next_slot_seconds"] <= 60
+
+
+def test_a_scheduled_job_says_which_tick_enqueued_it(app):
+    @app.periodic(every=timedelta(minutes=5), name="send_digest")
+    def send_digest(scheduled_at): ...
+
+    scheduler(app).run_once()  # a first sight of the schedule runs nothing
+    last = next(info for info in app.list_schedules() if info.name == "send_digest").last_tick_at
+    set_last_tick(app, "send_digest", last - timedelta(minutes=5))
+    scheduler(app).run_once()
+    (job,) = app.list_jobs(task_name="send_digest")
+    first = app.why(job.id).reasons[0]
+    assert first.code == "scheduled" and first.message.startswith(
+        f"It was enqueued by schedule send_digest for its tick at {utc(last)} (")
+    assert first.data == {"schedule_name": "send_digest", "tick_at": last}
+    assert app.why(send_digest.enqueue(scheduled_at=last.isoformat()).id).reasons[0].code != "scheduled"
+
+
 # Running.
 def test_running_on_a_live_worker(app):
     started, release = threading.Event(), threading.Event()
@@ -219,6 +323,70 @@ def test_an_expired_lease_says_the_next_claim_returns_the_job(app):
     assert app.backend.reclaim_expired() == 1  # what the next claim does first
     assert app.why(job.id).reasons[0].message == ("It used its only attempt, which was lost when worker w-gone stopped "
                                                   "renewing its lease (crashed, stalled or cut off).")
+
+
+def test_a_running_job_past_its_time_limit_says_by_how_much(app):
+    @app.task(name="slow", timeout=30)
+    def slow(): ...
+
+    job = slow.enqueue()
+    announce(app, "w1", tasks=("slow",))
+    claim_as(app, "w1", "slow")
+    limit = reasons(app.why(job.id))["time_limit"]
+    assert limit.message.startswith("Its time limit of 30s ends in ")
+    seconds_earlier(app, "leased_attempts", "started_at", 42, f"job_id = {job.id}")
+    why = app.why(job.id)
+    past = reasons(why)["past_time_limit"]
+    assert past.message.startswith("Its time limit of 30s passed 1") and "yet attempt 1 has not ended: the handler " \
+        "is still running and worker w1 has not stopped it" in past.message
+    assert past.data["past_seconds"] >= 12 and past.data["timeout_seconds"] == 30
+    assert [r.code for r in why.reasons] == ["running", "past_time_limit", "worker_alive"]
+
+
+def test_a_timed_out_attempt_backs_off_with_its_time_limit(app):
+    @app.task(name="hangs", timeout=0.2, max_attempts=2, backoff=Backoff(base=3600, jitter=0))
+    async def hangs():
+        await asyncio.Event().wait()  # only the time limit ends this
+
+    job = hangs.enqueue()
+    with running_worker(app):
+        wait_for(lambda: app.get_job(job.id).history and app.get_job(job.id).status is JobStatus.PENDING,
+                 message="the first attempt to time out")
+    reason = reasons(app.why(job.id))["backing_off"]
+    assert reason.message.startswith("Backing off after attempt 1 of 2 ran past its time limit of 200ms; attempt 2 "
+                                     "is due in ")
+    assert reason.data["outcome"] == "timeout"
+
+
+def test_a_failed_job_whose_handler_is_stuck_past_its_time_limit(app):
+    release = threading.Event()
+
+    @app.task(name="ignores_limit", timeout=0.2, max_attempts=1)
+    def ignores_limit():
+        release.wait(60)  # does not look at its context
+
+    @app.task(name="next_in_line")
+    def next_in_line(): ...
+
+    job = ignores_limit.enqueue()
+    try:
+        with running_worker(app, concurrency=1) as worker:
+            wait_for(lambda: [w.stuck_handlers for w in app.workers()] == [1], message="the worker's row to say stuck")
+            failed, stuck, retry = app.why(job.id).reasons
+            waiting = next_in_line.enqueue()
+            busy = reasons(app.why(waiting.id))["workers_busy"]
+            release.set()
+    finally:
+        release.set()
+    assert (failed.code, failed.message) == ("attempts_exhausted",
+                                             "It used its only attempt, which hit the time limit of 200ms.")
+    assert stuck.code == "handler_stuck" and stuck.message == (
+        f"The handler thread of attempt 1 was still running when its time limit ended the attempt, and worker "
+        f"{worker.id} still reports 1 stuck handler thread, each holding a slot until it returns: the handler does "
+        f"not check context.cancelled.")
+    assert retry.code == "retry"
+    assert busy.message == (f"Every live worker that can run it is busy ({worker.id} runs 0 of 1, and 1 slot held by "
+                            f"a handler thread stuck past its time limit): it waits for a free slot.")
 
 
 # Finished.

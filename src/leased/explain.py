@@ -5,7 +5,7 @@ its attempts, the workers table, the jobs ahead of it, and the database's clock)
 them into reasons and is pure, so each rule is tested over a facts value as well as end to end.
 Every time in a reason is relative to the database's clock, never the caller's.
 
-Adding a reason (queue pause, concurrency and rate limits, schedules, timeouts) takes three steps:
+Adding a reason takes three steps:
   1. a field on JobFacts, with a default that means "nothing known" (so a backend that does not
      read it yet still explains everything else);
   2. a named query in each backend's queries.sql, read in InspectionReads.why_facts
@@ -18,15 +18,17 @@ Adding a reason (queue pause, concurrency and rate limits, schedules, timeouts) 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Callable
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.durations import format_duration
 from leased.jobs import Attempt, Job, JobStatus, Outcome
+from leased.limits import Rate
 
 # Jobs ahead are counted up to this many; beyond it, "more than 10,000" says enough.
 AHEAD_LIMIT = 10_000
+RUNNING_NAMED = 3  # a full concurrency limit names this many of its running jobs
 DEFAULT_POLL_INTERVAL = 1.0  # Leased.worker's default; a worker's own setting is not recorded
 PERMANENT_ERROR = "PermanentError"
 PAYLOAD_ERROR = "PayloadError"
@@ -40,11 +42,37 @@ class JobFacts:
     now: datetime
     workers: tuple[WorkerInfo, ...]  # every row of the workers table, alive or silent
     jobs_ahead: int | None = None  # pending jobs only: due jobs of its queue a claim takes first, up to AHEAD_LIMIT + 1
-    # Extension point, for the branches that add these (fill them in InspectionReads.why_facts):
-    #   queue_paused_at: datetime | None = None   # leased_queues.paused_at of the job's queue
-    #       rule: a pending job on a paused queue is blocked: "queue billing is paused since T".
-    #   limits: tuple[LimitFact, ...] = ()        # each concurrency or rate limit over its queue or
-    #       key, with its cap and what it counts now; rule: one blocker per limit that is full.
+    queue_paused_at: datetime | None = None  # when its queue was paused; None: the queue runs
+    limits: tuple[LimitFact, ...] = ()  # pending jobs only: the limits of its key and of its queue
+    scheduled_by: ScheduleTick | None = None  # the schedule tick that enqueued it, if one did
+
+
+@dataclass(frozen=True, slots=True)
+class LimitFact:
+    """One concurrency or rate limit a claim of the job must fit in, counted as claim_limited counts."""
+
+    scope: str  # "key" (the job's concurrency key, with its head job's limits) or "queue"
+    name: str  # the key, or the queue's name
+    concurrency: int | None  # None: no cap on running jobs
+    running: int  # its running jobs
+    rate: Rate | None  # None: no rate limit
+    starts: int  # its starts within the rate window
+    running_jobs: tuple[tuple[int, str | None], ...] = ()  # (job id, worker) of up to RUNNING_NAMED of them
+    next_slot_at: datetime | None = None  # when a full rate window next lets one start
+
+    @property
+    def concurrency_full(self) -> bool:
+        return self.concurrency is not None and self.running >= self.concurrency
+
+    @property
+    def rate_full(self) -> bool:
+        return self.rate is not None and self.starts >= self.rate.count
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTick:
+    schedule_name: str
+    tick_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +100,7 @@ def explain(facts: JobFacts) -> Explanation:
     job = facts.job
     explainer = _BY_STATUS[job.status]
     summary = f"Job {job.id} ({job.task_name} on queue {job.queue_name}) {_IS[job.status]}."
-    return Explanation(job.id, job.status, summary, tuple(explainer(facts)), facts.now)
+    return Explanation(job.id, job.status, summary, tuple([*_scheduled_by(facts), *explainer(facts)]), facts.now)
 
 
 _IS = {JobStatus.PENDING: "is pending", JobStatus.RUNNING: "is running", JobStatus.DONE: "is done",
@@ -116,10 +144,19 @@ def _last_attempt(job: Job) -> Attempt | None:
     return job.history[-1] if job.history else None
 
 
+def _scheduled_by(facts: JobFacts) -> list[Reason]:
+    tick = facts.scheduled_by
+    if tick is None:
+        return []
+    return [Reason("scheduled", f"It was enqueued by schedule {tick.schedule_name} for its tick at "
+                                f"{_utc(tick.tick_at)} ({_relative(tick.tick_at, facts.now)}).",
+                   {"schedule_name": tick.schedule_name, "tick_at": tick.tick_at})]
+
+
 # Pending.
 def _explain_pending(facts: JobFacts) -> list[Reason]:
     blockers = [reason for rule in PENDING_BLOCKERS for reason in rule(facts)]
-    return [*_previous_attempt(facts), *(blockers or [_should_start(facts)])]
+    return [*_previous_attempt(facts), *_handler_stuck(facts), *(blockers or [_should_start(facts)])]
 
 
 def _is_due(facts: JobFacts) -> bool:
@@ -140,6 +177,7 @@ def _previous_attempt(facts: JobFacts) -> list[Reason]:
         Outcome.SHUTDOWN: f"was handed back when worker {last.worker_id} shut down",
         Outcome.CANCELLED: "was cancelled by a user, and the job retried since",
         Outcome.DONE: "finished, and the job was retried since",
+        Outcome.TIMEOUT: f"ran past its time limit of {_time_limit(job)}",
     }[last.outcome]
     return [Reason("previous_attempt", f"Attempt {last.number} of {job.max_attempts} {how}; {_due_for(facts)}.",
                    data)]
@@ -155,12 +193,14 @@ def _not_due(facts: JobFacts) -> list[Reason]:
     if _is_due(facts):
         return []
     data: dict[str, Any] = {"run_after": job.run_after, "seconds": (job.run_after - facts.now).total_seconds()}
-    if last is not None and last.outcome is Outcome.ERROR:
+    if last is not None and last.outcome in (Outcome.ERROR, Outcome.TIMEOUT):
         data.update(attempt=last.number, max_attempts=job.max_attempts, error_type=last.error_type,
-                    error_message=last.error_message)
+                    error_message=last.error_message, outcome=last.outcome.value)
         when = _when(job.run_after, facts.now)
-        return [Reason("backing_off", f"Backing off after attempt {last.number} of {job.max_attempts} failed with "
-                                      f"{_error(last)}; attempt {last.number + 1} is due {when}.", data)]
+        how = (f"failed with {_error(last)}" if last.outcome is Outcome.ERROR
+               else f"ran past its time limit of {_time_limit(job)}")
+        return [Reason("backing_off", f"Backing off after attempt {last.number} of {job.max_attempts} {how}; "
+                                      f"attempt {last.number + 1} is due {when}.", data)]
     return [Reason("not_due", f"It is due {_when(job.run_after, facts.now)}; no worker takes it before then.",
                    data)]
 
@@ -207,11 +247,26 @@ def _no_worker(facts: JobFacts) -> list[Reason]:
 
 def _workers_busy(facts: JobFacts) -> list[Reason]:
     able = _able(facts)
-    if not _is_due(facts) or not able or any(worker.running < worker.concurrency for worker in able):
+    if not _is_due(facts) or not able or any(_slots_taken(worker) < worker.concurrency for worker in able):
         return []
-    busy = ", ".join(f"{w.id} runs {w.running} of {w.concurrency}" for w in able)
+    busy = ", ".join(f"{w.id} runs {w.running} of {w.concurrency}{_stuck_note(w)}" for w in able)
     return [Reason("workers_busy", f"Every live worker that can run it is busy ({busy}): it waits for a free slot.",
-                   {"workers": {w.id: {"running": w.running, "concurrency": w.concurrency} for w in able}})]
+                   {"workers": {w.id: {"running": w.running, "concurrency": w.concurrency,
+                                       "stuck_handlers": w.stuck_handlers} for w in able}})]
+
+
+def _slots_taken(worker: WorkerInfo) -> int:
+    """Its running jobs, and the handler threads that outlived their time limit, each holding a slot."""
+    return worker.running + worker.stuck_handlers
+
+
+def _stuck_note(worker: WorkerInfo) -> str:
+    stuck = worker.stuck_handlers
+    if not stuck:
+        return ""
+    held = ("1 slot held by a handler thread stuck past its time limit" if stuck == 1
+            else f"{stuck} slots held by handler threads stuck past their time limit")
+    return f", and {held}"
 
 
 def _jobs_ahead(facts: JobFacts) -> list[Reason]:
@@ -238,9 +293,69 @@ def _should_start(facts: JobFacts) -> Reason:
     return Reason("should_start", message, {"workers": sorted(worker.id for worker in able), "due_seconds": waited})
 
 
+def _queue_paused(facts: JobFacts) -> list[Reason]:
+    """Told whether or not the job is due: waiting out a delay will not be enough either."""
+    paused, queue = facts.queue_paused_at, facts.job.queue_name
+    if paused is None:
+        return []
+    since = facts.now - paused
+    how_long = f"for {format_duration(since)}" if since.total_seconds() >= 1 else "just now"
+    return [Reason("queue_paused", f"Queue {queue} has been paused since {_utc(paused)} ({how_long}): no worker "
+                                   f"claims its jobs until it is resumed with `leased resume APP {queue}`.",
+                   {"queue_name": queue, "paused_at": paused, "paused_seconds": (facts.now - paused).total_seconds()})]
+
+
+def _limit_name(limit: LimitFact) -> str:
+    return f"key {limit.name}" if limit.scope == "key" else f"queue {limit.name}"
+
+
+def _concurrency_full(facts: JobFacts) -> list[Reason]:
+    reasons = []
+    for limit in facts.limits:
+        if not _is_due(facts) or not limit.concurrency_full:
+            continue
+        named = [f"job {job_id} on worker {worker or '?'}" for job_id, worker in limit.running_jobs]
+        if limit.running > len(named):
+            named.append(f"{limit.running - len(named)} more")
+        message = (f"It waits on the concurrency limit of {_limit_name(limit)}: {limit.running} of "
+                   f"{limit.concurrency} running ({_names(named)}).")
+        reasons.append(Reason(f"{limit.scope}_concurrency_full", message,
+                              {"scope": limit.scope, "name": limit.name, "concurrency": limit.concurrency,
+                               "running": limit.running,
+                               "running_jobs": [{"job_id": job_id, "worker_id": worker}
+                                                for job_id, worker in limit.running_jobs]}))
+    return reasons
+
+
+def _rate_full(facts: JobFacts) -> list[Reason]:
+    reasons = []
+    for limit in facts.limits:
+        if not _is_due(facts) or not limit.rate_full:
+            continue
+        slot = limit.next_slot_at
+        when = f"the next slot opens {_when(slot, facts.now)}" if slot is not None else "no start is known"
+        message = (f"The rate limit of {_limit_name(limit)} ({_rate(limit.rate)}) is reached: {limit.starts} "
+                   f"start{'' if limit.starts == 1 else 's'} in the last {format_duration(limit.rate.seconds)}; "
+                   f"{when}.")
+        reasons.append(Reason(f"{limit.scope}_rate_full", message,
+                              {"scope": limit.scope, "name": limit.name, "rate_count": limit.rate.count,
+                               "rate_seconds": limit.rate.seconds, "starts": limit.starts, "next_slot_at": slot,
+                               "next_slot_seconds": None if slot is None else
+                               max((slot - facts.now).total_seconds(), 0.0)}))
+    return reasons
+
+
+def _rate(rate: Rate) -> str:
+    """'10/m'; any other window (a row written by hand) as its count per duration."""
+    try:
+        return str(rate)
+    except StopIteration:
+        return f"{rate.count} per {format_duration(rate.seconds)}"
+
+
 # Rules that keep a pending job from being claimed now, in the order they are told.
-# Extension point: a paused queue, and full concurrency or rate limits, are blockers: add them here.
-PENDING_BLOCKERS: tuple[Callable[[JobFacts], list[Reason]], ...] = (_not_due, _no_worker, _workers_busy, _jobs_ahead)
+PENDING_BLOCKERS: tuple[Callable[[JobFacts], list[Reason]], ...] = (
+    _not_due, _queue_paused, _no_worker, _workers_busy, _concurrency_full, _rate_full, _jobs_ahead)
 
 
 # Running.
@@ -252,7 +367,49 @@ def _explain_running(facts: JobFacts) -> list[Reason]:
     reasons = [Reason("running", f"Attempt {job.attempt} of {job.max_attempts} is running on worker {owner}{started}.",
                       {"worker_id": owner, "attempt": job.attempt, "max_attempts": job.max_attempts,
                        "started_at": current.started_at if current else None})]
-    return reasons + [_lease(facts, owner)]
+    return reasons + _time_limit_of_running(facts, current) + [_lease(facts, owner)]
+
+
+def _time_limit(job: Job) -> str:
+    return format_duration(job.timeout_seconds) if job.timeout_seconds is not None else "none"
+
+
+def _time_limit_of_running(facts: JobFacts, current: Attempt | None) -> list[Reason]:
+    job, now = facts.job, facts.now
+    if job.timeout_seconds is None or current is None:
+        return []
+    limit_at = current.started_at + timedelta(seconds=job.timeout_seconds)
+    data = {"timeout_seconds": job.timeout_seconds, "limit_at": limit_at,
+            "past_seconds": max((now - limit_at).total_seconds(), 0.0)}
+    if limit_at > now:
+        return [Reason("time_limit", f"Its time limit of {_time_limit(job)} ends {_when(limit_at, now)}.", data)]
+    # The worker ends an attempt at its limit; one still running past it was not ended by anyone.
+    return [Reason("past_time_limit", f"Its time limit of {_time_limit(job)} passed {_relative(limit_at, now)} "
+                                      f"(at {_utc(limit_at)}), yet attempt {job.attempt} has not ended: the handler "
+                                      f"is still running and worker {job.lease_owner or '?'} has not stopped it, so "
+                                      f"the worker is stuck (its event loop blocked, e.g. by a blocking call in an "
+                                      f"async handler) or gone (then its lease runs out).", data)]
+
+
+# Written by the worker into a timed-out attempt's error (engine/timelimits.py) when the handler's
+# thread was still running as the attempt ended.
+_THREAD_OUTLIVED = "handler thread still runs"
+
+
+def _handler_stuck(facts: JobFacts) -> list[Reason]:
+    """A timed-out last attempt whose thread outlived it, on a worker that still reports stuck threads."""
+    last = _last_attempt(facts.job)
+    if last is None or last.outcome is not Outcome.TIMEOUT or _THREAD_OUTLIVED not in (last.error_message or ""):
+        return []
+    worker = next((w for w in facts.workers if w.id == last.worker_id and w.alive), None)
+    if worker is None or not worker.stuck_handlers:
+        return []
+    stuck = worker.stuck_handlers
+    return [Reason("handler_stuck", f"The handler thread of attempt {last.number} was still running when its time "
+                                    f"limit ended the attempt, and worker {worker.id} still reports {stuck} stuck "
+                                    f"handler thread{'' if stuck == 1 else 's'}, each holding a slot until it "
+                                    f"returns: the handler does not check context.cancelled.",
+                   {"attempt": last.number, "worker_id": worker.id, "stuck_handlers": stuck})]
 
 
 def _after_expiry(job: Job) -> str:
@@ -287,7 +444,7 @@ def _lease(facts: JobFacts, owner: str) -> Reason:
 
 # Finished.
 def _explain_failed(facts: JobFacts) -> list[Reason]:
-    return [_why_failed(facts.job), _retry_would(facts.job)]
+    return [_why_failed(facts.job), *_handler_stuck(facts), _retry_would(facts.job)]
 
 
 def _why_failed(job: Job) -> Reason:
@@ -295,6 +452,12 @@ def _why_failed(job: Job) -> Reason:
     data: dict[str, Any] = {"attempt": job.attempt, "max_attempts": job.max_attempts, "finished_at": job.finished_at,
                             "last_error": job.last_error}
     at = f"attempt {job.attempt} of {job.max_attempts}"
+    if last is not None and last.outcome is Outcome.TIMEOUT:
+        data.update(outcome=last.outcome.value, timeout_seconds=job.timeout_seconds)
+        limit = f"the time limit of {_time_limit(job)}"
+        if job.attempt >= job.max_attempts:
+            return Reason("attempts_exhausted", f"It used {_all_attempts(job)} hit {limit}.", data)
+        return Reason("time_limit_hit", f"{_upper_first(at)} hit {limit} and was not retried.", data)
     if last is None or last.outcome not in (Outcome.ERROR, Outcome.EXPIRED):
         return Reason("failed", f"It failed at {at}: {job.last_error or 'no error was recorded'}.", data)
     data.update(error_type=last.error_type, error_message=last.error_message, outcome=last.outcome.value)

@@ -5,14 +5,16 @@ that must agree with each other, `_snapshot()` and how its driver returns times 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Callable, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import PruneRule, Throughput
 from leased.backends.rows import attempt_from_row, job_from_row, worker_from_row
-from leased.explain import AHEAD_LIMIT, JobFacts
+from leased.explain import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick
 from leased.jobs import JobStatus
+from leased.limits import Rate
 
 ReadRows = Callable[..., Sequence[Any]]  # read_rows(name, **params), inside one snapshot
 
@@ -51,16 +53,47 @@ class InspectionReads:
             found = read_rows("get_job", job_id=job_id)
             if not found:
                 return None
+            row = found[0]
             history = read_rows("get_history", job_id=job_id)
             workers = read_rows("list_workers")
-            ahead = None
-            if found[0]["status"] == JobStatus.PENDING:
+            ahead, limits, paused = None, (), None
+            if row["status"] == JobStatus.PENDING:
                 ahead = read_rows("jobs_ahead", job_id=job_id, limit=AHEAD_LIMIT + 1)[0]["n"]
-            # Extension point: read a paused queue and limits here (see leased.explain).
+                limits = self._why_limits(read_rows, row)
+                paused = read_rows("why_queue_paused", queue_name=row["queue_name"])
+            tick = read_rows("why_schedule_tick", task_name=row["task_name"], job_id=job_id)
         to_time, from_json = self._to_time, self._from_json
-        job = job_from_row(found[0], to_time, from_json, tuple(attempt_from_row(row, to_time) for row in history))
-        return JobFacts(job, to_time(now), tuple(worker_from_row(row, to_time, from_json, WORKER_SILENT_AFTER)
-                                                 for row in workers), ahead)
+        job = job_from_row(row, to_time, from_json, tuple(attempt_from_row(attempt, to_time) for attempt in history))
+        return JobFacts(job, to_time(now), tuple(worker_from_row(worker, to_time, from_json, WORKER_SILENT_AFTER)
+                                                 for worker in workers), ahead,
+                        queue_paused_at=to_time(paused[0]["paused_at"]) if paused else None, limits=limits,
+                        scheduled_by=ScheduleTick(tick[0]["schedule_name"], to_time(tick[0]["tick_at"])) if tick
+                        else None)
+
+    def _why_limits(self, read_rows: ReadRows, job: Any) -> tuple[LimitFact, ...]:
+        """The limits of a pending job's key and of its queue, with the running jobs of a full
+        concurrency limit and the next slot of a full rate window."""
+        key, queue = job["concurrency_key"], job["queue_name"]
+        scopes = [("key", key, read_rows("why_key_limit", concurrency_key=key), "why_running_with_key",
+                   {"concurrency_key": key})] if key is not None else []
+        scopes.append(("queue", queue, read_rows("why_queue_limit", queue_name=queue), "why_running_in_queue",
+                       {"queue_name": queue}))
+        limits = []
+        for scope, name, found, running_query, where in scopes:
+            if not found:
+                continue
+            row = found[0]
+            rate = Rate(row["rate_count"], row["rate_seconds"]) if row["rate_count"] is not None else None
+            limit = LimitFact(scope, name, row["concurrency"], row["running"], rate, row["starts"])
+            if limit.concurrency_full:
+                running = read_rows(running_query, limit=RUNNING_NAMED, **where)
+                limit = replace(limit, running_jobs=tuple((r["id"], r["lease_owner"]) for r in running))
+            if limit.rate_full:
+                slot = read_rows("why_next_slot", limit_name=f"{scope}:{name}", rate_count=rate.count,
+                                 rate_seconds=rate.seconds)
+                limit = replace(limit, next_slot_at=self._to_time(slot[0]["at"]) if slot else None)
+            limits.append(limit)
+        return tuple(limits)
 
     def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int:
         return self._rows("count_jobs", status=status and status.value, task_name=task_name,

@@ -675,3 +675,49 @@ FROM (
 ) AS finished
 GROUP BY 1, 2, 3
 ORDER BY 1;
+
+-- Explaining one job, continued (`leased why`): its queue's pause, the limits a claim of it must
+-- fit in (counted as claim_limited counts them), and the schedule tick that enqueued it. Read in
+-- the same snapshot as why_now.
+
+-- name: why_queue_paused
+SELECT paused_at FROM leased_queues WHERE queue_name = %(queue_name)s AND paused_at IS NOT NULL;
+
+-- name: why_queue_limit
+SELECT l.concurrency, l.rate_count, l.rate_seconds,
+       (SELECT count(*) FROM leased_jobs AS r WHERE r.queue_name = l.queue_name AND r.status = 'running') AS running,
+       (SELECT count(*) FROM leased_starts AS s
+        WHERE s.limit_name = 'queue:' || l.queue_name
+          AND s.started_at > now() - make_interval(secs => l.rate_seconds)) AS starts
+FROM leased_queue_limits AS l WHERE l.queue_name = %(queue_name)s;
+
+-- name: why_key_limit
+-- The key's limits are its head job's (its next in claim order), as the claim reads them.
+SELECT head.key_concurrency AS concurrency, head.key_rate_count AS rate_count, head.key_rate_seconds AS rate_seconds,
+       (SELECT count(*) FROM leased_jobs AS r
+        WHERE r.status = 'running' AND r.concurrency_key = %(concurrency_key)s) AS running,
+       (SELECT count(*) FROM leased_starts AS s
+        WHERE s.limit_name = 'key:' || %(concurrency_key)s
+          AND s.started_at > now() - make_interval(secs => head.key_rate_seconds)) AS starts
+FROM (SELECT key_concurrency, key_rate_count, key_rate_seconds FROM leased_jobs
+      WHERE status = 'pending' AND concurrency_key = %(concurrency_key)s
+      ORDER BY priority DESC, run_after, id LIMIT 1) AS head;
+
+-- name: why_running_in_queue
+SELECT id, lease_owner FROM leased_jobs
+WHERE status = 'running' AND queue_name = %(queue_name)s ORDER BY id LIMIT %(limit)s;
+
+-- name: why_running_with_key
+SELECT id, lease_owner FROM leased_jobs
+WHERE status = 'running' AND concurrency_key = %(concurrency_key)s ORDER BY id LIMIT %(limit)s;
+
+-- name: why_next_slot
+-- A full rate window lets one more start once its count-th newest start leaves it.
+SELECT started_at + make_interval(secs => %(rate_seconds)s::float8) AS at FROM leased_starts
+WHERE limit_name = %(limit_name)s AND started_at > now() - make_interval(secs => %(rate_seconds)s::float8)
+ORDER BY started_at DESC LIMIT 1 OFFSET %(rate_count)s::int - 1;
+
+-- name: why_schedule_tick
+-- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.
+SELECT schedule_name, tick_at FROM leased_schedule_ticks
+WHERE schedule_name = %(task_name)s AND job_id = %(job_id)s;

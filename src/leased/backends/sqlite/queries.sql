@@ -548,3 +548,45 @@ SELECT minute, queue_name, task_name, sum(done) AS done, sum(failed) AS failed F
 )
 GROUP BY minute, queue_name, task_name
 ORDER BY minute;
+
+-- Explaining one job, continued (`leased why`): its queue's pause, the limits a claim of it must
+-- fit in (counted as claim_limited counts them), and the schedule tick that enqueued it. Read in
+-- the same read transaction as why_now.
+
+-- name: why_queue_paused
+SELECT paused_at FROM leased_queues WHERE queue_name = :queue_name AND paused_at IS NOT NULL;
+
+-- name: why_queue_limit
+SELECT l.concurrency, l.rate_count, l.rate_seconds,
+       (SELECT count(*) FROM leased_jobs WHERE queue_name = l.queue_name AND status = 'running') AS running,
+       (SELECT count(*) FROM leased_starts
+        WHERE limit_name = 'queue:' || l.queue_name AND started_at > leased_now() - l.rate_seconds) AS starts
+FROM leased_queue_limits AS l WHERE l.queue_name = :queue_name;
+
+-- name: why_key_limit
+-- The key's limits are its head job's (its next in claim order), as the claim reads them.
+SELECT head.key_concurrency AS concurrency, head.key_rate_count AS rate_count, head.key_rate_seconds AS rate_seconds,
+       (SELECT count(*) FROM leased_jobs INDEXED BY leased_jobs_keyed_running
+        WHERE status = 'running' AND concurrency_key = :concurrency_key) AS running,
+       (SELECT count(*) FROM leased_starts
+        WHERE limit_name = 'key:' || :concurrency_key AND started_at > leased_now() - head.key_rate_seconds) AS starts
+FROM (SELECT key_concurrency, key_rate_count, key_rate_seconds FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+      WHERE status = 'pending' AND concurrency_key = :concurrency_key
+      ORDER BY priority DESC, run_after, id LIMIT 1) AS head;
+
+-- name: why_running_in_queue
+SELECT id, lease_owner FROM leased_jobs WHERE status = 'running' AND queue_name = :queue_name ORDER BY id LIMIT :limit;
+
+-- name: why_running_with_key
+SELECT id, lease_owner FROM leased_jobs INDEXED BY leased_jobs_keyed_running
+WHERE status = 'running' AND concurrency_key = :concurrency_key ORDER BY id LIMIT :limit;
+
+-- name: why_next_slot
+-- A full rate window lets one more start once its count-th newest start leaves it.
+SELECT started_at + :rate_seconds AS at FROM leased_starts
+WHERE limit_name = :limit_name AND started_at > leased_now() - :rate_seconds
+ORDER BY started_at DESC LIMIT 1 OFFSET :rate_count - 1;
+
+-- name: why_schedule_tick
+-- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.
+SELECT schedule_name, tick_at FROM leased_schedule_ticks WHERE schedule_name = :task_name AND job_id = :job_id;
