@@ -542,3 +542,49 @@ SELECT minute, queue_name, task_name, CAST(sum(done) AS SIGNED) AS done, CAST(su
 ) AS finished
 GROUP BY minute, queue_name, task_name
 ORDER BY minute;
+
+-- Explaining a job's limits, pause and schedule (`leased why`), as on the other backends.
+
+-- name: why_queue_paused
+SELECT paused_at FROM leased_queues WHERE queue_name = %(queue_name)s AND paused_at IS NOT NULL;
+
+-- name: why_queue_limit
+SELECT l.concurrency, l.rate_count, l.rate_seconds,
+       (SELECT count(*) FROM leased_jobs WHERE queue_name = l.queue_name AND status = 'running') AS running,
+       (SELECT count(*) FROM leased_starts
+        WHERE limit_name = CONCAT('queue:', l.queue_name)
+          AND started_at > UNIX_TIMESTAMP(NOW(6)) - l.rate_seconds) AS starts
+FROM leased_queue_limits AS l WHERE l.queue_name = %(queue_name)s;
+
+-- name: why_key_limit
+-- The key's limits are its head job's (its next in claim order), as the claim reads them.
+SELECT head.key_concurrency AS concurrency, head.key_rate_count AS rate_count, head.key_rate_seconds AS rate_seconds,
+       (SELECT count(*) FROM leased_jobs
+        WHERE status = 'running' AND concurrency_key = %(concurrency_key)s) AS running,
+       (SELECT count(*) FROM leased_starts
+        WHERE limit_name = CONCAT('key:', %(concurrency_key)s)
+          AND started_at > UNIX_TIMESTAMP(NOW(6)) - head.key_rate_seconds) AS starts
+FROM (SELECT key_concurrency, key_rate_count, key_rate_seconds FROM leased_jobs
+      WHERE status = 'pending' AND concurrency_key = %(concurrency_key)s
+      ORDER BY priority DESC, run_after, id LIMIT 1) AS head;
+
+-- name: why_running_in_queue
+SELECT id, lease_owner FROM leased_jobs WHERE status = 'running' AND queue_name = %(queue_name)s
+ORDER BY id LIMIT %(limit)s;
+
+-- name: why_running_with_key
+SELECT id, lease_owner FROM leased_jobs WHERE status = 'running' AND concurrency_key = %(concurrency_key)s
+ORDER BY id LIMIT %(limit)s;
+
+-- name: why_next_slot
+-- A full rate window lets one more start once its count-th newest start leaves it. (MariaDB's
+-- OFFSET takes no expression, hence the row number.)
+SELECT at FROM (
+    SELECT started_at + %(rate_seconds)s AS at, ROW_NUMBER() OVER (ORDER BY started_at DESC) AS place
+    FROM leased_starts
+    WHERE limit_name = %(limit_name)s AND started_at > UNIX_TIMESTAMP(NOW(6)) - %(rate_seconds)s
+) AS recent WHERE place = %(rate_count)s;
+
+-- name: why_schedule_tick
+-- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.
+SELECT schedule_name, tick_at FROM leased_schedule_ticks WHERE schedule_name = %(task_name)s AND job_id = %(job_id)s;
