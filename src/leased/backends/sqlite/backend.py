@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, PruneRule, WorkerRecord
@@ -454,6 +454,14 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
             parts.append(f"INSERT INTO leased_schema_version (version, applied_at) "
                          f"VALUES ({migration.version}, unixepoch());")
         return "\n\n".join(parts) + "\n"
+
+    # Wake-ups for jobs that a caller's transaction wrote (enqueue(jobs, connection) cannot send
+    # them: the jobs exist only once the caller commits). Call it after that commit, as
+    # leased.contrib.django does from transaction.on_commit().
+    def wake(self, queue_names: Iterable[str]) -> None:
+        """Tell this file's live workers that `queue_names` have jobs due now."""
+        for queue_name in set(queue_names):
+            self._waker.wake(queue_name)
 
 
 def _statements(script: str) -> list[str]:
