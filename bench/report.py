@@ -11,6 +11,7 @@ from common import ROOT, median_range
 DOC = ROOT / "docs" / "benchmarks.md"
 CHART = ROOT / "docs" / "benchmarks.png"
 FINDINGS = ROOT / "bench" / "findings.md"  # hand-written: what a profile of the slow spots showed
+DJANGO = ROOT / "bench" / "django_backends.md"  # written by bench/django_backends.py (its own venv)
 
 
 def _values(runs: list[dict], key: str = "rate") -> list[float]:
@@ -167,6 +168,8 @@ def render(results: dict) -> str:
     lines += ["", "## Reading these numbers", "", *results.get("notes", []), ""]
     if FINDINGS.exists():
         lines += [FINDINGS.read_text().strip(), ""]
+    if DJANGO.exists():
+        lines += [DJANGO.read_text().strip(), ""]
     return "\n".join(lines)
 
 

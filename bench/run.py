@@ -15,35 +15,18 @@ docs/benchmarks.png, and prints the tables.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import bench_venv
+
 BENCH = Path(__file__).resolve().parent
 VENV = BENCH / ".venv"
 
-
-def bootstrap() -> None:
-    """Create bench/.venv, install what the suite needs when its inputs changed, re-exec there."""
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        print("creating bench/.venv", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    inputs = (BENCH / "requirements.txt").read_bytes() + (BENCH.parent / "pyproject.toml").read_bytes()
-    stamp, wanted = VENV / ".installed", hashlib.sha256(inputs).hexdigest()
-    if not stamp.exists() or stamp.read_text() != wanted:
-        print("installing the peers and leased into bench/.venv", flush=True)
-        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        subprocess.run(pip + ["-r", str(BENCH / "requirements.txt")], check=True)
-        subprocess.run(pip + ["-e", f"{BENCH.parent}[postgres]"], check=True)
-        stamp.write_text(wanted)
-    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
-
-
-if Path(sys.prefix).resolve() != VENV.resolve() and __name__ == "__main__":
-    bootstrap()
+if not bench_venv.inside(VENV) and __name__ == "__main__":
+    bench_venv.bootstrap(VENV, BENCH / "requirements.txt", "postgres", Path(__file__).resolve())
 
 sys.path.insert(0, str(BENCH))
 

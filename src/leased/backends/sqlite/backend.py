@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
@@ -398,6 +398,14 @@ class SQLiteBackend(SQLBackend):
 
     def _is_missing_table(self, error: BaseException) -> bool:
         return isinstance(error, sqlite3.OperationalError) and "no such table" in str(error)
+
+    # Wake-ups for jobs that a caller's transaction wrote (enqueue(jobs, connection) cannot send
+    # them: the jobs exist only once the caller commits). Call it after that commit, as
+    # leased.contrib.django does from transaction.on_commit().
+    def wake(self, queue_names: Iterable[str]) -> None:
+        """Tell this file's live workers that `queue_names` have jobs due now."""
+        for queue_name in set(queue_names):
+            self._waker.wake(queue_name)
 
 
 def _statements(script: str) -> list[str]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
@@ -25,6 +26,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from leased.app import Leased
+from leased.backends.sqlite.backend import SQLiteBackend
 from leased.backoff import Backoff
 from leased.contrib.django.connection import database_url, raw_connection
 from leased.contrib.django.options import TASK_OPTIONS, LeasedTask, task_options
@@ -86,6 +88,8 @@ class LeasedBackend(BaseTaskBackend):
             connection=raw_connection(self.database),
             **{name: options[name] for name in ("max_attempts", "lease") if name in options})
         job = call.enqueue(*args, **kwargs)
+        if task.run_after is None:
+            self._wake_workers_on_commit(task.queue_name)
         result = new_result(task, job, self.alias, args, kwargs)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -125,6 +129,14 @@ class LeasedBackend(BaseTaskBackend):
         for task in list(_known_tasks.values()):
             self._handler(task)
         return self.app.worker(**options)
+
+    def _wake_workers_on_commit(self, queue_name: str) -> None:
+        """On SQLite, wake workers in other processes once the job is committed (at once outside
+        atomic(); after the outermost commit inside; never on a rollback). PostgreSQL needs nothing:
+        the insert's NOTIFY is delivered at commit."""
+        backend = self.app.backend
+        if isinstance(backend, SQLiteBackend):
+            transaction.on_commit(partial(backend.wake, [queue_name]), using=self.database)
 
     def _handler(self, task: Task) -> LeasedHandler:
         app = self.app
