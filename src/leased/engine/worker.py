@@ -384,13 +384,14 @@ class Worker:
         leading = (context,) if task.takes_context else ()
         try:
             task.check_arguments(job.args, job.kwargs)
+            args, kwargs = task.handler_arguments(job.args, job.kwargs)  # typed parameters decoded
         except PayloadError as error:
             return self._error_end(job, error, retry=False)
         try:
             if task.is_async:
-                running.handler = asyncio.ensure_future(task.func(*leading, *job.args, **job.kwargs))
+                running.handler = asyncio.ensure_future(task.func(*leading, *args, **kwargs))
             else:
-                running.thread = self._threads.submit(task.func, (*leading, *job.args), job.kwargs)
+                running.thread = self._threads.submit(task.func, (*leading, *args), kwargs)
                 running.handler = asyncio.wrap_future(running.thread)
             running.time_limit = self._time_limits.arm(job)
             if context.is_cancelled:
