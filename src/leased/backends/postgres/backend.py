@@ -22,7 +22,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leased.admin import WorkerInfo
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, PruneRule, WorkerRecord
-from leased.backends.callers import wrong_connection
+from leased.backends.async_drivers import asyncpg_identity, enqueue_asyncpg
+from leased.backends.callers import type_name, wrong_connection
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,
@@ -259,6 +260,9 @@ class PostgresBackend(InspectionReads, ScheduleStore):
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: psycopg.AsyncConnection
                             ) -> list[tuple[Job, bool]]:
+        if type_name(connection) == "asyncpg.Connection":  # e.g. under SQLAlchemy's AsyncSession
+            self._check_reach(await asyncpg_identity(connection, QUERIES["connection_identity"]))
+            return await enqueue_asyncpg(connection, QUERIES, jobs)
         if not isinstance(connection, psycopg.AsyncConnection):
             raise ConfigurationError(wrong_connection(connection, "psycopg.AsyncConnection", "PostgreSQL",
                                                       "aenqueue() writes with an async connection"))

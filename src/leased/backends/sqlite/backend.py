@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.backends.base import AttemptEnd, ClaimRequest, JobFilter, NewJob, PruneRule, WorkerRecord
-from leased.backends.callers import wrong_connection
+from leased.backends.async_drivers import enqueue_aiosqlite
+from leased.backends.callers import type_name, wrong_connection
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,
@@ -170,6 +171,8 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
         return results
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
+        if type_name(connection) == "aiosqlite.Connection":  # e.g. under SQLAlchemy's AsyncSession
+            return await enqueue_aiosqlite(connection, QUERIES, jobs, _time)
         return self.enqueue(jobs, connection)
 
     def _insert(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
