@@ -5,7 +5,6 @@ each driver supplies how a named query is run and how its rows read."""
 from __future__ import annotations
 
 import re
-import time
 from datetime import UTC
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
@@ -73,8 +72,10 @@ class _IndexedRow(dict):
         return self._values[key] if isinstance(key, int) else super().__getitem__(key)
 
 
-async def enqueue_asyncpg(connection: Any, queries: Mapping[str, str], jobs: Sequence[NewJob]
+async def enqueue_asyncpg(connection: Any, queries: Mapping[str, str], jobs: Sequence[NewJob], clock_offset: str
                           ) -> list[tuple[Job, bool]]:
+    if clock_offset:  # the clock seam moved (leased.clock): this session's leased_now() follows it
+        await asyncpg_fetch(connection, queries)("set_clock_offset", {"offset": clock_offset})
     from_json = decode
     # A job whose key is held returns the holder, read back: its json columns arrive as text, or
     # decoded where the connection has a json codec (SQLAlchemy's asyncpg dialect sets one).
@@ -114,7 +115,7 @@ class _NamedTuple(tuple):
 
 
 async def enqueue_aiosqlite(connection: Any, queries: Mapping[str, str], jobs: Sequence[NewJob],
-                            to_time: Callable[[Any], Any]) -> list[tuple[Job, bool]]:
+                            to_time: Callable[[Any], Any], now: Callable[[], float]) -> list[tuple[Job, bool]]:
     # Our queries read the clock through leased_now(); aiosqlite runs the function on its thread.
-    await connection.create_function("leased_now", 0, time.time)
+    await connection.create_function("leased_now", 0, now)
     return await enqueue_with(aiosqlite_fetch(connection, queries), jobs, lambda value: value.timestamp(), to_time)

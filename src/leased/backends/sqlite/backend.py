@@ -39,6 +39,7 @@ from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
 from leased.backends.ticks import ScheduleStore
+from leased.clock import Clock
 from leased.errors import (
     ConfigurationError,
     DatabaseFull,
@@ -69,9 +70,9 @@ def _leases_json(leases: Sequence[Lease]) -> str:
     return json.dumps([[lease.job_id, lease.attempt] for lease in leases])
 
 
-def prepare_connection(connection: sqlite3.Connection) -> None:
-    """Give a connection (ours or a caller's) the clock function our queries use."""
-    connection.create_function("leased_now", 0, time.time)
+def prepare_connection(connection: sqlite3.Connection, now: Callable[[], float] = time.time) -> None:
+    """Give a connection (ours or a caller's) the clock function our queries use (the seam: leased.clock)."""
+    connection.create_function("leased_now", 0, now)
 
 
 def _job(row: sqlite3.Row, history: tuple[Attempt, ...] = ()) -> Job:
@@ -93,6 +94,7 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._waker = Waker(self._wake_ports)
+        self.clock = Clock()  # what leased_now() reads on our connections and callers' (see leased.clock)
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.path!r})"
@@ -113,7 +115,7 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
                 if is_lock_error(error):  # e.g. switching a new file to WAL while a caller writes to it
                     raise DatabaseLocked(lock_message(self.path, "open")) from None
                 raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {error}") from None
-            prepare_connection(connection)
+            prepare_connection(connection, self.clock.now)
             self._local.connection = connection
             with self._lock:
                 self._connections.append(connection)
@@ -158,7 +160,7 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
     def enqueue(self, jobs: Sequence[NewJob], connection: sqlite3.Connection | None = None) -> list[tuple[Job, bool]]:
         if connection is not None:
             # The caller's transaction: write with their connection and leave commit to them.
-            prepare_connection(_callers(connection))
+            prepare_connection(_callers(connection), self.clock.now)
             with translated_lock_errors(self.path):
                 return self._insert(connection, jobs)
         with self._write() as own:
@@ -172,7 +174,7 @@ class SQLiteBackend(InspectionReads, ScheduleStore):
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
         if type_name(connection) == "aiosqlite.Connection":  # e.g. under SQLAlchemy's AsyncSession
-            return await enqueue_aiosqlite(connection, QUERIES, jobs, _time)
+            return await enqueue_aiosqlite(connection, QUERIES, jobs, _time, self.clock.now)
         return self.enqueue(jobs, connection)
 
     def _insert(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
