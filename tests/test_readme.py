@@ -32,13 +32,13 @@ COMPILE_ONLY = {
 }
 RUN_SEPARATELY = {
     "Quick start": "test_quick_start_runs_and_prints_what_it_says checks its output too",
-    "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
     "In your own transaction": "test_enqueue_in_your_own_transaction_runs_as_written checks its output too",
     "Periodic jobs": "test_periodic_jobs_example_registers_and_ticks runs it with a worker",
-    "Testing your handlers": "test_the_idempotency_example_catches_the_handler_that_is_not runs it with pytest",
-    "Limits": "test_limits_example_runs_and_prints_what_it_says checks its output too",
     "Pausing a queue": "test_pause_and_retention_examples_run checks its output too",
     "Retention: the table does not grow forever": "test_pause_and_retention_examples_run checks its output too",
+    "Limits": "test_limits_example_runs_and_prints_what_it_says checks its output too",
+    "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
+    "Testing your handlers": "test_the_idempotency_example_catches_the_handler_that_is_not runs it with pytest",
 }
 
 
