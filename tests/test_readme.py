@@ -185,7 +185,7 @@ def test_the_idempotency_example_catches_the_handler_that_is_not(tmp_path):
     that is not idempotent, and passes the one that is."""
     (code,) = [code for heading, _, code in BLOCKS if heading == "Testing your handlers"]
     (tmp_path / "test_emails.py").write_text(code)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "leased.testing.plugin",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q",  # the plugin comes from the pytest11 entry point
                           "-p", "no:cacheprovider", "-p", "no:django",
                           "-rf", "test_emails.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={key: value for key, value in os.environ.items() if key != "LEASED_TEST_DATABASE_URL"})

@@ -253,7 +253,7 @@ def test_fixtures(leased_app, run_jobs, assert_enqueued, enqueued, advance):
     assert run_jobs(leased_app, redeliver="twice").done == 1
     assert sent == ["a@example.com", "a@example.com"] and enqueued(send) == []
 ''')
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "leased.testing.plugin",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q",  # the plugin comes from the pytest11 entry point
                           "-p", "no:cacheprovider", "-p", "no:django",
                           str(tmp_path / "test_users_suite.py")], capture_output=True, text=True, timeout=120,
                          cwd=tmp_path, env=env)
