@@ -16,7 +16,7 @@ import pytest
 from conftest import raw_sql
 from leased import Leased
 from leased.engine.scheduler import Scheduler
-from leased.engine.worker import retry_delay
+from leased.engine.retrying import retry_delay
 
 
 def scheduler(app: Leased) -> Scheduler:

@@ -352,6 +352,38 @@ def test_a_dead_heartbeat_stops_the_worker_loudly_and_releases_its_jobs(app):
     assert released.history[0].outcome in (Outcome.SHUTDOWN, Outcome.LEASE_LOST)
 
 
+class BrokenListener(InjectedFault):
+    def __init__(self, backend):
+        super().__init__(backend)
+        self.closed = threading.Event()
+
+    def listener(self):
+        closed = self.closed
+
+        class Broken:
+            def wait(self, timeout):
+                raise RuntimeError("a bug in the listener (injected)")
+
+            def close(self):
+                closed.set()
+
+        return Broken()
+
+
+def test_a_dead_listener_stops_the_worker_loudly(app):
+    app._backend = broken = BrokenListener(app.backend)
+
+    @app.task(name="noop")
+    def noop():
+        return None
+
+    with pytest.raises(RuntimeError, match="service failed") as stopped:
+        with running_worker(app) as worker:
+            wait_for(lambda: worker._stopping, message="the worker to stop itself")
+    assert "a bug in the listener" in str(stopped.value.__cause__)
+    assert broken.closed.is_set()
+
+
 def test_a_worker_busy_with_long_jobs_leaves_the_rest_to_other_workers(app):
     release, started = threading.Event(), []
 

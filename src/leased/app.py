@@ -154,7 +154,8 @@ class Leased:
             known = ", ".join(sorted(self.tasks)) or "none registered"
             raise ConfigurationError(f"unknown task {name!r}; known tasks: {known}") from None
 
-    def _enqueue(self, jobs: list[NewJob], connection: Any) -> list[Job]:
+    # The producer interface (leased.tasks.Producer) tasks write their jobs through.
+    def enqueue_jobs(self, jobs: list[NewJob], connection: Any) -> list[Job]:
         if _is_sqlalchemy(connection):  # a Session or Connection: write in its open transaction
             from leased.contrib.sqlalchemy import driver_connection
 
@@ -164,7 +165,7 @@ class Leased:
             self._wake_workers()
         return [job for job, _ in results]
 
-    async def _enqueue_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
+    async def enqueue_jobs_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
         if _is_sqlalchemy(connection):
             from leased.contrib.sqlalchemy import driver_connection_async
 

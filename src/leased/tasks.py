@@ -8,7 +8,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSpec, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSpec, Protocol, Sequence, TypeVar
 
 from leased.backends.base import NewJob
 from leased.backoff import Backoff
@@ -18,9 +18,6 @@ from leased.limits import KeyLimit, check_key, key_limit
 from leased.payloads import encode_arguments
 from leased.retention import task_retention
 from leased.typed import ArgumentTypes
-
-if TYPE_CHECKING:
-    from leased.app import Leased
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -84,6 +81,17 @@ def schedule(run_after: datetime | timedelta | None) -> tuple[datetime | None, f
                 "(datetime.now(timezone.utc) + ...) or pass a timedelta")
         return run_after, 0.0
     raise ConfigurationError(f"run_after must be a timezone-aware datetime or a timedelta, got {run_after!r}")
+
+
+class Producer(Protocol):
+    """What a task needs of the app it belongs to (leased.Leased is one): the payload limit, and a
+    way to write the jobs its calls make."""
+
+    max_payload_bytes: int
+
+    def enqueue_jobs(self, jobs: list[NewJob], connection: Any) -> list[Job]: ...
+
+    async def enqueue_jobs_async(self, jobs: list[NewJob], connection: Any) -> list[Job]: ...
 
 
 def _split_call(call: object, position: int) -> tuple[tuple, dict[str, Any]]:
@@ -182,25 +190,25 @@ class TaskCall(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Write the job (in `connection`'s open transaction if one was given) and return it."""
-        return self.task.app._enqueue([self.new_job(args, kwargs)], self.connection)[0]
+        return self.task.app.enqueue_jobs([self.new_job(args, kwargs)], self.connection)[0]
 
     def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[Job]:
         """Write many jobs in one transaction. Each call is a tuple or list of positional arguments,
         or a dict of keyword arguments (so a single dict argument goes in a tuple: `(payload,)`)."""
         jobs = self._new_jobs(_split_call(call, position) for position, call in enumerate(calls))
-        return self.task.app._enqueue(jobs, self.connection) if jobs else []
+        return self.task.app.enqueue_jobs(jobs, self.connection) if jobs else []
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         new_job = self.new_job(args, kwargs)
         if self.connection is not None:
-            return (await self.task.app._enqueue_async([new_job], self.connection))[0]
-        return (await asyncio.to_thread(self.task.app._enqueue, [new_job], None))[0]
+            return (await self.task.app.enqueue_jobs_async([new_job], self.connection))[0]
+        return (await asyncio.to_thread(self.task.app.enqueue_jobs, [new_job], None))[0]
 
 
 class Task(Generic[P, R]):
     """A registered handler. Calling it runs the function directly; enqueue() schedules it."""
 
-    def __init__(self, app: Leased, func: Callable[P, R], *, name: str, queue_name: str, priority: int,
+    def __init__(self, app: Producer, func: Callable[P, R], *, name: str, queue_name: str, priority: int,
                  max_attempts: int, lease: float | timedelta, backoff: Backoff, takes_context: bool,
                  timeout: float | timedelta | None = None, concurrency: int | None = None,
                  concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from leased.backends.base import Backend
+from leased.engine.retrying import one_line
 from leased.errors import DatabaseLocked
 from leased.jobs import Lease
 
@@ -105,7 +106,7 @@ class Heartbeat:
         if since is None or failure is None:
             return None
         why = ("another connection held the database's write lock all that time (a long transaction)"
-               if isinstance(failure, DatabaseLocked) else _one_line(failure))
+               if isinstance(failure, DatabaseLocked) else one_line(failure))
         return f"could not renew {what} for {time.monotonic() - since:.1f} s: {why}"
 
     def _seconds_until_due(self, planning_a_nap: bool = False) -> float | None:
@@ -166,8 +167,3 @@ class Heartbeat:
             lost = [lease for lease in leases if lease not in kept and lease in self._held]
         for lease in lost:
             self._on_lost(lease)
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Mapping
 
 from leased.backends.base import Backend, PruneRule
-from leased.errors import TRANSIENT_ERRORS
+from leased.engine.retrying import is_transient
 from leased.jobs import JobStatus
 from leased.retention import FINISHED, Retention
 
@@ -105,9 +105,6 @@ class Pruner:
         self.interval = interval
         self.batch_size = batch_size
 
-    def is_transient(self, error: BaseException) -> bool:
-        return isinstance(error, TRANSIENT_ERRORS)
-
     async def run(self, worker_id: str) -> None:
         """Prune now and then until cancelled; a database outage only costs a turn."""
         stop = threading.Event()
@@ -118,7 +115,7 @@ class Pruner:
                     deleted = await asyncio.to_thread(prune, self.backend, self.rules, batch_size=self.batch_size,
                                                       stop=stop)
                 except Exception as error:
-                    if not self.is_transient(error):
+                    if not is_transient(error):
                         raise
                     log.warning("worker %s: pruning skipped this turn: %s", worker_id, error)
                 else:

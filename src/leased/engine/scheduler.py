@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Callable, Protocol, Sequence
 
 from leased.backends.base import Backend, TickSource
+from leased.engine.retrying import one_line
 
 log = logging.getLogger("leased.scheduler")
 
@@ -47,7 +48,7 @@ class Scheduler:
                 failures += 1
                 nap = self.retry_delay(failures)
                 log.warning("worker %s: scheduler cannot reach the database (%s); retrying in %.1fs",
-                            self.worker_id, str(error).strip().splitlines()[0] if str(error).strip() else error, nap)
+                            self.worker_id, one_line(error), nap)
             else:
                 failures = 0
             await asyncio.sleep(nap)

@@ -1,0 +1,48 @@
+"""The announcer: keeps the worker's row fresh, so that inspection (and producers waking it) know
+it is alive, and signs it off at the end. A handler getting stuck or coming back is announced at
+once (soon())."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Callable
+
+from leased.admin import WORKER_BEAT_SECONDS
+from leased.backends.base import Backend, WorkerRecord
+from leased.engine.retrying import is_transient, one_line
+
+log = logging.getLogger("leased.worker")
+
+
+class Announcer:
+    def __init__(self, backend: Backend, record: WorkerRecord, stuck_handlers: Callable[[], int]):
+        self._backend = backend
+        self._record = record
+        self._stuck_handlers = stuck_handlers
+        self._soon = asyncio.Event()
+
+    def soon(self) -> None:
+        self._soon.set()
+
+    async def run(self, wake_port: int | None) -> None:
+        record = replace(self._record, wake_port=wake_port)
+        while True:
+            self._soon.clear()
+            try:
+                await asyncio.to_thread(self._backend.register_worker,
+                                        replace(record, stuck_handlers=self._stuck_handlers()))
+            except Exception as error:
+                if not is_transient(error):
+                    raise  # an outage costs a beat: the next one announces again
+            try:
+                await asyncio.wait_for(self._soon.wait(), WORKER_BEAT_SECONDS)
+            except TimeoutError:
+                pass
+
+    async def sign_off(self) -> None:
+        try:
+            await asyncio.to_thread(self._backend.unregister_worker, self._record.id)
+        except Exception as error:
+            log.warning("worker %s: could not sign off (%s)", self._record.id, one_line(error))
