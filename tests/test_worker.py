@@ -447,3 +447,37 @@ class _ClaimsObserved:
         jobs = self._backend.claim(request)
         self.batches.append(len(jobs))
         return jobs
+
+
+def test_a_registration_still_in_flight_does_not_bring_a_signed_off_worker_back(app):
+    # Stopping cancels the announcer, but a registration already in its thread goes on; if it
+    # lands after the sign-off's delete, the worker would show as "gone" for a day.
+    from leased.engine.announcer import Announcer
+    from leased.backends.base import WorkerRecord
+
+    backend = app.backend
+    signed_off = threading.Event()
+
+    class SlowRegistration:
+        def __getattr__(self, name):
+            return getattr(backend, name)
+
+        def register_worker(self, record):
+            signed_off.wait(30)  # in flight until the sign-off has deleted the row
+            backend.register_worker(record)
+
+        def unregister_worker(self, worker_id):
+            backend.unregister_worker(worker_id)
+            signed_off.set()
+
+    announcer = Announcer(SlowRegistration(), WorkerRecord("w-late", "host", 1, 1, None, ("t",)), lambda: 0)
+
+    async def stop_during_a_registration():
+        running = asyncio.create_task(announcer.run(None))
+        await asyncio.sleep(0)  # run() is in its registration thread
+        running.cancel()
+        await announcer.sign_off()
+        await asyncio.to_thread(signed_off.wait, 30)
+
+    asyncio.run(stop_during_a_registration())  # asyncio.run waits for the registration's thread
+    assert [worker.id for worker in app.workers()] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from dataclasses import replace
 from typing import Callable
 
@@ -22,6 +23,8 @@ class Announcer:
         self._record = record
         self._stuck_handlers = stuck_handlers
         self._soon = asyncio.Event()
+        self._signed_off = False
+        self._sign_off_lock = threading.Lock()
 
     def soon(self) -> None:
         self._soon.set()
@@ -31,8 +34,7 @@ class Announcer:
         while True:
             self._soon.clear()
             try:
-                await asyncio.to_thread(self._backend.register_worker,
-                                        replace(record, stuck_handlers=self._stuck_handlers()))
+                await asyncio.to_thread(self._register, replace(record, stuck_handlers=self._stuck_handlers()))
             except Exception as error:
                 if not is_transient(error):
                     raise  # an outage costs a beat: the next one announces again
@@ -41,8 +43,21 @@ class Announcer:
             except TimeoutError:
                 pass
 
+    def _register(self, record: WorkerRecord) -> None:
+        self._backend.register_worker(record)
+        with self._sign_off_lock:
+            # Cancelling run() does not stop a registration already in its thread: if sign_off()
+            # deleted the row meanwhile, this one wrote it back, and it must go again.
+            if self._signed_off:
+                self._backend.unregister_worker(record.id)
+
+    def _unregister(self) -> None:
+        with self._sign_off_lock:
+            self._signed_off = True
+        self._backend.unregister_worker(self._record.id)
+
     async def sign_off(self) -> None:
         try:
-            await asyncio.to_thread(self._backend.unregister_worker, self._record.id)
+            await asyncio.to_thread(self._unregister)
         except Exception as error:
             log.warning("worker %s: could not sign off (%s)", self._record.id, one_line(error))
