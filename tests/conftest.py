@@ -16,12 +16,14 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import quote
 
 import pytest
 
+import connections
 from leased import Leased
 from leased.engine.worker import Worker
 
@@ -124,7 +126,17 @@ def mariadb_database() -> Iterator[str]:
         connection.cursor().execute(f"CREATE DATABASE `{name}`")
         yield MARIADB_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
-        connection.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        # A session left in a transaction (a failed test's caller connection, a killed worker's not yet
+        # noticed by the server) holds a metadata lock that DROP DATABASE would wait on for ever.
+        cursor = connection.cursor()
+        cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
+                       (name,))
+        for (session,) in cursor.fetchall():
+            try:
+                cursor.execute(f"KILL CONNECTION {int(session)}")
+            except Exception:  # it ended meanwhile
+                pass
+        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
         connection.close()
 
 
@@ -201,35 +213,44 @@ def running_worker(app: Leased, worker: Worker | None = None, **options) -> Iter
             raise failure[0]
 
 
+def callers_connection(app: Leased, autocommit: bool = False):
+    """A connection of the caller's own to the app's database, of its driver's kind (sqlite3, psycopg,
+    MySQLdb): what a user hands to `task.using(connection=...)`, or an operator's SQL shell."""
+    return connections.connect(app.database_url, autocommit)
+
+
+def raw_rows(app: Leased, statement: str, params: tuple = ()) -> list[tuple]:
+    """Rows read (or changed) behind leased's back, as an operator's SQL shell would; `?` placeholders."""
+    connection = callers_connection(app, autocommit=True)
+    try:
+        return connections.execute(connection, statement, params)
+    finally:
+        connection.close()
+
+
 def raw_sql(app: Leased, statement: str) -> None:
     """Change rows behind leased's back, as another program (or a person with a SQL shell) would."""
-    if app.database_url.startswith("sqlite"):
-        import sqlite3
-
-        with sqlite3.connect(app.backend.path) as connection:
-            connection.execute(statement)
-        connection.close()
-    else:
-        import psycopg
-
-        with psycopg.connect(app.database_url, autocommit=True) as connection:
-            connection.execute(statement)
+    raw_rows(app, statement)
 
 
 def raw_scalar(app: Leased, query: str) -> object:
     """One value read behind leased's back, as an operator's SQL shell would."""
-    if app.database_url.startswith("sqlite"):
-        import sqlite3
+    return raw_rows(app, query)[0][0]
 
-        connection = sqlite3.connect(app.backend.path)
-        try:
-            return connection.execute(query).fetchone()[0]
-        finally:
-            connection.close()
-    import psycopg
 
-    with psycopg.connect(app.database_url) as connection:
-        return connection.execute(query).fetchone()[0]
+def _epoch_times(app: Leased) -> bool:
+    """SQLite and MariaDB hold times as epoch seconds; PostgreSQL as timestamptz."""
+    return not app.database_url.startswith("postgres")
+
+
+def seconds_before(app: Leased, column: str, seconds: float) -> str:
+    """SQL for a time column moved some seconds back, as the app's database holds times."""
+    return f"{column} - {seconds}" if _epoch_times(app) else f"{column} - interval '{seconds} seconds'"
+
+
+def time_literal(app: Leased, when: datetime) -> str:
+    """A time as a SQL literal for the app's database."""
+    return f"{when.timestamp()}" if _epoch_times(app) else f"'{when.isoformat()}'"
 
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"

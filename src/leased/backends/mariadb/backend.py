@@ -87,6 +87,9 @@ def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
         "password": unquote(parts.password or ""), "database": database, "charset": "utf8mb4",
         "connect_timeout": CONNECT_TIMEOUT_SECONDS, "autocommit": True,
         "client_flag": CLIENT.FOUND_ROWS,  # rowcount counts rows matched, as on the other databases
+        # One statement per call: a second one (a stray semicolon) would leave a result unread and the
+        # connection out of sync; without this it is a syntax error at once.
+        "multi_statements": False,
     }
     return arguments, f"MariaDB database {database!r} on {arguments['host']}:{arguments['port']}"
 

@@ -351,8 +351,11 @@ FROM leased_schedules AS s LEFT JOIN leased_jobs AS j ON j.id = s.last_job_id
 ORDER BY s.name;
 
 -- name: ensure_schedule
-INSERT IGNORE INTO leased_schedules (name, expression, timezone, updated_at)
-VALUES (%(name)s, %(expression)s, %(timezone)s, UNIX_TIMESTAMP(NOW(6)));
+-- Not INSERT IGNORE: on a row that exists it takes a shared lock, and two workers that both hold one
+-- deadlock on lock_schedule's FOR UPDATE. Updating nothing takes the exclusive lock at once: they queue.
+INSERT INTO leased_schedules (name, expression, timezone, updated_at)
+VALUES (%(name)s, %(expression)s, %(timezone)s, UNIX_TIMESTAMP(NOW(6)))
+ON DUPLICATE KEY UPDATE name = name;
 
 -- name: lock_schedule
 SELECT * FROM leased_schedules WHERE name = %(name)s FOR UPDATE;
