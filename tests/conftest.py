@@ -81,6 +81,15 @@ def _create_database_if_missing(url: str) -> None:
 _POSTGRES_PROBLEM = _postgres_problem()
 
 
+def pytest_configure(config) -> None:
+    """leased's pytest plugin, as users get it through the pytest11 entry point (this checkout
+    may run without being installed, and then the entry point is not there)."""
+    import leased.testing.plugin as plugin
+
+    if not config.pluginmanager.is_registered(plugin) and not config.pluginmanager.has_plugin("leased"):
+        config.pluginmanager.register(plugin, "leased")
+
+
 @contextmanager
 def postgres_schema() -> Iterator[str]:
     """A URL whose search_path is a schema of its own, dropped afterwards."""

@@ -186,3 +186,24 @@ def test_a_declined_confirmation_cancels_nothing(scenario, page):
         expect(page.locator("h1 .badge")).to_have_text("running")
         assert scenario.app.get_job(job.id).status == "running"
         scenario.app.cancel(job.id)  # let the worker stop promptly
+
+
+def test_pause_a_queue_see_the_badge_and_resume_it(scenario, page):
+    scenario.flaky.using(queue_name="mail").enqueue("m-1")
+    page.goto("/")
+    row = page.locator("table.queues tbody tr", has_text="mail")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Pause queue mail? Workers stop claiming ..."
+    row.get_by_role("button", name="Pause").click()
+    expect(page.locator(".flash-ok")).to_contain_text("Queue mail is paused")
+    expect(row.locator(".badge.status-paused")).to_have_text("paused")
+    assert scenario.app.paused_queues() == ["mail"]
+
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: the row is a card, nothing overflows
+    expect(row.get_by_role("button", name="Resume")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+    row.get_by_role("button", name="Resume").click()  # no confirmation: resuming loses nothing
+    expect(page.locator(".flash-ok")).to_contain_text("Queue mail runs again")
+    expect(row.locator(".badge.status-paused")).to_have_count(0)
+    expect(row.get_by_role("button", name="Pause")).to_be_visible()
+    assert scenario.app.paused_queues() == []

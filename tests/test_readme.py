@@ -25,17 +25,20 @@ COMPILE_ONLY = {
     "Using it": "a tour of the API in fragments: order_is_gone, steps, conn and job_id stand for the reader's "
                 "own, and `await` needs the reader's event loop",
     "The dashboard and metrics": "a Starlette mount inside the reader's ASGI app, with their token",
+    "Your own app in tests": "a conftest fixture around the reader's own app (`from myapp import app`)",
+    "Alembic": "a revision module, run by Alembic's command: tests/test_alembic.py runs one",
     "With Django": "fragments of the reader's settings and tasks modules; the runnable project, "
                    "examples/django, runs in tests/django/test_example.py",
 }
 RUN_SEPARATELY = {
     "Quick start": "test_quick_start_runs_and_prints_what_it_says checks its output too",
-    "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
     "In your own transaction": "test_enqueue_in_your_own_transaction_runs_as_written checks its output too",
     "Periodic jobs": "test_periodic_jobs_example_registers_and_ticks runs it with a worker",
-    "Limits": "test_limits_example_runs_and_prints_what_it_says checks its output too",
     "Pausing a queue": "test_pause_and_retention_examples_run checks its output too",
     "Retention: the table does not grow forever": "test_pause_and_retention_examples_run checks its output too",
+    "Limits": "test_limits_example_runs_and_prints_what_it_says checks its output too",
+    "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
+    "Testing your handlers": "test_the_idempotency_example_catches_the_handler_that_is_not runs it with pytest",
 }
 
 
@@ -175,3 +178,17 @@ def test_pause_and_retention_examples_run(tmp_path, section, printed):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == printed
+
+
+def test_the_idempotency_example_catches_the_handler_that_is_not(tmp_path):
+    """The README's test module, run with pytest and leased's plugin: every mode catches the handler
+    that is not idempotent, and passes the one that is."""
+    (code,) = [code for heading, _, code in BLOCKS if heading == "Testing your handlers"]
+    (tmp_path / "test_emails.py").write_text(code)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "leased.testing.plugin",
+                          "-p", "no:cacheprovider", "-p", "no:django",
+                          "-rf", "test_emails.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={key: value for key, value in os.environ.items() if key != "LEASED_TEST_DATABASE_URL"})
+    assert "3 failed, 3 passed" in run.stdout, run.stdout + run.stderr
+    failed = re.findall(r"FAILED test_emails.py::test_a_welcome_email_is_sent_once\[(\w+)-(\w+)\]", run.stdout)
+    assert sorted(failed) == [("concurrently", "register"), ("lost_ack", "register"), ("twice", "register")]

@@ -155,13 +155,22 @@ class Leased:
             raise ConfigurationError(f"unknown task {name!r}; known tasks: {known}") from None
 
     def _enqueue(self, jobs: list[NewJob], connection: Any) -> list[Job]:
+        if _is_sqlalchemy(connection):  # a Session or Connection: write in its open transaction
+            from leased.contrib.sqlalchemy import driver_connection
+
+            connection = driver_connection(connection)
         results = (self._backend or self._open(connection)).enqueue(jobs, connection)
         if connection is None:  # in a caller's transaction the jobs exist only once they commit
             self._wake_workers()
         return [job for job, _ in results]
 
     async def _enqueue_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
-        backend = self._backend or self._open(connection)
+        if _is_sqlalchemy(connection):
+            from leased.contrib.sqlalchemy import driver_connection_async
+
+            connection = await driver_connection_async(connection)
+        # A first use checks the schema on the caller's connection where it can: a sqlite3 one (see _open).
+        backend = self._backend or self._open(connection if type(connection).__module__ == "sqlite3" else None)
         return [job for job, _ in await backend.enqueue_async(jobs, connection)]
 
     # Inspection and administration.
@@ -385,6 +394,10 @@ def _job_status(value: JobStatus | str) -> JobStatus:
     except ValueError:
         choices = ", ".join(s.value for s in JobStatus)
         raise ConfigurationError(f"invalid status {value!r}; use one of {choices}") from None
+
+
+def _is_sqlalchemy(connection: Any) -> bool:
+    return connection is not None and type(connection).__module__.startswith("sqlalchemy.")
 
 
 def _zeros() -> dict[str, int]:

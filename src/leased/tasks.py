@@ -17,6 +17,7 @@ from leased.jobs import Job, JobStatus
 from leased.limits import KeyLimit, check_key, key_limit
 from leased.payloads import encode_arguments
 from leased.retention import task_retention
+from leased.typed import ArgumentTypes
 
 if TYPE_CHECKING:
     from leased.app import Leased
@@ -162,8 +163,11 @@ class TaskCall(Generic[P, R]):
         task, check, limit = self.task, self.task.check_arguments, self.task.app.max_payload_bytes
         run_at, delay = schedule(self.run_after)
         jobs = []
+        typed = task.argument_types
         for args, kwargs in calls:
             check(args, kwargs)
+            if typed:  # dataclass and pydantic arguments: validated, then stored as plain JSON
+                args, kwargs = typed.to_json(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
             job = NewJob(task.name, self.queue_name, args_json, kwargs_json, self.priority, self.max_attempts,
                          self.lease_seconds, run_at, delay, self.idempotency_key, self.timeout_seconds)
@@ -221,6 +225,7 @@ class Task(Generic[P, R]):
                         for p in list(self.signature.parameters.values())[1 if takes_context else 0:]],
             return_annotation=inspect.Signature.empty)
         self._positional_counts = _positional_counts(self.signature, leading=1 if takes_context else 0)
+        self.argument_types = ArgumentTypes(name, func, self.signature, leading=1 if takes_context else 0)
         self.key_limit = key_limit(name, self.signature, takes_context, concurrency, concurrency_key, rate_limit)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),
@@ -253,6 +258,11 @@ class Task(Generic[P, R]):
             self.signature.bind(*leading, *args, **kwargs)
         except TypeError as error:
             raise PayloadError(f"arguments do not match {self.name}{self.call_shape}: {error}") from None
+
+    def handler_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """A stored job's arguments as the handler takes them: typed parameters decoded (PayloadError
+        if they no longer fit)."""
+        return self.argument_types.from_json(args, kwargs) if self.argument_types else (args, kwargs)
 
     def using(self, **options: Any) -> TaskCall[P, R]:
         """Per-call options: queue_name, priority, run_after, idempotency_key, connection, max_attempts, lease,

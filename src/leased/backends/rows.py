@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from datetime import datetime
-from operator import itemgetter
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from leased.admin import WorkerInfo
-from leased.backends.base import JobFilter, NewJob, WorkerRecord
+from leased.backends.base import JobFilter, WorkerRecord
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.limits import QueueLimit, Rate
 

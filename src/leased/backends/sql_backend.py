@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from leased.admin import WorkerInfo
 from leased.backends.base import JobFilter, NewJob, PruneRule
-from leased.backends.enqueueing import FindHolder, InsertJobs, Step, created_jobs, drive, drive_async, enqueue_steps
+from leased.backends.enqueueing import InsertJobs, Step, created_jobs, drive, drive_async, enqueue_steps
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,

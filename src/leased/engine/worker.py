@@ -140,6 +140,8 @@ class Worker:
         self._announce_soon = asyncio.Event()
         self._time_limits = TimeLimits(self.id, lambda lease: self._cancel(lease, CancelReason.TIMEOUT),
                                        self.events.emit, self._announce_soon.set)
+        self.handle_signals = True  # SIGINT/SIGTERM stop it when run() owns the main thread
+        self._in_context: asyncio.Task | None = None  # run_async() under `async with worker:`
 
     # Control, from any thread.
     def run(self, *, stop_when_idle: bool = False) -> WorkerStats:
@@ -234,7 +236,7 @@ class Worker:
         return task
 
     def _install_signal_handlers(self) -> list[int]:
-        if threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread() or not self.handle_signals:
             return []
         installed = []
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -384,13 +386,14 @@ class Worker:
         leading = (context,) if task.takes_context else ()
         try:
             task.check_arguments(job.args, job.kwargs)
+            args, kwargs = task.handler_arguments(job.args, job.kwargs)  # typed parameters decoded
         except PayloadError as error:
             return self._error_end(job, error, retry=False)
         try:
             if task.is_async:
-                running.handler = asyncio.ensure_future(task.func(*leading, *job.args, **job.kwargs))
+                running.handler = asyncio.ensure_future(task.func(*leading, *args, **kwargs))
             else:
-                running.thread = self._threads.submit(task.func, (*leading, *job.args), job.kwargs)
+                running.thread = self._threads.submit(task.func, (*leading, *args), kwargs)
                 running.handler = asyncio.wrap_future(running.thread)
             running.time_limit = self._time_limits.arm(job)
             if context.is_cancelled:
@@ -615,6 +618,20 @@ class Worker:
         # before the loop closes.
         if self._running:
             await asyncio.wait([running.execution for running in self._running.values()])
+
+
+    # `async with app.worker(...):` in an asyncio app (e.g. a FastAPI lifespan): runs beside it on
+    # its loop, stops gracefully on exit. The app's server keeps its signals.
+    async def __aenter__(self) -> Worker:
+        self.handle_signals = False
+        self._in_context = asyncio.create_task(self.run_async(), name=f"leased-worker-{self.id}")
+        while self._loop is None and not self._in_context.done():
+            await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.stop()  # first phase: no new claims; running jobs finish within shutdown_grace
+        await self._in_context
 
 
 def _handler_frames(error: BaseException):

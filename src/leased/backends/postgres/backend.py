@@ -9,6 +9,7 @@ on the server, so the clocks of worker hosts never decide a lease.
 from __future__ import annotations
 
 import threading
+import weakref
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,13 +22,15 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
-from leased.backends.callers import wrong_connection
+from leased.backends.async_drivers import asyncpg_identity, enqueue_asyncpg
+from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import jobs_json
 from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.postgres import callers
 from leased.backends.postgres.listener import Listener
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sql_backend import SQLBackend
+from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition
 from leased.jobs import Job, Lease, Outcome
 from leased.limits import QueueLimit
@@ -37,6 +40,8 @@ QUERIES = load_queries(_HERE / "queries.sql")
 MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
 POOL_TIMEOUT_SECONDS = 30  # how long a call waits for a free connection
+# The clock offset each session has, ours and callers' (the clock seam); absent: none.
+_CLOCK_SET: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -115,6 +120,7 @@ class PostgresBackend(SQLBackend):
         # serializes claims of limited jobs. The plain claim is safe whatever this says: it takes no
         # limited job. A short plain claim and the once-a-second reclaim look again.
         self._limits_in_use = False
+        self.clock = Clock()  # leased_now()'s offset for this backend's sessions (see leased.clock)
 
     def _open_pool(self) -> ConnectionPool:
         """Connect on first use, so that e.g. printing the migration SQL needs no server."""
@@ -159,6 +165,7 @@ class PostgresBackend(SQLBackend):
             pool = self._pool or self._open_pool()
         try:
             with pool.connection() as connection:
+                self._set_clock(connection)
                 yield connection
         except PoolTimeout:
             raise DatabaseUnavailable(
@@ -170,6 +177,13 @@ class PostgresBackend(SQLBackend):
             if _is_connection_failure(error):
                 raise DatabaseUnavailable(f"lost the connection to {self._where}: {_first_line(error)}") from error
             raise
+
+    def _set_clock(self, connection: Any) -> None:
+        """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
+        offset = self.clock.interval()
+        if _CLOCK_SET.get(connection, "") != offset:
+            connection.execute(QUERIES["set_clock_offset"], {"offset": offset})
+            _CLOCK_SET[connection] = offset
 
     # One named query, one statement, one transaction (the connections autocommit).
     def _run(self, name: str, **params: Any) -> None:
@@ -201,6 +215,7 @@ class PostgresBackend(SQLBackend):
                 raise ConfigurationError(wrong_connection(connection, "psycopg.Connection", "PostgreSQL",
                                                           "for a psycopg.AsyncConnection use aenqueue()"))
             self._check_reach(callers.identity(connection, QUERIES["connection_identity"]))
+            self._set_clock(connection)
             # The caller's transaction: write with their connection and leave commit to them.
             return self._insert(connection, jobs)
         with self._connection() as own:
@@ -221,10 +236,16 @@ class PostgresBackend(SQLBackend):
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: psycopg.AsyncConnection
                             ) -> list[tuple[Job, bool]]:
+        if type_name(connection) == "asyncpg.Connection":  # e.g. under SQLAlchemy's AsyncSession
+            self._check_reach(await asyncpg_identity(connection, QUERIES["connection_identity"]))
+            return await enqueue_asyncpg(connection, QUERIES, jobs, self.clock.interval())
         if not isinstance(connection, psycopg.AsyncConnection):
             raise ConfigurationError(wrong_connection(connection, "psycopg.AsyncConnection", "PostgreSQL",
                                                       "aenqueue() writes with an async connection"))
         self._check_reach(await callers.identity_async(connection, QUERIES["connection_identity"]))
+        if _CLOCK_SET.get(connection, "") != self.clock.interval():
+            await connection.execute(QUERIES["set_clock_offset"], {"offset": self.clock.interval()})
+            _CLOCK_SET[connection] = self.clock.interval()
         return await self._insert_async(connection, jobs)
 
     async def _insert_rows_async(self, connection: psycopg.AsyncConnection, jobs: Sequence[NewJob]

@@ -1,5 +1,5 @@
--- Named queries of the PostgreSQL backend, with psycopg's named parameters. Every time is the
--- database's now(); table names are unqualified, so the connection's search_path picks the schema.
+-- Named queries of the PostgreSQL backend, with psycopg's named parameters. Every time is
+-- leased_now(), the database's now() plus the clock seam's offset (migration 0007); table names are unqualified, so the connection's search_path picks the schema.
 -- Leases travel as two parallel arrays, job_ids and attempts. Each write that changes a job and
 -- its attempt record does both in one statement, with data-modifying CTEs.
 
@@ -29,7 +29,7 @@ WITH given AS (
                              run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                              key_concurrency, key_rate_count, key_rate_seconds)
     SELECT task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
-           coalesce(run_at, now() + make_interval(secs => delay_seconds)), now(), idempotency_key, timeout_seconds,
+           coalesce(run_at, leased_now() + make_interval(secs => delay_seconds)), leased_now(), idempotency_key, timeout_seconds,
            concurrency_key, key_concurrency, key_rate_count, key_rate_seconds
     FROM given
     ORDER BY position
@@ -38,7 +38,7 @@ WITH given AS (
     RETURNING id, queue_name, run_after, created_at, idempotency_key
 ), woke AS (
     SELECT count(pg_notify(left('leased.' || current_schema(), 63), queue_name)) AS queues
-    FROM (SELECT DISTINCT queue_name FROM job WHERE run_after <= now()) AS due
+    FROM (SELECT DISTINCT queue_name FROM job WHERE run_after <= leased_now()) AS due
 )
 SELECT job.id, job.run_after, job.created_at, job.idempotency_key FROM job, woke;
 
@@ -50,13 +50,13 @@ INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_atte
                          key_concurrency, key_rate_count, key_rate_seconds)
 VALUES (%(task_name)s, %(queue_name)s, %(args)s::json, %(kwargs)s::json, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s::float8,
-        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay_seconds)s::float8)),
-        now(), %(idempotency_key)s, %(timeout_seconds)s::float8, %(concurrency_key)s, %(key_concurrency)s::int,
+        coalesce(%(run_at)s::timestamptz, leased_now() + make_interval(secs => %(delay_seconds)s::float8)),
+        leased_now(), %(idempotency_key)s, %(timeout_seconds)s::float8, %(concurrency_key)s, %(key_concurrency)s::int,
         %(key_rate_count)s::int, %(key_rate_seconds)s::float8)
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING id, run_after, created_at, idempotency_key,
-          CASE WHEN run_after <= now() THEN pg_notify(left('leased.' || current_schema(), 63), queue_name) END;
+          CASE WHEN run_after <= leased_now() THEN pg_notify(left('leased.' || current_schema(), 63), queue_name) END;
 
 -- name: pending_with_key
 SELECT * FROM leased_jobs
@@ -82,7 +82,7 @@ SELECT set_config('enable_sort', 'off', false), set_config('enable_bitmapscan', 
 -- Jobs without a key in queues without a limit; claim_limited takes the others (see there).
 WITH due AS (
     SELECT id FROM leased_jobs
-    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= now()
+    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
       AND task_name = ANY(%(task_names)s::text[])
       AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
       AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
@@ -93,13 +93,13 @@ WITH due AS (
 ), claimed AS (
     UPDATE leased_jobs AS job
     SET status = 'running', attempt = job.attempt + 1, lease_owner = %(worker_id)s,
-        lease_expires_at = now() + make_interval(secs => job.lease_seconds)
+        lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds)
     FROM due
     WHERE job.id = due.id
     RETURNING job.*
 ), opened AS (
     INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
-    SELECT id, attempt, lease_owner, now() FROM claimed
+    SELECT id, attempt, lease_owner, leased_now() FROM claimed
 )
 SELECT * FROM claimed;
 
@@ -108,13 +108,13 @@ SELECT * FROM claimed;
 -- different orders deadlock.
 WITH held AS (
     SELECT id FROM leased_jobs
-    WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > now()
+    WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > leased_now()
       AND (id, attempt) IN (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]))
     ORDER BY id
     FOR UPDATE
 )
 UPDATE leased_jobs AS job
-SET lease_expires_at = now() + make_interval(secs => job.lease_seconds)
+SET lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds)
 FROM held
 WHERE job.id = held.id
 RETURNING job.id, job.attempt;
@@ -139,9 +139,9 @@ WITH ends AS (
     SET status = ends.status,
         result = ends.result::json,
         last_error = coalesce(ends.last_error, job.last_error),
-        finished_at = CASE WHEN ends.status = 'pending' THEN NULL ELSE now() END,
+        finished_at = CASE WHEN ends.status = 'pending' THEN NULL ELSE leased_now() END,
         run_after = CASE WHEN ends.status = 'pending'
-                         THEN now() + make_interval(secs => ends.retry_in_seconds)
+                         THEN leased_now() + make_interval(secs => ends.retry_in_seconds)
                          ELSE job.run_after END,
         lease_owner = NULL,
         lease_expires_at = NULL
@@ -150,7 +150,7 @@ WITH ends AS (
     RETURNING job.id, job.attempt, ends.worker_id
 ), closed AS (
     UPDATE leased_attempts AS a
-    SET finished_at = now(), outcome = ends.outcome, error_type = ends.error_type,
+    SET finished_at = leased_now(), outcome = ends.outcome, error_type = ends.error_type,
         error_message = ends.error_message, traceback = ends.traceback
     FROM finished JOIN ends USING (id, attempt)
     WHERE a.job_id = finished.id AND a.attempt = finished.attempt AND a.worker_id = finished.worker_id
@@ -168,12 +168,12 @@ WITH given AS (
     FOR UPDATE
 ), released AS (
     UPDATE leased_jobs AS job
-    SET status = 'pending', run_after = now(), lease_owner = NULL, lease_expires_at = NULL
+    SET status = 'pending', run_after = leased_now(), lease_owner = NULL, lease_expires_at = NULL
     FROM held
     WHERE job.id = held.id
 )
 UPDATE leased_attempts AS a
-SET finished_at = now(), outcome = %(outcome)s, error_message = %(message)s
+SET finished_at = leased_now(), outcome = %(outcome)s, error_message = %(message)s
 FROM given
 WHERE a.job_id = given.id AND a.attempt = given.attempt AND a.worker_id = %(worker_id)s AND a.outcome IS NULL;
 
@@ -182,15 +182,15 @@ WHERE a.job_id = given.id AND a.attempt = given.attempt AND a.worker_id = %(work
 -- on it could deadlock two reclaimers that lock the same rows in different orders.
 WITH expired AS (
     SELECT id FROM leased_jobs
-    WHERE status = 'running' AND lease_expires_at <= now()
+    WHERE status = 'running' AND lease_expires_at <= leased_now()
     FOR UPDATE SKIP LOCKED
 ), reclaimed AS (
     UPDATE leased_jobs AS job
     SET status = CASE WHEN job.attempt >= job.max_attempts THEN 'failed' ELSE 'pending' END,
-        finished_at = CASE WHEN job.attempt >= job.max_attempts THEN now() END,
+        finished_at = CASE WHEN job.attempt >= job.max_attempts THEN leased_now() END,
         last_error = 'lease expired: worker ' || job.lease_owner
                      || ' stopped renewing it (crashed, stalled or cut off)',
-        run_after = now(),
+        run_after = leased_now(),
         lease_owner = NULL,
         lease_expires_at = NULL
     FROM expired
@@ -198,7 +198,7 @@ WITH expired AS (
     RETURNING job.id, job.attempt, job.last_error
 ), closed AS (
     UPDATE leased_attempts AS a
-    SET finished_at = now(), outcome = 'expired', error_message = reclaimed.last_error
+    SET finished_at = leased_now(), outcome = 'expired', error_message = reclaimed.last_error
     FROM reclaimed
     WHERE a.job_id = reclaimed.id AND a.attempt = reclaimed.attempt AND a.outcome IS NULL
 )
@@ -238,7 +238,7 @@ SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, s
 -- a retry from the CLI or the dashboard starts at once rather than at the workers' next poll.
 WITH retried AS (
     UPDATE leased_jobs
-    SET status = 'pending', run_after = now(), finished_at = NULL,
+    SET status = 'pending', run_after = leased_now(), finished_at = NULL,
         max_attempts = greatest(max_attempts, attempt + 1)
     WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
     RETURNING *
@@ -248,12 +248,12 @@ SELECT retried.*, pg_notify(left('leased.' || current_schema(), 63), retried.que
 -- name: cancel
 WITH cancelled AS (
     UPDATE leased_jobs
-    SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+    SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
     WHERE id = %(job_id)s AND status IN ('pending', 'running')
     RETURNING *
 ), closed AS (
     UPDATE leased_attempts AS a
-    SET finished_at = now(), outcome = 'cancelled', error_message = 'cancelled by a user'
+    SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
     FROM cancelled
     WHERE a.job_id = cancelled.id AND a.attempt = cancelled.attempt AND a.outcome IS NULL
 )
@@ -277,22 +277,22 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
 INSERT INTO leased_schema_version (version, applied_at) VALUES (%(version)s, now());
 
 -- name: oldest_due
-SELECT queue_name, extract(epoch FROM now() - min(run_after))::float8 AS seconds FROM leased_jobs
-WHERE status = 'pending' AND run_after <= now()
+SELECT queue_name, extract(epoch FROM leased_now() - min(run_after))::float8 AS seconds FROM leased_jobs
+WHERE status = 'pending' AND run_after <= leased_now()
 GROUP BY queue_name;
 
 -- name: finished_since
 -- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
 SELECT queue_name, status, sum(n)::bigint AS n FROM (
     SELECT queue_name, status, count(*) AS n FROM leased_jobs
-    WHERE finished_at >= now() - make_interval(secs => %(window_seconds)s::float8) AND status IN ('done', 'failed')
+    WHERE finished_at >= leased_now() - make_interval(secs => %(window_seconds)s::float8) AND status IN ('done', 'failed')
     GROUP BY queue_name, status
     UNION ALL
     SELECT queue_name, 'done', sum(done) FROM leased_throughput
-    WHERE minute >= now() - make_interval(secs => %(window_seconds)s::float8) GROUP BY queue_name
+    WHERE minute >= leased_now() - make_interval(secs => %(window_seconds)s::float8) GROUP BY queue_name
     UNION ALL
     SELECT queue_name, 'failed', sum(failed) FROM leased_throughput
-    WHERE minute >= now() - make_interval(secs => %(window_seconds)s::float8) GROUP BY queue_name
+    WHERE minute >= leased_now() - make_interval(secs => %(window_seconds)s::float8) GROUP BY queue_name
 ) AS finished
 GROUP BY queue_name, status
 HAVING sum(n) > 0;
@@ -301,7 +301,7 @@ HAVING sum(n) > 0;
 -- Wakes listening workers once per queue with a retried job, as retry does.
 WITH retried AS (
     UPDATE leased_jobs
-    SET status = 'pending', run_after = now(), finished_at = NULL, max_attempts = greatest(max_attempts, attempt + 1)
+    SET status = 'pending', run_after = leased_now(), finished_at = NULL, max_attempts = greatest(max_attempts, attempt + 1)
     WHERE status = 'failed'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
@@ -332,16 +332,16 @@ SELECT name FROM names WHERE name IS NOT NULL;
 -- name: register_worker
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, stuck_handlers)
 VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s::json, %(tasks)s::json, %(stuck_handlers)s)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stuck_handlers = excluded.stuck_handlers;
+ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now(), stuck_handlers = excluded.stuck_handlers;
 
 -- name: prune_workers
-DELETE FROM leased_workers WHERE last_seen_at < now() - interval '1 day';
+DELETE FROM leased_workers WHERE last_seen_at < leased_now() - interval '1 day';
 
 -- name: unregister_worker
 DELETE FROM leased_workers WHERE id = %(id)s;
 
 -- name: list_workers
-SELECT w.*, extract(epoch FROM now() - w.last_seen_at)::float8 AS silent_seconds,
+SELECT w.*, extract(epoch FROM leased_now() - w.last_seen_at)::float8 AS silent_seconds,
        (SELECT count(*) FROM leased_jobs AS j WHERE j.status = 'running' AND j.lease_owner = w.id) AS running
 FROM leased_workers AS w
 ORDER BY w.started_at;
@@ -356,7 +356,7 @@ SELECT left('leased.' || current_schema(), 63) AS channel;
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
 -- name: why_now
-SELECT now() AS now;
+SELECT leased_now() AS now;
 
 -- name: jobs_ahead
 -- Due pending jobs of the job's queue that a claim takes before it, in the claim's order (higher
@@ -364,7 +364,7 @@ SELECT now() AS now;
 SELECT count(*) AS n FROM (
     SELECT 1 FROM leased_jobs AS job, leased_jobs AS other
     WHERE job.id = %(job_id)s
-      AND other.status = 'pending' AND other.queue_name = job.queue_name AND other.run_after <= now()
+      AND other.status = 'pending' AND other.queue_name = job.queue_name AND other.run_after <= leased_now()
       AND other.priority >= job.priority
       AND (other.priority > job.priority OR other.run_after < job.run_after
            OR (other.run_after = job.run_after AND other.id < job.id))
@@ -376,14 +376,14 @@ SELECT count(*) AS n FROM (
 -- closed as single cancel closes it. Pending jobs are never leased, so no handler is running.
 WITH cancelled AS (
     UPDATE leased_jobs
-    SET status = 'cancelled', finished_at = now()
+    SET status = 'cancelled', finished_at = leased_now()
     WHERE status = 'pending'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
     RETURNING id, attempt
 ), closed AS (
     UPDATE leased_attempts AS a
-    SET finished_at = now(), outcome = 'cancelled', error_message = 'cancelled by a user'
+    SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
     FROM cancelled
     WHERE a.job_id = cancelled.id AND a.attempt = cancelled.attempt AND a.outcome IS NULL
 )
@@ -394,6 +394,10 @@ SELECT count(*) AS n FROM leased_jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text);
+
+-- name: set_clock_offset
+-- The clock seam for this session (see leased_now() in migration 0007); '' is none.
+SELECT set_config('leased.clock_offset', %(offset)s, false);
 
 -- name: connection_identity
 -- Which server, database and jobs table a connection reaches, however it was addressed (a host
@@ -420,7 +424,7 @@ WHERE job.id = explained.job_id AND job.attempt = explained.attempt AND job.stat
 -- Periodic jobs (backends/ticks.py).
 
 -- name: database_now
-SELECT now() AS now;
+SELECT leased_now() AS now;
 
 -- name: list_schedules
 -- The last success reads the task's index backwards to its latest done job: one step while it succeeds.
@@ -456,7 +460,7 @@ UPDATE leased_schedules
 SET expression = %(expression)s, timezone = %(timezone)s,
     last_tick_at = greatest(last_tick_at, %(last_tick_at)s::timestamptz),
     last_job_id = %(last_job_id)s, skipped_ticks = skipped_ticks + %(skipped)s,
-    last_skipped_at = coalesce(%(last_skipped_at)s::timestamptz, last_skipped_at), updated_at = now()
+    last_skipped_at = coalesce(%(last_skipped_at)s::timestamptz, last_skipped_at), updated_at = leased_now()
 WHERE name = %(name)s;
 
 -- name: prune_ticks
@@ -501,7 +505,7 @@ WITH RECURSIVE keys (key) AS (
                                          WHERE r.status = 'running' AND r.concurrency_key = keys.key), %(limit)s),
         coalesce(head.key_rate_count - (SELECT count(*) FROM leased_starts AS s
                                         WHERE s.limit_name = 'key:' || keys.key
-                                          AND s.started_at > now() - make_interval(secs => head.key_rate_seconds)),
+                                          AND s.started_at > leased_now() - make_interval(secs => head.key_rate_seconds)),
                  %(limit)s),
         %(limit)s) AS room
     FROM keys CROSS JOIN LATERAL (
@@ -516,12 +520,12 @@ WITH RECURSIVE keys (key) AS (
                                   WHERE r.queue_name = l.queue_name AND r.status = 'running'), %(limit)s),
         coalesce(l.rate_count - (SELECT count(*) FROM leased_starts AS s
                                  WHERE s.limit_name = 'queue:' || l.queue_name
-                                   AND s.started_at > now() - make_interval(secs => l.rate_seconds)), %(limit)s),
+                                   AND s.started_at > leased_now() - make_interval(secs => l.rate_seconds)), %(limit)s),
         %(limit)s) AS room
     FROM leased_queue_limits AS l
 ), candidates AS (
     (SELECT id, priority, run_after, queue_name FROM leased_jobs
-     WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= now()
+     WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
        AND task_name = ANY(%(task_names)s::text[])
        AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
        AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
@@ -532,7 +536,7 @@ WITH RECURSIVE keys (key) AS (
     SELECT job.* FROM queue_room CROSS JOIN LATERAL (
         SELECT id, priority, run_after, queue_name FROM leased_jobs
         WHERE status = 'pending' AND concurrency_key IS NULL AND queue_name = queue_room.queue_name
-          AND run_after <= now() AND task_name = ANY(%(task_names)s::text[])
+          AND run_after <= leased_now() AND task_name = ANY(%(task_names)s::text[])
           AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
           AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
         ORDER BY priority DESC, run_after, id
@@ -541,7 +545,7 @@ WITH RECURSIVE keys (key) AS (
     UNION ALL
     SELECT job.* FROM key_room CROSS JOIN LATERAL (
         SELECT id, priority, run_after, queue_name FROM leased_jobs
-        WHERE status = 'pending' AND concurrency_key = key_room.key AND run_after <= now()
+        WHERE status = 'pending' AND concurrency_key = key_room.key AND run_after <= leased_now()
           AND task_name = ANY(%(task_names)s::text[])
           AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
           AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
@@ -564,22 +568,22 @@ WITH RECURSIVE keys (key) AS (
 ), claimed AS (
     UPDATE leased_jobs AS job
     SET status = 'running', attempt = job.attempt + 1, lease_owner = %(worker_id)s,
-        lease_expires_at = now() + make_interval(secs => job.lease_seconds)
+        lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds)
     FROM due
     WHERE job.id = due.id
     RETURNING job.*
 ), opened AS (
     INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
-    SELECT id, attempt, lease_owner, now() FROM claimed
+    SELECT id, attempt, lease_owner, leased_now() FROM claimed
 ), started AS (
     INSERT INTO leased_starts (limit_name, started_at)
-    SELECT 'key:' || concurrency_key, now() FROM claimed WHERE key_rate_count IS NOT NULL
+    SELECT 'key:' || concurrency_key, leased_now() FROM claimed WHERE key_rate_count IS NOT NULL
     UNION ALL
-    SELECT 'queue:' || claimed.queue_name, now() FROM claimed
+    SELECT 'queue:' || claimed.queue_name, leased_now() FROM claimed
     JOIN leased_queue_limits AS l ON l.queue_name = claimed.queue_name AND l.rate_count IS NOT NULL
 ), forgotten AS (
     -- Starts older than the longest window (an hour) count for nothing.
-    DELETE FROM leased_starts WHERE started_at < now() - interval '1 hour'
+    DELETE FROM leased_starts WHERE started_at < leased_now() - interval '1 hour'
 )
 SELECT * FROM claimed;
 
@@ -598,8 +602,8 @@ SELECT * FROM leased_queue_limits ORDER BY queue_name;
 
 -- name: pause_queue
 -- Returns the queue only if this paused it (it was not paused already).
-INSERT INTO leased_queues AS q (queue_name, paused_at) VALUES (%(queue_name)s, now())
-ON CONFLICT (queue_name) DO UPDATE SET paused_at = now() WHERE q.paused_at IS NULL
+INSERT INTO leased_queues AS q (queue_name, paused_at) VALUES (%(queue_name)s, leased_now())
+ON CONFLICT (queue_name) DO UPDATE SET paused_at = leased_now() WHERE q.paused_at IS NULL
 RETURNING queue_name;
 
 -- name: resume_queue
@@ -608,7 +612,7 @@ UPDATE leased_queues SET paused_at = NULL WHERE queue_name = %(queue_name)s AND 
 RETURNING queue_name, pg_notify(left('leased.' || current_schema(), 63), queue_name);
 
 -- name: paused_queues
-SELECT queue_name, extract(epoch FROM now() - paused_at)::float8 AS seconds FROM leased_queues
+SELECT queue_name, extract(epoch FROM leased_now() - paused_at)::float8 AS seconds FROM leased_queues
 WHERE paused_at IS NOT NULL ORDER BY queue_name;
 
 -- name: try_prune_lock
@@ -627,7 +631,7 @@ SELECT pg_advisory_unlock(1818583405, hashtext(current_schema()));
 -- attempts (ON DELETE CASCADE). Claimable rows are never read.
 WITH picked AS (
     SELECT id FROM leased_jobs
-    WHERE finished_at < now() - make_interval(secs => %(older_than)s::float8) AND status = %(status)s::text
+    WHERE finished_at < leased_now() - make_interval(secs => %(older_than)s::float8) AND status = %(status)s::text
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
       AND task_name <> ALL(%(except_task_names)s::text[])
     ORDER BY finished_at
@@ -650,18 +654,18 @@ SELECT count(*) AS n FROM deleted;
 
 -- name: count_prunable
 SELECT count(*) AS n FROM leased_jobs
-WHERE finished_at < now() - make_interval(secs => %(older_than)s::float8) AND status = %(status)s::text
+WHERE finished_at < leased_now() - make_interval(secs => %(older_than)s::float8) AND status = %(status)s::text
   AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
   AND task_name <> ALL(%(except_task_names)s::text[]);
 
 -- name: prune_throughput
-DELETE FROM leased_throughput WHERE minute < now() - make_interval(secs => %(older_than)s::float8);
+DELETE FROM leased_throughput WHERE minute < leased_now() - make_interval(secs => %(older_than)s::float8);
 
 -- name: throughput
 -- Done and failed jobs per minute, queue and task since the start of the minute `window_seconds`
 -- ago: the rollup of pruned jobs plus the rows still in the table (each job is in one of them).
 WITH since AS MATERIALIZED (
-    SELECT date_trunc('minute', now() - make_interval(secs => %(window_seconds)s::float8)) AS minute
+    SELECT date_trunc('minute', leased_now() - make_interval(secs => %(window_seconds)s::float8)) AS minute
 )
 SELECT extract(epoch FROM minute)::float8 AS minute, queue_name, task_name,
        sum(done)::bigint AS done, sum(failed)::bigint AS failed

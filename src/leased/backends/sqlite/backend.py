@@ -19,13 +19,15 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
-from leased.backends.callers import wrong_connection
+from leased.backends.async_drivers import enqueue_aiosqlite
+from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import jobs_json
 from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.sql import Migration, load_migrations, load_queries
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
 from leased.backends.sql_backend import SQLBackend
+from leased.clock import Clock
 from leased.errors import (
     ConfigurationError,
     DatabaseFull,
@@ -55,9 +57,9 @@ def _leases_json(leases: Sequence[Lease]) -> str:
     return json.dumps([[lease.job_id, lease.attempt] for lease in leases])
 
 
-def prepare_connection(connection: sqlite3.Connection) -> None:
-    """Give a connection (ours or a caller's) the clock function our queries use."""
-    connection.create_function("leased_now", 0, time.time)
+def prepare_connection(connection: sqlite3.Connection, now: Callable[[], float] = time.time) -> None:
+    """Give a connection (ours or a caller's) the clock function our queries use (the seam: leased.clock)."""
+    connection.create_function("leased_now", 0, now)
 
 
 class SQLiteBackend(SQLBackend):
@@ -68,6 +70,7 @@ class SQLiteBackend(SQLBackend):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._waker = Waker(self._wake_ports)
+        self.clock = Clock()  # what leased_now() reads on our connections and callers' (see leased.clock)
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.path!r})"
@@ -88,7 +91,7 @@ class SQLiteBackend(SQLBackend):
                 if is_lock_error(error):  # e.g. switching a new file to WAL while a caller writes to it
                     raise DatabaseLocked(lock_message(self.path, "open")) from None
                 raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {error}") from None
-            prepare_connection(connection)
+            prepare_connection(connection, self.clock.now)
             self._local.connection = connection
             with self._lock:
                 self._connections.append(connection)
@@ -145,7 +148,7 @@ class SQLiteBackend(SQLBackend):
     def enqueue(self, jobs: Sequence[NewJob], connection: sqlite3.Connection | None = None) -> list[tuple[Job, bool]]:
         if connection is not None:
             # The caller's transaction: write with their connection and leave commit to them.
-            prepare_connection(_callers(connection))
+            prepare_connection(_callers(connection), self.clock.now)
             with translated_lock_errors(self.path):
                 return self._insert(connection, jobs)
         with self._write() as own:
@@ -160,6 +163,8 @@ class SQLiteBackend(SQLBackend):
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
         """On a thread, so that waiting for the write lock does not stop the event loop; on the loop
         itself only when the caller's connection refuses other threads (check_same_thread)."""
+        if type_name(connection) == "aiosqlite.Connection":  # e.g. under SQLAlchemy's AsyncSession
+            return await enqueue_aiosqlite(connection, QUERIES, jobs, _time, self.clock.now)
         try:
             return await asyncio.to_thread(self.enqueue, jobs, connection)
         except sqlite3.ProgrammingError as error:

@@ -1,0 +1,41 @@
+"""leased's schema from an Alembic migration: run the SQL `leased migrate APP --sql` printed.
+
+    # alembic/versions/0007_leased_jobs.py, next to leased_schema.sql from `leased migrate myapp:app --sql`
+    from pathlib import Path
+    from leased.contrib.alembic import run_leased_sql
+
+    def upgrade() -> None:
+        run_leased_sql(Path(__file__).with_name("leased_schema.sql").read_text())
+
+It runs inside Alembic's transaction, online and in offline mode (`alembic upgrade head --sql`
+prints it). The script records each version in leased_schema_version, so `Leased()` then finds its
+schema current and migrates nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+
+def statements(script: str, dialect: str) -> list[str]:
+    """The script's statements: one batch for PostgreSQL, which takes a script as it is; one by one
+    for SQLite, whose driver runs a single statement per call."""
+    if dialect != "sqlite":
+        return [script]
+    found, current = [], []
+    for line in script.splitlines():
+        current.append(line)
+        if sqlite3.complete_statement("\n".join(current)):
+            found.append("\n".join(current).strip())
+            current = []
+    return [statement for statement in found if statement]
+
+
+def run_leased_sql(script: str) -> None:
+    """Execute `leased migrate --sql` output in the current Alembic migration."""
+    from alembic import op
+    from sqlalchemy import text
+
+    for statement in statements(script, op.get_context().dialect.name):
+        # Colons escaped: text() would read ":name" as a bind parameter (and "::" casts stay as they are).
+        op.execute(text(statement.replace(":", r"\:")))
