@@ -149,6 +149,43 @@ def mariadb_database() -> Iterator[str]:
         connection.close()
 
 
+# MariaDB shows no application name: the workers of the fault tests connect as a user of their own,
+# with every right on the tests' databases, and are found by it.
+MARIADB_WORKER_USER = "leased_crash_worker"
+
+
+def mariadb_user_url(url: str, user: str) -> str:
+    """The URL as `user` (without a password), made once on the server with the tests' rights."""
+    connection = _mariadb_connection()
+    try:
+        cursor = connection.cursor()
+        cursor.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%'")
+        cursor.execute(f"GRANT ALL ON `leased\\_test\\_%`.* TO '{user}'@'%'")
+    finally:
+        connection.close()
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{user}@{rest.split('@', 1)[-1]}"
+
+
+def kill_mariadb_sessions(url: str, user: str) -> int:
+    """KILL CONNECTION every session of `user` on the URL's database: how many there were."""
+    database = url.rsplit("/", 1)[-1].split("?")[0]
+    connection = _mariadb_connection()
+    try:
+        cursor = connection.cursor()
+        cursor.execute("SELECT id FROM information_schema.processlist WHERE user = %s AND db = %s", (user, database))
+        killed = 0
+        for (session,) in cursor.fetchall():
+            try:
+                cursor.execute(f"KILL CONNECTION {int(session)}")
+                killed += 1
+            except Exception:  # it ended meanwhile
+                pass
+        return killed
+    finally:
+        connection.close()
+
+
 _PROBLEMS = {"postgres": (_POSTGRES_PROBLEM, REQUIRE_POSTGRES), "mariadb": (_MARIADB_PROBLEM, REQUIRE_MARIADB)}
 
 
@@ -275,8 +312,11 @@ def worker_processes(database_url, tmp_path):
     def start(script: str, worker_id: str, *arguments: str, clock: str | None = None,
               **extra_env: str) -> subprocess.Popen:
         log = open(tmp_path / f"{worker_id}.log", "w")
-        # The application name lets the fault tests find the workers' PostgreSQL sessions.
-        worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
+        # The application name (PostgreSQL) or user (MariaDB) lets the fault tests find the workers' sessions.
+        if connections.is_mariadb(database_url):
+            worker_url = mariadb_user_url(database_url, MARIADB_WORKER_USER)
+        else:
+            worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
         env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
                # This checkout's leased, not whichever one the virtualenv has installed.
                "PYTHONPATH": os.pathsep.join([str(here), str(here.parent / "src")]), **extra_env}
