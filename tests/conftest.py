@@ -4,6 +4,8 @@ SQLite gets a fresh file per test; PostgreSQL a fresh schema per test in $LEASED
 (default postgresql://postgres@127.0.0.1:5432/test), whose database is created (through the
 server's `postgres` database) if it does not exist yet. Without a reachable PostgreSQL the
 PostgreSQL half is skipped, unless LEASED_REQUIRE_POSTGRES=1 (CI sets it) makes that an error.
+MariaDB likewise: a fresh database per test on $LEASED_TEST_MARIADB_URL (default
+mariadb://root@127.0.0.1:3306/test), skipped if unreachable unless LEASED_REQUIRE_MARIADB=1.
 """
 
 from __future__ import annotations
@@ -31,10 +33,7 @@ POSTGRES_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres
 REQUIRE_POSTGRES = os.environ.get("LEASED_REQUIRE_POSTGRES") == "1"
 MARIADB_URL = os.environ.get("LEASED_TEST_MARIADB_URL", "mariadb://root@127.0.0.1:3306/test")
 REQUIRE_MARIADB = os.environ.get("LEASED_REQUIRE_MARIADB") == "1"
-# MariaDB joins the behavioural suite with LEASED_TEST_MARIADB=1 (or LEASED_REQUIRE_MARIADB=1) until
-# it passes all of it; then it belongs in the list unconditionally, and .ci/run requires it.
-TEST_MARIADB = REQUIRE_MARIADB or os.environ.get("LEASED_TEST_MARIADB") == "1"
-BACKENDS = ["sqlite", "postgres", *(["mariadb"] if TEST_MARIADB else [])]
+BACKENDS = ["sqlite", "postgres", "mariadb"]
 
 # Subprocesses (the CLI, crash and README tests) import leased from this tree, as this process does:
 # a relative PYTHONPATH=src would not hold in their working directories, and they would quietly
