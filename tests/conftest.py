@@ -130,12 +130,15 @@ def mariadb_database() -> Iterator[str]:
     """A URL of a database of its own on the MariaDB server, dropped afterwards."""
     name = f"leased_test_{uuid.uuid4().hex[:12]}"
     connection = _mariadb_connection()
+    connection.cursor().execute(f"CREATE DATABASE `{name}`")
+    connection.close()
     try:
-        connection.cursor().execute(f"CREATE DATABASE `{name}`")
         yield MARIADB_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
-        # A session left in a transaction (a failed test's caller connection, a killed worker's not yet
-        # noticed by the server) holds a metadata lock that DROP DATABASE would wait on for ever.
+        # A connection of its own (the test may have restarted the server). A session left in a
+        # transaction (a failed test's caller connection, a killed worker's not yet noticed by the
+        # server) holds a metadata lock that DROP DATABASE would wait on for ever.
+        connection = _mariadb_connection()
         cursor = connection.cursor()
         cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
                        (name,))

@@ -198,7 +198,10 @@ def test_mariadb_restart_mid_run_loses_nothing(app, hold, spawn, tmp_path):
     jobs = [hold.enqueue("sleep") for _ in range(30)]
     worker = spawn("worker-a")
     wait_for(lambda: app.counts()["default"]["done"] >= 3, message="work under way")
-    subprocess.run(["mysqladmin", "-h127.0.0.1", "-uroot", "shutdown"], check=True)  # returns once it is down
+    subprocess.run(["mysqladmin", "-h127.0.0.1", "-uroot", "shutdown"], check=True)
+    # Over TCP mysqladmin does not wait for the exit; a start while the old server runs would do nothing.
+    wait_for(lambda: subprocess.run(["start-stop-daemon", "--status", "--exec", "/usr/sbin/mariadbd"]).returncode != 0,
+             timeout=60, message="MariaDB down")
     subprocess.run(["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"],
                    check=True)
     wait_for(lambda: subprocess.run(["mysqladmin", "-h127.0.0.1", "-uroot", "ping"],
