@@ -33,6 +33,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import connections
 from leased import Backoff, JobStatus, Leased, Outcome, PermanentError
 
 HERE = Path(__file__).resolve().parent
@@ -57,7 +58,11 @@ EXECUTIONS_SQLITE = """CREATE TABLE IF NOT EXISTS chaos_executions (
 EXECUTIONS_POSTGRES = """CREATE TABLE IF NOT EXISTS chaos_executions (
     job_id bigint NOT NULL, attempt integer NOT NULL, worker_id text NOT NULL,
     PRIMARY KEY (job_id, attempt, worker_id))"""
+EXECUTIONS_MARIADB = """CREATE TABLE IF NOT EXISTS chaos_executions (
+    job_id BIGINT NOT NULL, attempt INT NOT NULL, worker_id VARCHAR(255) NOT NULL,
+    PRIMARY KEY (job_id, attempt, worker_id))"""
 RECORD = "INSERT INTO chaos_executions (job_id, attempt, worker_id) VALUES ({0}, {0}, {0}) ON CONFLICT DO NOTHING"
+RECORD_MARIADB = "INSERT IGNORE INTO chaos_executions (job_id, attempt, worker_id) VALUES (?, ?, ?)"
 
 
 # The task, the same for the producer and the workers.
@@ -98,6 +103,9 @@ class _Recorder:
                 self._local.connection = connection
             connection.execute(RECORD.format("?"), (job_id, attempt, worker_id))
             return
+        if connections.is_mariadb(self.url):
+            self._record_mariadb(job_id, attempt, worker_id)
+            return
         import psycopg
 
         with self._lock:
@@ -108,6 +116,21 @@ class _Recorder:
                     self._pg.execute(RECORD.format("%s"), (job_id, attempt, worker_id))
                     return
                 except psycopg.OperationalError:
+                    if tries == 2:
+                        raise
+                    self._pg = None
+
+    def _record_mariadb(self, job_id: int, attempt: int, worker_id: str) -> None:
+        import MySQLdb
+
+        with self._lock:
+            for tries in range(3):
+                try:
+                    if self._pg is None:
+                        self._pg = connections.connect(self.url, autocommit=True)
+                    connections.execute(self._pg, RECORD_MARIADB, (job_id, attempt, worker_id))
+                    return
+                except MySQLdb.OperationalError:
                     if tries == 2:
                         raise
                     self._pg = None
@@ -294,6 +317,10 @@ def _prepare(settings: Settings, app: Leased, record_url: str) -> None:
         with sqlite3.connect(sqlite_path(settings.url)) as connection:
             connection.execute(EXECUTIONS_SQLITE)
         connection.close()
+    elif settings.backend == "mariadb":
+        connection = connections.connect(settings.url, autocommit=True)
+        connections.execute(connection, EXECUTIONS_MARIADB)
+        connection.close()
     else:
         import psycopg
 
@@ -315,6 +342,15 @@ def _enqueue(settings: Settings, work, mix: list[tuple[str, int]]) -> dict[int, 
                 connection.execute("COMMIT")
         finally:
             connection.close()
+    elif settings.backend == "mariadb":
+        connection = connections.connect(settings.url)
+        try:
+            for start in range(0, len(mix), batch):
+                for kind, millis in mix[start:start + batch]:
+                    kinds[work.using(connection=connection).enqueue(kind, millis).id] = kind
+                connection.commit()
+        finally:
+            connection.close()
     else:
         import psycopg
 
@@ -332,6 +368,12 @@ def _executions(settings: Settings) -> list[tuple[int, int, str]]:
             rows = connection.execute("SELECT job_id, attempt, worker_id FROM chaos_executions").fetchall()
         connection.close()
         return rows
+    if settings.backend == "mariadb":
+        connection = connections.connect(settings.url, autocommit=True)
+        try:
+            return connections.execute(connection, "SELECT job_id, attempt, worker_id FROM chaos_executions")
+        finally:
+            connection.close()
     import psycopg
 
     with psycopg.connect(settings.url) as connection:

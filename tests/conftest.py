@@ -4,6 +4,8 @@ SQLite gets a fresh file per test; PostgreSQL a fresh schema per test in $LEASED
 (default postgresql://postgres@127.0.0.1:5432/test), whose database is created (through the
 server's `postgres` database) if it does not exist yet. Without a reachable PostgreSQL the
 PostgreSQL half is skipped, unless LEASED_REQUIRE_POSTGRES=1 (CI sets it) makes that an error.
+MariaDB likewise: a fresh database per test on $LEASED_TEST_MARIADB_URL (default
+mariadb://root@127.0.0.1:3306/test), skipped if unreachable unless LEASED_REQUIRE_MARIADB=1.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import quote
 
 import pytest
 
+import connections
 from leased import Leased
 from leased.engine.worker import Worker
 
@@ -29,10 +33,7 @@ POSTGRES_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres
 REQUIRE_POSTGRES = os.environ.get("LEASED_REQUIRE_POSTGRES") == "1"
 MARIADB_URL = os.environ.get("LEASED_TEST_MARIADB_URL", "mariadb://root@127.0.0.1:3306/test")
 REQUIRE_MARIADB = os.environ.get("LEASED_REQUIRE_MARIADB") == "1"
-# MariaDB joins the behavioural suite with LEASED_TEST_MARIADB=1 (or LEASED_REQUIRE_MARIADB=1) until
-# it passes all of it; then it belongs in the list unconditionally, and .ci/run requires it.
-TEST_MARIADB = REQUIRE_MARIADB or os.environ.get("LEASED_TEST_MARIADB") == "1"
-BACKENDS = ["sqlite", "postgres", *(["mariadb"] if TEST_MARIADB else [])]
+BACKENDS = ["sqlite", "postgres", "mariadb"]
 
 # Subprocesses (the CLI, crash and README tests) import leased from this tree, as this process does:
 # a relative PYTHONPATH=src would not hold in their working directories, and they would quietly
@@ -129,11 +130,61 @@ def mariadb_database() -> Iterator[str]:
     """A URL of a database of its own on the MariaDB server, dropped afterwards."""
     name = f"leased_test_{uuid.uuid4().hex[:12]}"
     connection = _mariadb_connection()
+    connection.cursor().execute(f"CREATE DATABASE `{name}`")
+    connection.close()
     try:
-        connection.cursor().execute(f"CREATE DATABASE `{name}`")
         yield MARIADB_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
-        connection.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        # A connection of its own (the test may have restarted the server). A session left in a
+        # transaction (a failed test's caller connection, a killed worker's not yet noticed by the
+        # server) holds a metadata lock that DROP DATABASE would wait on for ever.
+        connection = _mariadb_connection()
+        cursor = connection.cursor()
+        cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
+                       (name,))
+        for (session,) in cursor.fetchall():
+            try:
+                cursor.execute(f"KILL CONNECTION {int(session)}")
+            except Exception:  # it ended meanwhile
+                pass
+        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        connection.close()
+
+
+# MariaDB shows no application name: the workers of the fault tests connect as a user of their own,
+# with every right on the tests' databases, and are found by it.
+MARIADB_WORKER_USER = "leased_crash_worker"
+
+
+def mariadb_user_url(url: str, user: str) -> str:
+    """The URL as `user` (without a password), made once on the server with the tests' rights."""
+    connection = _mariadb_connection()
+    try:
+        cursor = connection.cursor()
+        cursor.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%'")
+        cursor.execute(f"GRANT ALL ON `leased\\_test\\_%`.* TO '{user}'@'%'")
+    finally:
+        connection.close()
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{user}@{rest.split('@', 1)[-1]}"
+
+
+def kill_mariadb_sessions(url: str, user: str) -> int:
+    """KILL CONNECTION every session of `user` on the URL's database: how many there were."""
+    database = url.rsplit("/", 1)[-1].split("?")[0]
+    connection = _mariadb_connection()
+    try:
+        cursor = connection.cursor()
+        cursor.execute("SELECT id FROM information_schema.processlist WHERE user = %s AND db = %s", (user, database))
+        killed = 0
+        for (session,) in cursor.fetchall():
+            try:
+                cursor.execute(f"KILL CONNECTION {int(session)}")
+                killed += 1
+            except Exception:  # it ended meanwhile
+                pass
+        return killed
+    finally:
         connection.close()
 
 
@@ -210,35 +261,44 @@ def running_worker(app: Leased, worker: Worker | None = None, **options) -> Iter
             raise failure[0]
 
 
+def callers_connection(app: Leased, autocommit: bool = False):
+    """A connection of the caller's own to the app's database, of its driver's kind (sqlite3, psycopg,
+    MySQLdb): what a user hands to `task.using(connection=...)`, or an operator's SQL shell."""
+    return connections.connect(app.database_url, autocommit)
+
+
+def raw_rows(app: Leased, statement: str, params: tuple = ()) -> list[tuple]:
+    """Rows read (or changed) behind leased's back, as an operator's SQL shell would; `?` placeholders."""
+    connection = callers_connection(app, autocommit=True)
+    try:
+        return connections.execute(connection, statement, params)
+    finally:
+        connection.close()
+
+
 def raw_sql(app: Leased, statement: str) -> None:
     """Change rows behind leased's back, as another program (or a person with a SQL shell) would."""
-    if app.database_url.startswith("sqlite"):
-        import sqlite3
-
-        with sqlite3.connect(app.backend.path) as connection:
-            connection.execute(statement)
-        connection.close()
-    else:
-        import psycopg
-
-        with psycopg.connect(app.database_url, autocommit=True) as connection:
-            connection.execute(statement)
+    raw_rows(app, statement)
 
 
 def raw_scalar(app: Leased, query: str) -> object:
     """One value read behind leased's back, as an operator's SQL shell would."""
-    if app.database_url.startswith("sqlite"):
-        import sqlite3
+    return raw_rows(app, query)[0][0]
 
-        connection = sqlite3.connect(app.backend.path)
-        try:
-            return connection.execute(query).fetchone()[0]
-        finally:
-            connection.close()
-    import psycopg
 
-    with psycopg.connect(app.database_url) as connection:
-        return connection.execute(query).fetchone()[0]
+def _epoch_times(app: Leased) -> bool:
+    """SQLite and MariaDB hold times as epoch seconds; PostgreSQL as timestamptz."""
+    return not app.database_url.startswith("postgres")
+
+
+def seconds_before(app: Leased, column: str, seconds: float) -> str:
+    """SQL for a time column moved some seconds back, as the app's database holds times."""
+    return f"{column} - {seconds}" if _epoch_times(app) else f"{column} - interval '{seconds} seconds'"
+
+
+def time_literal(app: Leased, when: datetime) -> str:
+    """A time as a SQL literal for the app's database."""
+    return f"{when.timestamp()}" if _epoch_times(app) else f"'{when.isoformat()}'"
 
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -254,8 +314,11 @@ def worker_processes(database_url, tmp_path):
     def start(script: str, worker_id: str, *arguments: str, clock: str | None = None,
               **extra_env: str) -> subprocess.Popen:
         log = open(tmp_path / f"{worker_id}.log", "w")
-        # The application name lets the fault tests find the workers' PostgreSQL sessions.
-        worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
+        # The application name (PostgreSQL) or user (MariaDB) lets the fault tests find the workers' sessions.
+        if connections.is_mariadb(database_url):
+            worker_url = mariadb_user_url(database_url, MARIADB_WORKER_USER)
+        else:
+            worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
         env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
                # This checkout's leased, not whichever one the virtualenv has installed.
                "PYTHONPATH": os.pathsep.join([str(here), str(here.parent / "src")]), **extra_env}

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+import connections
 from leased import Leased
 
 RUNS_SQL = ("CREATE TABLE IF NOT EXISTS limit_runs (job_id bigint NOT NULL, attempt integer NOT NULL, "
@@ -32,21 +33,11 @@ class Recorder:
 
     def record(self, context, key: str | None, started: float) -> None:
         row = (context.job_id, context.attempt, key, context.job.queue_name, started, time.time())
-        if self.url.startswith("sqlite"):
-            import sqlite3
-
-            connection = getattr(self.local, "connection", None)
-            if connection is None:
-                connection = self.local.connection = sqlite3.connect(self.url.removeprefix("sqlite:///"), timeout=30)
-            with connection:
-                connection.execute("INSERT INTO limit_runs VALUES (?, ?, ?, ?, ?, ?)", row)
-        else:
-            import psycopg
-
-            connection = getattr(self.local, "connection", None)
-            if connection is None:
-                connection = self.local.connection = psycopg.connect(self.url, autocommit=True)
-            connection.execute("INSERT INTO limit_runs VALUES (%s, %s, %s, %s, %s, %s)", row)
+        connection = getattr(self.local, "connection", None)
+        if connection is None:
+            options = {"timeout": 30} if self.url.startswith("sqlite") else {}
+            connection = self.local.connection = connections.connect(self.url, autocommit=True, **options)
+        connections.execute(connection, "INSERT INTO limit_runs VALUES (?, ?, ?, ?, ?, ?)", row)
 
 
 def make_app(url: str) -> Leased:

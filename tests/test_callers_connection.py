@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from leased import ConfigurationError, DatabaseLocked, JobStatus, Leased
 # (so on SQLite it holds the write lock). Prints the job's id, or the error in one line.
 FIRST_USE = """
 import sys
+sys.path.insert(0, sys.argv[2])
+from connections import connect, execute
 from leased import Leased, LeasedError
 
 url = sys.argv[1]
@@ -27,22 +30,17 @@ app = Leased(url)
 def t(n): ...
 
 
-if url.startswith("sqlite"):
-    import sqlite3
-    connection = sqlite3.connect(url[len("sqlite:///"):])
-else:
-    import psycopg
-    connection = psycopg.connect(url)
-connection.execute("CREATE TABLE IF NOT EXISTS orders (id integer)")
+connection = connect(url)
+execute(connection, "CREATE TABLE IF NOT EXISTS orders (id integer)")
 connection.commit()
-connection.execute("INSERT INTO orders VALUES (1)")
+execute(connection, "INSERT INTO orders VALUES (1)")
 try:
     job = t.using(connection=connection).enqueue(1)
 except LeasedError as error:
     print(f"{type(error).__name__}: {error}")
     connection.rollback()
     app.migrate()  # what the message says to do; then the same transaction works
-    connection.execute("INSERT INTO orders VALUES (1)")
+    execute(connection, "INSERT INTO orders VALUES (1)")
     job = t.using(connection=connection).enqueue(1)
 connection.commit()
 print(job.id)
@@ -50,8 +48,8 @@ print(job.id)
 
 
 def _first_use(database_url: str) -> list[str]:
-    process = subprocess.run([sys.executable, "-c", FIRST_USE, database_url], capture_output=True, text=True,
-                             timeout=120)
+    process = subprocess.run([sys.executable, "-c", FIRST_USE, database_url, str(Path(__file__).parent)],
+                             capture_output=True, text=True, timeout=120)
     assert process.returncode == 0 and process.stderr == "", process.stderr
     return process.stdout.splitlines()
 

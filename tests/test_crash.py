@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LIBFAKETIME, raw_scalar, raw_sql, wait_for
+from conftest import LIBFAKETIME, MARIADB_WORKER_USER, kill_mariadb_sessions, raw_scalar, raw_sql, wait_for
 from leased import JobStatus, Outcome
 
 pytestmark = pytest.mark.slow
@@ -140,22 +140,29 @@ def test_second_sigterm_forces_exit_and_releases_jobs_at_once(app, hold, spawn, 
         assert released.status is JobStatus.PENDING and released.history[0].outcome is Outcome.SHUTDOWN
 
 
-# Faults of a database server, run on PostgreSQL only (not skipped on SQLite, which has no server).
+# Faults of a database server, run on the server databases (not skipped on SQLite, which has no server).
 postgres_only = pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)
+servers_only = pytest.mark.parametrize("backend_name", ["postgres", "mariadb"], indirect=True)
 
 
-@postgres_only
-def test_killed_connections_are_replaced_and_no_job_is_lost(app, hold, spawn, tmp_path):
+def _kill_worker_sessions(app) -> int:
+    """The server ends the workers' sessions, as a DBA's kill or a failover does: how many."""
+    if app.database_url.startswith("mariadb"):
+        return kill_mariadb_sessions(app.database_url, MARIADB_WORKER_USER)
     import psycopg
 
+    with psycopg.connect(app.database_url, autocommit=True) as connection:
+        return connection.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'leased-crash-worker' AND pid <> pg_backend_pid()").fetchone()[0]
+
+
+@servers_only
+def test_killed_connections_are_replaced_and_no_job_is_lost(app, hold, spawn, tmp_path):
     jobs = [hold.enqueue("sleep") for _ in range(30)]
     worker = spawn("worker-a")
     wait_for(lambda: app.counts()["default"]["done"] >= 3, message="work under way")
-    with psycopg.connect(app.database_url, autocommit=True) as connection:
-        killed = connection.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE application_name = 'leased-crash-worker' AND pid <> pg_backend_pid()").fetchone()[0]
-    assert killed >= 1
+    assert _kill_worker_sessions(app) >= 1
     wait_for(lambda: app.counts()["default"]["done"] == len(jobs), timeout=60, message="every job done")
     worker.terminate()
     assert worker.wait(30) == 0
@@ -173,11 +180,35 @@ def test_postgres_restart_mid_run_loses_nothing(app, hold, spawn, tmp_path):
     subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", cluster, "main", "restart"], check=True)
     wait_for(lambda: _counts_or_none(app) and _counts_or_none(app)["done"] == len(jobs), timeout=90,
              message="every job done after the restart")
+    _survived_the_restart(worker, tmp_path)
+
+
+def _survived_the_restart(worker, tmp_path) -> None:
     worker.terminate()
     assert worker.wait(30) == 0
     log = (tmp_path / "worker-a.log").read_text()
     assert "database unavailable" in log or "could not" in log  # the outage was noticed and said in a line
     assert "Traceback" not in log
+
+
+@pytest.mark.skipif(os.environ.get("LEASED_TEST_RESTART_MARIADB") != "1",
+                    reason="restarts the MariaDB server; set LEASED_TEST_RESTART_MARIADB=1 (CI does)")
+@pytest.mark.parametrize("backend_name", ["mariadb"], indirect=True)
+def test_mariadb_restart_mid_run_loses_nothing(app, hold, spawn, tmp_path):
+    jobs = [hold.enqueue("sleep") for _ in range(30)]
+    worker = spawn("worker-a")
+    wait_for(lambda: app.counts()["default"]["done"] >= 3, message="work under way")
+    subprocess.run(["mysqladmin", "-h127.0.0.1", "-uroot", "shutdown"], check=True)
+    # Over TCP mysqladmin does not wait for the exit; a start while the old server runs would do nothing.
+    wait_for(lambda: subprocess.run(["start-stop-daemon", "--status", "--exec", "/usr/sbin/mariadbd"]).returncode != 0,
+             timeout=60, message="MariaDB down")
+    subprocess.run(["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"],
+                   check=True)
+    wait_for(lambda: subprocess.run(["mysqladmin", "-h127.0.0.1", "-uroot", "ping"],
+                                    capture_output=True).returncode == 0, timeout=60, message="MariaDB back up")
+    wait_for(lambda: _counts_or_none(app) and _counts_or_none(app)["done"] == len(jobs), timeout=90,
+             message="every job done after the restart")
+    _survived_the_restart(worker, tmp_path)
 
 
 def _counts_or_none(app):
@@ -194,10 +225,10 @@ def _needs_faketime():
         pytest.skip("needs libfaketime (apt-get install faketime)")
 
 
-# Clock skew between hosts, run on PostgreSQL only: there the server's clock decides every lease.
+# Clock skew between hosts, run on the server databases: there the server's clock decides every lease.
 # On SQLite the clock of the process that writes decides, and every process that opens the file
 # runs on one host with one clock, so there is no skew to survive (libfaketime would fake one).
-@postgres_only
+@servers_only
 def test_worker_with_a_clock_an_hour_ahead_does_not_steal_live_leases(app, hold, spawn):
     _needs_faketime()
     held = [hold.enqueue("forever") for _ in range(2)]  # both of worker-a's slots: the probe is not for it
@@ -214,7 +245,7 @@ def test_worker_with_a_clock_an_hour_ahead_does_not_steal_live_leases(app, hold,
         assert (still.lease_owner, still.attempt, still.status) == ("worker-a", 1, JobStatus.RUNNING)
 
 
-@postgres_only
+@servers_only
 def test_worker_with_a_clock_an_hour_behind_does_not_keep_an_expired_lease(app, hold, spawn, tmp_path):
     _needs_faketime()
     job = hold.enqueue("late")
@@ -261,15 +292,19 @@ def _old_history(app) -> None:
         old = f"{now} - 8 * 86400"
         numbers = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count}) "
         source = "FROM n"
+    elif app.database_url.startswith("mariadb"):
+        now = "UNIX_TIMESTAMP(NOW(6))"
+        old = f"{now} - 8 * 86400"
+        numbers, source = "", "FROM seq_1_to_{count}"
     else:
         now, old = "now()", "now() - interval '8 days'"
         numbers, source = "", "FROM generate_series(1, {count})"
     for count, task, status, attempt in ((PRUNED, "hold", "done", 1), (100, "hold", "failed", 1),
                                          (200, "nobody", "pending", 0)):
         raw_sql(app, numbers.format(count=count) +
-                "INSERT INTO leased_jobs (task_name, queue_name, status, attempt, max_attempts, lease_seconds, "
-                f"run_after, created_at, finished_at) SELECT '{task}', 'default', '{status}', {attempt}, 3, 1, "
-                f"{now}, {old}, {old} " + source.format(count=count))
+                "INSERT INTO leased_jobs (task_name, queue_name, status, args, kwargs, attempt, max_attempts, "
+                f"lease_seconds, run_after, created_at, finished_at) SELECT '{task}', 'default', '{status}', '[]', "
+                f"'{{}}', {attempt}, 3, 1, {now}, {old}, {old} " + source.format(count=count))
     raw_sql(app, "INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome) "
                  "SELECT id, 1, 'old', finished_at, finished_at, 'done' FROM leased_jobs WHERE attempt = 1")
 

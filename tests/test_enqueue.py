@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
+import socket
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from conftest import callers_connection
 from leased import ConfigurationError, JobStatus, Leased, PayloadError
 
 
@@ -113,23 +114,15 @@ def test_idempotency_key_is_free_again_once_the_job_was_claimed(app, notify):
     assert app.get_job(first.id).status is JobStatus.DONE  # history stays
 
 
-def test_enqueue_in_callers_transaction_commits_and_rolls_back_with_it(app, notify, backend_name):
+def test_enqueue_in_callers_transaction_commits_and_rolls_back_with_it(app, notify):
     app.counts()  # create the schema before borrowing a connection
-    if backend_name == "sqlite":
-        connection = sqlite3.connect(app.backend.path)
-    else:
-        import psycopg
-
-        connection = psycopg.connect(app.database_url)
-    with connection:
-        kept = notify.using(connection=connection).enqueue("kept")
+    connection = callers_connection(app)
+    kept = notify.using(connection=connection).enqueue("kept")
+    connection.commit()
     connection.close()
     assert app.get_job(kept.id).args == ["kept"]
 
-    if backend_name == "sqlite":
-        connection = sqlite3.connect(app.backend.path)
-    else:
-        connection = psycopg.connect(app.database_url)
+    connection = callers_connection(app)
     rolled_back = notify.using(connection=connection).enqueue("rolled back")
     connection.rollback()
     connection.close()
@@ -255,17 +248,9 @@ def test_a_key_freed_before_the_lookup_is_inserted_after_all(app, notify):
     assert created and app.get_job(job.id) == job and job.idempotency_key == "k"
 
 
-def test_enqueue_many_in_callers_transaction_commits_and_rolls_back_whole(app, notify, backend_name):
+def test_enqueue_many_in_callers_transaction_commits_and_rolls_back_whole(app, notify):
     app.counts()
-
-    def connect():
-        if backend_name == "sqlite":
-            return sqlite3.connect(app.backend.path)
-        import psycopg
-
-        return psycopg.connect(app.database_url)
-
-    connection = connect()
+    connection = callers_connection(app)
     rolled_back = notify.using(connection=connection).enqueue_many([("a",), ("b",)])
     rolled_back += notify.using(connection=connection, idempotency_key="k").enqueue_many([("c",), ("d",)])
     connection.rollback()
@@ -273,7 +258,7 @@ def test_enqueue_many_in_callers_transaction_commits_and_rolls_back_whole(app, n
     assert app.list_jobs() == []
     assert all(app.backend.get_job(job.id) is None for job in rolled_back)
 
-    connection = connect()
+    connection = callers_connection(app)
     kept = notify.using(connection=connection).enqueue_many([("e",), ("f",)])
     connection.commit()
     connection.close()
@@ -305,8 +290,8 @@ def test_a_batch_wakes_each_queue_with_a_due_job_once(app, notify, backend_name)
 
     listener = app.backend.listener()
     try:
-        if backend_name == "sqlite":  # the producer sends a datagram to each port workers recorded
-            app.backend.register_worker(WorkerRecord("w", "host", 1, 1, None, ("notify_owner",),
+        if backend_name != "postgres":  # the producer sends a datagram to each port its host's workers recorded
+            app.backend.register_worker(WorkerRecord("w", socket.gethostname(), 1, 1, None, ("notify_owner",),
                                                      wake_port=listener.port))
         else:
             listener.wait(0.01)  # connects and listens

@@ -19,6 +19,7 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "fastapi" / "shop.py"
 
 @pytest.fixture
 def shop(database_url, monkeypatch):
+    # The example's engine is async (aiosqlite, psycopg): it runs where an async driver is claimed.
     monkeypatch.setenv("LEASED_DATABASE_URL", database_url)
     monkeypatch.setenv("LEASED_DASHBOARD_TOKEN", "s3cret-token")
     spec = importlib.util.spec_from_file_location("fastapi_shop_example", EXAMPLE)
@@ -29,6 +30,7 @@ def shop(database_url, monkeypatch):
     sys.modules.pop("fastapi_shop_example", None)
 
 
+@pytest.mark.parametrize("backend_name", ["sqlite", "postgres"], indirect=True)
 def test_orders_and_their_jobs_commit_together_and_the_lifespan_worker_runs_them(shop):
     async def scenario() -> dict:
         async with shop.api.router.lifespan_context(shop.api):

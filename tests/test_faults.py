@@ -33,7 +33,7 @@ def test_sqlite_disk_full_fails_enqueue_clearly_and_keeps_the_file_intact(tmp_pa
     reopened.close()
 
 
-@pytest.mark.parametrize("url", ["postgresql://postgres@127.0.0.1:1/test"])
+@pytest.mark.parametrize("url", ["postgresql://postgres@127.0.0.1:1/test", "mariadb://root@127.0.0.1:1/test"])
 def test_unreachable_database_is_one_clear_error_for_producers_and_workers(url):
     app = Leased(url)
 
@@ -77,10 +77,11 @@ def test_a_handler_that_blocks_the_event_loop_does_not_cost_other_jobs_their_lea
         assert [a.outcome for a in history] == [Outcome.DONE]  # one attempt each: no lease was lost
 
 
-# Text that is not JSON at all only on SQLite: PostgreSQL's json type refuses to store it.
+# Text that is not JSON at all only on SQLite and MariaDB (text columns): PostgreSQL's json type refuses it.
 @pytest.mark.parametrize("backend_name, args", [
-    (backend, args) for args in ["'{\"not\": \"a list\"}'", "'[1, 2, 3, 4]'"] for backend in ("sqlite", "postgres")
-] + [("sqlite", "'not json at all'")], indirect=["backend_name"])
+    (backend, args) for args in ["'{\"not\": \"a list\"}'", "'[1, 2, 3, 4]'"]
+    for backend in ("sqlite", "postgres", "mariadb")
+] + [(backend, "'not json at all'") for backend in ("sqlite", "mariadb")], indirect=["backend_name"])
 def test_a_row_edited_into_nonsense_fails_that_job_and_the_worker_goes_on(app, args):
 
     @app.task(name="fine")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 from leased.backends.base import ClaimRequest
 from leased.backends.postgres.backend import QUERIES as POSTGRES
@@ -72,8 +74,44 @@ def _postgres_rows(app) -> int:
     return rows_returned(plan[0]["Plan"])
 
 
+def _mariadb_rows(app) -> int:
+    """Rows the claim's plan read, as the server's handler counters count them."""
+    from MySQLdb.cursors import DictCursor
+
+    from conftest import callers_connection
+    from leased.backends.mariadb.backend import QUERIES as MARIADB
+
+    def reads(cursor) -> int:
+        cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+        return sum(int(row["Value"]) for row in cursor.fetchall())
+
+    params = {"worker_id": "w", "task_names": json.dumps(TASKS), "queue_names": None, "limit": 10}
+    connection = callers_connection(app)
+    try:
+        cursor = connection.cursor(DictCursor)
+        cursor.execute("ANALYZE TABLE leased_jobs")
+        cursor.fetchall()
+        before = reads(cursor)
+        cursor.execute(MARIADB["claim_limited_ids"], params)
+        assert len(cursor.fetchall()) == 10
+        return reads(cursor) - before
+    finally:
+        connection.rollback()
+        connection.close()
+
+
+# Known on MariaDB: its claim_limited_ids reads every due job (no LATERAL, no LIMIT in an IN subquery,
+# so the per-key bounds PostgreSQL has are window functions over them all): 120,000 handler reads
+# with 10,000 jobs held back against 1,400 with 100. Strict: a fix turns these red until this goes.
+MARIADB_READS_EVERY_DUE_JOB = pytest.param("mariadb", marks=pytest.mark.xfail(
+    strict=True, reason="MariaDB's limited claim reads every due job (known; see claim_limited_ids)"))
+ALL_BACKENDS = pytest.mark.parametrize("backend_name", ["sqlite", "postgres", MARIADB_READS_EVERY_DUE_JOB],
+                                       indirect=True)
+
+
+@ALL_BACKENDS
 def test_claim_limited_work_does_not_grow_with_held_back_jobs(app, backend_name):
-    measure = _sqlite_steps if backend_name == "sqlite" else _postgres_rows
+    measure = {"sqlite": _sqlite_steps, "postgres": _postgres_rows, "mariadb": _mariadb_rows}[backend_name]
     _held_back(app, 100)
     few = measure(app)
     app.tasks["sync"].enqueue_many([("busy", n) for n in range(100, 10_000)])
@@ -81,6 +119,7 @@ def test_claim_limited_work_does_not_grow_with_held_back_jobs(app, backend_name)
     assert many < 2 * few, (few, many)
 
 
+@ALL_BACKENDS
 def test_claim_limited_reads_indexes_not_the_table(app, backend_name):
     _held_back(app, 2_000)
     if backend_name == "sqlite":
@@ -92,6 +131,22 @@ def test_claim_limited_reads_indexes_not_the_table(app, backend_name):
                  and "COVERING INDEX" not in line and "USING INDEX" not in line]
         assert scans == [], plan
         assert any("leased_jobs_keyed_due" in line for line in plan), plan
+        return
+    if backend_name == "mariadb":
+        from MySQLdb.cursors import DictCursor
+
+        from conftest import callers_connection
+        from leased.backends.mariadb.backend import QUERIES as MARIADB
+
+        connection = callers_connection(app, autocommit=True)
+        try:
+            cursor = connection.cursor(DictCursor)
+            cursor.execute("EXPLAIN " + MARIADB["claim_limited_ids"], {"worker_id": "w", "task_names": json.dumps(TASKS),
+                                                                      "queue_names": None, "limit": 10})
+            plan = cursor.fetchall()
+        finally:
+            connection.close()
+        assert not [row for row in plan if row["type"] == "ALL" and not str(row["table"]).startswith("<")], plan
         return
     import psycopg
 

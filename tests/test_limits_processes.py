@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import raw_rows, wait_for
 from leased import JobStatus, Outcome
 from leased.backends.base import ClaimRequest
 
@@ -32,24 +32,9 @@ def workers(worker_processes):
 def producer(database_url):
     """The producer's app: limits_app's tasks, on this test's database."""
     app = limits_app.make_app(database_url)
-    _run_sql(app, limits_app.RUNS_SQL)
+    raw_rows(app, limits_app.RUNS_SQL)
     yield app
     app.close()
-
-
-def _run_sql(app, statement: str, params: tuple = ()) -> list[tuple]:
-    if app.database_url.startswith("sqlite"):
-        import sqlite3
-
-        with sqlite3.connect(app.backend.path) as connection:
-            rows = connection.execute(statement, params).fetchall()
-        connection.close()
-        return rows
-    import psycopg
-
-    with psycopg.connect(app.database_url, autocommit=True) as connection:
-        cursor = connection.execute(statement.replace("?", "%s"), params)
-        return cursor.fetchall() if cursor.description else []
 
 
 def largest_overlap(intervals: list[tuple[float, float]]) -> int:
@@ -86,7 +71,7 @@ def test_limits_hold_across_worker_processes(producer, workers, backend_name):
         workers(f"limits-{number}")
     wait_for(lambda: _done(app) == total, timeout=120, message="every job to finish")
 
-    runs = _run_sql(app, "SELECT concurrency_key, queue_name, started, ended FROM limit_runs")
+    runs = raw_rows(app, "SELECT concurrency_key, queue_name, started, ended FROM limit_runs")
     assert len(runs) == total
     by_key: dict[str, list] = {}
     for key, queue, started, ended in runs:
@@ -100,10 +85,10 @@ def test_limits_hold_across_worker_processes(producer, workers, backend_name):
           f"billing {largest_overlap([(s, e) for _, q, s, e in runs if q == 'billing'])}, all jobs {everything}")
     assert everything > limits_app.BILLING  # the limits held back only their own jobs
 
-    epoch = "a.started_at" if backend_name == "sqlite" else "extract(epoch FROM a.started_at)::float8"
+    epoch = "extract(epoch FROM a.started_at)::float8" if backend_name == "postgres" else "a.started_at"
     count, window = limits_app.RATE
     for host in ("x", "y"):
-        starts = [row[0] for row in _run_sql(
+        starts = [row[0] for row in raw_rows(
             app, f"SELECT {epoch} FROM leased_attempts AS a JOIN leased_jobs AS j ON j.id = a.job_id "
                  "WHERE j.concurrency_key = ?", (f"api:{host}",))]
         assert len(starts) == 40 and most_starts_in_a_window(starts, window) <= count

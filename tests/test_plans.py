@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
+from leased.backends.mariadb.backend import QUERIES as MARIADB
 from leased.backends.postgres.backend import QUERIES as POSTGRES
 from leased.backends.sqlite.backend import QUERIES as SQLITE
 
@@ -68,25 +70,44 @@ def test_sqlite_finish_looks_each_job_up_by_id(app, backend_name):
     assert "INTEGER PRIMARY KEY" in plan and "leased_jobs_status" not in plan, plan
 
 
-def _mariadb_claim_plan(app) -> dict:
-    """The claim's access to leased_jobs over HISTORY rows, one in a hundred pending: a range of the
-    due index, whose generated column is NULL for every job not pending."""
+@contextmanager
+def _mariadb_history(app, pending_every: int):
+    """A cursor on HISTORY analysed rows, one in `pending_every` pending, the others done."""
     from conftest import _mariadb_connection
     from MySQLdb.cursors import DictCursor
 
-    from leased.backends.mariadb.backend import QUERIES as MARIADB
-
+    app.counts()
     connection = _mariadb_connection(app.database_url)
     try:
         cursor = connection.cursor(DictCursor)
         cursor.execute(
             "INSERT INTO leased_jobs (task_name, queue_name, status, args, kwargs, max_attempts, lease_seconds, "
-            "run_after, created_at, finished_at) SELECT 't', 'default', IF(seq %% 100 = 0, 'pending', 'done'), "
-            "'[]', '{}', 3, 30, 0, 0, 0 FROM seq_1_to_%s" % HISTORY)
+            f"run_after, created_at, finished_at) SELECT 't', 'default', IF(seq %% {pending_every} = 0, 'pending', "
+            "'done'), '[]', '{}', 3, 30, 0, 0, 0 FROM seq_1_to_%s" % HISTORY)
         cursor.execute("ANALYZE TABLE leased_jobs")
         cursor.fetchall()
+        yield cursor
+    finally:
+        connection.close()
+
+
+def _mariadb_claim_plan(app) -> dict:
+    """The claim's access to leased_jobs over HISTORY rows, one in a hundred pending: a range of the
+    due index, whose generated column is NULL for every job not pending."""
+    with _mariadb_history(app, 100) as cursor:
         cursor.execute("EXPLAIN " + MARIADB["claim_ids"], {"worker_id": "w", "task_names": json.dumps(["t"]),
                                                           "queue_names": None, "limit": 10})
         return next(row for row in cursor.fetchall() if row["table"] == "leased_jobs")
-    finally:
-        connection.close()
+
+
+def test_mariadb_writes_by_id_look_each_id_up(app, backend_name):
+    """A single-table UPDATE or DELETE with `id IN (SELECT ... JSON_TABLE)` is a scan on MariaDB (of every
+    pending job per claim, of the whole table per prune batch): these are joined to the ids instead."""
+    if backend_name != "mariadb":
+        return  # SQLite and PostgreSQL look up `id IN (...)` by the primary key themselves
+    with _mariadb_history(app, 2) as cursor:
+        for name, params in [("take_leases", {"job_ids": "[2, 4]", "worker_id": "w"}), ("delete_jobs", {"ids": "[1, 3]"}),
+                             ("cancel_jobs", {"job_ids": "[2]"}), ("retry_jobs", {"job_ids": "[1]"})]:
+            cursor.execute("EXPLAIN " + MARIADB[name], params)
+            (plan,) = [row for row in cursor.fetchall() if row["table"] == "job"]
+            assert (plan["type"], plan["key"]) == ("eq_ref", "PRIMARY"), (name, plan)

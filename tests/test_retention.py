@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from conftest import raw_scalar, running_worker, wait_for
+from conftest import callers_connection, raw_scalar, raw_sql, running_worker, seconds_before, wait_for
 from leased import ConfigurationError, InvalidTransition, JobNotFound, JobStatus, Leased, PermanentError, Retention
 from leased.backends.base import PruneRule
 from leased.engine import pruner
@@ -17,20 +17,9 @@ from leased.engine.pruner import prune, prune_rules
 def age(app: Leased, job_ids: list[int], days: float) -> None:
     """Move jobs' finished_at (and their attempts') `days` into the past."""
     ids = ", ".join(str(job_id) for job_id in job_ids)
-    if app.database_url.startswith("sqlite"):
-        shift = f"- {days * 86400}"
-    else:
-        shift = f"- interval '{days} days'"
     for table, key in (("leased_jobs", "id"), ("leased_attempts", "job_id")):
-        statement = f"UPDATE {table} SET finished_at = finished_at {shift} WHERE {key} IN ({ids})"
-        if app.database_url.startswith("sqlite"):
-            connection = app.backend._connection()
-            connection.execute(statement)
-        else:
-            import psycopg
-
-            with psycopg.connect(app.database_url, autocommit=True) as connection:
-                connection.execute(statement)
+        raw_sql(app, f"UPDATE {table} SET finished_at = {seconds_before(app, 'finished_at', days * 86400)} "
+                     f"WHERE {key} IN ({ids})")
 
 
 @pytest.fixture
@@ -137,15 +126,7 @@ def test_small_batches_delete_it_all_and_the_rollup_keeps_the_counts(app, histor
 def test_the_rollup_forgets_its_old_minutes(app, history):
     app.prune(older_than="1h")
     assert raw_scalar(app, "SELECT count(*) FROM leased_throughput") > 0
-    old = "leased_now() - 31 * 86400" if app.database_url.startswith("sqlite") else "now() - interval '31 days'"
-    app.backend._rows("counts")  # connection open for the sqlite helper
-    if app.database_url.startswith("sqlite"):
-        app.backend._connection().execute(f"UPDATE leased_throughput SET minute = {old}")
-    else:
-        import psycopg
-
-        with psycopg.connect(app.database_url, autocommit=True) as connection:
-            connection.execute(f"UPDATE leased_throughput SET minute = {old}")
+    raw_sql(app, f"UPDATE leased_throughput SET minute = {seconds_before(app, 'minute', 31 * 86400)}")
     app.prune()
     assert raw_scalar(app, "SELECT count(*) FROM leased_throughput") == 0
 
@@ -165,12 +146,12 @@ def test_a_worker_prunes_in_the_background_unless_told_not_to(app, history, monk
     assert {job.task_name for job in app.list_jobs(status="done")} == {"kept", "ok"}  # kept, and the recent one
 
 
-def test_one_pruner_at_a_time_on_postgresql(app, history, backend_name):
+def test_one_pruner_at_a_time_on_a_server_database(app, history, backend_name):
     other = Leased(app.database_url)
     try:
         with other.backend.pruning() as allowed:
             assert allowed
-            if backend_name == "postgres":
+            if backend_name != "sqlite":  # a lock the pruners take turns on
                 with pytest.raises(InvalidTransition, match="another process is pruning"):
                     app.prune()
             else:  # SQLite's write lock serializes pruners batch by batch
@@ -193,6 +174,10 @@ def test_a_prune_batch_reads_the_finished_index_not_the_table(app, backend_name)
             {"status": "done", "older_than": 60, "task_names": None, "except_task_names": "[]", "limit": 10}))
         assert "leased_jobs_finished" in plan and "SCAN leased_jobs " not in plan + " ", plan
         return
+    if backend_name == "mariadb":
+        plan = _mariadb_prune_plan(app)
+        assert plan["key"] == "leased_jobs_finished" and plan["type"] == "range", plan
+        return
     import psycopg
 
     from leased.backends.postgres.backend import QUERIES
@@ -206,3 +191,25 @@ def test_a_prune_batch_reads_the_finished_index_not_the_table(app, backend_name)
             "EXPLAIN " + QUERIES["prune_batch"], {"status": "done", "older_than": 3600.0, "task_names": None,
                                                   "except_task_names": [], "limit": 1000}))
     assert "leased_jobs_finished" in plan and "Seq Scan on leased_jobs" not in plan, plan
+
+
+def _mariadb_prune_plan(app: Leased) -> dict:
+    """The prune batch's access to leased_jobs over 20,000 rows of recent history."""
+    from MySQLdb.cursors import DictCursor
+
+    from leased.backends.mariadb.backend import QUERIES
+
+    connection = callers_connection(app, autocommit=True)
+    try:
+        cursor = connection.cursor(DictCursor)
+        cursor.execute("INSERT INTO leased_jobs (task_name, queue_name, status, args, kwargs, max_attempts, "
+                       "lease_seconds, run_after, created_at, finished_at) SELECT 't', 'default', 'done', '[]', "
+                       "'{}', 3, 30, 0, 0, UNIX_TIMESTAMP(NOW(6)) FROM seq_1_to_20000")
+        cursor.execute("ANALYZE TABLE leased_jobs")
+        cursor.fetchall()
+        cursor.execute("EXPLAIN " + QUERIES["prunable_ids"], {"status": "done", "older_than": 3600.0,
+                                                             "task_names": None, "except_task_names": "[]",
+                                                             "limit": 1000})
+        return next(row for row in cursor.fetchall() if row["table"] == "leased_jobs")
+    finally:
+        connection.close()

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import raw_sql
+from conftest import raw_scalar, raw_sql, time_literal
 from leased import Leased
 from leased.engine.scheduler import Scheduler
 from leased.engine.retrying import retry_delay
@@ -26,8 +26,7 @@ def scheduler(app: Leased) -> Scheduler:
 
 
 def set_last_tick(app: Leased, name: str, when: datetime) -> None:
-    value = f"{when.timestamp()}" if app.database_url.startswith("sqlite") else f"'{when.isoformat()}'"
-    raw_sql(app, f"UPDATE leased_schedules SET last_tick_at = {value} WHERE name = '{name}'")
+    raw_sql(app, f"UPDATE leased_schedules SET last_tick_at = {time_literal(app, when)} WHERE name = '{name}'")
 
 
 def scheduled_times(app: Leased, name: str) -> list[datetime]:
@@ -101,7 +100,7 @@ def test_catch_up_all_stops_at_its_limit(app):
     scheduler(app).run_once()
     ticks = scheduled_times(app, "fast")
     assert len(ticks) >= 150 and ticks[:150] == [latest - timedelta(seconds=149 - n) for n in range(150)]
-    assert _count(app, "SELECT count(*) FROM leased_schedule_ticks WHERE schedule_name = 'fast'") == 100  # pruned
+    assert raw_scalar(app, "SELECT count(*) FROM leased_schedule_ticks WHERE schedule_name = 'fast'") == 100  # pruned
 
 
 def test_a_tick_is_enqueued_once_even_if_the_schedule_state_is_set_back(app):
@@ -258,14 +257,3 @@ def test_the_last_success_and_status_are_what_inspection_shows(app):
     done = state(app, "report")
     assert done.last_job_status == "done" and done.last_success_at is not None
 
-
-def _count(app: Leased, query: str) -> int:
-    if app.database_url.startswith("sqlite"):
-        import sqlite3
-
-        with sqlite3.connect(app.backend.path) as connection:
-            return connection.execute(query).fetchone()[0]
-    import psycopg
-
-    with psycopg.connect(app.database_url) as connection:
-        return connection.execute(query).fetchone()[0]

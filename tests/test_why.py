@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from conftest import raw_sql, running_worker, wait_for
+from conftest import raw_sql, running_worker, seconds_before, wait_for
 from test_schedules import scheduler, set_last_tick
 from leased import Backoff, JobNotFound, JobStatus, Leased, PermanentError
 from leased.admin import WorkerInfo
@@ -43,9 +43,7 @@ def claim_as(app: Leased, worker_id: str, task_name: str) -> Job:
 
 
 def seconds_earlier(app: Leased, table: str, column: str, seconds: int, where: str) -> None:
-    change = f"{column} - {seconds}" if app.database_url.startswith("sqlite") else \
-        f"{column} - interval '{seconds} seconds'"
-    raw_sql(app, f"UPDATE {table} SET {column} = {change} WHERE {where}")
+    raw_sql(app, f"UPDATE {table} SET {column} = {seconds_before(app, column, seconds)} WHERE {where}")
 
 
 # Pending.
@@ -229,9 +227,8 @@ def test_a_reached_rate_limit_says_when_its_next_slot_opens(app):
     for _ in range(3):
         claim_as(app, "w1", "call")
     # The oldest of the three starts began 30 minutes ago: the window lets one more in 30 minutes.
-    raw_sql(app, "UPDATE leased_starts SET started_at = started_at - "
-                 + ("1800" if app.database_url.startswith("sqlite") else "interval '1800 seconds'")
-                 + " WHERE started_at = (SELECT min(started_at) FROM leased_starts)")
+    raw_sql(app, f"UPDATE leased_starts SET started_at = {seconds_before(app, 'started_at', 1800)}"
+                 " WHERE started_at = (SELECT min(started_at) FROM leased_starts)")
     why = app.why(keyed[3].id)
     full = reasons(why)["key_rate_full"]
     slot = full.data["next_slot_at"]

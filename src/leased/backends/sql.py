@@ -18,8 +18,18 @@ def load_queries(path: Path) -> dict[str, str]:
     for name, body in zip(parts[1::2], parts[2::2]):
         if name in queries:
             raise ValueError(f"{path}: query {name!r} is defined twice")
-        queries[name] = body.strip().rstrip(";")
+        queries[name] = _without_trailing_comments(body).rstrip(";")
     return queries
+
+
+def _without_trailing_comments(body: str) -> str:
+    """A query's text without the comment lines after its end, which introduce the next section:
+    sent after the semicolon they would be a second, empty statement (MariaDB answers it with a
+    second result, and the connection is out of sync until it is read)."""
+    lines = body.strip().splitlines()
+    while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
+        lines.pop()
+    return "\n".join(lines).strip()
 
 
 @dataclass(frozen=True, slots=True)

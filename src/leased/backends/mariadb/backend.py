@@ -14,6 +14,7 @@ import json
 import socket
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -31,13 +32,18 @@ from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sql_backend import SQLBackend
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
+from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition
 from leased.jobs import Job, Lease, Outcome
 from leased.limits import QueueLimit
 from leased.payloads import decode
 
 _HERE = Path(__file__).parent
-QUERIES = load_queries(_HERE / "queries.sql")
+# leased_now() in queries.sql: the server's clock plus this session's clock seam offset (leased.clock).
+# Written out rather than a stored function: MariaDB inlines none, and a function call would be
+# evaluated row by row and bound no index range. A session that never set the variable has no offset.
+NOW_SQL = "(UNIX_TIMESTAMP(NOW(6)) + COALESCE(@leased_clock_offset, 0))"
+QUERIES = {name: text.replace("leased_now()", NOW_SQL) for name, text in load_queries(_HERE / "queries.sql").items()}
 MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
 DEADLOCK_RETRIES = 5
@@ -87,6 +93,9 @@ def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
         "password": unquote(parts.password or ""), "database": database, "charset": "utf8mb4",
         "connect_timeout": CONNECT_TIMEOUT_SECONDS, "autocommit": True,
         "client_flag": CLIENT.FOUND_ROWS,  # rowcount counts rows matched, as on the other databases
+        # One statement per call: a second one (a stray semicolon) would leave a result unread and the
+        # connection out of sync; without this it is a syntax error at once.
+        "multi_statements": False,
     }
     return arguments, f"MariaDB database {database!r} on {arguments['host']}:{arguments['port']}"
 
@@ -99,6 +108,9 @@ class MariaDBBackend(SQLBackend):
         self._lock = threading.Lock()
         self._waker = Waker(self._wake_ports)
         self._host = socket.gethostname()
+        self.clock = Clock()  # what leased_now() adds to the server's clock, on our sessions and callers'
+        # The offset each session was given (ours and callers'): sessions start without one.
+        self._clock_set: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"MariaDBBackend({self._where})"
@@ -118,7 +130,15 @@ class MariaDBBackend(SQLBackend):
             self._local.connection = connection
             with self._lock:
                 self._connections.append(connection)
+        self._set_clock(connection)
         return connection
+
+    def _set_clock(self, connection: Any) -> None:
+        """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
+        if self._clock_set.get(connection) != self.clock.offset:
+            with self._translated(), connection.cursor() as cursor:
+                cursor.execute(QUERIES["set_clock_offset"], {"offset": self.clock.offset})
+            self._clock_set[connection] = self.clock.offset
 
     def _forget_connection(self) -> None:
         connection = getattr(self._local, "connection", None)
@@ -226,6 +246,7 @@ class MariaDBBackend(SQLBackend):
             if not isinstance(connection, MySQLdb.connections.Connection):
                 raise ConfigurationError(wrong_connection(connection, "MySQLdb.Connection", "MariaDB"))
             with self._translated():  # the caller's transaction: we never commit it
+                self._set_clock(connection)
                 return self._insert(connection, jobs)
         results = self._transact(lambda own: self._insert(own, jobs))
         self._wake({job.queue_name for job, (_, created) in zip(jobs, results)
@@ -466,7 +487,7 @@ class MariaDBBackend(SQLBackend):
 
     # Schema: the shared runner. DDL commits on its own in MariaDB, so migrators take turns under
     # a named lock rather than in one transaction, and each version is recorded once applied.
-    _queries, _migrations, _now_sql = QUERIES, MIGRATIONS, "UNIX_TIMESTAMP(NOW(6))"
+    _queries, _migrations, _now_sql = QUERIES, MIGRATIONS, "UNIX_TIMESTAMP(NOW(6))"  # the schema's own clock
 
     @contextmanager
     def _migration_transaction(self) -> Iterator[Any]:

@@ -1,9 +1,14 @@
 -- Named queries of the MariaDB backend (MariaDB 10.6+: JSON_TABLE, SKIP LOCKED, INSERT ... RETURNING).
 -- Parameters are %(name)s (MySQLdb's style). Times are epoch seconds from the server's clock,
--- UNIX_TIMESTAMP(NOW(6)): one reading per statement, with microseconds. Lists arrive as JSON
--- arrays and are read through JSON_TABLE. UPDATE has no RETURNING here: the backend locks the
+-- leased_now(): UNIX_TIMESTAMP(NOW(6)) plus the session's clock seam offset @leased_clock_offset (see
+-- leased.clock), written out when the backend loads this file; one reading per statement, with
+-- microseconds. Lists arrive as JSON arrays and are read through JSON_TABLE. UPDATE has no RETURNING here: the backend locks the
 -- rows it will change (FOR UPDATE [SKIP LOCKED]), changes them by id, and reads them back, in one
 -- READ COMMITTED transaction.
+
+-- name: set_clock_offset
+-- The clock seam for this session (see leased.clock); 0 is none.
+SET @leased_clock_offset = %(offset)s;
 
 -- name: insert_jobs
 -- A batch in one statement; each job a JSON array as on SQLite (see enqueueing.jobs_json). A job
@@ -13,7 +18,7 @@ INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, m
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds)
 SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
-       COALESCE(j.run_at, UNIX_TIMESTAMP(NOW(6)) + j.delay_seconds), UNIX_TIMESTAMP(NOW(6)), j.idempotency_key,
+       COALESCE(j.run_at, leased_now() + j.delay_seconds), leased_now(), j.idempotency_key,
        j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
@@ -33,7 +38,7 @@ SELECT * FROM leased_jobs WHERE waiting_key = %(idempotency_key)s;
 -- Jobs without a key in queues without a limit, read through the due index in claim order; rows
 -- another claim has locked are skipped, never waited for.
 SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_due)
-WHERE due_rank IS NOT NULL AND run_after <= UNIX_TIMESTAMP(NOW(6))
+WHERE due_rank IS NOT NULL AND run_after <= leased_now()
   AND task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t)
   AND (%(queue_names)s IS NULL
        OR queue_name IN (SELECT value FROM JSON_TABLE(%(queue_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS q))
@@ -45,11 +50,12 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: take_leases
 -- The jobs whose ids a claim read (and locked), leased to the worker.
-UPDATE leased_jobs
+-- Joined to the ids, not `id IN (SELECT ...)`: MariaDB plans a single-table UPDATE or DELETE with
+-- a subquery as a scan (here of every pending job); the multi-table form looks each id up.
+UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
 SET status = 'running', attempt = attempt + 1, lease_owner = %(worker_id)s,
-    lease_expires_at = UNIX_TIMESTAMP(NOW(6)) + lease_seconds
-WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
-  AND status = 'pending';
+    lease_expires_at = leased_now() + lease_seconds
+WHERE status = 'pending';
 
 -- name: leased_jobs
 SELECT * FROM leased_jobs
@@ -58,21 +64,21 @@ WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIG
 
 -- name: open_attempts
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
-SELECT id, attempt, lease_owner, UNIX_TIMESTAMP(NOW(6)) FROM leased_jobs
+SELECT id, attempt, lease_owner, leased_now() FROM leased_jobs
 WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
   AND lease_owner = %(worker_id)s AND status = 'running';
 
 -- name: renew
 UPDATE leased_jobs
-SET lease_expires_at = UNIX_TIMESTAMP(NOW(6)) + lease_seconds
-WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > UNIX_TIMESTAMP(NOW(6))
+SET lease_expires_at = leased_now() + lease_seconds
+WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > leased_now()
   AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
           job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l);
 
 -- name: held_leases
 -- Of the given leases, those the worker holds unexpired: after renew, the ones it renewed.
 SELECT id, attempt FROM leased_jobs
-WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > UNIX_TIMESTAMP(NOW(6))
+WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > leased_now()
   AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
           job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l)
 FOR UPDATE;
@@ -88,8 +94,8 @@ JOIN JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
   ON job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
 SET job.result = ends.result,
     job.last_error = COALESCE(ends.last_error, job.last_error),
-    job.finished_at = CASE WHEN ends.status = 'pending' THEN NULL ELSE UNIX_TIMESTAMP(NOW(6)) END,
-    job.run_after = CASE WHEN ends.status = 'pending' THEN UNIX_TIMESTAMP(NOW(6)) + ends.retry_in_seconds
+    job.finished_at = CASE WHEN ends.status = 'pending' THEN NULL ELSE leased_now() END,
+    job.run_after = CASE WHEN ends.status = 'pending' THEN leased_now() + ends.retry_in_seconds
                          ELSE job.run_after END,
     job.lease_owner = NULL,
     job.lease_expires_at = NULL,
@@ -104,13 +110,13 @@ JOIN JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     outcome VARCHAR(16) PATH '$[3]', error_type VARCHAR(255) PATH '$[4]', error_message LONGTEXT PATH '$[5]',
     traceback LONGTEXT PATH '$[6]')) AS ends
   ON a.job_id = ends.job_id AND a.attempt = ends.attempt AND a.worker_id = ends.worker_id
-SET a.finished_at = UNIX_TIMESTAMP(NOW(6)), a.outcome = ends.outcome, a.error_type = ends.error_type,
+SET a.finished_at = leased_now(), a.outcome = ends.outcome, a.error_type = ends.error_type,
     a.error_message = ends.error_message, a.traceback = ends.traceback
 WHERE a.outcome IS NULL;
 
 -- name: release
 UPDATE leased_jobs
-SET status = 'pending', run_after = UNIX_TIMESTAMP(NOW(6)), lease_owner = NULL, lease_expires_at = NULL
+SET status = 'pending', run_after = leased_now(), lease_owner = NULL, lease_expires_at = NULL
 WHERE status = 'running' AND lease_owner = %(worker_id)s
   AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
           job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l);
@@ -119,15 +125,15 @@ WHERE status = 'running' AND lease_owner = %(worker_id)s
 -- Expired leases through the leases index (NULL for every job not running); rows a claim or
 -- another reclaimer has locked are left to it.
 SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_leases)
-WHERE running_expires_at <= UNIX_TIMESTAMP(NOW(6))
+WHERE running_expires_at <= leased_now()
 FOR UPDATE SKIP LOCKED;
 
 -- name: reclaim_expired
 UPDATE leased_jobs
 SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
-    finished_at = CASE WHEN attempt >= max_attempts THEN UNIX_TIMESTAMP(NOW(6)) END,
+    finished_at = CASE WHEN attempt >= max_attempts THEN leased_now() END,
     last_error = CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)'),
-    run_after = UNIX_TIMESTAMP(NOW(6)),
+    run_after = leased_now(),
     lease_owner = NULL,
     lease_expires_at = NULL
 WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
@@ -135,7 +141,7 @@ WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIG
 
 -- name: close_expired_attempts
 UPDATE leased_attempts AS a JOIN leased_jobs AS job ON job.id = a.job_id AND job.attempt = a.attempt
-SET a.finished_at = UNIX_TIMESTAMP(NOW(6)), a.outcome = 'expired', a.error_message = job.last_error
+SET a.finished_at = leased_now(), a.outcome = 'expired', a.error_message = job.last_error
 WHERE a.job_id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
   AND a.outcome IS NULL;
 
@@ -173,7 +179,7 @@ SELECT queue_name FROM leased_jobs WHERE id = %(job_id)s AND status IN ('failed'
 
 -- name: retry
 UPDATE leased_jobs
-SET status = 'pending', run_after = UNIX_TIMESTAMP(NOW(6)), finished_at = NULL,
+SET status = 'pending', run_after = leased_now(), finished_at = NULL,
     max_attempts = GREATEST(max_attempts, attempt + 1)
 WHERE id = %(job_id)s AND status IN ('failed', 'cancelled');
 
@@ -182,31 +188,31 @@ SELECT attempt FROM leased_jobs WHERE id = %(job_id)s AND status IN ('pending', 
 
 -- name: cancel
 UPDATE leased_jobs
-SET status = 'cancelled', finished_at = UNIX_TIMESTAMP(NOW(6)), lease_owner = NULL, lease_expires_at = NULL
+SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
 WHERE id = %(job_id)s AND status IN ('pending', 'running');
 
 -- name: close_cancelled_attempt
 UPDATE leased_attempts
-SET finished_at = UNIX_TIMESTAMP(NOW(6)), outcome = 'cancelled', error_message = 'cancelled by a user'
+SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
 WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND outcome IS NULL;
 
 -- name: oldest_due
-SELECT queue_name, UNIX_TIMESTAMP(NOW(6)) - min(run_after) AS seconds FROM leased_jobs
-WHERE status = 'pending' AND run_after <= UNIX_TIMESTAMP(NOW(6))
+SELECT queue_name, leased_now() - min(run_after) AS seconds FROM leased_jobs
+WHERE status = 'pending' AND run_after <= leased_now()
 GROUP BY queue_name;
 
 -- name: finished_since
 -- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
 SELECT queue_name, status, CAST(sum(n) AS SIGNED) AS n FROM (
     SELECT queue_name, status, count(*) AS n FROM leased_jobs
-    WHERE finished_at >= UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s AND status IN ('done', 'failed')
+    WHERE finished_at >= leased_now() - %(window_seconds)s AND status IN ('done', 'failed')
     GROUP BY queue_name, status
     UNION ALL
     SELECT queue_name, 'done', sum(done) FROM leased_throughput
-    WHERE minute >= UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s GROUP BY queue_name
+    WHERE minute >= leased_now() - %(window_seconds)s GROUP BY queue_name
     UNION ALL
     SELECT queue_name, 'failed', sum(failed) FROM leased_throughput
-    WHERE minute >= UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s GROUP BY queue_name
+    WHERE minute >= leased_now() - %(window_seconds)s GROUP BY queue_name
 ) AS finished
 GROUP BY queue_name, status
 HAVING sum(n) > 0;
@@ -219,11 +225,10 @@ WHERE status = 'failed'
 FOR UPDATE;
 
 -- name: retry_jobs
-UPDATE leased_jobs
-SET status = 'pending', run_after = UNIX_TIMESTAMP(NOW(6)), finished_at = NULL,
+UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
+SET status = 'pending', run_after = leased_now(), finished_at = NULL,
     max_attempts = GREATEST(max_attempts, attempt + 1)
-WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
-  AND status = 'failed';
+WHERE status = 'failed';
 
 -- name: task_names
 -- DISTINCT on the leading column of an index: a loose index scan, not a read of every row.
@@ -236,23 +241,23 @@ SELECT DISTINCT queue_name AS name FROM leased_jobs ORDER BY queue_name;
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, wake_host, stuck_handlers,
                             started_at, last_seen_at)
 VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, %(tasks)s, %(wake_port)s, %(host)s,
-        %(stuck_handlers)s, UNIX_TIMESTAMP(NOW(6)), UNIX_TIMESTAMP(NOW(6)))
-ON DUPLICATE KEY UPDATE last_seen_at = UNIX_TIMESTAMP(NOW(6)), stuck_handlers = VALUE(stuck_handlers);
+        %(stuck_handlers)s, leased_now(), leased_now())
+ON DUPLICATE KEY UPDATE last_seen_at = leased_now(), stuck_handlers = VALUE(stuck_handlers);
 
 -- name: wake_ports
 -- Datagrams reach workers on this host only; the others poll.
 SELECT wake_port FROM leased_workers
 WHERE wake_port IS NOT NULL AND wake_host = %(host)s
-  AND last_seen_at > UNIX_TIMESTAMP(NOW(6)) - %(silent_after)s;
+  AND last_seen_at > leased_now() - %(silent_after)s;
 
 -- name: prune_workers
-DELETE FROM leased_workers WHERE last_seen_at < UNIX_TIMESTAMP(NOW(6)) - 86400;
+DELETE FROM leased_workers WHERE last_seen_at < leased_now() - 86400;
 
 -- name: unregister_worker
 DELETE FROM leased_workers WHERE id = %(id)s;
 
 -- name: list_workers
-SELECT w.*, UNIX_TIMESTAMP(NOW(6)) - w.last_seen_at AS silent_seconds,
+SELECT w.*, leased_now() - w.last_seen_at AS silent_seconds,
        (SELECT count(*) FROM leased_jobs AS j WHERE j.status = 'running' AND j.lease_owner = w.id) AS running
 FROM leased_workers AS w
 ORDER BY w.started_at;
@@ -283,14 +288,14 @@ INSERT INTO leased_schema_version (version, applied_at) VALUES (%(version)s, UNI
 START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY;
 
 -- name: why_now
-SELECT CAST(UNIX_TIMESTAMP(NOW(6)) AS DOUBLE) AS now;
+SELECT CAST(leased_now() AS DOUBLE) AS now;
 
 -- name: jobs_ahead
 SELECT count(*) AS n FROM (
     SELECT 1 FROM leased_jobs AS job, leased_jobs AS other
     WHERE job.id = %(job_id)s
       AND other.status = 'pending' AND other.queue_name = job.queue_name
-      AND other.run_after <= UNIX_TIMESTAMP(NOW(6))
+      AND other.run_after <= leased_now()
       AND other.priority >= job.priority
       AND (other.priority > job.priority OR other.run_after < job.run_after
            OR (other.run_after = job.run_after AND other.id < job.id))
@@ -305,16 +310,14 @@ WHERE status = 'pending'
 FOR UPDATE;
 
 -- name: cancel_jobs
-UPDATE leased_jobs
-SET status = 'cancelled', finished_at = UNIX_TIMESTAMP(NOW(6))
-WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
-  AND status = 'pending';
+UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
+SET status = 'cancelled', finished_at = leased_now()
+WHERE status = 'pending';
 
 -- name: close_cancelled_attempts
-UPDATE leased_attempts
-SET finished_at = UNIX_TIMESTAMP(NOW(6)), outcome = 'cancelled', error_message = 'cancelled by a user'
-WHERE outcome IS NULL
-  AND job_id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids);
+UPDATE leased_attempts AS a FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON a.job_id = ids.value
+SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
+WHERE outcome IS NULL;
 
 -- name: count_jobs
 SELECT count(*) AS n FROM leased_jobs
@@ -341,7 +344,7 @@ WHERE worker_id = %(worker_id)s AND outcome = 'expired'
 -- Periodic jobs (backends/ticks.py).
 
 -- name: database_now
-SELECT CAST(UNIX_TIMESTAMP(NOW(6)) AS DOUBLE) AS now;
+SELECT CAST(leased_now() AS DOUBLE) AS now;
 
 -- name: list_schedules
 SELECT s.*, j.status AS last_job_status,
@@ -351,8 +354,11 @@ FROM leased_schedules AS s LEFT JOIN leased_jobs AS j ON j.id = s.last_job_id
 ORDER BY s.name;
 
 -- name: ensure_schedule
-INSERT IGNORE INTO leased_schedules (name, expression, timezone, updated_at)
-VALUES (%(name)s, %(expression)s, %(timezone)s, UNIX_TIMESTAMP(NOW(6)));
+-- Not INSERT IGNORE: on a row that exists it takes a shared lock, and two workers that both hold one
+-- deadlock on lock_schedule's FOR UPDATE. Updating nothing takes the exclusive lock at once: they queue.
+INSERT INTO leased_schedules (name, expression, timezone, updated_at)
+VALUES (%(name)s, %(expression)s, %(timezone)s, leased_now())
+ON DUPLICATE KEY UPDATE name = name;
 
 -- name: lock_schedule
 SELECT * FROM leased_schedules WHERE name = %(name)s FOR UPDATE;
@@ -372,7 +378,7 @@ UPDATE leased_schedules
 SET expression = %(expression)s, timezone = %(timezone)s,
     last_tick_at = GREATEST(COALESCE(last_tick_at, %(last_tick_at)s), %(last_tick_at)s),
     last_job_id = %(last_job_id)s, skipped_ticks = skipped_ticks + %(skipped)s,
-    last_skipped_at = COALESCE(%(last_skipped_at)s, last_skipped_at), updated_at = UNIX_TIMESTAMP(NOW(6))
+    last_skipped_at = COALESCE(%(last_skipped_at)s, last_skipped_at), updated_at = leased_now()
 WHERE name = %(name)s;
 
 -- name: prune_ticks
@@ -411,7 +417,7 @@ WITH key_heads AS (
                  %(limit)s),
         COALESCE(head.key_rate_count - (SELECT count(*) FROM leased_starts AS s
                                         WHERE s.limit_name = CONCAT('key:', h.limit_key)
-                                          AND s.started_at > UNIX_TIMESTAMP(NOW(6)) - head.key_rate_seconds),
+                                          AND s.started_at > leased_now() - head.key_rate_seconds),
                  %(limit)s),
         %(limit)s) AS room
     FROM key_heads AS h JOIN leased_jobs AS head ON head.id = h.id
@@ -421,12 +427,12 @@ WITH key_heads AS (
                                   WHERE r.queue_name = l.queue_name AND r.status = 'running'), %(limit)s),
         COALESCE(l.rate_count - (SELECT count(*) FROM leased_starts AS s
                                  WHERE s.limit_name = CONCAT('queue:', l.queue_name)
-                                   AND s.started_at > UNIX_TIMESTAMP(NOW(6)) - l.rate_seconds), %(limit)s),
+                                   AND s.started_at > leased_now() - l.rate_seconds), %(limit)s),
         %(limit)s) AS room
     FROM leased_queue_limits AS l
 ), eligible AS (
     SELECT id, priority, run_after, queue_name, concurrency_key FROM leased_jobs
-    WHERE status = 'pending' AND run_after <= UNIX_TIMESTAMP(NOW(6))
+    WHERE status = 'pending' AND run_after <= leased_now()
       AND task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t)
       AND (%(queue_names)s IS NULL
            OR queue_name IN (SELECT value FROM JSON_TABLE(%(queue_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS q))
@@ -451,16 +457,16 @@ LIMIT %(limit)s;
 
 -- name: record_starts
 INSERT INTO leased_starts (limit_name, started_at)
-SELECT CONCAT('key:', concurrency_key), UNIX_TIMESTAMP(NOW(6)) FROM leased_jobs
+SELECT CONCAT('key:', concurrency_key), leased_now() FROM leased_jobs
 WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
   AND key_rate_count IS NOT NULL
 UNION ALL
-SELECT CONCAT('queue:', job.queue_name), UNIX_TIMESTAMP(NOW(6)) FROM leased_jobs AS job
+SELECT CONCAT('queue:', job.queue_name), leased_now() FROM leased_jobs AS job
 JOIN leased_queue_limits AS l ON l.queue_name = job.queue_name AND l.rate_count IS NOT NULL
 WHERE job.id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids);
 
 -- name: forget_old_starts
-DELETE FROM leased_starts WHERE started_at < UNIX_TIMESTAMP(NOW(6)) - 3600;
+DELETE FROM leased_starts WHERE started_at < leased_now() - 3600;
 
 -- name: set_queue_limit
 INSERT INTO leased_queue_limits (queue_name, concurrency, rate_count, rate_seconds)
@@ -481,18 +487,18 @@ INSERT IGNORE INTO leased_queues (queue_name, paused_at) VALUES (%(queue_name)s,
 
 -- name: pause_queue
 -- Changes a row only if this paused the queue (it was not paused already).
-UPDATE leased_queues SET paused_at = UNIX_TIMESTAMP(NOW(6)) WHERE queue_name = %(queue_name)s AND paused_at IS NULL;
+UPDATE leased_queues SET paused_at = leased_now() WHERE queue_name = %(queue_name)s AND paused_at IS NULL;
 
 -- name: resume_queue
 UPDATE leased_queues SET paused_at = NULL WHERE queue_name = %(queue_name)s AND paused_at IS NOT NULL;
 
 -- name: paused_queues
-SELECT queue_name, UNIX_TIMESTAMP(NOW(6)) - paused_at AS seconds FROM leased_queues
+SELECT queue_name, leased_now() - paused_at AS seconds FROM leased_queues
 WHERE paused_at IS NOT NULL ORDER BY queue_name;
 
 -- name: prunable_ids
 SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_finished)
-WHERE finished_at < UNIX_TIMESTAMP(NOW(6)) - %(older_than)s AND status = %(status)s
+WHERE finished_at < leased_now() - %(older_than)s AND status = %(status)s
   AND (%(task_names)s IS NULL
        OR task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t))
   AND task_name NOT IN (SELECT value FROM JSON_TABLE(%(except_task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS x)
@@ -510,19 +516,20 @@ GROUP BY 1, 2, 3
 ON DUPLICATE KEY UPDATE done = done + VALUE(done), failed = failed + VALUE(failed);
 
 -- name: delete_jobs
-DELETE FROM leased_jobs
-WHERE id IN (SELECT value FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
-  AND status IN ('done', 'failed', 'cancelled');
+-- Joined to the ids (see take_leases): a DELETE with `id IN (SELECT ...)` scans the table.
+DELETE job FROM leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids
+  ON job.id = ids.value
+WHERE job.status IN ('done', 'failed', 'cancelled');
 
 -- name: count_prunable
 SELECT count(*) AS n FROM leased_jobs FORCE INDEX (leased_jobs_finished)
-WHERE finished_at < UNIX_TIMESTAMP(NOW(6)) - %(older_than)s AND status = %(status)s
+WHERE finished_at < leased_now() - %(older_than)s AND status = %(status)s
   AND (%(task_names)s IS NULL
        OR task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t))
   AND task_name NOT IN (SELECT value FROM JSON_TABLE(%(except_task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS x);
 
 -- name: prune_throughput
-DELETE FROM leased_throughput WHERE minute < UNIX_TIMESTAMP(NOW(6)) - %(older_than)s;
+DELETE FROM leased_throughput WHERE minute < leased_now() - %(older_than)s;
 
 -- name: try_prune_lock
 SELECT GET_LOCK(CONCAT('leased_prune:', DATABASE()), 0) AS locked;
@@ -533,11 +540,11 @@ SELECT RELEASE_LOCK(CONCAT('leased_prune:', DATABASE())) AS released;
 -- name: throughput
 SELECT minute, queue_name, task_name, CAST(sum(done) AS SIGNED) AS done, CAST(sum(failed) AS SIGNED) AS failed FROM (
     SELECT t.minute, t.queue_name, t.task_name, t.done, t.failed
-    FROM leased_throughput AS t WHERE t.minute >= FLOOR((UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s) / 60) * 60
+    FROM leased_throughput AS t WHERE t.minute >= FLOOR((leased_now() - %(window_seconds)s) / 60) * 60
     UNION ALL
     SELECT FLOOR(j.finished_at / 60) * 60, j.queue_name, j.task_name, j.status = 'done', j.status = 'failed'
     FROM leased_jobs AS j
-    WHERE j.finished_at >= FLOOR((UNIX_TIMESTAMP(NOW(6)) - %(window_seconds)s) / 60) * 60
+    WHERE j.finished_at >= FLOOR((leased_now() - %(window_seconds)s) / 60) * 60
       AND j.status IN ('done', 'failed')
 ) AS finished
 GROUP BY minute, queue_name, task_name
@@ -553,7 +560,7 @@ SELECT l.concurrency, l.rate_count, l.rate_seconds,
        (SELECT count(*) FROM leased_jobs WHERE queue_name = l.queue_name AND status = 'running') AS running,
        (SELECT count(*) FROM leased_starts
         WHERE limit_name = CONCAT('queue:', l.queue_name)
-          AND started_at > UNIX_TIMESTAMP(NOW(6)) - l.rate_seconds) AS starts
+          AND started_at > leased_now() - l.rate_seconds) AS starts
 FROM leased_queue_limits AS l WHERE l.queue_name = %(queue_name)s;
 
 -- name: why_key_limit
@@ -563,7 +570,7 @@ SELECT head.key_concurrency AS concurrency, head.key_rate_count AS rate_count, h
         WHERE status = 'running' AND concurrency_key = %(concurrency_key)s) AS running,
        (SELECT count(*) FROM leased_starts
         WHERE limit_name = CONCAT('key:', %(concurrency_key)s)
-          AND started_at > UNIX_TIMESTAMP(NOW(6)) - head.key_rate_seconds) AS starts
+          AND started_at > leased_now() - head.key_rate_seconds) AS starts
 FROM (SELECT key_concurrency, key_rate_count, key_rate_seconds FROM leased_jobs
       WHERE status = 'pending' AND concurrency_key = %(concurrency_key)s
       ORDER BY priority DESC, run_after, id LIMIT 1) AS head;
@@ -582,7 +589,7 @@ ORDER BY id LIMIT %(limit)s;
 SELECT at FROM (
     SELECT started_at + %(rate_seconds)s AS at, ROW_NUMBER() OVER (ORDER BY started_at DESC) AS place
     FROM leased_starts
-    WHERE limit_name = %(limit_name)s AND started_at > UNIX_TIMESTAMP(NOW(6)) - %(rate_seconds)s
+    WHERE limit_name = %(limit_name)s AND started_at > leased_now() - %(rate_seconds)s
 ) AS recent WHERE place = %(rate_count)s;
 
 -- name: why_schedule_tick
