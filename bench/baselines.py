@@ -4,7 +4,9 @@
   database, scale 1, 1 and 4 clients;
 - one psycopg connection inserting a row and committing, in a loop (a commit per job is the
   floor of an enqueue-one-at-a-time API);
-- SQLite in WAL mode, a row and a commit per loop, synchronous=NORMAL and FULL.
+- SQLite in WAL mode, a row and a commit per loop, synchronous=NORMAL and FULL;
+- one MySQLdb connection to MariaDB inserting a small row and committing, in a loop for a fixed time
+  (InnoDB with the server's own durability settings, reported beside them).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import subprocess
 import time
 import uuid
 
-from common import PG_HOST, PG_PORT, PG_USER, WORK, drop_database, recreate_database
+from common import (PG_HOST, PG_PORT, PG_USER, WORK, drop_database, drop_mariadb_database, mariadb_connect,
+                    recreate_database, recreate_mariadb_database)
 
 PGBENCH_DB = "pgbench_leased"
 
@@ -73,3 +76,42 @@ def sqlite_commits(synchronous: str, rows: int = 5_000) -> float:
         connection.close()
         for suffix in ("", "-wal", "-shm"):
             path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+MARIADB_DB = "leased_bench_baseline"
+
+
+def mariadb_insert_commit(seconds: float = 5.0) -> float:
+    """Commits per second on one MariaDB connection: INSERT of a small row, then COMMIT, for `seconds`."""
+    recreate_mariadb_database(MARIADB_DB)
+    connection = mariadb_connect(MARIADB_DB)
+    try:
+        connection.autocommit(False)
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE insert_loop (id BIGINT AUTO_INCREMENT PRIMARY KEY, payload JSON NOT NULL)"
+                           " ENGINE=InnoDB")
+            commits = 0
+            started = time.perf_counter()
+            while (elapsed := time.perf_counter() - started) < seconds:
+                cursor.execute("INSERT INTO insert_loop (payload) VALUES (%s)", (f"[{commits}]",))
+                connection.commit()
+                commits += 1
+        return commits / elapsed
+    finally:
+        connection.close()
+        drop_mariadb_database(MARIADB_DB)
+
+
+def mariadb_settings() -> str:
+    """The server's version and the settings a commit's cost depends on, for the report."""
+    connection = mariadb_connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT VERSION()")
+            version = cursor.fetchone()[0]
+            cursor.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('innodb_flush_log_at_trx_commit', "
+                           "'sync_binlog', 'log_bin', 'innodb_buffer_pool_size')")
+            settings = ", ".join(f"{name}={value}" for name, value in cursor.fetchall())
+    finally:
+        connection.close()
+    return f"{version} ({settings})"

@@ -1,7 +1,8 @@
 """Chaos soak: drain N jobs with worker processes that are SIGKILLed (and, on PostgreSQL, cut off
 from the database) at random, then check every job and every execution.
 
-    python bench/chaos_soak.py                                   # both backends, 20,000 jobs each
+    python bench/chaos_soak.py                                   # every backend, 20,000 jobs each
+    python bench/chaos_soak.py --backend mariadb --jobs 5000     # MariaDB, a fresh database per run
     python bench/chaos_soak.py --backend postgres --jobs 20000 --workers 4 --seconds 60
 
 The handler records each execution in a table of its own; the checker then demands: every job done
@@ -26,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import chaos
 
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+MARIADB_URL = "mariadb://root@127.0.0.1:3306/mysql"  # any database: the soak makes its own
+BACKENDS = ["sqlite", "postgres", "mariadb"]
 
 
 def soak(backend: str, options: argparse.Namespace, folder: Path) -> chaos.Result:
@@ -35,6 +38,8 @@ def soak(backend: str, options: argparse.Namespace, folder: Path) -> chaos.Resul
     log_dir = folder / f"logs-{backend}"
     if backend == "sqlite":
         return chaos.run(chaos.Settings("sqlite", f"sqlite:///{folder / 'chaos.db'}", log_dir, **settings))
+    if backend == "mariadb":
+        return soak_mariadb(options, log_dir, settings)
     import psycopg
 
     schema = f"leased_chaos_{uuid.uuid4().hex[:8]}"
@@ -49,9 +54,26 @@ def soak(backend: str, options: argparse.Namespace, folder: Path) -> chaos.Resul
             connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+def soak_mariadb(options: argparse.Namespace, log_dir: Path, settings: dict) -> chaos.Result:
+    """The soak in a database of its own (MariaDB has no schemas inside a database), dropped afterwards."""
+    import MySQLdb
+
+    from leased.backends.mariadb.backend import connect_arguments
+
+    database = f"leased_chaos_{uuid.uuid4().hex[:8]}"
+    server = MySQLdb.connect(**connect_arguments(options.mariadb_url)[0])
+    try:
+        server.cursor().execute(f"CREATE DATABASE `{database}`")
+        url = f"{options.mariadb_url.rsplit('/', 1)[0]}/{database}"
+        return chaos.run(chaos.Settings("mariadb", url, log_dir, **settings))
+    finally:
+        server.cursor().execute(f"DROP DATABASE IF EXISTS `{database}`")
+        server.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--backend", choices=[*BACKENDS, "all"], default="all")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=8, help="handler slots per worker process")
@@ -63,12 +85,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--drain-timeout", type=float, default=900.0)
     parser.add_argument("--postgres-url", default=POSTGRES_URL)
+    parser.add_argument("--mariadb-url", default=MARIADB_URL, help="a URL on the server; the soak creates and drops a database of its own")
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs even when all is well")
     options = parser.parse_args()
 
     results = []
     folder = Path(tempfile.mkdtemp(prefix="leased-chaos-"))
-    for backend in (["sqlite", "postgres"] if options.backend == "all" else [options.backend]):
+    for backend in (BACKENDS if options.backend == "all" else [options.backend]):
         print(f"{backend}: {options.jobs:,} jobs, {options.workers} workers × {options.concurrency}, "
               f"chaos for up to {options.seconds:g} s / {options.max_kills} kills", flush=True)
         results.append(soak(backend, options, folder))

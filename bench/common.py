@@ -43,6 +43,40 @@ def drop_database(name: str) -> None:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+MARIADB_HOST, MARIADB_PORT, MARIADB_USER = "127.0.0.1", 3306, "root"
+
+
+def mariadb_connect(database: str | None = None):
+    """A MySQLdb connection to the MariaDB server (root, empty password), autocommitting."""
+    import MySQLdb
+
+    connection = MySQLdb.connect(host=MARIADB_HOST, port=MARIADB_PORT, user=MARIADB_USER,
+                                 **({"database": database} if database else {}))
+    connection.autocommit(True)
+    return connection
+
+
+def recreate_mariadb_database(name: str) -> str:
+    """A fresh, empty MariaDB database for one run; returns its URL."""
+    connection = mariadb_connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            cursor.execute(f"CREATE DATABASE `{name}`")
+    finally:
+        connection.close()
+    return f"mariadb://{MARIADB_USER}@{MARIADB_HOST}:{MARIADB_PORT}/{name}"
+
+
+def drop_mariadb_database(name: str) -> None:
+    connection = mariadb_connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    finally:
+        connection.close()
+
+
 class Failed(Exception):
     """A peer (or leased) could not complete a workload; the reason goes into the report."""
 

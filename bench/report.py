@@ -96,7 +96,8 @@ def render(results: dict) -> str:
     for key, label in [("pgbench_c1", "pgbench -N, 1 client (TPS)"), ("pgbench_c4", "pgbench -N, 4 clients (TPS)"),
                        ("psycopg_insert", "psycopg INSERT + commit, 1 connection (rows/s)"),
                        ("sqlite_normal", "SQLite WAL, synchronous=NORMAL, INSERT + commit (rows/s)"),
-                       ("sqlite_full", "SQLite WAL, synchronous=FULL, INSERT + commit (rows/s)")]:
+                       ("sqlite_full", "SQLite WAL, synchronous=FULL, INSERT + commit (rows/s)"),
+                       ("mariadb_insert", "MariaDB (MySQLdb) INSERT + commit, 1 connection (commits/s)")]:
         summary = median_range(results["baselines"].get(key, []))
         if summary:
             lines.append(f"| {label} | {summary['median']:,.0f} ({summary['min']:,.0f}–{summary['max']:,.0f}) |")
@@ -105,6 +106,7 @@ def render(results: dict) -> str:
 
     pgbench = median_range(results["baselines"].get("pgbench_c1", []))
     sqlite_normal = median_range(results["baselines"].get("sqlite_normal", []))
+    mariadb = median_range(results["baselines"].get("mariadb_insert", []))
     lines += [
         "",
         "## Throughput (jobs/s)",
@@ -115,12 +117,13 @@ def render(results: dict) -> str:
     ]
     for peer in peers:
         name = peer["name"]
-        base = pgbench if peer["store"] == "PostgreSQL" else sqlite_normal if peer["store"] == "SQLite" else None
+        base = {"PostgreSQL": pgbench, "SQLite": sqlite_normal, "MariaDB": mariadb}.get(peer["store"])
         lines.append(f"| {peer['label']} | {cell(results, name, 'enqueue_one')} | {cell(results, name, 'enqueue_bulk')} "
                      f"| {cell(results, name, 'drain_1p')} | {cell(results, name, 'drain_2p')} "
                      f"| {_ratio(stat(results, name, 'drain_1p'), base) if base else '–'} |")
     lines += ["", "¹ PostgreSQL libraries against pgbench -N TPS with 1 client; SQLite ones against SQLite's "
-              "WAL + synchronous=NORMAL commit rate; Redis ones have no baseline here.", ""]
+              "WAL + synchronous=NORMAL commit rate; MariaDB ones against one connection's INSERT + commit rate; "
+              "Redis ones have no baseline here.", ""]
 
     lines += ["## Enqueue-to-start latency at low load (ms)", "",
               f"{limits['latency_jobs']} jobs, {limits['latency_gap'] * 1000:.0f} ms apart, into an idle worker in "

@@ -6,7 +6,7 @@
     python bench/run.py --only leased-pg,pgqueuer --workloads 1,2
 
 It creates bench/.venv on first use (the peers from bench/requirements.txt, leased from this
-checkout with its postgres extra) and re-runs itself there. Needs PostgreSQL (trust auth, user
+checkout with its postgres and mariadb extras) and re-runs itself there. Needs PostgreSQL (trust auth, user
 postgres) at 127.0.0.1:5432 with pgbench on the PATH, and Redis at 127.0.0.1:6379 for RQ and
 Celery (they are reported as failed without it). Writes bench/results.json, docs/benchmarks.md and
 docs/benchmarks.png, and prints the tables.
@@ -26,7 +26,7 @@ BENCH = Path(__file__).resolve().parent
 VENV = BENCH / ".venv"
 
 if not bench_venv.inside(VENV) and __name__ == "__main__":
-    bench_venv.bootstrap(VENV, BENCH / "requirements.txt", "postgres", Path(__file__).resolve())
+    bench_venv.bootstrap(VENV, BENCH / "requirements.txt", "postgres,mariadb", Path(__file__).resolve())
 
 sys.path.insert(0, str(BENCH))
 
@@ -98,6 +98,7 @@ def environment(options, peers) -> dict:
         "pg_settings": ", ".join(f"{k}={v}" for k, v in settings.items()),
         "sqlite": sqlite3.sqlite_version,
         "redis": redis_version,
+        **({"mariadb": baselines.mariadb_settings()} if any(p.store == "MariaDB" for p in peers) else {}),
         "repeats": options.repeats,
         "limits": vars(options.limits),
     }
@@ -119,7 +120,7 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def run_baselines(results: dict, repeats: int, quick: bool) -> None:
+def run_baselines(results: dict, repeats: int, quick: bool, peers) -> None:
     found = results["baselines"]
     if shutil.which("pgbench") is None:
         log("pgbench not found: PostgreSQL baselines skipped")
@@ -132,6 +133,9 @@ def run_baselines(results: dict, repeats: int, quick: bool) -> None:
                 found.setdefault("psycopg_insert", []).append(baselines.psycopg_insert_commit())
         finally:
             baselines.pgbench_cleanup()
+    if any(peer.store == "MariaDB" for peer in peers):
+        for _ in range(repeats):
+            found.setdefault("mariadb_insert", []).append(baselines.mariadb_insert_commit(3 if quick else 10))
     for _ in range(repeats):
         found.setdefault("sqlite_normal", []).append(baselines.sqlite_commits("NORMAL"))
         found.setdefault("sqlite_full", []).append(baselines.sqlite_commits("FULL"))
@@ -185,7 +189,7 @@ def main() -> None:
         "notes": NOTES,
     }
     if not options.no_baselines:
-        run_baselines(results, options.repeats, options.quick)
+        run_baselines(results, options.repeats, options.quick, peers)
 
     def record(peer, metric, value):
         results["runs"][peer.name].setdefault(metric, []).append(value)

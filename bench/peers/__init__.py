@@ -8,10 +8,10 @@ from peers.base import Peer
 def all_peers() -> list[Peer]:
     from peers.celery import CeleryPeer
     from peers.huey import HueyPeer
-    from peers.leased import LeasedPostgres, LeasedSQLite
+    from peers.leased import LeasedMariaDB, LeasedPostgres, LeasedSQLite
     from peers.pgqueuer import PgQueuerPeer
     from peers.procrastinate import ProcrastinatePeer
     from peers.rq import RQPeer
 
     return [LeasedPostgres(), ProcrastinatePeer(), PgQueuerPeer(), RQPeer(), CeleryPeer(), LeasedSQLite(),
-            HueyPeer()]
+            HueyPeer(), LeasedMariaDB()]

@@ -1,4 +1,4 @@
-"""leased, on PostgreSQL and on SQLite: used as its README shows (sync handlers, `leased worker`)."""
+"""leased, on PostgreSQL, MariaDB and SQLite: used as its README shows (sync handlers, `leased worker`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sqlite3
 import time
 import uuid
 
-from common import drop_database, recreate_database, venv_bin
+from common import drop_database, drop_mariadb_database, mariadb_connect, recreate_database, recreate_mariadb_database, venv_bin
 
 from leased import Leased
 from peers.base import Peer, Unsupported, chunks, scratch
@@ -110,6 +110,32 @@ class LeasedPostgres(_Leased):
     def teardown(self):
         super().teardown()
         drop_database(self.database)
+
+
+class LeasedMariaDB(_Leased):
+    name = "leased-mariadb"
+    label = "leased (MariaDB)"
+    store = "MariaDB"
+    database = "leased_bench_leased"
+
+    def settings(self):
+        return ("`leased worker --concurrency N`, sync handlers on threads, InnoDB, "
+                "loopback datagram wake-ups (no LISTEN on MariaDB), poll 1 s")
+
+    def setup(self):
+        self.url = recreate_mariadb_database(self.database)
+        self._open_producer()
+        self._reader = mariadb_connect(self.database)
+
+    def count_done(self):
+        with self._reader.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM leased_jobs WHERE status = 'done'")
+            return cursor.fetchone()[0]
+
+    def teardown(self):
+        super().teardown()
+        self._reader.close()
+        drop_mariadb_database(self.database)
 
 
 class LeasedSQLite(_Leased):
