@@ -1,5 +1,5 @@
 """Set-up and helpers for the tests of the Django project under tests/django (pytest-django, on its
-test databases: SQLite, and PostgreSQL when reachable). Test modules import it after
+test databases: SQLite, and PostgreSQL and MariaDB when reachable). Test modules import it after
 `pytest.importorskip("django.tasks")`: Django 6 needs Python 3.12+.
 
 Not a conftest.py: tests/conftest.py is imported as `conftest` by the other test modules, and a
@@ -19,27 +19,36 @@ from typing import Any, Iterator
 import django
 import pytest
 
-from conftest import _POSTGRES_PROBLEM as POSTGRES_PROBLEM, REQUIRE_POSTGRES
+from conftest import _MARIADB_PROBLEM as MARIADB_PROBLEM, _POSTGRES_PROBLEM as POSTGRES_PROBLEM, REQUIRE_MARIADB, REQUIRE_POSTGRES
 
 PROJECT = Path(__file__).parent
 SOURCE = PROJECT.parent.parent / "src"
 os.environ["LEASED_DJANGO_POSTGRES"] = "0" if POSTGRES_PROBLEM else "1"  # read by testproject.settings
+os.environ["LEASED_DJANGO_MARIADB"] = "0" if MARIADB_PROBLEM else "1"
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 django.setup()
 
 from django.tasks import task_backends  # noqa: E402  (after setup)
 from django.test import override_settings  # noqa: E402
 
-DATABASES = {"sqlite": "default", "postgres": "postgres"}
+DATABASES = {"sqlite": "default", "postgres": "postgres", "mariadb": "mariadb"}
+# Why a database is not there, and whether that fails the test (CI) rather than skipping it.
+PROBLEMS = {"postgres": (POSTGRES_PROBLEM, REQUIRE_POSTGRES), "mariadb": (MARIADB_PROBLEM, REQUIRE_MARIADB)}
+
+
+def require_database(name: str) -> None:
+    """Fail or skip the test when database `name` is unreachable (as tests/conftest.py does)."""
+    problem, required = PROBLEMS.get(name, (None, False))
+    if problem:
+        if required:
+            pytest.fail(problem)
+        pytest.skip(problem)
 
 
 @pytest.fixture(params=list(DATABASES))
 def db_alias(request) -> str:
-    """Django's database alias, once for SQLite and once for PostgreSQL."""
-    if request.param == "postgres" and POSTGRES_PROBLEM:
-        if REQUIRE_POSTGRES:
-            pytest.fail(POSTGRES_PROBLEM)
-        pytest.skip(POSTGRES_PROBLEM)
+    """Django's database alias, once for SQLite, PostgreSQL and MariaDB each."""
+    require_database(request.param)
     return DATABASES[request.param]
 
 

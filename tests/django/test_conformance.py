@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import POSTGRES_PROBLEM, REQUIRE_POSTGRES, close_leased_connections, run_async, run_queued, tasks_setting  # noqa: E402,F401,I001
+from djangotest import close_leased_connections, require_database, run_async, run_queued, tasks_setting  # noqa: E402,F401,I001
 
 import conformance_tasks as test_tasks  # noqa: E402
 from django.db import connections  # noqa: E402
@@ -61,15 +61,13 @@ SUBJECTS = {
     "immediate": lambda: Subject(IMMEDIATE, lambda: None),
     "leased-sqlite": lambda: Subject(_leased("default"), lambda: run_queued(task_backends["default"])),
     "leased-postgres": lambda: Subject(_leased("postgres"), lambda: run_queued(task_backends["default"])),
+    "leased-mariadb": lambda: Subject(_leased("mariadb"), lambda: run_queued(task_backends["default"])),
 }
 
 
 @pytest.fixture(params=list(SUBJECTS))
 def subject(request) -> Iterator[Subject]:
-    if request.param == "leased-postgres" and POSTGRES_PROBLEM:
-        if REQUIRE_POSTGRES:
-            pytest.fail(POSTGRES_PROBLEM)
-        pytest.skip(POSTGRES_PROBLEM)
+    require_database(request.param.removeprefix("leased-"))
     chosen = SUBJECTS[request.param]()
     with override_settings(TASKS=chosen.settings):
         yield chosen

@@ -10,7 +10,7 @@ pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder,
 
 from djangotest import backend, close_leased_connections, db_alias, run_queued  # noqa: E402,F401  (fixtures)
 
-from conftest import postgres_schema  # noqa: E402
+from conftest import _mariadb_connection, mariadb_database, postgres_schema  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connections  # noqa: E402
@@ -32,6 +32,8 @@ def _leased_schema(url: str) -> list[tuple]:
         with sqlite3.connect(url[len("sqlite:///"):]) as connection:
             return connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
                                       "WHERE tbl_name LIKE 'leased%' ORDER BY name").fetchall()
+    if url.startswith("mariadb"):
+        return _mariadb_schema(url)
     import psycopg
 
     with psycopg.connect(url) as connection:
@@ -44,10 +46,29 @@ def _leased_schema(url: str) -> list[tuple]:
     return columns + [(name, re.sub(r"ON \w+\.", "ON ", definition)) for name, definition in indexes]
 
 
+def _mariadb_schema(url: str) -> list[tuple]:
+    connection = _mariadb_connection(url)
+    try:
+        cursor = connection.cursor()
+        cursor.execute(
+            "SELECT table_name, column_name, column_type, is_nullable, column_default, generation_expression"
+            " FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name LIKE 'leased%' ORDER BY 1, 2")
+        columns = list(cursor.fetchall())
+        cursor.execute(
+            "SELECT table_name, index_name, seq_in_index, column_name, non_unique FROM information_schema.statistics"
+            " WHERE table_schema = DATABASE() AND table_name LIKE 'leased%' ORDER BY 1, 2, 3")
+        return columns + list(cursor.fetchall())
+    finally:
+        connection.close()
+
+
 def _leased_migrated(db_alias: str, tmp_path) -> list[tuple]:
     """The schema `leased migrate` builds in an empty database of the same kind."""
     if connections[db_alias].vendor == "sqlite":
         return _migrated_by_leased(f"sqlite:///{tmp_path / 'leased.db'}")
+    if connections[db_alias].vendor == "mysql":
+        with mariadb_database() as url:
+            return _migrated_by_leased(url)
     with postgres_schema() as url:
         return _migrated_by_leased(url)
 

@@ -1,7 +1,8 @@
-"""A small Django project for leased's backend: SQLite ("default") and, when reachable, PostgreSQL ("postgres").
+"""A small Django project for leased's backend: SQLite ("default") and, when reachable, PostgreSQL
+("postgres") and MariaDB ("mariadb").
 
-Each test run gets fresh test databases (a temporary SQLite file, a PostgreSQL database named after
-the run). Worker processes that tests start set LEASED_DJANGO_USE_TEST_DBS=1 to open those.
+Each test run gets fresh test databases (a temporary SQLite file, a PostgreSQL and a MariaDB
+database named after the run). Worker processes that tests start set LEASED_DJANGO_USE_TEST_DBS=1 to open those.
 """
 
 import os
@@ -12,6 +13,7 @@ RUN_ID = os.environ.setdefault("LEASED_DJANGO_TEST_RUN", uuid.uuid4().hex[:10]) 
 USE_TEST_DBS = os.environ.get("LEASED_DJANGO_USE_TEST_DBS") == "1"
 SQLITE_TEST_NAME = os.path.join(tempfile.gettempdir(), f"leased-django-{RUN_ID}.sqlite3")
 POSTGRES_TEST_NAME = f"test_leased_django_{RUN_ID}"
+MARIADB_TEST_NAME = f"test_leased_django_{RUN_ID}"
 
 SECRET_KEY = "leased-tests-only"
 DEBUG = False
@@ -67,6 +69,21 @@ if os.environ.get("LEASED_DJANGO_POSTGRES") == "1":
         "HOST": _postgres.get("host", "127.0.0.1"),
         "PORT": _postgres.get("port", "5432"),
         "TEST": {"NAME": POSTGRES_TEST_NAME},
+    }
+if os.environ.get("LEASED_DJANGO_MARIADB") == "1":
+    from urllib.parse import unquote, urlsplit
+
+    _mariadb = urlsplit(os.environ.get("LEASED_TEST_MARIADB_URL", "mariadb://root@127.0.0.1:3306/test"))
+    DATABASES["mariadb"] = {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": MARIADB_TEST_NAME if USE_TEST_DBS else _mariadb.path.lstrip("/") or "test",
+        "USER": unquote(_mariadb.username or "root"),
+        "PASSWORD": unquote(_mariadb.password or ""),
+        "HOST": _mariadb.hostname or "127.0.0.1",
+        "PORT": str(_mariadb.port or 3306),
+        # leased runs every transaction in READ COMMITTED (see leased.backends.mariadb): so do producers.
+        "OPTIONS": {"isolation_level": "read committed", "charset": "utf8mb4"},
+        "TEST": {"NAME": MARIADB_TEST_NAME, "CHARSET": "utf8mb4"},
     }
 
 TASKS = {

@@ -20,7 +20,7 @@ _LIBPQ_OPTIONS = ("options", "sslmode", "sslrootcert", "sslcert", "sslkey", "con
 
 
 def raw_connection(alias: str) -> Any:
-    """The driver's connection under Django's connection `alias` (sqlite3 or psycopg 3)."""
+    """The driver's connection under Django's connection `alias` (sqlite3, psycopg 3 or MySQLdb)."""
     connection = connections[alias]
     connection.ensure_connection()
     return connection.connection
@@ -38,8 +38,10 @@ def database_url(alias: str) -> str:
         return "sqlite:///" + os.path.abspath(str(settings["NAME"]))
     if connection.vendor == "postgresql":
         return _postgres_url(settings)
+    if connection.vendor == "mysql":
+        return _mariadb_url(alias, settings)
     raise ImproperlyConfigured(
-        f"DATABASES[{alias!r}] uses {connection.vendor}; leased's backend supports SQLite and PostgreSQL")
+        f"DATABASES[{alias!r}] uses {connection.vendor}; leased's backend supports SQLite, PostgreSQL and MariaDB")
 
 
 def _postgres_url(settings: dict[str, Any]) -> str:
@@ -52,3 +54,15 @@ def _postgres_url(settings: dict[str, Any]) -> str:
     netloc = (credentials + "@" if credentials else "") + host + (":" + port if port else "")
     url = f"postgresql://{netloc}/{quote(str(settings.get('NAME') or ''), safe='')}"
     return url + ("?" + urlencode(query, quote_via=quote) if query else "")
+
+
+def _mariadb_url(alias: str, settings: dict[str, Any]) -> str:
+    host, port = str(settings.get("HOST") or "127.0.0.1"), str(settings.get("PORT") or "")
+    if host.startswith("/"):
+        raise ImproperlyConfigured(
+            f"DATABASES[{alias!r}]['HOST'] is a Unix socket, which leased's MariaDB workers cannot open: "
+            "give a host name (e.g. 127.0.0.1) and PORT")
+    user, password = settings.get("USER") or "", settings.get("PASSWORD") or ""
+    credentials = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+    netloc = (credentials + "@" if credentials else "") + host + (":" + port if port else "")
+    return f"mariadb://{netloc}/{quote(str(settings.get('NAME') or ''), safe='')}"

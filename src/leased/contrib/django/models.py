@@ -1,8 +1,8 @@
 """Unmanaged models over leased's tables: for the admin, and for get_result() on Django's connection.
 
 leased owns these tables (the migration creates them with leased's own SQL); Django only reads
-them. Times are epoch seconds on SQLite and timestamptz on PostgreSQL, JSON is text on SQLite and
-json on PostgreSQL: the two fields below read either.
+them. Times are epoch seconds on SQLite and MariaDB and timestamptz on PostgreSQL, JSON is text on
+SQLite and MariaDB and json on PostgreSQL: the two fields below read either.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from leased.jobs import Attempt as AttemptValue, Job as JobValue, JobStatus, Out
 
 
 class LeasedTimeField(models.Field):
-    """A moment, stored as leased stores it: REAL epoch seconds on SQLite, timestamptz on PostgreSQL."""
+    """A moment, stored as leased stores it: epoch seconds on SQLite and MariaDB, timestamptz on PostgreSQL."""
 
     def get_internal_type(self) -> str:
         return "FloatField"  # keeps Django's SQLite datetime converter away from the epoch floats
@@ -37,16 +37,16 @@ class LeasedTimeField(models.Field):
         return value.astimezone(UTC)
 
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
-        if isinstance(value, datetime) and connection.vendor == "sqlite":
+        if isinstance(value, datetime) and connection.vendor != "postgresql":
             return (value if timezone.is_aware(value) else timezone.make_aware(value)).timestamp()
         return value
 
 
 class LeasedJSONField(models.TextField):
-    """JSON as leased stores it: text on SQLite; PostgreSQL's json, which psycopg decodes itself."""
+    """JSON as leased stores it: text on SQLite and MariaDB; PostgreSQL's json, which psycopg decodes itself."""
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
-        return json.loads(value) if value is not None and connection.vendor == "sqlite" else value
+        return json.loads(value) if value is not None and connection.vendor != "postgresql" else value
 
 
 class Job(models.Model):

@@ -25,8 +25,10 @@ def apply_leased_migrations(up_to: int) -> Callable[[Any, Any], None]:
             _sqlite(connection.connection, up_to)
         elif connection.vendor == "postgresql":
             _postgres(connection.connection, up_to)
+        elif connection.vendor == "mysql":
+            _mariadb(connection.connection, up_to)
         else:
-            raise RuntimeError(f"leased supports SQLite and PostgreSQL, not {connection.vendor}")
+            raise RuntimeError(f"leased supports SQLite, PostgreSQL and MariaDB, not {connection.vendor}")
 
     return forwards
 
@@ -63,3 +65,27 @@ def _postgres(raw: Any, up_to: int) -> None:
             if migration.version <= up_to and migration.version not in applied:
                 cursor.execute(migration.sql)
                 cursor.execute(QUERIES["record_version"], {"version": migration.version})
+
+
+def _mariadb(raw: Any, up_to: int) -> None:
+    from leased.backends.mariadb.backend import MIGRATIONS, QUERIES, _statements
+
+    # DDL commits on its own here (Django runs this migration outside a transaction): as `leased
+    # migrate`, concurrent migrators take turns under a named lock, and each version is recorded
+    # once applied. One statement per call: MySQLdb runs no more.
+    with raw.cursor() as cursor:
+        cursor.execute(QUERIES["migration_lock"])
+        if not cursor.fetchone()[0]:
+            raise RuntimeError("another migrator held leased's migration lock for 60 s")
+        try:
+            cursor.execute(QUERIES["create_version_table"])
+            cursor.execute(QUERIES["applied_versions"])
+            applied = {version for (version,) in cursor.fetchall()}
+            for migration in MIGRATIONS:
+                if migration.version <= up_to and migration.version not in applied:
+                    for statement in _statements(migration.sql):
+                        cursor.execute(statement)
+                    cursor.execute(QUERIES["record_version"], {"version": migration.version})
+        finally:
+            cursor.execute(QUERIES["migration_unlock"])
+            cursor.fetchall()

@@ -13,7 +13,8 @@ class Migration(migrations.Migration):
     dependencies = []
 
     operations = [
-        migrations.RunPython(apply_leased_migrations(up_to=2), drop_leased_tables),
+        # atomic=False: MariaDB commits DDL on its own, and Django refuses DDL inside atomic() there.
+        migrations.RunPython(apply_leased_migrations(up_to=2), drop_leased_tables, atomic=False),
         migrations.CreateModel(
             name="Job",
             fields=[

@@ -8,4 +8,4 @@ from leased.contrib.django.schema import apply_leased_migrations
 class Migration(migrations.Migration):
     dependencies = [("leased", "0001_initial")]
 
-    operations = [migrations.RunPython(apply_leased_migrations(up_to=6), migrations.RunPython.noop)]
+    operations = [migrations.RunPython(apply_leased_migrations(up_to=6), migrations.RunPython.noop, atomic=False)]

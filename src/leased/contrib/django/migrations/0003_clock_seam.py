@@ -8,4 +8,4 @@ from leased.contrib.django.schema import apply_leased_migrations
 class Migration(migrations.Migration):
     dependencies = [("leased", "0002_operations")]
 
-    operations = [migrations.RunPython(apply_leased_migrations(up_to=7), migrations.RunPython.noop)]
+    operations = [migrations.RunPython(apply_leased_migrations(up_to=7), migrations.RunPython.noop, atomic=False)]
