@@ -6,6 +6,7 @@ PostgreSQL: LISTEN/NOTIFY. SQLite: a datagram on loopback to each live worker's 
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -45,6 +46,10 @@ def test_a_job_enqueued_elsewhere_wakes_the_worker(app, producer, backend_name):
         for _ in range(3):
             job = wake.enqueue()
             wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")
+        # A run_after already past is due now too: it wakes the workers as well (MariaDB's enqueue
+        # once woke them only for jobs without a run_after).
+        job = wake.using(run_after=datetime.now(UTC) - timedelta(minutes=1)).enqueue()
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")
 
 
 @pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)  # LISTEN/NOTIFY's connection

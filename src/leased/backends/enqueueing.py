@@ -89,6 +89,12 @@ async def drive_async(steps: Steps, answer: Callable[[Step], Awaitable[Any]]) ->
         return done.value
 
 
+def due_queue_names(jobs: Sequence[NewJob], results: Sequence[tuple[Job, bool]], now: datetime) -> set[str]:
+    """Queues that got a new job due at `now`: after the commit, their workers are worth waking."""
+    return {job.queue_name for job, (_, created) in zip(jobs, results)
+            if created and job.delay_seconds <= 0 and (job.run_at is None or job.run_at <= now)}
+
+
 def in_parts(jobs: Sequence[NewJob]) -> Iterator[Sequence[NewJob]]:
     for start in range(0, len(jobs), INSERT_BATCH):
         yield jobs[start:start + INSERT_BATCH]

@@ -16,6 +16,7 @@ import threading
 import time
 import weakref
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -27,7 +28,7 @@ from MySQLdb.cursors import Cursor, DictCursor
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.callers import wrong_connection
-from leased.backends.enqueueing import jobs_json
+from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sql_backend import SQLBackend
@@ -60,8 +61,6 @@ T = TypeVar("T")
 
 
 def _time(value: Any) -> Any:
-    from datetime import UTC, datetime
-
     return None if value is None else datetime.fromtimestamp(float(value), UTC)
 
 
@@ -249,8 +248,7 @@ class MariaDBBackend(SQLBackend):
                 self._set_clock(connection)
                 return self._insert(connection, jobs)
         results = self._transact(lambda own: self._insert(own, jobs))
-        self._wake({job.queue_name for job, (_, created) in zip(jobs, results)
-                    if created and job.delay_seconds <= 0 and job.run_at is None})
+        self._wake(due_queue_names(jobs, results, datetime.now(UTC)))
         return results
 
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:

@@ -21,7 +21,7 @@ from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.async_drivers import enqueue_aiosqlite
 from leased.backends.callers import type_name, wrong_connection
-from leased.backends.enqueueing import jobs_json
+from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.sql import Migration, load_migrations, load_queries
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
@@ -153,11 +153,7 @@ class SQLiteBackend(SQLBackend):
                 return self._insert(connection, jobs)
         with self._write() as own:
             results = self._insert(own, jobs)
-        now = datetime.now(UTC)
-        due = {job.queue_name for job, (_, created) in zip(jobs, results)
-               if created and job.delay_seconds <= 0 and (job.run_at is None or job.run_at <= now)}
-        for queue_name in due:  # after the commit: the jobs are there to be claimed
-            self._waker.wake(queue_name)
+        self.wake(due_queue_names(jobs, results, datetime.now(UTC)))  # after the commit: claimable now
         return results
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
@@ -325,8 +321,7 @@ class SQLiteBackend(SQLBackend):
         return value.timestamp()
 
     def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
-        for queue_name in {job.queue_name for job in jobs}:
-            self._waker.wake(queue_name)
+        self.wake(job.queue_name for job in jobs)
 
     # Limits per queue.
     def set_queue_limit(self, limit: QueueLimit) -> None:
