@@ -16,13 +16,12 @@ import pytest
 from conftest import raw_scalar, raw_sql, time_literal
 from leased import Leased
 from leased.engine.scheduler import Scheduler
-from leased.engine.retrying import retry_delay
 
 
 def scheduler(app: Leased) -> Scheduler:
     """The worker's scheduler service for this app, run one wake-up at a time by the test."""
     return Scheduler(app.backend, list(app.schedules.values()), wake_claimer=lambda: None,
-                     is_transient=lambda error: False, retry_delay=retry_delay, poll_interval=1.0, worker_id="test")
+                     poll_interval=1.0, worker_id="test")
 
 
 def set_last_tick(app: Leased, name: str, when: datetime) -> None:

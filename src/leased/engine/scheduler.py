@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Callable, Protocol, Sequence
 
 from leased.backends.base import Backend, TickSource
-from leased.engine.retrying import one_line
+from leased.engine.retrying import Outage, is_transient, one_line
 
 log = logging.getLogger("leased.scheduler")
 
@@ -27,30 +27,26 @@ class ScheduledTicks(TickSource, Protocol):
 
 class Scheduler:
     def __init__(self, backend: Backend, schedules: Sequence[ScheduledTicks], *, wake_claimer: Callable[[], None],
-                 is_transient: Callable[[BaseException], bool], retry_delay: Callable[[int], float],
                  poll_interval: float, worker_id: str):
         self.backend = backend
         self.schedules = list(schedules)
         self.wake_claimer = wake_claimer
-        self.is_transient = is_transient
-        self.retry_delay = retry_delay
         self.poll_interval = poll_interval
         self.worker_id = worker_id
 
     async def run(self) -> None:
-        failures = 0
+        outage = Outage()
         while True:
             try:
                 nap = await asyncio.to_thread(self.run_once)
             except Exception as error:
-                if not self.is_transient(error):
+                if not is_transient(error):
                     raise
-                failures += 1
-                nap = self.retry_delay(failures)
+                nap = outage.failed()
                 log.warning("worker %s: scheduler cannot reach the database (%s); retrying in %.1fs",
                             self.worker_id, one_line(error), nap)
             else:
-                failures = 0
+                outage.ended()
             await asyncio.sleep(nap)
 
     def run_once(self) -> float:

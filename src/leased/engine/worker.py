@@ -36,7 +36,6 @@ from leased.engine.context import CancelReason
 from leased.engine.executor import Executor, Handler
 from leased.engine.lease_keeper import LeaseKeeper
 from leased.engine.listening import ListenerService
-from leased.engine.retrying import is_transient, retry_delay
 from leased.engine.scheduler import ScheduledTicks, Scheduler
 from leased.engine.threads import HandlerThreads
 from leased.engine.timelimits import TimeLimits
@@ -162,8 +161,7 @@ class Worker:
         # run_until_empty() drains what is queued; ticking schedules would never let it be empty.
         if self.schedules and not stop_when_idle:
             services.append(self._service("scheduler", Scheduler(
-                self.backend, self.schedules, wake_claimer=self.notify, is_transient=is_transient,
-                retry_delay=retry_delay, poll_interval=self.poll_interval, worker_id=self.id).run()))
+                self.backend, self.schedules, wake_claimer=self.notify, poll_interval=self.poll_interval, worker_id=self.id).run()))
         if self.pruner and not stop_when_idle:
             services.append(self._service("pruner", self.pruner.run(self.id)))
         if listener is not None:

@@ -69,7 +69,6 @@ async def _drain(app: Leased, backend: Any, tasks: dict[str, Task], queues: list
                  concurrency: int) -> WorkerStats:
     if app.schedules:  # periodic tasks: enqueue the ticks due by the (possibly advanced) clock first
         await asyncio.to_thread(Scheduler(app.backend, list(app.schedules.values()), wake_claimer=lambda: None,
-                                          is_transient=lambda error: False, retry_delay=lambda failures: 0.0,
                                           poll_interval=1.0, worker_id="leased.testing").run_once)
     worker = Worker(backend, tasks, concurrency=concurrency, queues=queues, events=app.events, push=False,
                     max_payload_bytes=app.max_payload_bytes, poll_interval=0.05)
