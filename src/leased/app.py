@@ -257,10 +257,14 @@ class Leased:
 
     def why(self, job_id: int) -> Explanation:
         """Why the job is where it is (waiting, running, failed...), in plain reasons from the database."""
+        return self.job_and_why(job_id)[1]
+
+    def job_and_why(self, job_id: int) -> tuple[Job, Explanation]:
+        """The job (with its history) and why it is where it is, read in one snapshot, so the two agree."""
         facts = self.backend.why_facts(job_id)
         if facts is None:
             raise JobNotFound(job_id)
-        return explain(facts)
+        return facts.job, explain(facts)
 
     # Limits per queue, across all workers (limits per key are declared on tasks).
     def limit(self, queue_name: str, *, concurrency: int | None = None, rate_limit: str | None = None) -> QueueLimit:

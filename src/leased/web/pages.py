@@ -164,8 +164,7 @@ class Pages:
         try:
             if job_id > MAX_JOB_ID:  # the database would refuse it as out of range, not as missing
                 raise JobNotFound(job_id)
-            job = self.leased.get_job(job_id)
-            why = self.leased.why(job_id)
+            job, why = self.leased.job_and_why(job_id)
         except JobNotFound:
             return self.problem(request, 404, "No such job", f"There is no job with id {job_id}.")
         started = job.history[0].started_at if job.history else None
