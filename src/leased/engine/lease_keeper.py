@@ -14,6 +14,7 @@ from leased.backends.base import Backend
 from leased.engine.context import CancelReason
 from leased.engine.heartbeat import Heartbeat
 from leased.engine.retrying import is_transient
+from leased.engine.threads import call_soon_threadsafe
 from leased.jobs import Lease
 
 log = logging.getLogger("leased.worker")
@@ -55,6 +56,4 @@ class LeaseKeeper:
         except Exception:
             job = None
         reason = CancelReason.CANCELLED if job is not None and job.status == "cancelled" else CancelReason.LEASE_LOST
-        loop = self._loop
-        if loop is not None:
-            loop.call_soon_threadsafe(self._cancel, lease, reason)
+        call_soon_threadsafe(self._loop, self._cancel, lease, reason)

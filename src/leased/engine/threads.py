@@ -7,10 +7,21 @@ exit after a forced shutdown (concurrent.futures' workers are joined at exit).
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable
+
+
+def call_soon_threadsafe(loop: "asyncio.AbstractEventLoop | None", callback: Callable, *args: object) -> None:
+    """Run `callback` on the worker's loop from another thread; nothing if the loop is gone or closed
+    (the worker has stopped: nothing is left to cancel, free or wake)."""
+    if loop is not None:
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            pass
 
 
 class HandlerThreads:

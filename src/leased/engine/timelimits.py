@@ -23,6 +23,7 @@ from typing import Callable
 
 from leased.backends.base import AttemptEnd
 from leased.backoff import Backoff
+from leased.engine.threads import call_soon_threadsafe
 from leased.events import Event, HandlerStuck
 from leased.jobs import Job, Lease, Outcome
 from leased.payloads import clean_text
@@ -121,7 +122,7 @@ class TimeLimits:
         overrun.report = self._loop.call_later(STUCK_AFTER_SECONDS, self._report, overrun)
         loop = self._loop
         # Runs on the handler's thread when it returns (at once if it just did).
-        thread.add_done_callback(lambda _: _call_soon(loop, self._returned, overrun))
+        thread.add_done_callback(lambda _: call_soon_threadsafe(loop, self._returned, overrun))
 
     def _report(self, overrun: _Overrun) -> None:
         if overrun not in self._overruns:
@@ -150,8 +151,3 @@ class TimeLimits:
             self._on_stuck_change()
 
 
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable, *args: object) -> None:
-    try:
-        loop.call_soon_threadsafe(callback, *args)
-    except RuntimeError:  # the worker has stopped and its loop closed: no slot left to free
-        pass

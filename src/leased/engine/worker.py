@@ -37,7 +37,7 @@ from leased.engine.executor import Executor, Handler
 from leased.engine.lease_keeper import LeaseKeeper
 from leased.engine.listening import ListenerService
 from leased.engine.scheduler import ScheduledTicks, Scheduler
-from leased.engine.threads import HandlerThreads
+from leased.engine.threads import HandlerThreads, call_soon_threadsafe
 from leased.engine.timelimits import TimeLimits
 from leased.events import Event, Events
 from leased.jobs import Lease
@@ -133,12 +133,7 @@ class Worker:
         self._call_soon_threadsafe(lambda: self._claimer.wake())
 
     def _call_soon_threadsafe(self, callback: Callable, *args: object) -> None:
-        loop = self._loop
-        if loop is not None:
-            try:
-                loop.call_soon_threadsafe(callback, *args)
-            except RuntimeError:  # the loop closed meanwhile: nothing left to do
-                pass
+        call_soon_threadsafe(self._loop, callback, *args)
 
     def _apply_stop(self, forced: bool) -> None:
         self._claimer.wake()
