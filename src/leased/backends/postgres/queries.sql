@@ -105,13 +105,14 @@ SELECT * FROM claimed;
 
 -- name: renew
 -- Rows are locked in id order, as finish and release lock them: writers that take many rows in
--- different orders deadlock.
+-- different orders deadlock. Each is found by its primary key alone (see finish).
 WITH held AS (
-    SELECT id FROM leased_jobs
-    WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > leased_now()
-      AND (id, attempt) IN (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]))
-    ORDER BY id
-    FOR UPDATE
+    SELECT job.id
+    FROM (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS given (id, attempt) ORDER BY id) AS given
+    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, lease_expires_at FROM leased_jobs
+                        WHERE id = given.id LIMIT 1 FOR UPDATE) AS job
+    WHERE job.attempt = given.attempt AND job.status = 'running' AND job.lease_owner = %(worker_id)s
+      AND job.lease_expires_at > leased_now()
 )
 UPDATE leased_jobs AS job
 SET lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds)
@@ -130,29 +131,36 @@ WITH ends AS (
         AS ends (id, attempt, worker_id, status, result, last_error, retry_in_seconds, outcome, error_type,
                  error_message, traceback)
 ), held AS (
-    SELECT job.id, job.attempt FROM leased_jobs AS job JOIN ends USING (id, attempt)
-    WHERE job.lease_owner = ends.worker_id AND job.status = 'running'
-    ORDER BY job.id
-    FOR UPDATE OF job
+    -- Each row is found by its primary key alone, whatever the statistics say: a plan that read
+    -- every 'running' index entry instead walked the dead entries of all jobs claimed since the
+    -- last vacuum, and took up to a second a batch under a large history.
+    SELECT ends.*
+    FROM (SELECT * FROM ends ORDER BY id) AS ends
+    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner FROM leased_jobs WHERE id = ends.id
+                        LIMIT 1 FOR UPDATE) AS job  -- LIMIT: no filter is pushed down to pick another index
+    WHERE job.attempt = ends.attempt AND job.lease_owner = ends.worker_id AND job.status = 'running'
 ), finished AS (
+    -- Each step carries the columns the next needs and joins one row by key: a generic plan
+    -- guesses ten rows for an unnest, and re-joining the batch by CTE scans was quadratic in it.
     UPDATE leased_jobs AS job
-    SET status = ends.status,
-        result = ends.result::json,
-        last_error = coalesce(ends.last_error, job.last_error),
-        finished_at = CASE WHEN ends.status = 'pending' THEN NULL ELSE leased_now() END,
-        run_after = CASE WHEN ends.status = 'pending'
-                         THEN leased_now() + make_interval(secs => ends.retry_in_seconds)
+    SET status = held.status,
+        result = held.result::json,
+        last_error = coalesce(held.last_error, job.last_error),
+        finished_at = CASE WHEN held.status = 'pending' THEN NULL ELSE leased_now() END,
+        run_after = CASE WHEN held.status = 'pending'
+                         THEN leased_now() + make_interval(secs => held.retry_in_seconds)
                          ELSE job.run_after END,
         lease_owner = NULL,
         lease_expires_at = NULL
-    FROM held JOIN ends USING (id, attempt)
+    FROM held
     WHERE job.id = held.id
-    RETURNING job.id, job.attempt, ends.worker_id
+    RETURNING job.id, job.attempt, held.worker_id, held.outcome, held.error_type, held.error_message,
+              held.traceback
 ), closed AS (
     UPDATE leased_attempts AS a
-    SET finished_at = leased_now(), outcome = ends.outcome, error_type = ends.error_type,
-        error_message = ends.error_message, traceback = ends.traceback
-    FROM finished JOIN ends USING (id, attempt)
+    SET finished_at = leased_now(), outcome = finished.outcome, error_type = finished.error_type,
+        error_message = finished.error_message, traceback = finished.traceback
+    FROM finished
     WHERE a.job_id = finished.id AND a.attempt = finished.attempt AND a.worker_id = finished.worker_id
       AND a.outcome IS NULL
 )
@@ -162,10 +170,12 @@ SELECT id, attempt FROM finished;
 WITH given AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS given (id, attempt)
 ), held AS (
-    SELECT id FROM leased_jobs
-    WHERE status = 'running' AND lease_owner = %(worker_id)s AND (id, attempt) IN (SELECT id, attempt FROM given)
-    ORDER BY id
-    FOR UPDATE
+    -- Found by primary key alone and locked in id order (see finish).
+    SELECT job.id
+    FROM (SELECT * FROM given ORDER BY id) AS given
+    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner FROM leased_jobs
+                        WHERE id = given.id LIMIT 1 FOR UPDATE) AS job
+    WHERE job.attempt = given.attempt AND job.status = 'running' AND job.lease_owner = %(worker_id)s
 ), released AS (
     UPDATE leased_jobs AS job
     SET status = 'pending', run_after = leased_now(), lease_owner = NULL, lease_expires_at = NULL
