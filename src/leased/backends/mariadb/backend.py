@@ -29,6 +29,7 @@ from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.callers import wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
+from leased.backends.mariadb.limited import pick_limited
 from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sql_backend import SQLBackend
@@ -294,11 +295,15 @@ class MariaDBBackend(SQLBackend):
             if not self._execute(connection, "limited_claim_lock").fetchone()["locked"]:
                 raise DatabaseConflict(f"{self._where}: another claim held the limited-claim lock too long")
         try:
-            return self._transact(lambda own: self._lease(own, self._all(own, "claim_limited_ids", **params),
-                                                          params["worker_id"], limited=True))
+            return self._transact(lambda own: self._lease(own, self.pick_limited(own, params), params["worker_id"],
+                                                          limited=True))
         finally:
             with self._translated():
                 self._execute(connection, "limited_claim_unlock")
+
+    def pick_limited(self, connection: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The limited claim's choice on `connection`, in its transaction (see limited.py)."""
+        return pick_limited(lambda name, **query_params: self._all(connection, name, **query_params), params)
 
     def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
         if not leases:
