@@ -211,10 +211,6 @@ class MariaDBBackend(SQLBackend):
         rows = self._rows("wake_ports", host=self._host, silent_after=WORKER_SILENT_AFTER)
         return [row["wake_port"] for row in rows]
 
-    def _wake(self, queue_names: set[str]) -> None:
-        for queue_name in queue_names:  # after the commit: the jobs are there to be claimed
-            self._waker.wake(queue_name)
-
     def close(self) -> None:
         with self._lock:
             for connection in self._connections:
@@ -249,7 +245,7 @@ class MariaDBBackend(SQLBackend):
                 self._set_clock(connection)
                 return self._insert(connection, jobs)
         results = self._transact(lambda own: self._insert(own, jobs))
-        self._wake(due_queue_names(jobs, results, datetime.now(UTC)))
+        self.wake(due_queue_names(jobs, results, datetime.now(UTC)))
         return results
 
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
@@ -374,7 +370,7 @@ class MariaDBBackend(SQLBackend):
             return rows
 
         retried = self._transact(work)
-        self._wake({row["queue_name"] for row in retried})
+        self.wake({row["queue_name"] for row in retried})
         return len(retried)
 
     def register_worker(self, worker: WorkerRecord) -> None:
@@ -402,7 +398,7 @@ class MariaDBBackend(SQLBackend):
             raise InvalidTransition(
                 f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
         if row is not None:
-            self._wake({row["queue_name"]})
+            self.wake({row["queue_name"]})
         return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
 
     def cancel(self, job_id: int) -> Job:
@@ -437,7 +433,7 @@ class MariaDBBackend(SQLBackend):
 
     # Periodic jobs: the shared ScheduleStore, on a transaction of ours.
     def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
-        self._wake({job.queue_name for job in jobs})
+        self.wake({job.queue_name for job in jobs})
 
     # Limits per queue.
     def set_queue_limit(self, limit: QueueLimit) -> None:
@@ -458,7 +454,7 @@ class MariaDBBackend(SQLBackend):
         resumed = self._transact(
             lambda connection: self._execute(connection, "resume_queue", queue_name=queue_name).rowcount > 0)
         if resumed:
-            self._wake({queue_name})
+            self.wake({queue_name})
         return resumed
 
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
