@@ -11,6 +11,7 @@ raised as DatabaseConflict. Times come from the server's clock with microseconds
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -50,6 +51,9 @@ MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
 DEADLOCK_RETRIES = 5
 LOCK_WAIT_SECONDS = 30  # innodb_lock_wait_timeout for our sessions
+
+# The oldest MariaDB with everything the queries use (JSON_TABLE, FOR UPDATE SKIP LOCKED).
+OLDEST_MARIADB = (10, 6)
 
 # Server error numbers: a transaction the server broke off (worth running again), a table that is
 # not there, and a key already taken.
@@ -100,6 +104,23 @@ def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
     return arguments, f"MariaDB database {database!r} on {arguments['host']}:{arguments['port']}"
 
 
+def server_problem(version: str) -> str | None:
+    """Why the server whose SELECT VERSION() reads `version` cannot hold leased's jobs, or None.
+
+    MySQL is refused by name rather than left to fail at its first enqueue: the queries use
+    MariaDB's INSERT ... RETURNING (enqueue, schedule ticks) and VALUE() in ON DUPLICATE KEY UPDATE
+    (worker registry, limits, pruning), which MySQL 8 has no form of."""
+    if "mariadb" not in version.lower():
+        return (f"the server is MySQL {version}, which leased does not support: its MariaDB backend needs "
+                f"MariaDB {OLDEST_MARIADB[0]}.{OLDEST_MARIADB[1]} or newer (MySQL has no INSERT ... RETURNING "
+                "and no VALUE() in ON DUPLICATE KEY UPDATE); use a MariaDB server, or PostgreSQL or SQLite")
+    numbers = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if numbers < OLDEST_MARIADB:
+        return (f"the server is MariaDB {version}: leased needs MariaDB {OLDEST_MARIADB[0]}.{OLDEST_MARIADB[1]} "
+                "or newer (JSON_TABLE, FOR UPDATE SKIP LOCKED)")
+    return None
+
+
 class MariaDBBackend(SQLBackend):
     def __init__(self, url: str):
         self._arguments, self._where = connect_arguments(url)
@@ -108,6 +129,7 @@ class MariaDBBackend(SQLBackend):
         self._lock = threading.Lock()
         self._waker = Waker(self._wake_ports)
         self._host = socket.gethostname()
+        self._server_checked = False  # by the first connection, ours or a caller's
         self.clock = Clock()  # what leased_now() adds to the server's clock, on our sessions and callers'
         # The offset each session was given (ours and callers'): sessions start without one.
         self._clock_set: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
@@ -127,11 +149,28 @@ class MariaDBBackend(SQLBackend):
                     cursor.execute("SET SESSION time_zone = '+00:00'")
             except MySQLdb.OperationalError as error:
                 raise DatabaseUnavailable(f"cannot connect to {self._where}: {error.args[-1]}") from None
+            try:
+                self._check_server(connection)
+            except BaseException:
+                connection.close()
+                raise
             self._local.connection = connection
             with self._lock:
                 self._connections.append(connection)
         self._set_clock(connection)
         return connection
+
+    def _check_server(self, connection: Any) -> None:
+        """Refuses a server that is not MariaDB 10.6+ in one clear error (once per backend)."""
+        if self._server_checked:
+            return
+        with self._translated(), connection.cursor() as cursor:
+            cursor.execute(QUERIES["server_version"])
+            (version,) = cursor.fetchone()
+        problem = server_problem(version)
+        if problem:
+            raise ConfigurationError(f"{self._where}: {problem}")
+        self._server_checked = True
 
     def _set_clock(self, connection: Any) -> None:
         """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
@@ -241,6 +280,7 @@ class MariaDBBackend(SQLBackend):
         if connection is not None:
             if not isinstance(connection, MySQLdb.connections.Connection):
                 raise ConfigurationError(wrong_connection(connection, "MySQLdb.Connection", "MariaDB"))
+            self._check_server(connection)
             with self._translated():  # the caller's transaction: we never commit it
                 self._set_clock(connection)
                 return self._insert(connection, jobs)

@@ -1,10 +1,14 @@
--- Named queries of the MariaDB backend (MariaDB 10.6+: JSON_TABLE, SKIP LOCKED, INSERT ... RETURNING).
+-- Named queries of the MariaDB backend (MariaDB 10.6+: JSON_TABLE, SKIP LOCKED, INSERT ... RETURNING; not MySQL, see server_version).
 -- Parameters are %(name)s (MySQLdb's style). Times are epoch seconds from the server's clock,
 -- leased_now(): UNIX_TIMESTAMP(NOW(6)) plus the session's clock seam offset @leased_clock_offset (see
 -- leased.clock), written out when the backend loads this file; one reading per statement, with
 -- microseconds. Lists arrive as JSON arrays and are read through JSON_TABLE. UPDATE has no RETURNING here: the backend locks the
 -- rows it will change (FOR UPDATE [SKIP LOCKED]), changes them by id, and reads them back, in one
 -- READ COMMITTED transaction.
+
+-- name: server_version
+-- Read once by a backend's first connection: MySQL, and MariaDB before 10.6, are refused by name.
+SELECT VERSION();
 
 -- name: set_clock_offset
 -- The clock seam for this session (see leased.clock); 0 is none.
