@@ -21,7 +21,9 @@ def pick_limited(read: Read, params: dict[str, Any]) -> Rows:
     limit = params["limit"]
     filters = {"task_names": params["task_names"], "queue_names": params["queue_names"]}
     queue_rooms = {row["queue_name"]: row["room"] for row in read("limited_queue_rooms", limit=limit)}
-    candidates = read("claim_ids", **params)  # no key, no queue limit: the plain claim's read
+    # No key, no queue limit: the plain claim's read. It locks what it reads (SKIP LOCKED), so plain
+    # claims skip these few rows until this transaction ends rather than wait for them.
+    candidates = read("claim_ids", **params)
     for queue_name, room in queue_rooms.items():
         if room > 0:
             candidates += read("limited_queue_due_jobs", queue_name=queue_name, room=room, **filters)
