@@ -1,9 +1,10 @@
-"""On SQLite, a task enqueued on Django's connection wakes `leased_worker` processes once it commits.
+"""On SQLite and MariaDB, a task enqueued on Django's connection wakes `leased_worker` processes once
+it commits.
 
-SQLite has no NOTIFY: leased's own enqueue sends a datagram to each live worker after its commit.
+Neither has NOTIFY: leased's own enqueue sends a datagram to each live worker after its commit.
 A task written inside the caller's transaction can be woken for only after that transaction commits,
-so the backend does it from transaction.on_commit(). (PostgreSQL's NOTIFY is delivered at commit
-by the database itself; test_backend.py's worker tests cover it.)
+so the backend calls the leased backend's wake() from transaction.on_commit(). (PostgreSQL's NOTIFY
+is delivered at commit by the database itself; test_backend.py's worker tests cover it.)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+)
 
-from djangotest import close_leased_connections, leased_tasks, worker_process  # noqa: E402,F401  (fixtures)
+from djangotest import DATABASES, close_leased_connections, leased_tasks, require_database, worker_process  # noqa: E402,F401  (fixtures)
 
 from conftest import wait_for  # noqa: E402
 from django.db import transaction  # noqa: E402
@@ -32,17 +33,24 @@ POLL_INTERVAL = "30"  # the worker looks for tasks on its own only every 30 s
 WOKEN_WITHIN = 10.0  # so a task run within 10 s was woken for, not polled for
 
 
+@pytest.fixture(params=["sqlite", "mariadb"])
+def no_notify_alias(request) -> str:
+    """The Django database alias of a database without NOTIFY."""
+    require_database(request.param)
+    return DATABASES[request.param]
+
+
 def succeeded(result) -> bool:
     return tasks.add_async.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
 
 
 @contextmanager
-def sleeping_worker() -> Iterator[dict[str, str]]:
+def sleeping_worker(db_alias: str) -> Iterator[dict[str, str]]:
     """A `leased_worker` process that has run a first task and is now waiting out its 30 s poll;
     yields a dict that holds its output (key "output") once it has stopped."""
     stopped: dict[str, str] = {}
-    with leased_tasks("default"):
-        worker = worker_process("default", "--poll-interval", POLL_INTERVAL)
+    with leased_tasks(db_alias):
+        worker = worker_process(db_alias, "--poll-interval", POLL_INTERVAL)
         try:
             first = tasks.add_async.enqueue(1, 1)  # found by the worker's first look: it is up and listening
             wait_for(lambda: succeeded(first), timeout=60, message="the worker to start and run a first task")
@@ -57,9 +65,9 @@ def sleeping_worker() -> Iterator[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_a_task_committed_in_atomic_wakes_a_sleeping_worker_process_on_sqlite():
-    with sleeping_worker() as worker:
-        with transaction.atomic(using="default"):
+def test_a_task_committed_in_atomic_wakes_a_sleeping_worker_process(no_notify_alias):
+    with sleeping_worker(no_notify_alias) as worker:
+        with transaction.atomic(using=no_notify_alias):
             woken = tasks.add_async.enqueue(2, 3)
         wait_for(lambda: succeeded(woken), timeout=WOKEN_WITHIN,
                  message="the worker to be woken by the commit, not by its 30 s poll")
@@ -68,9 +76,9 @@ def test_a_task_committed_in_atomic_wakes_a_sleeping_worker_process_on_sqlite():
 
 
 @pytest.mark.slow
-def test_a_rolled_back_enqueue_leaves_no_job_and_the_next_commit_still_wakes():
-    with sleeping_worker() as worker:
-        with pytest.raises(RuntimeError), transaction.atomic(using="default"):
+def test_a_rolled_back_enqueue_leaves_no_job_and_the_next_commit_still_wakes(no_notify_alias):
+    with sleeping_worker(no_notify_alias) as worker:
+        with pytest.raises(RuntimeError), transaction.atomic(using=no_notify_alias):
             gone = tasks.add_async.enqueue(4, 4)
             raise RuntimeError("roll back")
         with pytest.raises(TaskResultDoesNotExist):

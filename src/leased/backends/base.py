@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 from leased.admin import WorkerInfo
 from leased.explain import JobFacts
@@ -211,6 +211,11 @@ class Backend(Protocol):
 
     def listener(self) -> Listener | None:
         """A source of wake-ups (queue names of jobs that became due), or None: poll only."""
+
+    def wake(self, queue_names: Iterable[str]) -> None:
+        """Tell workers that `queue_names` have jobs due now, after a commit the backend did not
+        make (jobs enqueued on a caller's connection). Does nothing where the commit itself tells
+        them (PostgreSQL's NOTIFY)."""
 
     def schedule_states(self) -> tuple[datetime, list[ScheduleState]]:
         """The database's now, and every schedule's stored state."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from leased.admin import WorkerInfo
 from leased.backends.base import JobFilter, NewJob, PruneRule
@@ -42,11 +42,26 @@ from leased.errors import InvalidTransition, JobNotFound
 from leased.jobs import Attempt, Job
 from leased.limits import QueueLimit
 
+if TYPE_CHECKING:
+    from leased.backends.sqlite.wakeups import Waker
+
 
 class SQLBackend(InspectionReads, ScheduleStore):
     _queries: dict[str, str]
     _migrations: list[Migration]
     _now_sql: str  # the database's now in a literal script, for migration_sql()
+    # Datagrams to the live workers on this host, where the database has no NOTIFY (SQLite, MariaDB).
+    _waker: Waker | None = None
+
+    # Wake-ups for jobs that a caller's transaction wrote (enqueue(jobs, connection) cannot send
+    # them: the jobs exist only once the caller commits). Call it after that commit, as
+    # leased.contrib.django does from transaction.on_commit(); the backend's own writes call it
+    # after theirs. PostgreSQL's NOTIFY is delivered by the commit itself: nothing to send.
+    def wake(self, queue_names: Iterable[str]) -> None:
+        """Tell the live workers this producer reaches that `queue_names` have jobs due now."""
+        if self._waker is not None:
+            for queue_name in set(queue_names):
+                self._waker.wake(queue_name)
 
     # Hooks (see the module's docstring).
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> Sequence[Sequence[Any]]:

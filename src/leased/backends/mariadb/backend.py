@@ -11,6 +11,7 @@ raised as DatabaseConflict. Times come from the server's clock with microseconds
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -29,6 +30,7 @@ from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.callers import wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
+from leased.backends.mariadb.limited import pick_limited
 from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sql_backend import SQLBackend
@@ -49,6 +51,9 @@ MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
 DEADLOCK_RETRIES = 5
 LOCK_WAIT_SECONDS = 30  # innodb_lock_wait_timeout for our sessions
+
+# The oldest MariaDB with everything the queries use (JSON_TABLE, FOR UPDATE SKIP LOCKED).
+OLDEST_MARIADB = (10, 6)
 
 # Server error numbers: a transaction the server broke off (worth running again), a table that is
 # not there, and a key already taken.
@@ -99,6 +104,23 @@ def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
     return arguments, f"MariaDB database {database!r} on {arguments['host']}:{arguments['port']}"
 
 
+def server_problem(version: str) -> str | None:
+    """Why the server whose SELECT VERSION() reads `version` cannot hold leased's jobs, or None.
+
+    MySQL is refused by name rather than left to fail at its first enqueue: the queries use
+    MariaDB's INSERT ... RETURNING (enqueue, schedule ticks) and VALUE() in ON DUPLICATE KEY UPDATE
+    (worker registry, limits, pruning), which MySQL 8 has no form of."""
+    if "mariadb" not in version.lower():
+        return (f"the server is MySQL {version}, which leased does not support: its MariaDB backend needs "
+                f"MariaDB {OLDEST_MARIADB[0]}.{OLDEST_MARIADB[1]} or newer (MySQL has no INSERT ... RETURNING "
+                "and no VALUE() in ON DUPLICATE KEY UPDATE); use a MariaDB server, or PostgreSQL or SQLite")
+    numbers = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if numbers < OLDEST_MARIADB:
+        return (f"the server is MariaDB {version}: leased needs MariaDB {OLDEST_MARIADB[0]}.{OLDEST_MARIADB[1]} "
+                "or newer (JSON_TABLE, FOR UPDATE SKIP LOCKED)")
+    return None
+
+
 class MariaDBBackend(SQLBackend):
     def __init__(self, url: str):
         self._arguments, self._where = connect_arguments(url)
@@ -107,6 +129,7 @@ class MariaDBBackend(SQLBackend):
         self._lock = threading.Lock()
         self._waker = Waker(self._wake_ports)
         self._host = socket.gethostname()
+        self._server_checked = False  # by the first connection, ours or a caller's
         self.clock = Clock()  # what leased_now() adds to the server's clock, on our sessions and callers'
         # The offset each session was given (ours and callers'): sessions start without one.
         self._clock_set: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
@@ -126,11 +149,28 @@ class MariaDBBackend(SQLBackend):
                     cursor.execute("SET SESSION time_zone = '+00:00'")
             except MySQLdb.OperationalError as error:
                 raise DatabaseUnavailable(f"cannot connect to {self._where}: {error.args[-1]}") from None
+            try:
+                self._check_server(connection)
+            except BaseException:
+                connection.close()
+                raise
             self._local.connection = connection
             with self._lock:
                 self._connections.append(connection)
         self._set_clock(connection)
         return connection
+
+    def _check_server(self, connection: Any) -> None:
+        """Refuses a server that is not MariaDB 10.6+ in one clear error (once per backend)."""
+        if self._server_checked:
+            return
+        with self._translated(), connection.cursor() as cursor:
+            cursor.execute(QUERIES["server_version"])
+            (version,) = cursor.fetchone()
+        problem = server_problem(version)
+        if problem:
+            raise ConfigurationError(f"{self._where}: {problem}")
+        self._server_checked = True
 
     def _set_clock(self, connection: Any) -> None:
         """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
@@ -210,10 +250,6 @@ class MariaDBBackend(SQLBackend):
         rows = self._rows("wake_ports", host=self._host, silent_after=WORKER_SILENT_AFTER)
         return [row["wake_port"] for row in rows]
 
-    def _wake(self, queue_names: set[str]) -> None:
-        for queue_name in queue_names:  # after the commit: the jobs are there to be claimed
-            self._waker.wake(queue_name)
-
     def close(self) -> None:
         with self._lock:
             for connection in self._connections:
@@ -244,11 +280,12 @@ class MariaDBBackend(SQLBackend):
         if connection is not None:
             if not isinstance(connection, MySQLdb.connections.Connection):
                 raise ConfigurationError(wrong_connection(connection, "MySQLdb.Connection", "MariaDB"))
+            self._check_server(connection)
             with self._translated():  # the caller's transaction: we never commit it
                 self._set_clock(connection)
                 return self._insert(connection, jobs)
         results = self._transact(lambda own: self._insert(own, jobs))
-        self._wake(due_queue_names(jobs, results, datetime.now(UTC)))
+        self.wake(due_queue_names(jobs, results, datetime.now(UTC)))
         return results
 
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
@@ -294,11 +331,15 @@ class MariaDBBackend(SQLBackend):
             if not self._execute(connection, "limited_claim_lock").fetchone()["locked"]:
                 raise DatabaseConflict(f"{self._where}: another claim held the limited-claim lock too long")
         try:
-            return self._transact(lambda own: self._lease(own, self._all(own, "claim_limited_ids", **params),
-                                                          params["worker_id"], limited=True))
+            return self._transact(lambda own: self._lease(own, self.pick_limited(own, params), params["worker_id"],
+                                                          limited=True))
         finally:
             with self._translated():
                 self._execute(connection, "limited_claim_unlock")
+
+    def pick_limited(self, connection: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The limited claim's choice on `connection`, in its transaction (see limited.py)."""
+        return pick_limited(lambda name, **query_params: self._all(connection, name, **query_params), params)
 
     def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
         if not leases:
@@ -369,7 +410,7 @@ class MariaDBBackend(SQLBackend):
             return rows
 
         retried = self._transact(work)
-        self._wake({row["queue_name"] for row in retried})
+        self.wake({row["queue_name"] for row in retried})
         return len(retried)
 
     def register_worker(self, worker: WorkerRecord) -> None:
@@ -397,7 +438,7 @@ class MariaDBBackend(SQLBackend):
             raise InvalidTransition(
                 f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
         if row is not None:
-            self._wake({row["queue_name"]})
+            self.wake({row["queue_name"]})
         return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
 
     def cancel(self, job_id: int) -> Job:
@@ -432,7 +473,7 @@ class MariaDBBackend(SQLBackend):
 
     # Periodic jobs: the shared ScheduleStore, on a transaction of ours.
     def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
-        self._wake({job.queue_name for job in jobs})
+        self.wake({job.queue_name for job in jobs})
 
     # Limits per queue.
     def set_queue_limit(self, limit: QueueLimit) -> None:
@@ -453,7 +494,7 @@ class MariaDBBackend(SQLBackend):
         resumed = self._transact(
             lambda connection: self._execute(connection, "resume_queue", queue_name=queue_name).rowcount > 0)
         if resumed:
-            self._wake({queue_name})
+            self.wake({queue_name})
         return resumed
 
     def prune_batch(self, rule: PruneRule, limit: int) -> int:

@@ -1,10 +1,14 @@
--- Named queries of the MariaDB backend (MariaDB 10.6+: JSON_TABLE, SKIP LOCKED, INSERT ... RETURNING).
+-- Named queries of the MariaDB backend (MariaDB 10.6+: JSON_TABLE, SKIP LOCKED, INSERT ... RETURNING; not MySQL, see server_version).
 -- Parameters are %(name)s (MySQLdb's style). Times are epoch seconds from the server's clock,
 -- leased_now(): UNIX_TIMESTAMP(NOW(6)) plus the session's clock seam offset @leased_clock_offset (see
 -- leased.clock), written out when the backend loads this file; one reading per statement, with
 -- microseconds. Lists arrive as JSON arrays and are read through JSON_TABLE. UPDATE has no RETURNING here: the backend locks the
 -- rows it will change (FOR UPDATE [SKIP LOCKED]), changes them by id, and reads them back, in one
 -- READ COMMITTED transaction.
+
+-- name: server_version
+-- Read once by a backend's first connection: MySQL, and MariaDB before 10.6, are refused by name.
+SELECT VERSION();
 
 -- name: set_clock_offset
 -- The clock seam for this session (see leased.clock); 0 is none.
@@ -39,7 +43,7 @@ SELECT * FROM leased_jobs WHERE waiting_key = %(idempotency_key)s;
 -- another claim has locked are skipped, never waited for. The task and queue lists are tested row
 -- by row (JSON_CONTAINS): joined as JSON_TABLE semi-joins they made MariaDB read the whole due
 -- range into a temporary table and sort it (45 ms a claim with 20,000 due jobs; 0.4 ms now).
-SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_due)
+SELECT id, priority, run_after, queue_name FROM leased_jobs FORCE INDEX (leased_jobs_due)
 WHERE due_rank IS NOT NULL AND run_after <= leased_now()
   AND JSON_CONTAINS(%(task_names)s, JSON_QUOTE(task_name))
   AND (%(queue_names)s IS NULL
@@ -403,59 +407,81 @@ SELECT GET_LOCK(CONCAT('leased_limited_claim:', DATABASE()), 30) AS locked;
 -- name: limited_claim_unlock
 SELECT RELEASE_LOCK(CONCAT('leased_limited_claim:', DATABASE())) AS released;
 
--- name: claim_limited_ids
--- Every due job, limited or not, in claim order, within the limits; the caller leases them by id.
--- A key's room is its cap minus its running jobs (and its starts within the rate window), read
--- from the key's head job; a limited queue's room likewise. This reads every due job: MariaDB has
--- no LIMIT inside IN subqueries, so the per-key reads PostgreSQL bounds are window functions here.
-WITH key_heads AS (
-    SELECT due_key AS limit_key, id FROM (
-        SELECT due_key, id, row_number() OVER (PARTITION BY due_key ORDER BY priority DESC, run_after, id) AS place
-        FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due) WHERE due_key IS NOT NULL) AS ordered
-    WHERE place = 1
-), key_room AS (
-    SELECT h.limit_key, LEAST(
-        COALESCE(head.key_concurrency - (SELECT count(*) FROM leased_jobs AS r WHERE r.running_key = h.limit_key),
-                 %(limit)s),
-        COALESCE(head.key_rate_count - (SELECT count(*) FROM leased_starts AS s
-                                        WHERE s.limit_name = CONCAT('key:', h.limit_key)
-                                          AND s.started_at > leased_now() - head.key_rate_seconds),
-                 %(limit)s),
-        %(limit)s) AS room
-    FROM key_heads AS h JOIN leased_jobs AS head ON head.id = h.id
-), queue_room AS (
-    SELECT l.queue_name, LEAST(
-        COALESCE(l.concurrency - (SELECT count(*) FROM leased_jobs AS r
-                                  WHERE r.queue_name = l.queue_name AND r.status = 'running'), %(limit)s),
-        COALESCE(l.rate_count - (SELECT count(*) FROM leased_starts AS s
-                                 WHERE s.limit_name = CONCAT('queue:', l.queue_name)
-                                   AND s.started_at > leased_now() - l.rate_seconds), %(limit)s),
-        %(limit)s) AS room
-    FROM leased_queue_limits AS l
-), eligible AS (
-    SELECT id, priority, run_after, queue_name, concurrency_key FROM leased_jobs
-    WHERE status = 'pending' AND run_after <= leased_now()
-      AND task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t)
-      AND (%(queue_names)s IS NULL
-           OR queue_name IN (SELECT value FROM JSON_TABLE(%(queue_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS q))
-      AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
-), keyed AS (
-    SELECT e.id, e.priority, e.run_after, e.queue_name, k.room,
-           row_number() OVER (PARTITION BY e.concurrency_key ORDER BY e.priority DESC, e.run_after, e.id) AS place
-    FROM eligible AS e JOIN key_room AS k ON k.limit_key = e.concurrency_key
-    WHERE k.room > 0
-), candidates AS (
-    SELECT id, priority, run_after, queue_name FROM eligible WHERE concurrency_key IS NULL
-    UNION ALL
-    SELECT id, priority, run_after, queue_name FROM keyed WHERE place <= room
-), ranked AS (
-    SELECT c.*, row_number() OVER (PARTITION BY c.queue_name ORDER BY c.priority DESC, c.run_after, c.id) AS place
-    FROM candidates AS c
+-- The limited claim's reads (backends/mariadb/limited.py picks from them, in claim order, within
+-- the limits; the caller leases the picked ids). MariaDB has no LATERAL and no LIMIT inside IN
+-- subqueries, and does not seek a range whose bound comes from another row (a correlated subquery
+-- or a recursive CTE scans the index from its start), so the per-key and per-queue reads that
+-- PostgreSQL bounds in one statement are statements of their own here, each with literal bounds:
+-- the waiting keys are visited one probe each, and only a key's room of its jobs is read. A key
+-- with no room costs one probe however many jobs wait behind it.
+
+-- name: limited_queue_rooms
+-- A limited queue's room: its cap minus its running jobs (and its starts within the rate window).
+-- Room may be negative after a limit was lowered: nothing is claimed.
+SELECT l.queue_name, LEAST(
+    COALESCE(l.concurrency - (SELECT count(*) FROM leased_jobs AS r
+                              WHERE r.queue_name = l.queue_name AND r.status = 'running'), %(limit)s),
+    COALESCE(l.rate_count - (SELECT count(*) FROM leased_starts AS s
+                             WHERE s.limit_name = CONCAT('queue:', l.queue_name)
+                               AND s.started_at > leased_now() - l.rate_seconds), %(limit)s),
+    %(limit)s) AS room
+FROM leased_queue_limits AS l;
+
+-- name: limited_queue_due_jobs
+-- Up to :room due jobs without a key of one limited queue, in claim order (leased_jobs_queue_due
+-- holds them in that order).
+SELECT id, priority, run_after, queue_name FROM leased_jobs FORCE INDEX (leased_jobs_queue_due)
+WHERE queue_name = %(queue_name)s AND due_rank IS NOT NULL AND run_after <= leased_now()
+  AND JSON_CONTAINS(%(task_names)s, JSON_QUOTE(task_name))
+  AND (%(queue_names)s IS NULL OR JSON_CONTAINS(%(queue_names)s, JSON_QUOTE(queue_name)))
+  AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
+ORDER BY due_rank, run_after, id
+LIMIT %(room)s;
+
+-- name: next_waiting_key
+-- The first waiting key after :after (NULL: the first of all), and its room: its cap minus its
+-- running jobs (and its starts within the rate window), read from the key's head job (its next in
+-- claim order), which carries the key's limits. Three probes of leased_jobs_keyed_due: the key,
+-- its top priority (read backwards: ORDER BY priority DESC, run_after, id has no index order here),
+-- and the head within that priority.
+WITH next_key AS (
+    SELECT due_key FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due)
+    WHERE due_key IS NOT NULL AND (%(after)s IS NULL OR due_key > %(after)s)
+    ORDER BY due_key LIMIT 1
 )
-SELECT ranked.id FROM ranked LEFT JOIN queue_room ON queue_room.queue_name = ranked.queue_name
-WHERE queue_room.queue_name IS NULL OR ranked.place <= queue_room.room
-ORDER BY ranked.priority DESC, ranked.run_after, ranked.id
-LIMIT %(limit)s;
+SELECT head.due_key AS limit_key, LEAST(
+    COALESCE(head.key_concurrency - (SELECT count(*) FROM leased_jobs FORCE INDEX (leased_jobs_keyed_running)
+                                     WHERE running_key = head.due_key), %(limit)s),
+    COALESCE(head.key_rate_count - (SELECT count(*) FROM leased_starts
+                                    WHERE limit_name = CONCAT('key:', head.due_key)
+                                      AND started_at > leased_now() - head.key_rate_seconds), %(limit)s),
+    %(limit)s) AS room
+FROM (SELECT due_key, key_concurrency, key_rate_count, key_rate_seconds
+      FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due)
+      WHERE due_key = (SELECT due_key FROM next_key)
+        AND priority = (SELECT priority FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due)
+                        WHERE due_key = (SELECT due_key FROM next_key) ORDER BY priority DESC LIMIT 1)
+      ORDER BY run_after, id LIMIT 1) AS head;
+
+-- name: waiting_key_level
+-- A key's next priority below :below (NULL: its highest) as `level`, and up to :room of its due
+-- jobs at that priority, in claim order; a level with none of them due (or for these workers) is
+-- one row whose id is NULL. No row: the key has no lower priority.
+WITH level AS (
+    SELECT priority FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due)
+    WHERE due_key = %(limit_key)s AND (%(below)s IS NULL OR priority < %(below)s)
+    ORDER BY priority DESC LIMIT 1
+)
+SELECT level.priority AS level, job.id, job.priority, job.run_after, job.queue_name
+FROM level LEFT JOIN (
+    SELECT id, priority, run_after, queue_name FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due)
+    WHERE due_key = %(limit_key)s AND priority = (SELECT priority FROM level) AND run_after <= leased_now()
+      AND JSON_CONTAINS(%(task_names)s, JSON_QUOTE(task_name))
+      AND (%(queue_names)s IS NULL OR JSON_CONTAINS(%(queue_names)s, JSON_QUOTE(queue_name)))
+      AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
+    ORDER BY run_after, id
+    LIMIT %(room)s
+) AS job ON TRUE;
 
 -- name: record_starts
 INSERT INTO leased_starts (limit_name, started_at)

@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
@@ -256,8 +256,7 @@ class SQLiteBackend(SQLBackend):
         with self._write() as connection:
             retried = connection.execute(QUERIES["retry_failed"], {"task_name": task_name,
                                                                    "queue_name": queue_name}).fetchall()
-        for queue in {row["queue_name"] for row in retried}:  # due now: wake workers, as enqueue does
-            self._waker.wake(queue)
+        self.wake(row["queue_name"] for row in retried)  # due now: wake workers, as enqueue does
         return len(retried)
 
     def register_worker(self, worker: WorkerRecord) -> None:
@@ -277,7 +276,7 @@ class SQLiteBackend(SQLBackend):
             raise InvalidTransition(
                 f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
         if row is not None:  # due now: wake workers, as enqueue does
-            self._waker.wake(row["queue_name"])
+            self.wake([row["queue_name"]])
         return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
 
     def cancel(self, job_id: int) -> Job:
@@ -340,7 +339,7 @@ class SQLiteBackend(SQLBackend):
         with self._write() as connection:
             resumed = connection.execute(QUERIES["resume_queue"], {"queue_name": queue_name}).fetchone() is not None
         if resumed:  # after the commit, as for a new job: its jobs are claimable now
-            self._waker.wake(queue_name)
+            self.wake([queue_name])
         return resumed
 
     def _list_param(self, values: Sequence[Any]) -> str:
@@ -398,14 +397,6 @@ class SQLiteBackend(SQLBackend):
 
     def _is_missing_table(self, error: BaseException) -> bool:
         return isinstance(error, sqlite3.OperationalError) and "no such table" in str(error)
-
-    # Wake-ups for jobs that a caller's transaction wrote (enqueue(jobs, connection) cannot send
-    # them: the jobs exist only once the caller commits). Call it after that commit, as
-    # leased.contrib.django does from transaction.on_commit().
-    def wake(self, queue_names: Iterable[str]) -> None:
-        """Tell this file's live workers that `queue_names` have jobs due now."""
-        for queue_name in set(queue_names):
-            self._waker.wake(queue_name)
 
 
 def _statements(script: str) -> list[str]:

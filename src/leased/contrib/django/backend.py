@@ -26,7 +26,6 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from leased.app import Leased
-from leased.backends.sqlite.backend import SQLiteBackend
 from leased.backoff import Backoff
 from leased.contrib.django.connection import database_url, raw_connection
 from leased.contrib.django.options import TASK_OPTIONS, LeasedTask, task_options
@@ -131,12 +130,10 @@ class LeasedBackend(BaseTaskBackend):
         return self.app.worker(**options)
 
     def _wake_workers_on_commit(self, queue_name: str) -> None:
-        """On SQLite, wake workers in other processes once the job is committed (at once outside
-        atomic(); after the outermost commit inside; never on a rollback). PostgreSQL needs nothing:
-        the insert's NOTIFY is delivered at commit."""
-        backend = self.app.backend
-        if isinstance(backend, SQLiteBackend):
-            transaction.on_commit(partial(backend.wake, [queue_name]), using=self.database)
+        """Wake workers in other processes once the job is committed (at once outside atomic();
+        after the outermost commit inside; never on a rollback): on SQLite and MariaDB, which have
+        no NOTIFY. PostgreSQL's backend does nothing here: the insert's NOTIFY is delivered at commit."""
+        transaction.on_commit(partial(self.app.backend.wake, [queue_name]), using=self.database)
 
     def _handler(self, task: Task) -> LeasedHandler:
         app = self.app

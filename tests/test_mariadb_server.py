@@ -1,0 +1,39 @@
+"""Which servers a mariadb:// or mysql:// URL may reach: MariaDB 10.6+, under either scheme. MySQL
+(no server of it can run here) is refused by what SELECT VERSION() says, in one clear error."""
+
+from __future__ import annotations
+
+import pytest
+
+from leased import Leased
+from leased.backends.base import ClaimRequest
+from leased.backends.mariadb.backend import server_problem
+
+
+@pytest.mark.parametrize("version", ["8.0.36", "8.4.3", "9.1.0-commercial"])
+def test_mysql_is_refused_naming_what_it_lacks(version):
+    problem = server_problem(version)
+    assert problem and f"MySQL {version}" in problem
+    assert "INSERT ... RETURNING" in problem and "use a MariaDB server" in problem
+
+
+def test_mariadb_older_than_10_6_is_refused():
+    assert "MariaDB 10.6 or newer" in server_problem("10.5.27-MariaDB-log")
+
+
+@pytest.mark.parametrize("version", ["10.6.0-MariaDB", "10.11.19-MariaDB-0+deb12u1", "11.4.2-MariaDB-ubu2404"])
+def test_mariadb_10_6_and_newer_is_accepted(version):
+    assert server_problem(version) is None
+
+
+@pytest.mark.parametrize("backend_name", ["mariadb"], indirect=True)
+def test_a_mysql_url_reaching_mariadb_works_as_mariadb_does(database_url):
+    app = Leased("mysql://" + database_url.split("://", 1)[1])
+
+    @app.task(name="t")
+    def t(n): ...
+
+    job = t.enqueue(1)
+    assert [claimed.id for claimed in app.backend.claim(ClaimRequest("w", ("t",), None, 5))] == [job.id]
+    assert app.backend._server_checked
+    app.close()
