@@ -174,7 +174,49 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: counts
+-- Every row, exactly: `Leased.counts()`, for scripts and tests. The dashboard reads the cheap ones below.
 SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, status;
+
+-- Cheap counts (leased/counts.py), read in one snapshot. None of them reads the finished history.
+-- name: count_id_range
+SELECT min(id) AS low, max(id) AS high FROM leased_jobs;
+
+-- name: count_active
+-- Exact, each part through the index of a generated column that is NULL outside its set (the
+-- claim's and the reclaim's), so the ranges hold only pending or running jobs.
+SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs
+WHERE due_rank IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'pending', count(*) FROM leased_jobs
+WHERE due_key IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'running', count(*) FROM leased_jobs
+WHERE running_expires_at IS NOT NULL GROUP BY queue_name;
+
+-- name: count_capped
+-- Failed and cancelled per queue, while each has fewer than `cap` jobs: first counted up to cap
+-- (an index range, no row read), then split by queue only if under it. A status at the cap comes
+-- back as one row without a queue, and the caller estimates it.
+WITH capped AS (
+    SELECT 'failed' AS status, count(*) AS n
+    FROM (SELECT 1 FROM leased_jobs WHERE status = 'failed' LIMIT %(cap)s) AS failed
+    UNION ALL
+    SELECT 'cancelled', count(*) FROM (SELECT 1 FROM leased_jobs WHERE status = 'cancelled' LIMIT %(cap)s) AS cancelled
+)
+SELECT NULL AS queue_name, status, n FROM capped WHERE n >= %(cap)s
+UNION ALL
+SELECT queue_name, 'failed', count(*) FROM leased_jobs
+WHERE status = 'failed' AND (SELECT n FROM capped WHERE status = 'failed') < %(cap)s GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'cancelled', count(*) FROM leased_jobs
+WHERE status = 'cancelled' AND (SELECT n FROM capped WHERE status = 'cancelled') < %(cap)s GROUP BY queue_name;
+
+-- name: count_sample
+-- The jobs at the probed ids, by primary key; an id with no job (pruned, deleted) is a miss.
+SELECT j.queue_name, j.status, count(*) AS n
+FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS probe
+JOIN leased_jobs AS j ON j.id = probe.id
+GROUP BY j.queue_name, j.status;
 
 -- name: lock_for_retry
 SELECT queue_name FROM leased_jobs WHERE id = %(job_id)s AND status IN ('failed', 'cancelled') FOR UPDATE;

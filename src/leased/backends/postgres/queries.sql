@@ -231,7 +231,46 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: counts
+-- Every row, exactly: `Leased.counts()`, for scripts and tests. The dashboard reads the cheap ones below.
 SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, status;
+
+-- Cheap counts (leased/counts.py), read in one snapshot. None of them reads the finished history.
+-- name: count_id_range
+SELECT min(id) AS low, max(id) AS high FROM leased_jobs;
+
+-- name: count_active
+-- Exact, each part through a partial index of the claim or the reclaim: the due set and the leases.
+SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs
+WHERE status = 'pending' AND concurrency_key IS NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'pending', count(*) FROM leased_jobs
+WHERE status = 'pending' AND concurrency_key IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running' GROUP BY queue_name;
+
+-- name: count_capped
+-- Failed and cancelled per queue, while each has fewer than `cap` jobs: first counted up to cap
+-- (an index range, no row read), then split by queue only if under it. A status at the cap comes
+-- back as one row without a queue, and the caller estimates it.
+WITH capped AS MATERIALIZED (
+    SELECT 'failed' AS status, count(*) AS n
+    FROM (SELECT 1 FROM leased_jobs WHERE status = 'failed' LIMIT %(cap)s) AS failed
+    UNION ALL
+    SELECT 'cancelled', count(*) FROM (SELECT 1 FROM leased_jobs WHERE status = 'cancelled' LIMIT %(cap)s) AS cancelled
+)
+SELECT NULL AS queue_name, status, n FROM capped WHERE n >= %(cap)s
+UNION ALL
+SELECT queue_name, 'failed', count(*) FROM leased_jobs
+WHERE status = 'failed' AND (SELECT n FROM capped WHERE status = 'failed') < %(cap)s GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'cancelled', count(*) FROM leased_jobs
+WHERE status = 'cancelled' AND (SELECT n FROM capped WHERE status = 'cancelled') < %(cap)s GROUP BY queue_name;
+
+-- name: count_sample
+-- The jobs at the probed ids, by primary key; an id with no job (pruned, deleted) is a miss.
+SELECT j.queue_name, j.status, count(*) AS n
+FROM unnest(%(ids)s::bigint[]) AS probe (id) JOIN leased_jobs AS j ON j.id = probe.id
+GROUP BY j.queue_name, j.status;
 
 -- name: retry
 -- A retried job is due now: it wakes listening workers on enqueue's channel, at commit, so that
