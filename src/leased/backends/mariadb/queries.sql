@@ -184,13 +184,13 @@ SELECT min(id) AS low, max(id) AS high FROM leased_jobs;
 -- name: count_active
 -- Exact, each part through the index of a generated column that is NULL outside its set (the
 -- claim's and the reclaim's), so the ranges hold only pending or running jobs.
-SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs
+SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs FORCE INDEX (leased_jobs_due)
 WHERE due_rank IS NOT NULL GROUP BY queue_name
 UNION ALL
-SELECT queue_name, 'pending', count(*) FROM leased_jobs
+SELECT queue_name, 'pending', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due)
 WHERE due_key IS NOT NULL GROUP BY queue_name
 UNION ALL
-SELECT queue_name, 'running', count(*) FROM leased_jobs
+SELECT queue_name, 'running', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_leases)
 WHERE running_expires_at IS NOT NULL GROUP BY queue_name;
 
 -- name: count_capped

@@ -153,17 +153,20 @@ SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, s
 
 -- Cheap counts (leased/counts.py), read in one snapshot. None of them reads the finished history.
 -- name: count_id_range
-SELECT min(id) AS low, max(id) AS high FROM leased_jobs;
+-- Two subqueries: SQLite reads one end of the key for a lone min() or max(), but scans for both.
+SELECT (SELECT min(id) FROM leased_jobs) AS low, (SELECT max(id) FROM leased_jobs) AS high;
 
 -- name: count_active
--- Exact, each part through a partial index of the claim or the reclaim: the due set and the leases.
-SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs
+-- Exact, each part through a partial index of the claim or the reclaim: the due set and the leases
+-- (named: for the GROUP BY, SQLite would rather walk a full index in queue order).
+SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs INDEXED BY leased_jobs_queue_due
 WHERE status = 'pending' AND concurrency_key IS NULL GROUP BY queue_name
 UNION ALL
-SELECT queue_name, 'pending', count(*) FROM leased_jobs
+SELECT queue_name, 'pending', count(*) FROM leased_jobs INDEXED BY leased_jobs_keyed_due
 WHERE status = 'pending' AND concurrency_key IS NOT NULL GROUP BY queue_name
 UNION ALL
-SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running' GROUP BY queue_name;
+SELECT queue_name, 'running', count(*) FROM leased_jobs INDEXED BY leased_jobs_leases
+WHERE status = 'running' GROUP BY queue_name;
 
 -- name: count_capped
 -- Failed and cancelled per queue, while each has fewer than `cap` jobs: first counted up to cap
