@@ -316,8 +316,14 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
 INSERT INTO leased_schema_version (version, applied_at) VALUES (%(version)s, now());
 
 -- name: oldest_due
-SELECT queue_name, extract(epoch FROM leased_now() - min(run_after))::float8 AS seconds FROM leased_jobs
-WHERE status = 'pending' AND run_after <= leased_now()
+-- Through the due set's partial indexes, as count_active: no index on all of status is needed.
+SELECT queue_name, extract(epoch FROM leased_now() - min(run_after))::float8 AS seconds FROM (
+    SELECT queue_name, run_after FROM leased_jobs
+    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+    UNION ALL
+    SELECT queue_name, run_after FROM leased_jobs
+    WHERE status = 'pending' AND concurrency_key IS NOT NULL AND run_after <= leased_now()
+) AS due
 GROUP BY queue_name;
 
 -- name: finished_since

@@ -211,14 +211,22 @@ SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelle
 WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL;
 
 -- name: oldest_due
-SELECT queue_name, leased_now() - min(run_after) AS seconds FROM leased_jobs
-WHERE status = 'pending' AND run_after <= leased_now()
+-- Through the due set's partial indexes, as count_active: SQLite would rather skip-scan a full index.
+SELECT queue_name, leased_now() - min(run_after) AS seconds FROM (
+    SELECT queue_name, run_after FROM leased_jobs INDEXED BY leased_jobs_queue_due
+    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+    UNION ALL
+    SELECT queue_name, run_after FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+    WHERE status = 'pending' AND concurrency_key IS NOT NULL AND run_after <= leased_now()
+)
 GROUP BY queue_name;
 
 -- name: finished_since
 -- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
+-- The index named: for the GROUP BY, SQLite walked (queue_name, status) instead of the window of
+-- finished_at, and read every done job (3.5 s at a million).
 SELECT queue_name, status, sum(n) AS n FROM (
-    SELECT queue_name, status, count(*) AS n FROM leased_jobs
+    SELECT queue_name, status, count(*) AS n FROM leased_jobs INDEXED BY leased_jobs_finished
     WHERE finished_at >= leased_now() - :window_seconds AND status IN ('done', 'failed')
     GROUP BY queue_name, status
     UNION ALL
