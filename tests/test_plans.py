@@ -127,6 +127,7 @@ def test_the_overviews_counts_read_no_finished_history(app, backend_name):
     statuses = ("CASE WHEN i %% 100 = 0 THEN 'pending' WHEN i %% 100 = 1 THEN 'running' "
                 "WHEN i %% 200 = 2 THEN 'failed' ELSE 'done' END")
     params = {"count_id_range": {}, "count_active": {}, "count_capped": {"cap": 10_001},
+              "count_split": {"failed": True, "cancelled": True},
               "count_sample": {"ids": sample_ids(1, HISTORY, HISTORY // 500)},  # 2,000 of a million, scaled
               "oldest_due": {}, "finished_since": {"window_seconds": 3600.0}}
     if backend_name == "postgres":

@@ -58,23 +58,17 @@ def sample_ids(low: int, high: int, size: int = SAMPLE_SIZE) -> list[int]:
     return [low + (span * i + int(chance.random() * span)) // size for i in range(size)]
 
 
-def tally(*, active: Iterable[Mapping[str, Any]], capped: Iterable[Mapping[str, Any]],
+def tally(*, active: Iterable[Mapping[str, Any]], capped: Mapping[str, int], split: Iterable[Mapping[str, Any]],
           sampled: Iterable[Mapping[str, Any]], low: int, high: int, probes: int,
           exact_up_to: int = EXACT_UP_TO) -> JobCounts:
-    """Merge the three reads (rows of queue_name, status, n): exact active counts, capped counts of
-    CAPPED statuses (at most exact_up_to + 1 rows each), and the hits of `probes` ids in [low, high]."""
+    """Merge the reads (rows of queue_name, status, n): exact active counts; each CAPPED status
+    counted up to exact_up_to + 1, and split by queue if under; the hits of `probes` ids in [low, high]."""
     span = high - low + 1
     exhaustive = probes >= span
+    exact = {status.value for status in ACTIVE} | {status for status, n in capped.items() if n <= exact_up_to}
     table: dict[tuple[str, str], int] = {}
-    read_capped: dict[str, int] = dict.fromkeys((status.value for status in CAPPED), 0)
-    for row in capped:
-        read_capped[row["status"]] += row["n"]
-    exact = {status.value for status in ACTIVE} | {status for status, n in read_capped.items() if n <= exact_up_to}
-    for row in active:
+    for row in [*active, *split]:
         table[row["queue_name"], row["status"]] = row["n"]
-    for row in capped:
-        if row["status"] in exact:
-            table[row["queue_name"], row["status"]] = row["n"]
     for row in sampled:
         if row["status"] not in exact:
             table[row["queue_name"], row["status"]] = row["n"] if exhaustive else round(row["n"] * span / probes)

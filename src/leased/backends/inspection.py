@@ -46,7 +46,10 @@ class InspectionReads:
                 return JobCounts({})
             low, high = int(span["low"]), int(span["high"])
             probes = sample_ids(low, high, sample_size)
-            return tally(active=read_rows("count_active"), capped=read_rows("count_capped", cap=exact_up_to + 1),
+            capped = {row["status"]: row["n"] for row in read_rows("count_capped", cap=exact_up_to + 1)}
+            under = {status: capped[status] <= exact_up_to for status in capped}
+            return tally(active=read_rows("count_active"), capped=capped,
+                         split=read_rows("count_split", failed=under["failed"], cancelled=under["cancelled"]),
                          sampled=read_rows("count_sample", ids=self._list_param(probes)), low=low, high=high,
                          probes=len(probes), exact_up_to=exact_up_to)
 

@@ -169,22 +169,20 @@ SELECT queue_name, 'running', count(*) FROM leased_jobs INDEXED BY leased_jobs_l
 WHERE status = 'running' GROUP BY queue_name;
 
 -- name: count_capped
--- Failed and cancelled per queue, while each has fewer than `cap` jobs: first counted up to cap
--- (an index range, no row read), then split by queue only if under it. A status at the cap comes
--- back as one row without a queue, and the caller estimates it.
-WITH capped AS MATERIALIZED (
-    SELECT 'failed' AS status, count(*) AS n
-    FROM (SELECT 1 FROM leased_jobs WHERE status = 'failed' LIMIT :cap)
-    UNION ALL
-    SELECT 'cancelled', count(*) FROM (SELECT 1 FROM leased_jobs WHERE status = 'cancelled' LIMIT :cap)
-)
-SELECT NULL AS queue_name, status, n FROM capped WHERE n >= :cap
+-- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
+-- the cap is then split by queue (count_split); one at the cap is estimated by the caller.
+SELECT 'failed' AS status, count(*) AS n FROM (SELECT 1 FROM leased_jobs WHERE status = 'failed' LIMIT :cap)
 UNION ALL
-SELECT queue_name, 'failed', count(*) FROM leased_jobs
-WHERE status = 'failed' AND (SELECT n FROM capped WHERE status = 'failed') < :cap GROUP BY queue_name
+SELECT 'cancelled', count(*) FROM (SELECT 1 FROM leased_jobs WHERE status = 'cancelled' LIMIT :cap);
+
+-- name: count_split
+-- Failed and cancelled per queue, each only if its flag is set (it was under the cap): a false
+-- flag is a constant condition, so that part reads nothing.
+SELECT queue_name, 'failed' AS status, count(*) AS n FROM leased_jobs
+WHERE status = 'failed' AND :failed GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'cancelled', count(*) FROM leased_jobs
-WHERE status = 'cancelled' AND (SELECT n FROM capped WHERE status = 'cancelled') < :cap GROUP BY queue_name;
+WHERE status = 'cancelled' AND :cancelled GROUP BY queue_name;
 
 -- name: count_sample
 -- The jobs at the probed ids, by primary key; an id with no job (pruned, deleted) is a miss.
