@@ -1,7 +1,8 @@
-"""How fast the dashboard renders over a million jobs on PostgreSQL.
+"""How fast the dashboard renders over a million jobs on PostgreSQL (or SQLite, or MariaDB).
 
     python bench/dashboard_million.py                 # 1,000,000 jobs, 7 repetitions per page
     python bench/dashboard_million.py --jobs 200000 --explain --keep
+    python bench/dashboard_million.py --database sqlite   # or mariadb: the same jobs, no attempt rows
 
 Fills a fresh schema with generate_series (mostly done, 5% failed with errors and tracebacks, a
 few thousand pending and running, five queues, eight tasks, attempt rows for every failure and a
@@ -14,6 +15,7 @@ A measurement, not a test.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import uuid
@@ -26,6 +28,7 @@ from leased import Leased
 from leased.web import dashboard
 
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+MARIADB_URL = "mariadb://root@127.0.0.1:3306"
 
 FILL = """
 INSERT INTO leased_jobs (task_name, queue_name, status, priority, args, kwargs, attempt, max_attempts,
@@ -68,6 +71,62 @@ FROM leased_jobs AS j, generate_series(1, j.attempt) AS a
 WHERE j.status IN ('failed', 'running') OR j.id % 10 = 0
 """
 
+# The same jobs on SQLite and MariaDB (without attempt rows: the overview and /metrics read none).
+SQLITE_FILL = """
+WITH RECURSIVE n (g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM n WHERE g < {jobs}),
+now (t) AS (SELECT (julianday('now') - 2440587.5) * 86400.0),
+s AS (SELECT g, t AS now, t - ({jobs} - g) * 2.6 AS created,
+             CASE WHEN g > {jobs} - 6000 AND g % 2 = 0 THEN CASE WHEN g % 15 = 0 THEN 'running' ELSE 'pending' END
+                  WHEN g % 19 = 0 THEN 'failed' WHEN g % 250 = 7 THEN 'cancelled' ELSE 'done' END AS status
+      FROM n, now)
+INSERT INTO leased_jobs (task_name, queue_name, status, priority, args, kwargs, attempt, max_attempts,
+                         lease_seconds, run_after, created_at, finished_at, lease_owner, lease_expires_at,
+                         idempotency_key, result, last_error)
+SELECT json_extract('["send_receipt", "send_newsletter", "charge_card", "refund", "resize_image", "sync_inventory",
+                      "build_report", "notify_owner"]', '$[' || (g % 8) || ']'),
+       json_extract('["default", "default", "default", "mail", "mail", "billing", "billing", "images", "images",
+                      "reports"]', '$[' || (g % 10) || ']'),
+       status, (g % 3) - 1, json_array(g, 'customer' || g || '@example.com'), '{}',
+       CASE status WHEN 'pending' THEN 0 WHEN 'failed' THEN 3 WHEN 'done' THEN 1 + (g % 13 = 0) ELSE 1 END,
+       3, 30, created + CASE WHEN status = 'pending' AND g % 10 = 0 THEN 1800 ELSE 0 END, created,
+       CASE WHEN status IN ('done', 'failed', 'cancelled') THEN created + (g % 5000) * 0.001 END,
+       CASE WHEN status = 'running' THEN 'bench-worker-' || (g % 4) END,
+       CASE WHEN status = 'running' THEN now + 30 END,
+       CASE WHEN g % 8 = 2 THEN 'order:' || g END,
+       CASE WHEN status = 'done' THEN json_object('ok', json('true'), 'n', g) END,
+       CASE WHEN status = 'failed' THEN 'ConnectionRefusedError: [Errno 111] connection refused by smtp:587' END
+FROM s
+"""
+
+MARIADB_FILL = """
+INSERT INTO leased_jobs (task_name, queue_name, status, priority, args, kwargs, attempt, max_attempts,
+                         lease_seconds, run_after, created_at, finished_at, lease_owner, lease_expires_at,
+                         idempotency_key, result, last_error)
+SELECT ELT(g % 8 + 1, 'send_receipt', 'send_newsletter', 'charge_card', 'refund', 'resize_image', 'sync_inventory',
+           'build_report', 'notify_owner'),
+       ELT(g % 10 + 1, 'default', 'default', 'default', 'mail', 'mail', 'billing', 'billing', 'images', 'images',
+           'reports'),
+       status, (g % 3) - 1, JSON_ARRAY(g, CONCAT('customer', g, '@example.com')), '{}',
+       CASE status WHEN 'pending' THEN 0 WHEN 'failed' THEN 3 WHEN 'done' THEN 1 + (g % 13 = 0) ELSE 1 END,
+       3, 30, created + IF(status = 'pending' AND g % 10 = 0, 1800, 0), created,
+       IF(status IN ('done', 'failed', 'cancelled'), created + (g % 5000) * 0.001, NULL),
+       IF(status = 'running', CONCAT('bench-worker-', g % 4), NULL),
+       IF(status = 'running', now + 30, NULL),
+       IF(g % 8 = 2, CONCAT('order:', g), NULL),
+       IF(status = 'done', JSON_OBJECT('ok', true, 'n', g), NULL),
+       IF(status = 'failed', 'ConnectionRefusedError: [Errno 111] connection refused by smtp:587', NULL)
+FROM (SELECT CAST(seq AS SIGNED) AS g, UNIX_TIMESTAMP(NOW(6)) AS now, UNIX_TIMESTAMP(NOW(6)) - ({jobs} - seq) * 2.6 AS created,
+             CASE WHEN seq > {jobs} - 6000 AND seq % 2 = 0 THEN IF(seq % 15 = 0, 'running', 'pending')
+                  WHEN seq % 19 = 0 THEN 'failed' WHEN seq % 250 = 7 THEN 'cancelled' ELSE 'done' END AS status
+      FROM seq_1_to_{jobs}) AS s
+"""
+
+OTHER_WORKERS = """
+INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, started_at, last_seen_at)
+SELECT concat('bench-worker-', n), concat('host-', n), 1000 + n, 8, NULL, '["send_receipt", "charge_card"]', {now}, {now}
+FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3) AS workers
+"""
+
 WORKERS = """
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks)
 SELECT 'bench-worker-' || n, 'host-' || n, 1000 + n, 8, NULL, '["send_receipt", "charge_card"]'
@@ -88,10 +147,34 @@ def fill(url: str, jobs: int) -> None:
         print(f"filled {jobs:,} jobs in {time.perf_counter() - started:.1f}s")
 
 
+def fill_other(url: str, database: str, jobs: int) -> None:
+    """SQLite or MariaDB: the same jobs through their own SQL, and four workers."""
+    app = Leased(url)
+    app.backend.migrate()
+    started = time.perf_counter()
+    if database == "sqlite":
+        with app.backend._write() as connection:
+            connection.execute(SQLITE_FILL.replace("{jobs}", str(int(jobs))))
+            connection.execute(OTHER_WORKERS.replace("{now}", "(julianday('now') - 2440587.5) * 86400.0")
+                               .replace("concat('bench-worker-', n)", "'bench-worker-' || n")
+                               .replace("concat('host-', n)", "'host-' || n"))
+            connection.execute("ANALYZE")
+    else:
+        connection = app.backend._connection()
+        cursor = connection.cursor()
+        cursor.execute(MARIADB_FILL.replace("{jobs}", str(int(jobs))))
+        cursor.execute(OTHER_WORKERS.replace("{now}", "UNIX_TIMESTAMP(NOW(6))"))
+        cursor.execute("ANALYZE TABLE leased_jobs")
+        connection.commit()
+    app.close()
+    print(f"filled {jobs:,} jobs in {time.perf_counter() - started:.1f}s")
+
+
 def pages(url: str, jobs: int) -> dict[str, str]:
-    with psycopg.connect(url) as connection:
-        failed = connection.execute("SELECT id FROM leased_jobs WHERE status = 'failed' AND id < %s "
-                                    "ORDER BY id DESC LIMIT 1", [jobs // 2]).fetchone()[0]
+    app = Leased(url)
+    (failed,) = app.list_jobs(status="failed", before_id=jobs // 2, limit=1)
+    failed = failed.id
+    app.close()
     return {
         "overview": "/",
         "jobs, first page": "/jobs",
@@ -161,7 +244,10 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true", help="Print EXPLAIN ANALYZE of the queries behind the pages.")
     parser.add_argument("--keep", action="store_true", help="Keep the schema (its name is printed) for a look.")
     parser.add_argument("--schema", help="Measure an existing (kept) schema instead of filling a new one.")
+    parser.add_argument("--database", choices=["postgres", "sqlite", "mariadb"], default="postgres")
     options = parser.parse_args()
+    if options.database != "postgres":
+        return other_database(options)
 
     schema = options.schema or f"leased_bench_{uuid.uuid4().hex[:8]}"
     url = f"{POSTGRES_URL}?options={quote(f'-csearch_path={schema}')}"
@@ -180,6 +266,31 @@ def main() -> None:
         else:
             with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
                 connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def other_database(options: argparse.Namespace) -> None:
+    """SQLite (a file in the temporary folder) or MariaDB (a database of its own), else as main()."""
+    import tempfile
+
+    name = options.schema or f"leased_bench_{uuid.uuid4().hex[:8]}"
+    if options.database == "sqlite":
+        path = f"{tempfile.gettempdir()}/{name}.db"
+        url, drop = f"sqlite:///{path}", lambda: os.remove(path)
+    else:
+        import MySQLdb
+
+        server = MySQLdb.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
+        server.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
+        url, drop = f"{MARIADB_URL}/{name}", lambda: server.cursor().execute(f"DROP DATABASE `{name}`")
+    try:
+        if not options.schema:
+            fill_other(url, options.database, options.jobs)
+        measure(url, pages(url, options.jobs), options.repetitions)
+    finally:
+        if options.keep or options.schema:
+            print(f"\nkept: {name} (measure again with --database {options.database} --schema {name})")
+        else:
+            drop()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from contextlib import contextmanager
 
 from leased.backends.mariadb.backend import QUERIES as MARIADB
@@ -183,3 +184,81 @@ def _rows_through_generic_plan(connection, sql: str, params: dict) -> int:
         return own + sum(rows(child) for child in node.get("Plans", []))
 
     return rows(plan[0]["Plan"])
+
+
+ACTIVE_INDEXES = ("leased_jobs_due", "leased_jobs_queue_due", "leased_jobs_keyed_due", "leased_jobs_leases")
+
+
+def test_the_overviews_counts_read_no_finished_history(app, backend_name):
+    """The dashboard's and /metrics' counts (leased.counts) read index ranges of the active and the
+    failed or cancelled jobs, and the sample by primary key; the oldest due job and the last hour's
+    finishes read the due set and a window of finished_at: never every row of the table."""
+    from leased.counts import sample_ids
+
+    app.counts()
+    statuses = ("CASE WHEN i %% 100 = 0 THEN 'pending' WHEN i %% 100 = 1 THEN 'running' "
+                "WHEN i %% 200 = 2 THEN 'failed' ELSE 'done' END")
+    params = {"count_id_range": {}, "count_active": {}, "count_capped": {"cap": 10_001},
+              "count_split": {"failed": True, "cancelled": True},
+              "count_sample": {"ids": sample_ids(1, HISTORY, HISTORY // 500)},  # 2,000 of a million, scaled
+              "oldest_due": {}, "finished_since": {"window_seconds": 3600.0}}
+    if backend_name == "postgres":
+        import psycopg
+
+        with psycopg.connect(app.database_url, autocommit=True) as connection:
+            connection.execute(
+                "INSERT INTO leased_jobs (task_name, queue_name, status, max_attempts, lease_seconds, finished_at, "
+                f"lease_expires_at) SELECT 't', 'q' || (i %% 5), {statuses}, 3, 30, now() - i * interval '1 minute', now() "
+                "FROM generate_series(1, %s) AS i", (HISTORY,))
+            connection.execute("ANALYZE leased_jobs")
+            for name, values in params.items():
+                (plan,) = connection.execute("EXPLAIN (FORMAT JSON) " + POSTGRES[name], values).fetchone()[0]
+                scans = list(_postgres_scans(plan["Plan"], HISTORY))
+                assert scans and all(kind != "Seq Scan" and rows <= HISTORY // 50 for kind, rows in scans), (name, scans)
+    elif backend_name == "sqlite":
+        connection = app.backend._connection()
+        connection.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+            "INSERT INTO leased_jobs (task_name, queue_name, status, max_attempts, lease_seconds, run_after, "
+            f"created_at, finished_at, lease_expires_at) SELECT 't', 'q' || (i % 5), {statuses.replace('%%', '%')}, "
+            "3, 30, 0, 0, 0, 0 FROM n", (HISTORY,))
+        connection.execute("ANALYZE")
+        every_row = _sqlite_work(connection, SQLITE["counts"], {})
+        for name, values in params.items():
+            values = {**values, "ids": json.dumps(values["ids"])} if "ids" in values else values
+            plan = [row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + SQLITE[name], values)]
+            reads = [step for step in plan if re.match(r"(SCAN|SEARCH) (leased_jobs|j)\b", step)]
+            # A SEARCH is a range of an index; a SCAN only of a partial one that holds active jobs alone.
+            assert reads and all(step.startswith("SEARCH") or step.endswith(ACTIVE_INDEXES) for step in reads), (
+                name, plan)
+            # And the range is narrow: a search on status = 'done' would be a SEARCH too.
+            assert _sqlite_work(connection, SQLITE[name], values) < every_row / 20, (name, plan)
+    else:
+        with _mariadb_history(app, 100) as cursor:
+            for name, values in params.items():
+                values = {**values, "ids": json.dumps(values["ids"])} if "ids" in values else values
+                cursor.execute("EXPLAIN " + MARIADB[name], values)
+                for step in cursor.fetchall():
+                    if step["table"] in ("leased_jobs", "j"):
+                        assert step["type"] != "ALL" and int(step["rows"]) <= HISTORY // 50, (name, step)
+
+
+def _postgres_scans(node: dict, limit: float):
+    """(node type, rows it is expected to yield under the nearest Limit above it) of each scan of leased_jobs."""
+    if node["Node Type"] == "Limit":
+        limit = min(limit, node["Plan Rows"])
+    if node.get("Relation Name") == "leased_jobs":
+        yield node["Node Type"], min(limit, node["Plan Rows"])
+    for child in node.get("Plans", ()):
+        yield from _postgres_scans(child, limit)
+
+
+def _sqlite_work(connection, sql: str, params: dict) -> int:
+    """How much a query does, in thousands of SQLite's virtual machine steps: a count of work, not a time."""
+    steps = []
+    connection.set_progress_handler(lambda: steps.append(1), 1000)
+    try:
+        connection.execute(sql, params).fetchall()
+    finally:
+        connection.set_progress_handler(None, 1000)
+    return len(steps)

@@ -29,7 +29,7 @@ class WorkerInfo:
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
     queue_name: str
-    counts: dict[str, int]  # every status, zero when none
+    counts: dict[str, int]  # every status, zero when none; Overview.estimated names the estimated ones
     oldest_due_seconds: float | None  # how long the oldest due pending job has waited; None: nothing due
     done_recently: int = 0
     failed_recently: int = 0
@@ -47,3 +47,4 @@ class Overview:
     workers: list[WorkerInfo]
     window_seconds: float
     totals: dict[str, int] = field(default_factory=dict)
+    estimated: frozenset[str] = frozenset()  # statuses whose counts are estimates (leased.counts)

@@ -15,6 +15,7 @@ from leased.admin import WORKER_SILENT_AFTER, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect
 from leased.backends.base import Backend, JobFilter, NewJob, PruneRule, Throughput
 from leased.backoff import Backoff
+from leased.counts import JobCounts
 from leased.engine.pruner import Pruner, count_prunable, older_than_rules, prune, prune_rules
 from leased.engine.worker import Worker, WorkerStats
 from leased.errors import ConfigurationError, DatabaseLocked, DatabaseUnavailable, InvalidTransition, JobNotFound
@@ -202,15 +203,24 @@ class Leased:
                                                 before_id, after_id))
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """{queue_name: {status: count}}, every status present (zero when none)."""
+        """{queue_name: {status: count}}, every status present (zero when none), all exact: it reads
+        every row, so a big table makes it slow. job_counts() is the cheap one."""
         table: dict[str, dict[str, int]] = {}
         for (queue, status), count in sorted(self.backend.counts().items()):
             table.setdefault(queue, _zeros())[status.value] = count
         return table
 
+    def job_counts(self) -> JobCounts:
+        """Jobs per queue and status without reading the finished history: pending and running exact,
+        failed and cancelled exact up to 10,000 each, the rest estimated (named in `.estimated`).
+        What the dashboard, /metrics and `leased stats` show; see leased.counts."""
+        return self.backend.job_counts()
+
     def overview(self, window: timedelta = timedelta(hours=1)) -> Overview:
-        """Per queue: counts, the wait of the oldest due job, what finished within `window`; and the workers."""
-        counts = self.counts()
+        """Per queue: counts (some estimated, see job_counts), the wait of the oldest due job, what
+        finished within `window`; and the workers."""
+        job_counts = self.job_counts()
+        counts = job_counts.by_queue
         oldest = self.backend.oldest_due()
         finished = self.backend.finished_since(window.total_seconds())
         limits = self.limits()
@@ -221,11 +231,7 @@ class Leased:
                          limits.get(queue), paused.get(queue))
             for queue in sorted(set(counts) | set(oldest) | set(limits) | set(paused))
         ]
-        totals = _zeros()
-        for summary in queues:
-            for status, count in summary.counts.items():
-                totals[status] += count
-        return Overview(queues, self.workers(), window.total_seconds(), totals)
+        return Overview(queues, self.workers(), window.total_seconds(), job_counts.totals, job_counts.estimated)
 
     def workers(self) -> list[WorkerInfo]:
         """Workers that announced themselves recently; `alive` is False once one has been silent a while."""

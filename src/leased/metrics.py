@@ -1,7 +1,8 @@
 """Prometheus metrics through prometheus_client: never hand-written exposition text.
 
 Two registries, because they come from different places:
-- database_registry(app): jobs by queue and status, the wait of the oldest due job, paused queues,
+- database_registry(app): jobs by queue and status (some estimated, see leased.counts), the wait
+  of the oldest due job, paused queues,
   live workers, each schedule's last success and skipped ticks, the queues' limits,
   read from the database on every scrape (the dashboard serves it on /metrics);
 - worker_registry(events): attempts by task and outcome, a histogram of run time, and handlers
@@ -43,7 +44,14 @@ class DatabaseCollector:
 
     def collect(self) -> Iterator[Metric]:
         overview = self.app.overview()
-        jobs = GaugeMetricFamily("leased_jobs", "Jobs by queue and status.", labels=["queue", "status"])
+        jobs = GaugeMetricFamily("leased_jobs", "Jobs by queue and status. Pending and running are exact; done, "
+                                 "failed and cancelled are estimated from a sample of job ids when "
+                                 "leased_jobs_estimated says so for their status.", labels=["queue", "status"])
+        estimated = GaugeMetricFamily("leased_jobs_estimated", "1 while leased_jobs of this status is an estimate "
+                                      "(done beyond a few thousand jobs; failed, cancelled beyond 10,000), 0 while "
+                                      "exact.", labels=["status"])
+        for status in overview.totals:
+            estimated.add_metric([status], 1.0 if status in overview.estimated else 0.0)
         oldest = GaugeMetricFamily("leased_oldest_due_job_age_seconds",
                                    "How long the oldest due pending job of each queue has waited (0: none).",
                                    labels=["queue"])
@@ -56,7 +64,7 @@ class DatabaseCollector:
             paused.add_metric([queue.queue_name], 1.0 if queue.paused else 0.0)
         workers = GaugeMetricFamily("leased_workers_alive", "Workers that renewed their presence recently.")
         workers.add_metric([], sum(worker.alive for worker in overview.workers))
-        yield from (jobs, oldest, paused, workers, *_limit_gauges(overview.queues))
+        yield from (jobs, estimated, oldest, paused, workers, *_limit_gauges(overview.queues))
         yield from self._schedules()
 
     def _schedules(self) -> Iterator[Metric]:

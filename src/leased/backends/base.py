@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Iterable, Protocol, Sequence
 
 from leased.admin import WorkerInfo
+from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
 from leased.explain import JobFacts
 from leased.jobs import Job, JobStatus, Lease, Outcome
 from leased.limits import QueueLimit
@@ -230,7 +231,12 @@ class Backend(Protocol):
 
     def list_jobs(self, where: JobFilter) -> list[Job]: ...
 
-    def counts(self) -> dict[tuple[str, JobStatus], int]: ...
+    def counts(self) -> dict[tuple[str, JobStatus], int]:
+        """Every (queue, status), exactly: reads every row."""
+
+    def job_counts(self, exact_up_to: int = EXACT_UP_TO, sample_size: int = SAMPLE_SIZE) -> JobCounts:
+        """Exact pending and running, failed and cancelled exact up to `exact_up_to` each, and the rest
+        estimated from `sample_size` ids probed by primary key (leased.counts)."""
 
     def oldest_due(self) -> dict[str, float]:
         """Per queue: seconds the oldest due pending job has waited."""

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import PruneRule, Throughput
 from leased.backends.rows import attempt_from_row, job_from_row, worker_from_row
+from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts, sample_ids, tally
 from leased.explain import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick
 from leased.jobs import JobStatus
 from leased.limits import Rate
@@ -30,8 +31,27 @@ class InspectionReads:
         """A read-only transaction that sees one state of the database; yields read_rows."""
         raise NotImplementedError
 
+    def _list_param(self, values: Sequence[Any]) -> Any:
+        raise NotImplementedError
+
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._rows("counts")}
+
+    def job_counts(self, exact_up_to: int = EXACT_UP_TO, sample_size: int = SAMPLE_SIZE) -> JobCounts:
+        """Exact pending and running, capped exact failed and cancelled, and estimates for the rest
+        (see leased.counts), read in one snapshot: a few index ranges and sample_size key lookups."""
+        with self._snapshot() as read_rows:
+            span = read_rows("count_id_range")[0]
+            if span["low"] is None:
+                return JobCounts({})
+            low, high = int(span["low"]), int(span["high"])
+            probes = sample_ids(low, high, sample_size)
+            capped = {row["status"]: row["n"] for row in read_rows("count_capped", cap=exact_up_to + 1)}
+            under = {status: capped[status] <= exact_up_to for status in capped}
+            return tally(active=read_rows("count_active"), capped=capped,
+                         split=read_rows("count_split", failed=under["failed"], cancelled=under["cancelled"]),
+                         sampled=read_rows("count_sample", ids=self._list_param(probes)), low=low, high=high,
+                         probes=len(probes), exact_up_to=exact_up_to)
 
     def oldest_due(self) -> dict[str, float]:
         return {row["queue_name"]: row["seconds"] for row in self._rows("oldest_due")}

@@ -10,6 +10,7 @@ import click
 from leased.cli import output
 from leased.cli.loading import Failure, open_app
 from leased.cli.options import Duration, database_option
+from leased.counts import JobCounts
 from leased.limits import QueueLimit
 
 
@@ -17,15 +18,22 @@ from leased.limits import QueueLimit
 @click.argument("app_spec", metavar="[APP]", required=False)
 @database_option
 @click.option("--json", "as_json", is_flag=True, help="Print {queue: {status: count}} as JSON.")
+@click.option("--exact", is_flag=True, help="Count every job exactly: reads the whole table, slow on a big one.")
 @click.pass_context
-def stats(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool) -> None:
-    """Count jobs per queue and status; name the paused queues and show the queues' limits."""
+def stats(ctx: click.Context, app_spec: str | None, database: str | None, as_json: bool, exact: bool) -> None:
+    """Count jobs per queue and status; name the paused queues and show the queues' limits.
+
+    Pending and running are exact; done, and failed or cancelled beyond 10,000 jobs each, are
+    estimated from a sample of job ids (marked ≈, and named on stderr with --json) unless --exact.
+    """
     app = open_app(ctx, app_spec, database)
-    counts = app.counts()
+    counts = JobCounts(app.counts()) if exact else app.job_counts()
     if as_json:
-        click.echo(output.to_json(counts))
+        click.echo(output.to_json(counts.by_queue))
+        if counts.estimated:
+            click.echo("estimated: " + ", ".join(sorted(counts.estimated)), err=True)
         return
-    click.echo(output.counts_table(counts) if counts else "no jobs yet")
+    click.echo(output.counts_table(counts.by_queue, counts.estimated) if counts.by_queue else "no jobs yet")
     paused = app.backend.paused_queues()
     if paused:
         click.echo("paused: " + ", ".join(f"{queue} (for {output.format_duration(seconds)})"

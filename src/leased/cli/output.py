@@ -9,8 +9,9 @@ import dataclasses
 import json
 import shutil
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
+from leased.counts import format_count
 from leased.durations import format_duration, parse_duration  # noqa: F401  (re-exported for the commands)
 from leased.jobs import Job, JobStatus
 
@@ -98,14 +99,18 @@ def jobs_table(found: list[Job], indent: str = "") -> str:
                  right=[0], shrink=6, width=terminal_width(), indent=indent)
 
 
-def counts_table(counts: dict[str, dict[str, int]], indent: str = "") -> str:
-    """app.counts() as queues by statuses, with a total column (and row, for several queues)."""
+def counts_table(counts: dict[str, dict[str, int]], estimated: Collection[str] = (), indent: str = "") -> str:
+    """app.counts() as queues by statuses, with a total column (and row, for several queues); the
+    `estimated` statuses, and any total over them, marked ≈ (leased.counts)."""
     statuses = [status.value for status in JobStatus]
     rows = [[queue, *(by_status[s] for s in statuses), sum(by_status.values())] for queue, by_status in counts.items()]
     if len(rows) > 1:
         rows.append(["(all)", *(sum(row[i] for row in rows) for i in range(1, len(statuses) + 2))])
-    return table(["QUEUE", *(s.upper() for s in statuses), "TOTAL"], rows,
-                 right=range(1, len(statuses) + 2), indent=indent)
+    marked = [status in estimated for status in statuses] + [bool(estimated)]
+    shown = [[row[0], *(format_count(n, guess) for n, guess in zip(row[1:], marked))] for row in rows]
+    note = "\n≈ estimated from a sample of job ids; --exact counts every job" if estimated else ""
+    return table(["QUEUE", *(s.upper() for s in statuses), "TOTAL"], shown,
+                 right=range(1, len(statuses) + 2), indent=indent) + note
 
 
 def schedules_table(found: list[Any], now: datetime, indent: str = "") -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from jinja2 import Environment
 from markupsafe import Markup, escape
 
+from leased.counts import format_count
 from leased.durations import format_duration
 
 
@@ -59,6 +60,11 @@ def number(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+def count(value: int, estimated: bool = False) -> str:
+    """A job count, marked "≈" with two significant figures when it is an estimate (leased.counts)."""
+    return format_count(value, estimated)
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
@@ -79,5 +85,5 @@ _CODE_SPAN = re.compile(r"`([^`]+)`")
 
 
 def install(env: Environment) -> None:
-    env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number,
+    env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, count=count,
                        pretty_json=pretty_json, code_spans=code_spans)

@@ -178,7 +178,47 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: counts
+-- Every row, exactly: `Leased.counts()`, for scripts and tests. The dashboard reads the cheap ones below.
 SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, status;
+
+-- Cheap counts (leased/counts.py), read in one snapshot. None of them reads the finished history.
+-- name: count_id_range
+SELECT min(id) AS low, max(id) AS high FROM leased_jobs;
+
+-- name: count_active
+-- Exact, each part through the index of a generated column that is NULL outside its set (the
+-- claim's and the reclaim's), so the ranges hold only pending or running jobs.
+SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs FORCE INDEX (leased_jobs_due)
+WHERE due_rank IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'pending', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due)
+WHERE due_key IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'running', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_leases)
+WHERE running_expires_at IS NOT NULL GROUP BY queue_name;
+
+-- name: count_capped
+-- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
+-- the cap is then split by queue (count_split); one at the cap is estimated by the caller.
+SELECT 'failed' AS status, count(*) AS n FROM (SELECT 1 FROM leased_jobs WHERE status = 'failed' LIMIT %(cap)s) AS failed
+UNION ALL
+SELECT 'cancelled', count(*) FROM (SELECT 1 FROM leased_jobs WHERE status = 'cancelled' LIMIT %(cap)s) AS cancelled;
+
+-- name: count_split
+-- Failed and cancelled per queue, each only if its flag is set (it was under the cap): a false
+-- flag is a constant condition, so that part reads nothing.
+SELECT queue_name, 'failed' AS status, count(*) AS n FROM leased_jobs
+WHERE status = 'failed' AND %(failed)s = 1 GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'cancelled', count(*) FROM leased_jobs
+WHERE status = 'cancelled' AND %(cancelled)s = 1 GROUP BY queue_name;
+
+-- name: count_sample
+-- The jobs at the probed ids, by primary key; an id with no job (pruned, deleted) is a miss.
+SELECT j.queue_name, j.status, count(*) AS n
+FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS probe
+JOIN leased_jobs AS j ON j.id = probe.id
+GROUP BY j.queue_name, j.status;
 
 -- name: lock_for_retry
 SELECT queue_name FROM leased_jobs WHERE id = %(job_id)s AND status IN ('failed', 'cancelled') FOR UPDATE;

@@ -243,7 +243,44 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: counts
+-- Every row, exactly: `Leased.counts()`, for scripts and tests. The dashboard reads the cheap ones below.
 SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, status;
+
+-- Cheap counts (leased/counts.py), read in one snapshot. None of them reads the finished history.
+-- name: count_id_range
+SELECT min(id) AS low, max(id) AS high FROM leased_jobs;
+
+-- name: count_active
+-- Exact, each part through a partial index of the claim or the reclaim: the due set and the leases.
+SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs
+WHERE status = 'pending' AND concurrency_key IS NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'pending', count(*) FROM leased_jobs
+WHERE status = 'pending' AND concurrency_key IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running' GROUP BY queue_name;
+
+-- name: count_capped
+-- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
+-- the cap is then split by queue (count_split); one at the cap is estimated by the caller.
+SELECT 'failed' AS status, count(*) AS n FROM (SELECT 1 FROM leased_jobs WHERE status = 'failed' LIMIT %(cap)s) AS failed
+UNION ALL
+SELECT 'cancelled', count(*) FROM (SELECT 1 FROM leased_jobs WHERE status = 'cancelled' LIMIT %(cap)s) AS cancelled;
+
+-- name: count_split
+-- Failed and cancelled per queue, each only if its flag is set (it was under the cap): a false
+-- flag is a constant condition, so that part reads nothing.
+SELECT queue_name, 'failed' AS status, count(*) AS n FROM leased_jobs
+WHERE status = 'failed' AND %(failed)s::boolean GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'cancelled', count(*) FROM leased_jobs
+WHERE status = 'cancelled' AND %(cancelled)s::boolean GROUP BY queue_name;
+
+-- name: count_sample
+-- The jobs at the probed ids, by primary key; an id with no job (pruned, deleted) is a miss.
+SELECT j.queue_name, j.status, count(*) AS n
+FROM unnest(%(ids)s::bigint[]) AS probe (id) JOIN leased_jobs AS j ON j.id = probe.id
+GROUP BY j.queue_name, j.status;
 
 -- name: retry
 -- A retried job is due now: it wakes listening workers on enqueue's channel, at commit, so that
@@ -289,8 +326,14 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
 INSERT INTO leased_schema_version (version, applied_at) VALUES (%(version)s, now());
 
 -- name: oldest_due
-SELECT queue_name, extract(epoch FROM leased_now() - min(run_after))::float8 AS seconds FROM leased_jobs
-WHERE status = 'pending' AND run_after <= leased_now()
+-- Through the due set's partial indexes, as count_active: no index on all of status is needed.
+SELECT queue_name, extract(epoch FROM leased_now() - min(run_after))::float8 AS seconds FROM (
+    SELECT queue_name, run_after FROM leased_jobs
+    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+    UNION ALL
+    SELECT queue_name, run_after FROM leased_jobs
+    WHERE status = 'pending' AND concurrency_key IS NOT NULL AND run_after <= leased_now()
+) AS due
 GROUP BY queue_name;
 
 -- name: finished_since

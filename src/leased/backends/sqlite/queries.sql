@@ -148,7 +148,47 @@ ORDER BY id
 LIMIT :limit;
 
 -- name: counts
+-- Every row, exactly: `Leased.counts()`, for scripts and tests. The dashboard reads the cheap ones below.
 SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, status;
+
+-- Cheap counts (leased/counts.py), read in one snapshot. None of them reads the finished history.
+-- name: count_id_range
+-- Two subqueries: SQLite reads one end of the key for a lone min() or max(), but scans for both.
+SELECT (SELECT min(id) FROM leased_jobs) AS low, (SELECT max(id) FROM leased_jobs) AS high;
+
+-- name: count_active
+-- Exact, each part through a partial index of the claim or the reclaim: the due set and the leases
+-- (named: for the GROUP BY, SQLite would rather walk a full index in queue order).
+SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs INDEXED BY leased_jobs_queue_due
+WHERE status = 'pending' AND concurrency_key IS NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'pending', count(*) FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+WHERE status = 'pending' AND concurrency_key IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'running', count(*) FROM leased_jobs INDEXED BY leased_jobs_leases
+WHERE status = 'running' GROUP BY queue_name;
+
+-- name: count_capped
+-- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
+-- the cap is then split by queue (count_split); one at the cap is estimated by the caller.
+SELECT 'failed' AS status, count(*) AS n FROM (SELECT 1 FROM leased_jobs WHERE status = 'failed' LIMIT :cap)
+UNION ALL
+SELECT 'cancelled', count(*) FROM (SELECT 1 FROM leased_jobs WHERE status = 'cancelled' LIMIT :cap);
+
+-- name: count_split
+-- Failed and cancelled per queue, each only if its flag is set (it was under the cap): a false
+-- flag is a constant condition, so that part reads nothing.
+SELECT queue_name, 'failed' AS status, count(*) AS n FROM leased_jobs
+WHERE status = 'failed' AND :failed GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'cancelled', count(*) FROM leased_jobs
+WHERE status = 'cancelled' AND :cancelled GROUP BY queue_name;
+
+-- name: count_sample
+-- The jobs at the probed ids, by primary key; an id with no job (pruned, deleted) is a miss.
+SELECT j.queue_name, j.status, count(*) AS n
+FROM json_each(:ids) AS probe JOIN leased_jobs AS j ON j.id = probe.value
+GROUP BY j.queue_name, j.status;
 
 -- name: retry
 UPDATE leased_jobs
@@ -169,14 +209,22 @@ SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelle
 WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL;
 
 -- name: oldest_due
-SELECT queue_name, leased_now() - min(run_after) AS seconds FROM leased_jobs
-WHERE status = 'pending' AND run_after <= leased_now()
+-- Through the due set's partial indexes, as count_active: SQLite would rather skip-scan a full index.
+SELECT queue_name, leased_now() - min(run_after) AS seconds FROM (
+    SELECT queue_name, run_after FROM leased_jobs INDEXED BY leased_jobs_queue_due
+    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+    UNION ALL
+    SELECT queue_name, run_after FROM leased_jobs INDEXED BY leased_jobs_keyed_due
+    WHERE status = 'pending' AND concurrency_key IS NOT NULL AND run_after <= leased_now()
+)
 GROUP BY queue_name;
 
 -- name: finished_since
 -- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
+-- The index named: for the GROUP BY, SQLite walked (queue_name, status) instead of the window of
+-- finished_at, and read every done job (3.5 s at a million).
 SELECT queue_name, status, sum(n) AS n FROM (
-    SELECT queue_name, status, count(*) AS n FROM leased_jobs
+    SELECT queue_name, status, count(*) AS n FROM leased_jobs INDEXED BY leased_jobs_finished
     WHERE finished_at >= leased_now() - :window_seconds AND status IN ('done', 'failed')
     GROUP BY queue_name, status
     UNION ALL
