@@ -221,7 +221,8 @@ def app(database_url) -> Iterator[Leased]:
     application.close()
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 30.0, message: str = "condition") -> object:
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, message: str = "condition",
+             interval: float = 0.01) -> object:
     """Poll a condition until it holds; the timeout only bounds a failing test."""
     deadline = time.monotonic() + timeout
     while True:
@@ -230,7 +231,7 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, message: st
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(0.01)
+        time.sleep(interval)
 
 
 @contextmanager

@@ -98,7 +98,9 @@ def test_a_claim_chosen_as_a_deadlock_victim_runs_again_and_claims(app):
 
     claimed = _claim_on_a_thread(app)
     # The claim has taken `first` and waits for `second`; asking for `first` closes the circle.
-    wait_for(lambda: claimed.done() or _lock_waits(app) == 1, message="the claim to wait for the holder's row")
+    # InnoDB refreshes INNODB_TRX only when it was last read over 100 ms ago: faster polling freezes it.
+    wait_for(lambda: claimed.done() or _lock_waits(app) == 1, message="the claim to wait for the holder's row",
+             interval=0.2)
     assert not claimed.done(), claimed.result()
     cursor.execute("SELECT id FROM leased_jobs WHERE id = %s FOR UPDATE", (first,))
     holder.commit()
