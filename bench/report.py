@@ -272,11 +272,33 @@ def chart(results: dict, path: Path = CHART) -> None:
     plt.close(figure)
 
 
+# docs/benchmarks.md holds bench/run.py's tables above this line and, below it, the sections that
+# are written by hand or by other benchmarks (splice()); a new run replaces only what is above.
+KEPT_BELOW = ("<!-- Written by bench/run.py down to here. Below: sections written by hand or by other "
+              "benchmarks (bench/scale.py, bench/django_backends.py); bench/run.py keeps them. -->")
+
+
 def write(results: dict) -> str:
     text = render(results)
-    DOC.write_text(text)
+    kept = ""
+    if DOC.exists() and KEPT_BELOW in DOC.read_text():
+        kept = DOC.read_text().split(KEPT_BELOW, 1)[1]
+    DOC.write_text(text.rstrip() + "\n\n" + KEPT_BELOW + (kept if kept.strip() else "\n"))
     chart(results)
     return text
+
+
+def splice(title: str, text: str) -> None:
+    """Put a section ("## title" and what follows, up to the next "## ") into docs/benchmarks.md,
+    replacing the one there, or else at the end, among the sections that bench/run.py keeps."""
+    doc = DOC.read_text() if DOC.exists() else KEPT_BELOW + "\n"
+    start = doc.find(f"\n## {title}\n")
+    if start < 0:
+        doc = doc.rstrip() + "\n\n" + text.rstrip() + "\n"
+    else:
+        end = doc.find("\n## ", start + 1)
+        doc = doc[:start + 1] + text.rstrip() + "\n" + (doc[end:] if end >= 0 else "")
+    DOC.write_text(doc)
 
 
 if __name__ == "__main__":  # re-render from a saved results file

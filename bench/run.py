@@ -23,10 +23,9 @@ from pathlib import Path
 import bench_venv
 
 BENCH = Path(__file__).resolve().parent
-VENV = BENCH / ".venv"
 
-if not bench_venv.inside(VENV) and __name__ == "__main__":
-    bench_venv.bootstrap(VENV, BENCH / "requirements.txt", "postgres,mariadb", Path(__file__).resolve())
+if not bench_venv.inside(bench_venv.VENV) and __name__ == "__main__":
+    bench_venv.bootstrap_bench(Path(__file__).resolve())
 
 sys.path.insert(0, str(BENCH))
 
@@ -41,7 +40,7 @@ from datetime import UTC, datetime
 import baselines
 import report
 import workloads
-from common import PG_ADMIN_URL, REDIS_HOST, REDIS_PORT, WORK, Failed
+from common import PG_ADMIN_URL, REDIS_HOST, REDIS_PORT, WORK, Failed, leased_commit
 from peers import all_peers
 from peers.base import Unsupported
 
@@ -83,14 +82,9 @@ def environment(options, peers) -> dict:
         redis_version = f"{info['redis_version']} (appendonly {'yes' if info.get('aof_enabled') else 'no'})"
     except Exception as error:
         redis_version = f"unreachable ({error})"
-    try:
-        commit = subprocess.run(["git", "-C", str(BENCH.parent), "describe", "--always", "--dirty"],
-                                capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "leased_commit": commit,
+        "leased_commit": leased_commit(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
         "cores": os.cpu_count(),
         "python": platform.python_version(),
