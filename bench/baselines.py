@@ -18,7 +18,7 @@ import time
 import uuid
 
 from common import (PG_HOST, PG_PORT, PG_USER, WORK, drop_database, drop_mariadb_database, mariadb_connect,
-                    recreate_database, recreate_mariadb_database)
+                    recreate_database, recreate_mariadb_database, remove_sqlite)
 
 PGBENCH_DB = "pgbench_leased"
 
@@ -74,8 +74,7 @@ def sqlite_commits(synchronous: str, rows: int = 5_000) -> float:
         return rows / (time.perf_counter() - started)
     finally:
         connection.close()
-        for suffix in ("", "-wal", "-shm"):
-            path.with_name(path.name + suffix).unlink(missing_ok=True)
+        remove_sqlite(path)
 
 
 MARIADB_DB = "leased_bench_baseline"
@@ -254,11 +253,7 @@ def _ceiling_store(store: str):
     path = WORK / f"ceiling-{uuid.uuid4().hex[:8]}.db"
     path.parent.mkdir(parents=True, exist_ok=True)
 
-    def remove() -> None:
-        for suffix in ("", "-wal", "-shm"):
-            path.with_name(path.name + suffix).unlink(missing_ok=True)
-
-    return f"sqlite:///{path}", remove
+    return f"sqlite:///{path}", lambda: remove_sqlite(path)
 
 
 def ceiling_minimal(store: str, batch: int, jobs: int = 20_000) -> float:

@@ -86,6 +86,12 @@ def drop_mariadb_database(name: str) -> None:
         connection.close()
 
 
+def remove_sqlite(path: Path | str) -> None:
+    """A SQLite database file and its WAL and shared-memory files, those that exist."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 class Failed(Exception):
     """A peer (or leased) could not complete a workload; the reason goes into the report."""
 

@@ -48,7 +48,7 @@ from datetime import UTC, datetime  # noqa: E402
 from importlib import metadata  # noqa: E402
 
 import report  # noqa: E402
-from common import WORK, ProbeReceiver, Workers, median_range, percentile, recreate_database, spawn, wait_for_done  # noqa: E402
+from common import WORK, ProbeReceiver, Workers, median_range, percentile, recreate_database, remove_sqlite, spawn, wait_for_done  # noqa: E402
 
 PROJECT = BENCH / "django_project"
 RESULTS = BENCH / "django_results.json"
@@ -87,8 +87,7 @@ def fresh_database(env: dict[str, str]) -> None:
     if env["BENCH_DATABASE"] == "sqlite":
         path = Path(env["BENCH_SQLITE_PATH"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
+        remove_sqlite(path)
     else:
         recreate_database(env["BENCH_PG_NAME"])
 

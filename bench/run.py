@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -64,6 +63,14 @@ NOTES = [
     "- **Celery's bulk** is a `group`, which sends one message per task; it is no faster than `send_task` in a loop. **huey** has no bulk enqueue.",
     "- **Slot utilisation with 500 slots** needs 10,000 job starts per second to reach 1.0 (2,000 jobs in an ideal 0.2 s), so it measures start-up and claim throughput more than waiting.",
     "- **Time limits** cut some drains short (\u2020): their rate is over the jobs they finished in 60 s.",
+    "- **oban-py** runs its workers with `oban start` and async workers, as its README shows; **django-ox** "
+    "runs in bench/django_project (Django 6.1, the Django backends benchmark's project and database settings) "
+    "with `manage.py ox_worker --concurrency N`, and is fed by a producer process of its own (Django reads its "
+    "settings once per process), one request per 1,000 jobs.",
+    "- **The ceiling** rows are one connection claiming a batch and finishing it in a loop, no handler and no "
+    "library: leased's own named claim and finish queries on its schema, and the same loop on a minimal "
+    "(id, status) table. The gap between the two is what leased's schema and statements cost; the gap from "
+    "leased's drain to its own ceiling is its engine and Python.",
     "- **pgqueuer** is run through `pgqueuer.run()` (what `pgq run` calls): the `pgq` command of pgqueuer "
     "1.6.0 fails at start-up with typer 0.29 (its --log-level option arrives as a str).",
 ]
@@ -133,6 +140,11 @@ def run_baselines(results: dict, repeats: int, quick: bool, peers) -> None:
     for _ in range(repeats):
         found.setdefault("sqlite_normal", []).append(baselines.sqlite_commits("NORMAL"))
         found.setdefault("sqlite_full", []).append(baselines.sqlite_commits("FULL"))
+    # The ceiling: each store draining no-op jobs with no library in between (see baselines.py).
+    stores = ["postgres", "sqlite"] + (["mariadb"] if any(peer.store == "MariaDB" for peer in peers) else [])
+    for _ in range(repeats):
+        for key, rate in baselines.ceilings(stores, 5_000 if quick else 20_000).items():
+            found.setdefault(key, []).append(rate)
     log(f"baselines: { {key: [round(v) for v in values] for key, values in found.items()} }")
 
 

@@ -119,6 +119,18 @@ def measure(backend: str, history: int, limits: Limits) -> dict:
         peer.teardown()
 
 
+def measure_or_error(backend: str, history: int, limits: Limits, tries: int = 2) -> dict:
+    """measure(), tried again once after a failure (the servers here are shared: another user's
+    restart or a full connection table fails one run); the last error if every try failed."""
+    for attempt in range(tries):
+        try:
+            return measure(backend, history, limits)
+        except Exception as error:  # reported in the table; the other sizes still run
+            found = {"error": f"{type(error).__name__}: {error}"[:200]}
+            log(f"  failed ({found['error']}){', trying again' if attempt < tries - 1 else ''}")
+    return found
+
+
 def _summary(runs: list[dict], *path: str) -> dict | None:
     values = []
     for run in runs:
@@ -197,6 +209,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs drained per measurement")
     parser.add_argument("--render", action="store_true", help="only re-write the report from the saved results")
+    parser.add_argument("--merge", action="store_true", help="keep the saved results of the backends not measured "
+                        "now (e.g. SQLite's, when measuring PostgreSQL again)")
     options = parser.parse_args()
     if options.render:
         results = json.loads(RESULTS.read_text())
@@ -221,14 +235,16 @@ def main() -> None:
             },
             "runs": {backend: {str(size): [] for size in sizes} for backend in backends},
         }
+        if options.merge and RESULTS.exists():
+            saved = json.loads(RESULTS.read_text())
+            kept = {name: runs for name, runs in saved["runs"].items() if name not in backends}
+            results["runs"] = {**kept, **results["runs"]}
+            results["command"] = f"{saved['command']}\n{results['command']}"
         for repeat in range(options.repeats):  # the outer loop, so that the machine's noise spreads over all
             for backend in backends:
                 for size in sizes:
                     log(f"repeat {repeat + 1}/{options.repeats}: {backend}, {size:,} finished jobs")
-                    try:
-                        found = measure(backend, size, limits)
-                    except Exception as error:  # reported in the table; the other sizes still run
-                        found = {"error": f"{type(error).__name__}: {error}"[:200]}
+                    found = measure_or_error(backend, size, limits)
                     log(f"  {json.dumps(found)}")
                     results["runs"][backend][str(size)].append(found)
                     RESULTS.write_text(json.dumps(results, indent=1))

@@ -7,7 +7,7 @@ import sqlite3
 import time
 import uuid
 
-from common import drop_database, drop_mariadb_database, mariadb_connect, recreate_database, recreate_mariadb_database, venv_bin
+from common import drop_database, drop_mariadb_database, mariadb_connect, recreate_database, recreate_mariadb_database, remove_sqlite, venv_bin
 
 from leased import Leased
 from peers.base import Peer, Unsupported, chunks, scratch
@@ -159,8 +159,4 @@ class LeasedSQLite(_Leased):
     def teardown(self):
         super().teardown()
         self._reader.close()
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.remove(f"{self.path}{suffix}")
-            except FileNotFoundError:
-                pass
+        remove_sqlite(self.path)
