@@ -126,12 +126,16 @@ def _noop(n: int) -> None:
     return None
 
 
-def _leased_queue(url: str, jobs: int):
-    """A fresh leased schema at `url` with `jobs` pending no-op jobs, queued with leased's own bulk enqueue."""
+def _leased_queue(url: str, jobs: int, history: int = 0):
+    """A fresh leased schema at `url` with `jobs` pending no-op jobs, queued with leased's own bulk
+    enqueue, after `history` finished ones (see prune_under_load.add_history)."""
     from leased import Leased
+    from prune_under_load import add_history
 
     app = Leased(url)
     task = app.task(name="bench.noop")(_noop)
+    if history:
+        add_history(app, history, days_old=1)
     for start in range(0, jobs, 1_000):
         task.enqueue_many([(n,) for n in range(start, min(start + 1_000, jobs))])
     return app
@@ -229,13 +233,14 @@ def _leased_mariadb_loop(app, batch: int):
     return claim, finish
 
 
-def ceiling_leased(store: str, batch: int, jobs: int = 20_000) -> float:
+def ceiling_leased(store: str, batch: int, jobs: int = 20_000, history: int = 0) -> float:
     """jobs/s of one connection draining `jobs` no-op jobs with leased's own named claim and finish
-    queries on leased's own schema, `batch` jobs a claim, no handler and no engine in between."""
+    queries on leased's own schema, `batch` jobs a claim, no handler and no engine in between;
+    `history` finished jobs in the table first."""
     loops = {"postgres": _leased_postgres_loop, "sqlite": _leased_sqlite_loop, "mariadb": _leased_mariadb_loop}
     url, drop = _ceiling_store(store)
     try:
-        app = _leased_queue(url, jobs)
+        app = _leased_queue(url, jobs, history)
         try:
             return _drain_loop(*loops[store](app, batch), jobs)
         finally:
@@ -373,7 +378,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="The ceiling loops alone (bench/run.py runs them with the rest).")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--stores", default=",".join(CEILING_STORES))
+    parser.add_argument("--history", type=int, default=0, help="with N finished jobs in leased's table first "
+                        "(leased's loop only, batch 10): does the table's size reach the database's own work?")
     options = parser.parse_args()
+    if options.history:
+        for store in options.stores.split(","):
+            for history in (0, options.history):
+                rate = ceiling_leased(store, 10, options.jobs, history)
+                print(f"ceiling_{store}_leased_b10, {history:,} finished jobs first: {rate:>9,.0f} jobs/s", flush=True)
+        return
     for key, rate in ceilings(options.stores.split(","), options.jobs).items():
         print(f"{key:34} {rate:>9,.0f} jobs/s", flush=True)
 

@@ -70,7 +70,7 @@ def render(results: dict) -> str:
     runs = results["runs"]
     lines = ["# Benchmarks: leased and its peers", ""]
     lines += [
-        f"Measured by `python bench/run.py` on {env['date']} ({env['machine']}). Every figure is the median of "
+        f"Measured by `python3.12 bench/run.py` on {env['date']} ({env['machine']}). Every figure is the median of "
         f"{env['repeats']} runs with the range (min–max) in brackets; other work was running on the machine, "
         "so read the ranges. Completions are counted in each library's store (a SQL count, a Redis registry or "
         "key count), never taken from the library. † marks a run cut short by its time limit: the rate is "

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """leased against its peers, side by side, in one command:
 
-    python bench/run.py                       # everything: baselines, workloads 1-5, 3 repeats (~50 min)
-    python bench/run.py --quick               # a smoke run: 2,000 jobs, 1 repeat
-    python bench/run.py --only leased-pg,pgqueuer --workloads 1,2
+    python3.12 bench/run.py                       # everything: baselines, workloads 1-5, 3 repeats (~50 min)
+    python3.12 bench/run.py --quick               # a smoke run: 2,000 jobs, 1 repeat
+    python3.12 bench/run.py --only leased-pg,pgqueuer --workloads 1,2
 
-It creates bench/.venv on first use (the peers from bench/requirements.txt, leased from this
-checkout with its postgres and mariadb extras) and re-runs itself there. Needs PostgreSQL (trust auth, user
-postgres) at 127.0.0.1:5432 with pgbench on the PATH, and Redis at 127.0.0.1:6379 for RQ and
-Celery (they are reported as failed without it). Writes bench/results.json, docs/benchmarks.md and
-docs/benchmarks.png, and prints the tables.
+It needs Python 3.12+ (oban-py and Django 6.1 do; where pyenv manages Pythons: PYENV_VERSION=3.12.1
+python3.12), creates bench/.venv on first use (the peers from bench/requirements.txt, leased from
+this checkout with its postgres, mariadb and web extras) and re-runs itself there. Needs PostgreSQL
+(trust auth, user postgres) at 127.0.0.1:5432 with pgbench on the PATH, MariaDB at 127.0.0.1:3306
+for leased-mariadb, and Redis at 127.0.0.1:6379 for RQ and Celery (they are reported as failed
+without it). Writes bench/results.json, docs/benchmarks.md (down to its marker line: the sections
+below it are kept) and docs/benchmarks.png, and prints the tables.
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ from workloads import Limits, drain, latency_on  # noqa: E402
 
 RESULTS = BENCH / "scale_results.json"
 SECTION = BENCH / "scale.md"
+NOTES = BENCH / "scale_notes.md"  # hand-written: what the figures show, appended to the section
 TITLE = "Scale: drain with history"
 ENQUEUED_ONE_BY_ONE = 2_000
 PAGES = {"overview": "/", "metrics": "/metrics"}
@@ -182,6 +183,7 @@ def render(results: dict) -> str:
              "ratios within about ±0.2 of 1 as flat. × is the ratio to the empty table (for latency and "
              "page times, above 1 is slower).", "",
              "```sh", results["command"], "```", ""]
+    failures = []
     for backend, runs in results["runs"].items():
         lines += [f"### {'PostgreSQL' if backend == 'postgres' else 'SQLite'}", "",
                   "| finished jobs in the table | fill (s) | "
@@ -195,9 +197,17 @@ def render(results: dict) -> str:
                 cells.append(_figure(found, digits))
                 if ratio:
                     cells.append(_times(found, _summary(empty, *path)))
+            lines.append("| " + " | ".join(cells) + " |")
             failed = [run["error"] for run in size_runs if "error" in run]
-            lines.append("| " + " | ".join(cells) + " |" + (f" failed: {failed[0]}" if failed else ""))
+            if failed:
+                failures.append(f"- {'PostgreSQL' if backend == 'postgres' else 'SQLite'}, {int(size):,}: "
+                                f"{len(failed)} of {len(size_runs)} runs failed ({failed[-1]}).")
         lines.append("")
+    if failures:
+        lines += ["Runs that failed (the servers are shared: another user's restart of PostgreSQL or its full "
+                  "connection table) are left out of the medians:", "", *failures, ""]
+    if NOTES.exists():
+        lines += [NOTES.read_text().strip(), ""]
     return "\n".join(lines)
 
 
@@ -209,8 +219,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs drained per measurement")
     parser.add_argument("--render", action="store_true", help="only re-write the report from the saved results")
-    parser.add_argument("--merge", action="store_true", help="keep the saved results of the backends not measured "
-                        "now (e.g. SQLite's, when measuring PostgreSQL again)")
+    parser.add_argument("--merge", action="store_true", help="keep the saved results of the backends and sizes "
+                        "not measured now (e.g. add --decades 7 to a table of 3-6)")
     options = parser.parse_args()
     if options.render:
         results = json.loads(RESULTS.read_text())
@@ -237,8 +247,10 @@ def main() -> None:
         }
         if options.merge and RESULTS.exists():
             saved = json.loads(RESULTS.read_text())
-            kept = {name: runs for name, runs in saved["runs"].items() if name not in backends}
-            results["runs"] = {**kept, **results["runs"]}
+            for backend, runs in results["runs"].items():  # the sizes measured now replace the saved ones
+                saved["runs"][backend] = {**saved["runs"].get(backend, {}), **runs}
+            results["runs"] = {backend: dict(sorted(runs.items(), key=lambda item: int(item[0])))
+                               for backend, runs in saved["runs"].items()}
             results["command"] = f"{saved['command']}\n{results['command']}"
         for repeat in range(options.repeats):  # the outer loop, so that the machine's noise spreads over all
             for backend in backends:
