@@ -64,7 +64,8 @@ PAGE_RENDERS = 5
 class _WithHistory:
     """A leased peer whose store, once set up as the peer sets it up, holds `history` finished jobs.
     Its count of done jobs leaves out those there at the last rebase(), so that the workloads count
-    only their own."""
+    only their own; it reads only the jobs above the history's ids, so that the workloads' polling
+    (ten counts a second) does not itself grow with the history."""
 
     history = 0
     fill_seconds = 0.0
@@ -75,6 +76,7 @@ class _WithHistory:
         if self.history:
             add_history(self.producer, self.history, days_old=1)
         self.fill_seconds = time.perf_counter() - started
+        self.after_id = self.history  # add_history's ids are 1..N in a fresh table
         self.rebase()
 
     def rebase(self) -> None:
