@@ -22,9 +22,10 @@ delete and they stay. Then, on that table, in this order:
 
 Ratios are to the empty table. The issue's bar: the drain at 10^6 and 10^7 at least 0.8x the
 empty table's. Writes bench/scale_results.json and the section "Scale: drain with history" in
-docs/benchmarks.md (bench/scale.md too). Timing on this 2-core machine, one repeat: about 5 min
-for PostgreSQL and SQLite from empty to 10^6; 10^7 adds the fill (about ten times 10^6's, printed
-as it goes) and tables of about 3 GB (PostgreSQL) and 2 GB (SQLite) for the length of the run.
+docs/benchmarks.md (bench/scale.md too). Timing on this 2-core machine: a repeat of empty to 10^6
+takes about 2.5 min on PostgreSQL and 2 min on SQLite (the fill of 10^6 takes 15-35 s and 12 s of
+that); 10^7 is behind --decades 7 (with --merge to add it to a saved table) and takes about
+ten times 10^6's fill on top, with tables of a few GB for the length of the run.
 """
 
 from __future__ import annotations
@@ -179,8 +180,8 @@ def render(results: dict) -> str:
              f"{env['latency_gap_ms']:.0f} ms apart into an idle `leased worker`; {ENQUEUED_ONE_BY_ONE:,} jobs "
              f"enqueued one call each; those and {env['jobs'] - ENQUEUED_ONE_BY_ONE:,} more (queued in bulk) "
              f"drained by one `leased worker` process with concurrency {env['concurrency']}; the dashboard's "
-             f"overview and /metrics, median of {PAGE_RENDERS} renders. Median of {env['repeats']} "
-             f"(range in brackets), {env['date']}, {env['machine']}, Python {env['python']}, leased at "
+             f"overview and /metrics, median of {PAGE_RENDERS} renders. Each figure is the median of the "
+             f"runs counted in the row (range in brackets), {env['date']}, {env['machine']}, Python {env['python']}, leased at "
              f"`{env['leased_commit']}`. **The machine was shared** with other work while this ran: read "
              "ratios within about ±0.2 of 1 as flat. × is the ratio to the empty table (for latency and "
              "page times, above 1 is slower).", "",
@@ -188,12 +189,13 @@ def render(results: dict) -> str:
     failures = []
     for backend, runs in results["runs"].items():
         lines += [f"### {'PostgreSQL' if backend == 'postgres' else 'SQLite'}", "",
-                  "| finished jobs in the table | fill (s) | "
+                  "| finished jobs in the table | runs | fill (s) | "
                   + " | ".join(label + (" | ×" if ratio else "") for label, _, _, ratio in COLUMNS) + " |",
-                  "|---" * (2 + len(COLUMNS) + sum(ratio for *_, ratio in COLUMNS)) + "|"]
+                  "|---" * (3 + len(COLUMNS) + sum(ratio for *_, ratio in COLUMNS)) + "|"]
         empty = runs.get("0", [])
         for size, size_runs in runs.items():
-            cells = [f"{int(size):,}", _figure(_summary(size_runs, "fill_seconds"), 1)]
+            cells = [f"{int(size):,}", str(sum("error" not in run for run in size_runs)),
+                     _figure(_summary(size_runs, "fill_seconds"), 1)]
             for _, path, digits, ratio in COLUMNS:
                 found = _summary(size_runs, *path)
                 cells.append(_figure(found, digits))
@@ -232,6 +234,9 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown backend {unknown[0]!r}: choose from {', '.join(PEERS)}")
         sizes = [0] + [10 ** int(decade) for decade in options.decades.split(",")]
+        saved = json.loads(RESULTS.read_text()) if options.merge and RESULTS.exists() else None
+        if saved and all(saved["runs"].get(backend, {}).get("0") for backend in backends):
+            sizes.remove(0)  # the saved empty table stays the reference
         limits = Limits(jobs=options.jobs)
         if limits.jobs <= ENQUEUED_ONE_BY_ONE:
             parser.error(f"--jobs must be above {ENQUEUED_ONE_BY_ONE:,} (those are enqueued one call each)")
@@ -247,13 +252,13 @@ def main() -> None:
             },
             "runs": {backend: {str(size): [] for size in sizes} for backend in backends},
         }
-        if options.merge and RESULTS.exists():
-            saved = json.loads(RESULTS.read_text())
+        if saved:
             for backend, runs in results["runs"].items():  # the sizes measured now replace the saved ones
                 saved["runs"][backend] = {**saved["runs"].get(backend, {}), **runs}
             results["runs"] = {backend: dict(sorted(runs.items(), key=lambda item: int(item[0])))
                                for backend, runs in saved["runs"].items()}
             results["command"] = f"{saved['command']}\n{results['command']}"
+            results["environment"] = saved["environment"]  # that of the first run; each row counts its runs
         for repeat in range(options.repeats):  # the outer loop, so that the machine's noise spreads over all
             for backend in backends:
                 for size in sizes:
