@@ -72,7 +72,8 @@ NOTES = [
     "- **The ceiling** rows are one connection claiming a batch and finishing it in a loop, no handler and no "
     "library: leased's own named claim and finish queries on its schema, and the same loop on a minimal "
     "(id, status) table. The gap between the two is what leased's schema and statements cost; the gap from "
-    "leased's drain to its own ceiling is its engine and Python.",
+    "leased's drain to its own ceiling is its engine and Python. The loop is serial on one connection, where a "
+    "worker overlaps claims with finishes on several, so a drain can pass it.",
     "- **pgqueuer** is run through `pgqueuer.run()` (what `pgq run` calls): the `pgq` command of pgqueuer "
     "1.6.0 fails at start-up with typer 0.29 (its --log-level option arrives as a str).",
 ]
