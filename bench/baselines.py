@@ -18,7 +18,7 @@ import time
 import uuid
 
 from common import (PG_HOST, PG_PORT, PG_USER, WORK, drop_database, drop_mariadb_database, mariadb_connect,
-                    recreate_database, recreate_mariadb_database)
+                    recreate_database, recreate_mariadb_database, remove_sqlite)
 
 PGBENCH_DB = "pgbench_leased"
 
@@ -74,8 +74,7 @@ def sqlite_commits(synchronous: str, rows: int = 5_000) -> float:
         return rows / (time.perf_counter() - started)
     finally:
         connection.close()
-        for suffix in ("", "-wal", "-shm"):
-            path.with_name(path.name + suffix).unlink(missing_ok=True)
+        remove_sqlite(path)
 
 
 MARIADB_DB = "leased_bench_baseline"
@@ -115,3 +114,282 @@ def mariadb_settings() -> str:
     finally:
         connection.close()
     return f"{version} ({settings})"
+
+
+# The ceiling: the database alone draining no-op jobs, with no handler and no engine.
+CEILING_DB = "bench_ceiling"
+CEILING_WORKER = "ceiling"
+CEILING_STORES = ("postgres", "sqlite", "mariadb")
+
+
+def _noop(n: int) -> None:
+    return None
+
+
+def _leased_queue(url: str, jobs: int, history: int = 0):
+    """A fresh leased schema at `url` with `jobs` pending no-op jobs, queued with leased's own bulk
+    enqueue, after `history` finished ones (see prune_under_load.add_history)."""
+    from leased import Leased
+    from prune_under_load import add_history
+
+    app = Leased(url)
+    task = app.task(name="bench.noop")(_noop)
+    if history:
+        add_history(app, history, days_old=1)
+    for start in range(0, jobs, 1_000):
+        task.enqueue_many([(n,) for n in range(start, min(start + 1_000, jobs))])
+    return app
+
+
+def _drain_loop(claim, finish, jobs: int) -> float:
+    """jobs/s: claim a batch, finish it, until `jobs` are finished (a claim that finds none ends it)."""
+    finished = 0
+    started = time.perf_counter()
+    while finished < jobs:
+        claimed = claim()
+        if not claimed:
+            break
+        finish(claimed)
+        finished += len(claimed)
+    elapsed = time.perf_counter() - started
+    if finished < jobs:
+        raise RuntimeError(f"the ceiling loop finished {finished} of {jobs} jobs")
+    return finished / elapsed
+
+
+def _leased_postgres_loop(app, batch: int):
+    """leased's `claim` on a claims connection (set up by the backend with claim_settings), and its
+    `finish` on an ordinary one: the two statements a PostgreSQL worker sends per batch."""
+    backend = app.backend
+    queries = backend._queries
+    params = {"worker_id": CEILING_WORKER, "task_names": ["bench.noop"], "queue_names": None, "limit": batch}
+
+    def claim():
+        with backend._connection(for_claims=True) as connection:
+            return [(row["id"], row["attempt"]) for row in connection.execute(queries["claim"], params)]
+
+    def finish(held):
+        count = len(held)
+        backend._rows("finish", job_ids=[job_id for job_id, _ in held], attempts=[attempt for _, attempt in held],
+                      worker_ids=[CEILING_WORKER] * count, statuses=["done"] * count, results=["null"] * count,
+                      last_errors=[None] * count, retry_in_seconds=[0.0] * count, outcomes=["done"] * count,
+                      error_types=[None] * count, error_messages=[None] * count, tracebacks=[None] * count)
+
+    return claim, finish
+
+
+def _leased_sqlite_loop(app, batch: int):
+    """leased's `claim` + `open_attempts` in one write transaction, then `finish` + `close_attempts` in
+    another, on the backend's own connection and write lock (WAL, synchronous=NORMAL)."""
+    import json
+
+    backend = app.backend
+    queries = backend._queries
+    params = {"worker_id": CEILING_WORKER, "task_names": json.dumps(["bench.noop"]), "queue_names": None,
+              "limit": batch}
+
+    def claim():
+        with backend._write() as connection:
+            held = [(row["id"], row["attempt"]) for row in connection.execute(queries["claim"], params)]
+            if held:
+                connection.execute(queries["open_attempts"], {"job_ids": json.dumps([job_id for job_id, _ in held]),
+                                                              "worker_id": CEILING_WORKER})
+        return held
+
+    def finish(held):
+        with backend._write() as connection:
+            connection.execute(queries["finish"], {"ends": json.dumps(
+                [[job_id, attempt, CEILING_WORKER, "done", "null", None, 0.0] for job_id, attempt in held])})
+            connection.execute(queries["close_attempts"], {"ends": json.dumps(
+                [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held])})
+
+    return claim, finish
+
+
+def _leased_mariadb_loop(app, batch: int):
+    """leased's claim (`claim_ids`, then the backend's own `take_leases` + `open_attempts` + `leased_jobs`)
+    in one transaction, and its fenced finish (`held_leases`, `finish`, `close_attempts`) in another."""
+    import json
+
+    backend = app.backend
+    params = {"worker_id": CEILING_WORKER, "task_names": json.dumps(["bench.noop"]), "queue_names": None,
+              "limit": batch}
+
+    def claim():
+        rows = backend._transact(lambda connection: backend._lease(
+            connection, backend._all(connection, "claim_ids", **params), CEILING_WORKER))
+        return [(row["id"], row["attempt"]) for row in rows]
+
+    def finish(held):
+        def work(connection):
+            backend._all(connection, "held_leases", worker_id=CEILING_WORKER, leases=json.dumps(held))
+            backend._execute(connection, "finish", ends=json.dumps(
+                [[job_id, attempt, CEILING_WORKER, "done", "null", None, 0.0] for job_id, attempt in held]))
+            backend._execute(connection, "close_attempts", ends=json.dumps(
+                [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held]))
+
+        backend._transact(work)
+
+    return claim, finish
+
+
+def ceiling_leased(store: str, batch: int, jobs: int = 20_000, history: int = 0) -> float:
+    """jobs/s of one connection draining `jobs` no-op jobs with leased's own named claim and finish
+    queries on leased's own schema, `batch` jobs a claim, no handler and no engine in between;
+    `history` finished jobs in the table first."""
+    loops = {"postgres": _leased_postgres_loop, "sqlite": _leased_sqlite_loop, "mariadb": _leased_mariadb_loop}
+    url, drop = _ceiling_store(store)
+    try:
+        app = _leased_queue(url, jobs, history)
+        try:
+            return _drain_loop(*loops[store](app, batch), jobs)
+        finally:
+            app.close()
+    finally:
+        drop()
+
+
+def _ceiling_store(store: str):
+    """A fresh database (or file) for one ceiling loop: its URL, and how to remove it."""
+    if store == "postgres":
+        return recreate_database(CEILING_DB), lambda: drop_database(CEILING_DB)
+    if store == "mariadb":
+        return recreate_mariadb_database(CEILING_DB), lambda: drop_mariadb_database(CEILING_DB)
+    path = WORK / f"ceiling-{uuid.uuid4().hex[:8]}.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    return f"sqlite:///{path}", lambda: remove_sqlite(path)
+
+
+def ceiling_minimal(store: str, batch: int, jobs: int = 20_000) -> float:
+    """The same loop on a minimal table (id, status) with a partial index on pending ids: claim
+    `batch` with SKIP LOCKED (SQLite: its one write lock) and mark them running, then mark them
+    done. The gap to ceiling_leased is what leased's schema and statements cost. The durability is
+    leased's: PostgreSQL claims with synchronous_commit=off, finishes with it on; SQLite WAL with
+    synchronous=NORMAL; MariaDB the server's settings."""
+    url, drop = _ceiling_store(store)
+    try:
+        if store == "postgres":
+            return _minimal_postgres(url, batch, jobs)
+        if store == "sqlite":
+            return _minimal_sqlite(url.removeprefix("sqlite:///"), batch, jobs)
+        return _minimal_mariadb(batch, jobs)
+    finally:
+        drop()
+
+
+def _minimal_postgres(url: str, batch: int, jobs: int) -> float:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as claims, psycopg.connect(url, autocommit=True) as finishes:
+        claims.execute("CREATE TABLE minimal_jobs (id bigserial PRIMARY KEY, status text NOT NULL)")
+        claims.execute("CREATE INDEX minimal_jobs_pending ON minimal_jobs (id) WHERE status = 'pending'")
+        claims.execute("INSERT INTO minimal_jobs (status) SELECT 'pending' FROM generate_series(1, %s)", (jobs,))
+        claims.execute("VACUUM ANALYZE minimal_jobs")
+        claims.execute("SET synchronous_commit = off")
+
+        def claim():
+            return [row[0] for row in claims.execute(
+                "UPDATE minimal_jobs SET status = 'running' WHERE id IN (SELECT id FROM minimal_jobs "
+                "WHERE status = 'pending' ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id", (batch,))]
+
+        def finish(ids):
+            finishes.execute("UPDATE minimal_jobs SET status = 'done' WHERE id = ANY(%s)", (ids,))
+
+        return _drain_loop(claim, finish, jobs)
+
+
+def _minimal_sqlite(path: str, batch: int, jobs: int) -> float:
+    import json
+
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute("PRAGMA synchronous = NORMAL")
+        connection.execute("CREATE TABLE minimal_jobs (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
+        connection.execute("CREATE INDEX minimal_jobs_pending ON minimal_jobs (id) WHERE status = 'pending'")
+        connection.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+                           "INSERT INTO minimal_jobs (status) SELECT 'pending' FROM n", (jobs,))
+
+        def claim():
+            connection.execute("BEGIN IMMEDIATE")
+            ids = [row[0] for row in connection.execute(
+                "UPDATE minimal_jobs SET status = 'running' WHERE id IN (SELECT id FROM minimal_jobs "
+                "WHERE status = 'pending' ORDER BY id LIMIT ?) RETURNING id", (batch,))]
+            connection.execute("COMMIT")
+            return ids
+
+        def finish(ids):
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("UPDATE minimal_jobs SET status = 'done' WHERE id IN (SELECT value FROM json_each(?))",
+                               (json.dumps(ids),))
+            connection.execute("COMMIT")
+
+        return _drain_loop(claim, finish, jobs)
+    finally:
+        connection.close()
+
+
+def _minimal_mariadb(batch: int, jobs: int) -> float:
+    connection = mariadb_connect(CEILING_DB)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE minimal_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(16) NOT NULL,"
+                           " KEY minimal_jobs_status (status, id)) ENGINE=InnoDB")
+            cursor.execute(f"INSERT INTO minimal_jobs (status) SELECT 'pending' FROM seq_1_to_{int(jobs)}")
+        connection.autocommit(False)
+
+        def claim():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT id FROM minimal_jobs WHERE status = 'pending' ORDER BY id LIMIT %s "
+                               "FOR UPDATE SKIP LOCKED", (batch,))
+                ids = [row[0] for row in cursor.fetchall()]
+                if ids:
+                    cursor.execute("UPDATE minimal_jobs SET status = 'running' WHERE id IN %s", (tuple(ids),))
+            connection.commit()
+            return ids
+
+        def finish(ids):
+            with connection.cursor() as cursor:
+                cursor.execute("UPDATE minimal_jobs SET status = 'done' WHERE id IN %s", (tuple(ids),))
+            connection.commit()
+
+        return _drain_loop(claim, finish, jobs)
+    finally:
+        connection.close()
+
+
+CEILING_BATCHES = (10, 50)
+
+
+def ceilings(stores: list[str], jobs: int) -> dict[str, float]:
+    """Every ceiling loop once: {"ceiling_<store>_<leased|minimal>_b<batch>": jobs/s}."""
+    found = {}
+    for store in stores:
+        for batch in CEILING_BATCHES:
+            found[f"ceiling_{store}_leased_b{batch}"] = ceiling_leased(store, batch, jobs)
+            found[f"ceiling_{store}_minimal_b{batch}"] = ceiling_minimal(store, batch, jobs)
+    return found
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The ceiling loops alone (bench/run.py runs them with the rest).")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--stores", default=",".join(CEILING_STORES))
+    parser.add_argument("--history", type=int, default=0, help="with N finished jobs in leased's table first "
+                        "(leased's loop only, batch 10): does the table's size reach the database's own work?")
+    options = parser.parse_args()
+    if options.history:
+        for store in options.stores.split(","):
+            for history in (0, options.history):
+                rate = ceiling_leased(store, 10, options.jobs, history)
+                print(f"ceiling_{store}_leased_b10, {history:,} finished jobs first: {rate:>9,.0f} jobs/s", flush=True)
+        return
+    for key, rate in ceilings(options.stores.split(","), options.jobs).items():
+        print(f"{key:34} {rate:>9,.0f} jobs/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -31,3 +31,17 @@ def bootstrap(venv: Path, requirements: Path, extras: str, script: Path) -> None
         subprocess.run(pip + ["-e", f"{BENCH.parent}[{extras}]"], check=True)
         stamp.write_text(wanted)
     os.execv(str(python), [str(python), str(script), *sys.argv[1:]])
+
+
+# The venv of bench/run.py and bench/scale.py: the peers, and leased with what the worker, the
+# MariaDB peer and the dashboard need. Python 3.12+: oban-py and Django 6.1 (django-ox) need it.
+VENV = BENCH / ".venv"
+EXTRAS = "postgres,mariadb,web"
+
+
+def bootstrap_bench(script: Path) -> None:
+    """Re-run `script` in bench/.venv, creating or updating it first; refuse a Python below 3.12."""
+    if sys.version_info < (3, 12):
+        sys.exit(f"{script.name} needs Python 3.12+ (oban-py, Django 6.1), this is {sys.version.split()[0]}: "
+                 "run it with python3.12 (where pyenv manages Pythons: PYENV_VERSION=3.12.1 python3.12)")
+    bootstrap(VENV, BENCH / "requirements.txt", EXTRAS, script)

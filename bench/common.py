@@ -22,6 +22,15 @@ PG_ADMIN_URL = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/postgres"
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 
 
+def leased_commit() -> str:
+    """The checkout being measured, as `git describe` names it (-dirty with uncommitted changes)."""
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                              capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def pg_url(database: str) -> str:
     return f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{database}"
 
@@ -75,6 +84,12 @@ def drop_mariadb_database(name: str) -> None:
             cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
     finally:
         connection.close()
+
+
+def remove_sqlite(path: Path | str) -> None:
+    """A SQLite database file and its WAL and shared-memory files, those that exist."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 class Failed(Exception):

@@ -193,13 +193,13 @@ def pages(url: str, jobs: int) -> dict[str, str]:
     }
 
 
-def measure(url: str, targets: dict[str, str], repetitions: int) -> None:
+def page_times(app: Leased, targets: dict[str, str], repetitions: int) -> dict[str, tuple[list[float], str]]:
+    """Each page rendered once to warm up, then `repetitions` times: {name: (milliseconds, last body)}."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from starlette.testclient import TestClient
-    app = Leased(url)
     client = TestClient(dashboard(app))
-    print(f"\n{'page':34} {'median':>9} {'min':>9} {'max':>9}  rows")
+    found = {}
     for name, path in targets.items():
         response = client.get(path)  # warm: connections, template compilation, caches
         assert response.status_code == 200, (path, response.status_code, response.text[:300])
@@ -208,7 +208,16 @@ def measure(url: str, targets: dict[str, str], repetitions: int) -> None:
             started = time.perf_counter()
             response = client.get(path)
             times.append((time.perf_counter() - started) * 1000)
-        rows = response.text.count('data-label="ID"') if path.startswith("/jobs?") or path == "/jobs" else ""
+        found[name] = (times, response.text)
+    return found
+
+
+def measure(url: str, targets: dict[str, str], repetitions: int) -> None:
+    app = Leased(url)
+    print(f"\n{'page':34} {'median':>9} {'min':>9} {'max':>9}  rows")
+    for name, (times, text) in page_times(app, targets, repetitions).items():
+        path = targets[name]
+        rows = text.count('data-label="ID"') if path.startswith("/jobs?") or path == "/jobs" else ""
         print(f"{name:34} {statistics.median(times):7.1f}ms {min(times):7.1f}ms {max(times):7.1f}ms  {rows}")
     app.close()
 

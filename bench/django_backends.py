@@ -47,12 +47,12 @@ import time  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from importlib import metadata  # noqa: E402
 
-from common import WORK, ProbeReceiver, Workers, median_range, percentile, recreate_database, spawn, wait_for_done  # noqa: E402
+import report  # noqa: E402
+from common import WORK, ProbeReceiver, Workers, median_range, percentile, recreate_database, remove_sqlite, spawn, wait_for_done  # noqa: E402
 
 PROJECT = BENCH / "django_project"
 RESULTS = BENCH / "django_results.json"
 SECTION = BENCH / "django_backends.md"  # report.py appends it to docs/benchmarks.md too
-DOC = BENCH.parent / "docs" / "benchmarks.md"
 
 BACKENDS = {  # name: (label, package, worker command as documented, the same with 8 threads or None)
     "leased": ("leased", "leased", ["leased_worker"], ["leased_worker", "--concurrency", "8"]),
@@ -87,8 +87,7 @@ def fresh_database(env: dict[str, str]) -> None:
     if env["BENCH_DATABASE"] == "sqlite":
         path = Path(env["BENCH_SQLITE_PATH"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
+        remove_sqlite(path)
     else:
         recreate_database(env["BENCH_PG_NAME"])
 
@@ -275,18 +274,6 @@ NOTES = [
 ]
 
 
-def splice(text: str) -> None:
-    """Put the section into docs/benchmarks.md, replacing the previous one (up to the next "## ")."""
-    doc = DOC.read_text()
-    start = doc.find("## Django backends")
-    if start < 0:
-        doc = doc.rstrip() + "\n\n" + text
-    else:
-        end = doc.find("\n## ", start + 1)
-        doc = doc[:start] + text.rstrip() + "\n" + (doc[end:] if end >= 0 else "")
-    DOC.write_text(doc)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2_000)
@@ -301,7 +288,7 @@ def main() -> None:
         results = json.loads(RESULTS.read_text())
         text = render(results, results["command"])
         SECTION.write_text(text)
-        splice(text)
+        report.splice("Django backends", text)
         print(text)
         return
     if options.cell:
@@ -335,7 +322,7 @@ def main() -> None:
                 RESULTS.write_text(json.dumps(results, indent=1))
     text = render(results, command)
     SECTION.write_text(text)
-    splice(text)
+    report.splice("Django backends", text)
     print(text)
 
 

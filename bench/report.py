@@ -50,7 +50,19 @@ def cell(results: dict, peer: str, metric: str, key: str = "rate", digits: int =
 def _ratio(a: dict | None, b: dict | None) -> str:
     if not a or not b or not b["median"]:
         return "–"
-    return f"{a['median'] / b['median']:.2f}×"
+    value = a["median"] / b["median"]
+    return f"{value:.2f}×" if value >= 0.1 else f"{value:.3f}×"
+
+
+STORE_KEYS = {"PostgreSQL": "postgres", "SQLite": "sqlite", "MariaDB": "mariadb"}
+CEILINGS = [(f"ceiling_{key}_{schema}_b{batch}",
+             f"ceiling: {store}, {'leased' if schema == 'leased' else 'a minimal (id, status)'} table, "
+             f"{'leased' if schema == 'leased' else 'SKIP LOCKED'} claim + finish of {batch} (jobs/s)")
+            for store, key in STORE_KEYS.items() for schema in ("leased", "minimal") for batch in (10, 50)]
+
+
+def ceiling(results: dict, store: str, schema: str, batch: int = 10) -> dict | None:
+    return median_range(results["baselines"].get(f"ceiling_{STORE_KEYS.get(store, '?')}_{schema}_b{batch}", []))
 
 
 def render(results: dict) -> str:
@@ -59,7 +71,7 @@ def render(results: dict) -> str:
     runs = results["runs"]
     lines = ["# Benchmarks: leased and its peers", ""]
     lines += [
-        f"Measured by `python bench/run.py` on {env['date']} ({env['machine']}). Every figure is the median of "
+        f"Measured by `python3.12 bench/run.py` on {env['date']} ({env['machine']}). Every figure is the median of "
         f"{env['repeats']} runs with the range (min–max) in brackets; other work was running on the machine, "
         "so read the ranges. Completions are counted in each library's store (a SQL count, a Redis registry or "
         "key count), never taken from the library. † marks a run cut short by its time limit: the rate is "
@@ -97,8 +109,11 @@ def render(results: dict) -> str:
                        ("psycopg_insert", "psycopg INSERT + commit, 1 connection (rows/s)"),
                        ("sqlite_normal", "SQLite WAL, synchronous=NORMAL, INSERT + commit (rows/s)"),
                        ("sqlite_full", "SQLite WAL, synchronous=FULL, INSERT + commit (rows/s)"),
-                       ("mariadb_insert", "MariaDB (MySQLdb) INSERT + commit, 1 connection (commits/s)")]:
+                       ("mariadb_insert", "MariaDB (MySQLdb) INSERT + commit, 1 connection (commits/s)"),
+                       *CEILINGS]:
         summary = median_range(results["baselines"].get(key, []))
+        if summary is None and key.startswith("ceiling_"):
+            continue  # that store was not measured in this run
         if summary:
             lines.append(f"| {label} | {summary['median']:,.0f} ({summary['min']:,.0f}–{summary['max']:,.0f}) |")
         else:
@@ -112,18 +127,21 @@ def render(results: dict) -> str:
         "## Throughput (jobs/s)",
         "",
         "| library | enqueue, one call per job | enqueue, bulk API | drain, 1 process | drain, 2 processes "
-        "| drain 1p ÷ store baseline¹ |",
-        "|---|---|---|---|---|---|",
+        "| drain 1p ÷ store baseline¹ | drain 1p ÷ ceiling² |",
+        "|---|---|---|---|---|---|---|",
     ]
     for peer in peers:
         name = peer["name"]
         base = {"PostgreSQL": pgbench, "SQLite": sqlite_normal, "MariaDB": mariadb}.get(peer["store"])
         lines.append(f"| {peer['label']} | {cell(results, name, 'enqueue_one')} | {cell(results, name, 'enqueue_bulk')} "
                      f"| {cell(results, name, 'drain_1p')} | {cell(results, name, 'drain_2p')} "
-                     f"| {_ratio(stat(results, name, 'drain_1p'), base) if base else '–'} |")
+                     f"| {_ratio(stat(results, name, 'drain_1p'), base) if base else '–'} "
+                     f"| {_ratio(stat(results, name, 'drain_1p'), ceiling(results, peer['store'], 'minimal'))} |")
     lines += ["", "¹ PostgreSQL libraries against pgbench -N TPS with 1 client; SQLite ones against SQLite's "
               "WAL + synchronous=NORMAL commit rate; MariaDB ones against one connection's INSERT + commit rate; "
-              "Redis ones have no baseline here.", ""]
+              "Redis ones have no baseline here.",
+              "² Against the store's ceiling: one connection claiming 10 jobs of a minimal (id, status) table with "
+              "SKIP LOCKED and finishing them, in a loop (see the baselines).", ""]
 
     lines += ["## Enqueue-to-start latency at low load (ms)", "",
               f"{limits['latency_jobs']} jobs, {limits['latency_gap'] * 1000:.0f} ms apart, into an idle worker in "
@@ -186,7 +204,7 @@ def key_ratios(results: dict) -> list[str]:
         return max(found, key=lambda item: item[1]["median"]) if found else (None, None)
 
     label = {peer["name"]: peer["label"] for peer in results["peers"]}
-    pg_peers = ["procrastinate", "pgqueuer"]
+    pg_peers = ["procrastinate", "pgqueuer", "oban-py", "django-ox-pg"]
     all_peers = [peer["name"] for peer in results["peers"] if not peer["name"].startswith("leased")]
     for metric, what in [("drain_1p", "drain, 1 process"), ("drain_2p", "drain, 2 processes")]:
         name, other = best(pg_peers, metric)
@@ -205,6 +223,13 @@ def key_ratios(results: dict) -> list[str]:
                 shown.add(name)
                 out.append(f"leased (PostgreSQL) {what}: {mine['median']:,.0f} jobs/s = {_ratio(mine, other)} the "
                            f"fastest peer on {store}, {label[name]} ({other['median']:,.0f}).")
+    for peer, store in (("leased-pg", "PostgreSQL"), ("leased-sqlite", "SQLite"), ("leased-mariadb", "MariaDB")):
+        mine, own, minimal = s(peer, "drain_1p"), ceiling(results, store, "leased"), ceiling(results, store, "minimal")
+        if mine and own and minimal:
+            out.append(f"{label.get(peer, peer)} drain, 1 process: {mine['median']:,.0f} jobs/s = {_ratio(mine, own)} "
+                       f"of the ceiling with its own SQL ({own['median']:,.0f}: claim and finish 10 at a time, "
+                       f"nothing else), {_ratio(mine, minimal)} of a minimal (id, status) table's "
+                       f"({minimal['median']:,.0f}); leased's own SQL reaches {_ratio(own, minimal)} of the minimal table's.")
     mine = s("leased-pg", "enqueue_one")
     if mine and base("psycopg_insert"):
         out.append(f"leased (PostgreSQL) enqueue one call per job = {_ratio(mine, base('psycopg_insert'))} a bare "
@@ -272,11 +297,33 @@ def chart(results: dict, path: Path = CHART) -> None:
     plt.close(figure)
 
 
+# docs/benchmarks.md holds bench/run.py's tables above this line and, below it, the sections that
+# are written by hand or by other benchmarks (splice()); a new run replaces only what is above.
+KEPT_BELOW = ("<!-- Written by bench/run.py down to here. Below: sections written by hand or by other "
+              "benchmarks (bench/scale.py, bench/django_backends.py); bench/run.py keeps them. -->")
+
+
 def write(results: dict) -> str:
     text = render(results)
-    DOC.write_text(text)
+    kept = ""
+    if DOC.exists() and KEPT_BELOW in DOC.read_text():
+        kept = DOC.read_text().split(KEPT_BELOW, 1)[1]
+    DOC.write_text(text.rstrip() + "\n\n" + KEPT_BELOW + (kept if kept.strip() else "\n"))
     chart(results)
     return text
+
+
+def splice(title: str, text: str) -> None:
+    """Put a section ("## title" and what follows, up to the next "## ") into docs/benchmarks.md,
+    replacing the one there, or else at the end, among the sections that bench/run.py keeps."""
+    doc = DOC.read_text() if DOC.exists() else KEPT_BELOW + "\n"
+    start = doc.find(f"\n## {title}\n")
+    if start < 0:
+        doc = doc.rstrip() + "\n\n" + text.rstrip() + "\n"
+    else:
+        end = doc.find("\n## ", start + 1)
+        doc = doc[:start + 1] + text.rstrip() + "\n" + (doc[end:] if end >= 0 else "")
+    DOC.write_text(doc)
 
 
 if __name__ == "__main__":  # re-render from a saved results file

@@ -1,32 +1,32 @@
 #!/usr/bin/env python3
 """leased against its peers, side by side, in one command:
 
-    python bench/run.py                       # everything: baselines, workloads 1-5, 3 repeats (~50 min)
-    python bench/run.py --quick               # a smoke run: 2,000 jobs, 1 repeat
-    python bench/run.py --only leased-pg,pgqueuer --workloads 1,2
+    python3.12 bench/run.py                       # everything: baselines, workloads 1-5, 3 repeats (~50 min)
+    python3.12 bench/run.py --quick               # a smoke run: 2,000 jobs, 1 repeat
+    python3.12 bench/run.py --only leased-pg,pgqueuer --workloads 1,2
 
-It creates bench/.venv on first use (the peers from bench/requirements.txt, leased from this
-checkout with its postgres and mariadb extras) and re-runs itself there. Needs PostgreSQL (trust auth, user
-postgres) at 127.0.0.1:5432 with pgbench on the PATH, and Redis at 127.0.0.1:6379 for RQ and
-Celery (they are reported as failed without it). Writes bench/results.json, docs/benchmarks.md and
-docs/benchmarks.png, and prints the tables.
+It needs Python 3.12+ (oban-py and Django 6.1 do; where pyenv manages Pythons: PYENV_VERSION=3.12.1
+python3.12), creates bench/.venv on first use (the peers from bench/requirements.txt, leased from
+this checkout with its postgres, mariadb and web extras) and re-runs itself there. Needs PostgreSQL
+(trust auth, user postgres) at 127.0.0.1:5432 with pgbench on the PATH, MariaDB at 127.0.0.1:3306
+for leased-mariadb, and Redis at 127.0.0.1:6379 for RQ and Celery (they are reported as failed
+without it). Writes bench/results.json, docs/benchmarks.md (down to its marker line: the sections
+below it are kept) and docs/benchmarks.png, and prints the tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import bench_venv
 
 BENCH = Path(__file__).resolve().parent
-VENV = BENCH / ".venv"
 
-if not bench_venv.inside(VENV) and __name__ == "__main__":
-    bench_venv.bootstrap(VENV, BENCH / "requirements.txt", "postgres,mariadb", Path(__file__).resolve())
+if not bench_venv.inside(bench_venv.VENV) and __name__ == "__main__":
+    bench_venv.bootstrap_bench(Path(__file__).resolve())
 
 sys.path.insert(0, str(BENCH))
 
@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 import baselines
 import report
 import workloads
-from common import PG_ADMIN_URL, REDIS_HOST, REDIS_PORT, WORK, Failed
+from common import PG_ADMIN_URL, REDIS_HOST, REDIS_PORT, WORK, Failed, leased_commit
 from peers import all_peers
 from peers.base import Unsupported
 
@@ -65,6 +65,15 @@ NOTES = [
     "- **Celery's bulk** is a `group`, which sends one message per task; it is no faster than `send_task` in a loop. **huey** has no bulk enqueue.",
     "- **Slot utilisation with 500 slots** needs 10,000 job starts per second to reach 1.0 (2,000 jobs in an ideal 0.2 s), so it measures start-up and claim throughput more than waiting.",
     "- **Time limits** cut some drains short (\u2020): their rate is over the jobs they finished in 60 s.",
+    "- **oban-py** runs its workers with `oban start` and async workers, as its README shows; **django-ox** "
+    "runs in bench/django_project (Django 6.1, the Django backends benchmark's project and database settings) "
+    "with `manage.py ox_worker --concurrency N`, and is fed by a producer process of its own (Django reads its "
+    "settings once per process), one request per 1,000 jobs.",
+    "- **The ceiling** rows are one connection claiming a batch and finishing it in a loop, no handler and no "
+    "library: leased's own named claim and finish queries on its schema, and the same loop on a minimal "
+    "(id, status) table. The gap between the two is what leased's schema and statements cost; the gap from "
+    "leased's drain to its own ceiling is its engine and Python. The loop is serial on one connection, where a "
+    "worker overlaps claims with finishes on several, so a drain can pass it.",
     "- **pgqueuer** is run through `pgqueuer.run()` (what `pgq run` calls): the `pgq` command of pgqueuer "
     "1.6.0 fails at start-up with typer 0.29 (its --log-level option arrives as a str).",
 ]
@@ -83,14 +92,9 @@ def environment(options, peers) -> dict:
         redis_version = f"{info['redis_version']} (appendonly {'yes' if info.get('aof_enabled') else 'no'})"
     except Exception as error:
         redis_version = f"unreachable ({error})"
-    try:
-        commit = subprocess.run(["git", "-C", str(BENCH.parent), "describe", "--always", "--dirty"],
-                                capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "leased_commit": commit,
+        "leased_commit": leased_commit(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
         "cores": os.cpu_count(),
         "python": platform.python_version(),
@@ -139,6 +143,11 @@ def run_baselines(results: dict, repeats: int, quick: bool, peers) -> None:
     for _ in range(repeats):
         found.setdefault("sqlite_normal", []).append(baselines.sqlite_commits("NORMAL"))
         found.setdefault("sqlite_full", []).append(baselines.sqlite_commits("FULL"))
+    # The ceiling: each store draining no-op jobs with no library in between (see baselines.py).
+    stores = ["postgres", "sqlite"] + (["mariadb"] if any(peer.store == "MariaDB" for peer in peers) else [])
+    for _ in range(repeats):
+        for key, rate in baselines.ceilings(stores, 5_000 if quick else 20_000).items():
+            found.setdefault(key, []).append(rate)
     log(f"baselines: { {key: [round(v) for v in values] for key, values in found.items()} }")
 
 

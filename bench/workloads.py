@@ -58,7 +58,7 @@ def _enqueue_timed(enqueue, numbers: list[int], limit: float) -> tuple[int, floa
     return done, time.perf_counter() - started, False
 
 
-def _drain(peer: Peer, processes: int, queued: int, limits: Limits, tag: str) -> dict:
+def drain(peer: Peer, processes: int, queued: int, limits: Limits, tag: str) -> dict:
     concurrency = 1 if peer.one_job_per_process else limits.concurrency
     workers = peer.start_workers(processes, concurrency, tag=tag)
     try:
@@ -96,7 +96,7 @@ def throughput(peer: Peer, limits: Limits, bulk: bool) -> dict[str, dict]:
             out[enqueue_key] = {"error": str(error)}
             return out
         try:
-            out[drain_key] = _drain(peer, processes, jobs, limits, drain_key)
+            out[drain_key] = drain(peer, processes, jobs, limits, drain_key)
         except Failed as error:
             out[drain_key] = {"error": str(error)}
     finally:
@@ -106,10 +106,20 @@ def throughput(peer: Peer, limits: Limits, bulk: bool) -> dict[str, dict]:
 
 
 def latency(peer: Peer, limits: Limits) -> dict:
-    """Workload 3: probes enqueued `latency_gap` apart into an idle worker; enqueue call to handler start."""
-    receiver = ProbeReceiver()
+    """Workload 3 on a fresh store (see latency_on)."""
     with deadline(120, "setup"):
         peer.setup()
+    try:
+        return latency_on(peer, limits)
+    finally:
+        with deadline(120, "teardown"):
+            peer.teardown()
+
+
+def latency_on(peer: Peer, limits: Limits) -> dict:
+    """Probes enqueued `latency_gap` apart into an idle worker, on the store as `peer` has set it
+    up; from the enqueue call to the handler's start."""
+    receiver = ProbeReceiver()
     workers: Workers | None = None
     try:
         concurrency = 1 if peer.one_job_per_process else limits.concurrency
@@ -144,8 +154,6 @@ def latency(peer: Peer, limits: Limits) -> dict:
         if workers is not None:
             workers.stop()
         receiver.close()
-        with deadline(120, "teardown"):
-            peer.teardown()
 
 
 def slots(peer: Peer, limits: Limits, slot_count: int) -> dict:

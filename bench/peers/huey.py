@@ -10,7 +10,7 @@ import sqlite3
 import time
 import uuid
 
-from common import venv_bin
+from common import remove_sqlite, venv_bin
 from huey import SqliteHuey
 
 from peers.base import Peer, Unsupported, scratch
@@ -82,8 +82,4 @@ class HueyPeer(Peer):
     def teardown(self):
         self._reader.close()
         self.huey.storage.close()
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.remove(f"{self.path}{suffix}")
-            except FileNotFoundError:
-                pass
+        remove_sqlite(self.path)
