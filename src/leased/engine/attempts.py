@@ -26,7 +26,7 @@ from leased.engine.slots import Slots
 from leased.engine.threads import HandlerThreads, LoopInbox
 from leased.engine.timelimits import TimeLimits, timeout_end
 from leased.events import AttemptEnded, Event
-from leased.jobs import Job, Lease, Outcome
+from leased.jobs import ClaimedJob, Lease, Outcome
 
 log = logging.getLogger("leased.worker")
 
@@ -85,7 +85,7 @@ class ClaimedAttempts:
         """The worker stopped: idle handler threads exit, busy ones when their handler returns."""
         self._threads.shutdown()
 
-    def start(self, jobs: list[Job], claimed_at: float) -> None:
+    def start(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
         """On the loop: jobs just claimed wait for a slot, in claim order."""
         attempts = []
         for job in jobs:

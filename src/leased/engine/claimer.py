@@ -17,7 +17,7 @@ from leased.backends.base import Backend, ClaimRequest
 from leased.engine.retrying import Outage, is_transient, one_line
 from leased.engine.slots import Slots
 from leased.engine.threads import LoopInbox
-from leased.jobs import Job
+from leased.jobs import ClaimedJob
 
 log = logging.getLogger("leased.worker")
 
@@ -27,7 +27,7 @@ CLAIM_GATHER_SECONDS = 0.002
 
 class Claimer:
     def __init__(self, backend: Backend, request: ClaimRequest, slots: Slots, *, poll_interval: float,
-                 start: Callable[[list[Job], float], None], claimed: Callable[[], int],
+                 start: Callable[[list[ClaimedJob], float], None], claimed: Callable[[], int],
                  held_by_stuck: Callable[[], int], stopping: Callable[[], bool]):
         self._backend = backend
         self._request = request

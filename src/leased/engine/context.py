@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from leased.jobs import Job
+from leased.jobs import ClaimedJob, Job
 
 
 class CancelReason(StrEnum):
@@ -31,7 +31,7 @@ class TaskContext:
     returns after a cancellation is discarded.
     """
 
-    job: Job
+    claimed: ClaimedJob = field(repr=False)
     worker_id: str
     cancel_reason: CancelReason | None = None
     # The event is made on first use: most handlers never look, and one per job costs more than a no-op job.
@@ -40,12 +40,17 @@ class TaskContext:
     _finishing: bool = field(default=False, init=False, repr=False)  # its end is being written
 
     @property
+    def job(self) -> Job:
+        """The job as claimed, read from its row when first asked for."""
+        return self.claimed.job
+
+    @property
     def job_id(self) -> int:
-        return self.job.id
+        return self.claimed.id
 
     @property
     def attempt(self) -> int:
-        return self.job.attempt
+        return self.claimed.attempt
 
     @property
     def cancelled(self) -> threading.Event:

@@ -22,7 +22,7 @@ from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
 from leased.errors import PayloadError, PermanentError
-from leased.jobs import Job, Outcome
+from leased.jobs import ClaimedJob, Outcome
 from leased.payloads import clean_text, encode_result
 
 log = logging.getLogger("leased.worker")
@@ -50,7 +50,7 @@ class Attempt:
     __slots__ = ("job", "lease", "context", "handler", "is_async", "task", "started", "thread_id", "time_limit",
                  "lapse_cause", "closed")
 
-    def __init__(self, job: Job, context: TaskContext, handler: Handler):
+    def __init__(self, job: ClaimedJob, context: TaskContext, handler: Handler):
         self.job = job
         self.lease = job.lease
         self.context = context
@@ -156,7 +156,7 @@ def _interrupts(task: asyncio.Task) -> bool:
     return not task.cancelled() and not isinstance(task.exception(), (Exception, SystemExit, type(None)))
 
 
-def error_end(job: Job, error: BaseException, *, retry: bool, backoff: Backoff | None = None) -> AttemptEnd:
+def error_end(job: ClaimedJob, error: BaseException, *, retry: bool, backoff: Backoff | None = None) -> AttemptEnd:
     delay = backoff.delay(job.attempt) if retry else None
     message = clean_text(str(error), MAX_ERROR_MESSAGE)
     if retry:

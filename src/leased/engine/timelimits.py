@@ -25,7 +25,7 @@ from leased.backends.base import AttemptEnd
 from leased.backoff import Backoff
 from leased.engine.threads import LoopInbox
 from leased.events import Event, HandlerStuck
-from leased.jobs import Job, Lease, Outcome
+from leased.jobs import ClaimedJob, Lease, Outcome
 from leased.payloads import clean_text
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ STUCK_REPORT_SECONDS = 60.0  # while stuck, log it again this often
 MAX_STACK = 32_000
 
 
-def timeout_end(job: Job, backoff: Backoff, thread_id: int | None) -> AttemptEnd:
+def timeout_end(job: ClaimedJob, backoff: Backoff, thread_id: int | None) -> AttemptEnd:
     """The end of an attempt that ran past its limit, whatever its handler did after it. For a sync
     handler whose thread still runs (`thread_id`), the traceback is where that thread is: where it hangs."""
     retry = job.attempt < job.max_attempts
@@ -75,7 +75,7 @@ _ENGINE_FOLDER = os.path.dirname(os.path.abspath(__file__))
 class _Overrun:
     """A sync handler's thread still running after its attempt ended at the time limit."""
 
-    job: Job
+    job: ClaimedJob
     limit_at: float  # loop time of the limit
     stuck: bool = False
     report: asyncio.TimerHandle | None = field(default=None, repr=False)
