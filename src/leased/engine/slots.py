@@ -33,7 +33,8 @@ class Slots:
         self._lock = threading.Lock()
         self._waiting: collections.deque[Attempt] = collections.deque()
         self.running = 0  # slots whose handler has not returned
-        self._ends: collections.deque[float] = collections.deque()  # recent handler ends, monotonic
+        self._ends: collections.deque[tuple[float, float]] = collections.deque()  # recent ends: when, how long it ran
+        self._ran = 0.0  # the seconds of those runs, summed
 
     @property
     def handling(self) -> int:
@@ -47,11 +48,15 @@ class Slots:
             starting = self._take_free()
         self._start(starting)
 
-    def ended(self, on_thread: bool) -> Attempt | None:
-        """A handler returned. On its thread: the next waiting attempt, if it is sync, for that thread
-        to run in the same slot; otherwise None, and the slot goes to whoever is next in line."""
-        self._ends.append(time.monotonic())
+    def ended(self, on_thread: bool, started: float) -> Attempt | None:
+        """A handler that started at `started` (monotonic; 0: it never ran) returned. On its thread:
+        the next waiting attempt, if it is sync, for that thread to run in the same slot; otherwise
+        None, and the slot goes to whoever is next in line."""
+        now = time.monotonic()
+        seconds = now - started if started else 0.0
         with self._lock:
+            self._ends.append((now, seconds))
+            self._ran += seconds
             if on_thread and self._waiting and not self._waiting[0].is_async:
                 following, starting = self._waiting.popleft(), ()
             else:
@@ -95,9 +100,22 @@ class Slots:
         a job must not wait here while another worker sits idle. A slot frees when its handler
         returns, before its end is written; a slow database holds claims back through the cap on
         `unwritten` ends."""
-        now = time.monotonic()
+        return min(self.concurrency + self._prefetch() - self.handling, MAX_UNWRITTEN_ENDS - unwritten)
+
+    def _prefetch(self) -> int:
+        """The jobs the slots will start within PREFETCH_SECONDS: at the rate they ended lately, or,
+        from how long handlers ran lately, as many of the running ones as will end by then, which is
+        known as soon as the first jobs end (500 slots of 50 ms jobs turn over all at once). Never
+        more than ended lately, so that a few quick failures do not make long jobs look short."""
+        since = time.monotonic() - END_RATE_WINDOW
         recent = self._ends
-        while recent and recent[0] < now - END_RATE_WINDOW:
-            recent.popleft()
-        prefetch = min(MAX_PREFETCH, int(len(recent) * PREFETCH_SECONDS / END_RATE_WINDOW))
-        return min(self.concurrency + prefetch - self.handling, MAX_UNWRITTEN_ENDS - unwritten)
+        with self._lock:
+            while recent and recent[0][0] < since:
+                self._ran -= recent.popleft()[1]
+            ended, ran = len(recent), self._ran
+        if not ended:
+            return 0
+        by_rate = ended * PREFETCH_SECONDS / END_RATE_WINDOW
+        mean_run = max(0.0, ran) / ended
+        by_duration = min(ended, self.running * PREFETCH_SECONDS / mean_run if mean_run > 0 else ended)
+        return min(MAX_PREFETCH, int(max(by_rate, by_duration)))

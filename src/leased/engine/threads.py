@@ -103,10 +103,24 @@ class HandlerThreads(Generic[Item]):
         for inbox in idle:
             inbox.put(None)
 
+    def prestart(self, count: int) -> None:
+        """Start threads up to `count`, idle, from a thread of its own: starting hundreds at the first
+        claim would hold up the loop, and the first jobs with it."""
+        def start() -> None:
+            while True:
+                with self._lock:
+                    if self._closed or self._started >= count:
+                        return
+                    self._started += 1
+                    number = self._started
+                threading.Thread(target=self._serve, args=(None,), name=f"{self._name}-{number}", daemon=True).start()
+
+        threading.Thread(target=start, name=f"{self._name}-starter", daemon=True).start()
+
     def _serve(self, item: Item | None) -> None:
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         try:
-            while item is not None:
+            while True:
                 while item is not None:
                     item = self._work(item)
                 with self._lock:
@@ -114,5 +128,7 @@ class HandlerThreads(Generic[Item]):
                         return
                     self._idle.append(inbox)
                 item = inbox.get()
+                if item is None:
+                    return
         except BaseException as error:
             self._failed(error)

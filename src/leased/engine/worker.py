@@ -152,6 +152,8 @@ class Worker:
         self._time_limits.start(self._loop)
         self._completer.start(self._loop)
         self._claimed.open(self._loop)
+        if not all(handler.is_async for handler in self.tasks.values()):
+            self._claimed.prestart_threads()
         self._lease_keeper.start()
         listener = self.backend.listener() if self.push else None
         services = [self._service("lease watchdog", self._lease_keeper.watch()),
