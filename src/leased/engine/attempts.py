@@ -221,11 +221,14 @@ class ClaimedAttempts:
             thread_id = attempt.thread_id
             self._time_limits.overran(attempt)
             self._completer.finish(attempt, timeout_end(attempt.job, attempt.handler.backoff, thread_id))
-        elif self.slots.withdraw(attempt):  # it had not started, and now never will
+        else:
+            # Waiting, it never starts now. Running, a sync handler learns it from its context and
+            # keeps its slot until it returns, but its attempt is over: given back now, not when a
+            # handler that ignores its context returns (shutdown must not wait for that either).
+            self.slots.withdraw(attempt)
             closing: list[tuple[Attempt, Outcome | None, bool]] = []
             self._abandon(attempt, reason, closing)
             self._close(closing)
-        # Otherwise a sync handler learns it from its context; its end is discarded when it returns.
 
     async def wind_down(self, grace: float, forced: asyncio.Event) -> None:
         """The shutdown: let the attempts finish within `grace` (or until `forced`), then cancel the
