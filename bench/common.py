@@ -198,6 +198,9 @@ def wait_for_done(count: Callable[[], int], target: int, timeout: float, workers
 class ProbeReceiver:
     def __init__(self) -> None:
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        # Room for thousands of reports: 500 slots start and end within a millisecond or two, faster
+        # than this process reads, and the default buffer (about 200 datagrams) drops the rest.
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.socket.bind(("127.0.0.1", 0))
         self.port = self.socket.getsockname()[1]
         self.started: dict[int, float] = {}

@@ -70,7 +70,7 @@ def claim_ms(url: str, held: int, claims: int = 100) -> float:
         started = time.perf_counter()
         claimed = app.backend.claim(request)
         times.append((time.perf_counter() - started) * 1000)
-        assert len(claimed) == 10 and all(job.concurrency_key != "busy" for job in claimed)
+        assert len(claimed) == 10 and all(job.job.concurrency_key != "busy" for job in claimed)
     app.close()
     return statistics.median(times)
 

@@ -88,6 +88,9 @@ def test_several_worker_and_producer_processes_share_one_database(app, spawn, da
         _, errors = process.communicate(timeout=120)
         assert process.returncode == 0, errors
     wait_for(lambda: app.counts().get("default", {}).get("done") == 300, timeout=120, message="300 jobs done")
+    # A worker registers after it installs its signal handlers; the others may drain the 300 jobs
+    # before a slow one has started, and a SIGTERM before then kills it outright.
+    wait_for(lambda: len(app.workers()) == 4, timeout=60, message="all four workers started")
     for process in workers:
         process.terminate()
         assert process.wait(30) == 0

@@ -149,7 +149,7 @@ def test_a_keyed_job_in_a_limited_queue_meets_both_limits(app):
     charge.enqueue_many([(customer, n) for customer in "ab" for n in range(3)])
     claimed = claim(app)
     assert len(claimed) == 3
-    assert max(sum(job.concurrency_key == key for job in claimed) for key in "ab") == 2
+    assert max(sum(job.job.concurrency_key == key for job in claimed) for key in "ab") == 2
 
 
 def test_a_rate_limit_counts_starts_not_running_jobs(app, tasks):
@@ -213,7 +213,7 @@ def test_concurrent_claimers_never_exceed_a_limit(app, tasks):
         thread.join()
     assert sum(job.queue_name == "billing" for job in claimed) == 3
     for key in ("customer:a", "customer:b", "customer:c"):
-        assert sum(job.concurrency_key == key for job in claimed) == 1
+        assert sum(job.job.concurrency_key == key for job in claimed) == 1
     assert len({job.id for job in claimed}) == len(claimed)
 
 

@@ -62,8 +62,8 @@ def test_claim_leases_counts_the_attempt_and_opens_history(app, tasks):
     a, _ = tasks
     a.enqueue()
     (job,) = claim(app, worker="worker-1")
-    assert job.status is JobStatus.RUNNING and job.attempt == 1 and job.lease_owner == "worker-1"
-    assert job.lease_expires_at > job.created_at
+    assert job.job.status is JobStatus.RUNNING and job.attempt == 1 and job.lease.worker_id == "worker-1"
+    assert job.job.lease_expires_at > job.job.created_at
     (attempt,) = app.get_job(job.id).history
     assert (attempt.number, attempt.worker_id, attempt.outcome, attempt.finished_at) == (1, "worker-1", None, None)
 
@@ -111,7 +111,7 @@ def test_renew_extends_only_leases_still_held(app, tasks):
     foreign = Lease(two.id, two.attempt, "w2")
     assert app.backend.renew([one.lease, stale]) == {one.lease}
     assert app.backend.renew([foreign]) == set()
-    assert app.get_job(one.id).lease_expires_at >= one.lease_expires_at
+    assert app.get_job(one.id).lease_expires_at >= one.job.lease_expires_at
 
 
 def test_finish_is_fenced_on_owner_and_attempt(app, tasks):

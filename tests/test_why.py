@@ -21,7 +21,7 @@ from leased import Backoff, JobNotFound, JobStatus, Leased, PermanentError
 from leased.admin import WorkerInfo
 from leased.backends.base import ClaimRequest, WorkerRecord
 from leased.explain import AHEAD_LIMIT, Explanation, JobFacts, Reason, explain
-from leased.jobs import Job
+from leased.jobs import ClaimedJob, Job
 
 
 def reasons(explanation: Explanation) -> dict[str, Reason]:
@@ -37,7 +37,7 @@ def announce(app: Leased, worker_id: str, *, queues: tuple[str, ...] | None = No
     app.backend.register_worker(WorkerRecord(worker_id, "host", 1, concurrency, queues, tasks))
 
 
-def claim_as(app: Leased, worker_id: str, task_name: str) -> Job:
+def claim_as(app: Leased, worker_id: str, task_name: str) -> ClaimedJob:
     (job,) = app.backend.claim(ClaimRequest(worker_id, (task_name,), None, 1))
     return job
 
@@ -294,7 +294,7 @@ def test_running_on_a_silent_worker_says_when_the_lease_runs_out(app):
     reason = reasons(app.why(job.id))["worker_silent"]
     assert reason.message.startswith("Worker w-frozen has been silent for 4")  # 40s, or a little more
     assert "unless it renews, the lease expires in " in reason.message and reason.message.endswith(
-        f"(at {utc(claimed.lease_expires_at)}) and the job returns to the pool then.")
+        f"(at {utc(claimed.job.lease_expires_at)}) and the job returns to the pool then.")
     assert reason.data["silent_seconds"] >= 40
 
 

@@ -217,6 +217,27 @@ def test_shutdown_past_the_grace_period_releases_jobs_at_once(app):
     assert seen == [CancelReason.SHUTDOWN]
 
 
+def test_a_cancelled_sync_handler_that_ignores_it_does_not_hold_up_the_shutdown(app):
+    started, release, returned = threading.Event(), threading.Event(), threading.Event()
+
+    @app.task(name="deaf", lease=0.6)
+    def deaf():
+        started.set()
+        release.wait(60)  # never looks at its context
+        returned.set()
+
+    job = deaf.enqueue()
+    try:
+        with running_worker(app, shutdown_grace=60):
+            assert started.wait(10)
+            app.cancel(job.id)
+            wait_for(lambda: app.get_job(job.id).history[0].outcome is Outcome.CANCELLED, message="attempt closed")
+        assert not returned.is_set()  # the worker stopped while the handler still ran
+    finally:
+        release.set()
+    assert app.get_job(job.id).status is JobStatus.CANCELLED
+
+
 def test_second_stop_forces_cancellation(app):
     started = threading.Event()
 

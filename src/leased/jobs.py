@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Callable
 
 
 class JobStatus(StrEnum):
@@ -109,3 +109,35 @@ class Job:
         if self.status == JobStatus.PENDING and self.attempt > 0 or self.status == JobStatus.RUNNING and self.attempt > 1:
             return self.last_error
         return None
+
+
+class ClaimedJob:
+    """A job as a worker claims it: what running it and fencing its writes need, read from its row
+    at once; the full Job (`.job`) is built from the row on first use, since building one costs
+    more than running a no-op job."""
+
+    __slots__ = ("id", "task_name", "queue_name", "args", "kwargs", "attempt", "max_attempts", "lease_seconds",
+                 "timeout_seconds", "lease", "_build", "_job")
+
+    def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job]):
+        self.id: int = row["id"]
+        self.task_name: str = row["task_name"]
+        self.queue_name: str = row["queue_name"]
+        self.args = args
+        self.kwargs = kwargs
+        self.attempt: int = row["attempt"]
+        self.max_attempts: int = row["max_attempts"]
+        self.lease_seconds: float = row["lease_seconds"]
+        self.timeout_seconds: float | None = row["timeout_seconds"]  # the handler's time limit; None: no limit
+        self.lease = Lease(self.id, self.attempt, row["lease_owner"])
+        self._build = build
+        self._job: Job | None = None
+
+    @property
+    def job(self) -> Job:
+        if self._job is None:
+            self._job = self._build()
+        return self._job
+
+    def __repr__(self) -> str:
+        return f"<ClaimedJob {self.id} {self.task_name} attempt {self.attempt}>"

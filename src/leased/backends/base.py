@@ -15,7 +15,7 @@ from typing import Any, Iterable, Protocol, Sequence
 from leased.admin import WorkerInfo
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
 from leased.explain import JobFacts
-from leased.jobs import Job, JobStatus, Lease, Outcome
+from leased.jobs import ClaimedJob, Job, JobStatus, Lease, Outcome
 from leased.limits import QueueLimit
 
 
@@ -185,8 +185,9 @@ class Backend(Protocol):
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
         """enqueue() on the caller's async connection, inside the caller's transaction."""
 
-    def claim(self, request: ClaimRequest) -> list[Job]:
-        """Atomically lease up to `limit` due jobs, counting the attempt and opening its history record.
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        """Atomically lease up to `limit` due jobs, counting the attempt and opening its history record;
+        they come in claim order (priority, then due time, then id).
 
         With `reclaim_expired`, does what reclaim_expired() does first: an idle worker's poll is
         then one transaction, not two."""

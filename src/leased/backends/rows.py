@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 
 from leased.admin import WorkerInfo
 from leased.backends.base import JobFilter, WorkerRecord
-from leased.jobs import Attempt, Job, JobStatus, Outcome
+from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Outcome
 from leased.limits import QueueLimit, Rate
 
 ToTime = Callable[[Any], Any]
@@ -38,6 +38,14 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         history=history,
         concurrency_key=row["concurrency_key"],
     )
+
+
+def claimed_from_rows(rows: list[Mapping[str, Any]], to_time: ToTime, from_json: Callable[[Any], Any]
+                      ) -> list[ClaimedJob]:
+    """Claimed rows, in claim order (priority, then due time, then id), as the worker runs them."""
+    rows.sort(key=lambda row: (-row["priority"], row["run_after"], row["id"]))
+    return [ClaimedJob(row, from_json(row["args"]), from_json(row["kwargs"]),
+                       lambda row=row: job_from_row(row, to_time, from_json)) for row in rows]
 
 
 def attempt_from_row(row: Mapping[str, Any], to_time: ToTime) -> Attempt:

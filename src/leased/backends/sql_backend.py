@@ -31,6 +31,7 @@ from leased.backends.enqueueing import InsertJobs, Step, created_jobs, drive, dr
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
     attempt_from_row,
+    claimed_from_rows,
     filter_params,
     job_from_row,
     queue_limit_from_row,
@@ -39,7 +40,7 @@ from leased.backends.rows import (
 from leased.backends.sql import Migration
 from leased.backends.ticks import ScheduleStore
 from leased.errors import InvalidTransition, JobNotFound
-from leased.jobs import Attempt, Job
+from leased.jobs import Attempt, ClaimedJob, Job
 from leased.limits import QueueLimit
 
 if TYPE_CHECKING:
@@ -89,6 +90,9 @@ class SQLBackend(InspectionReads, ScheduleStore):
     # Rows to values.
     def _job(self, row: Mapping[str, Any], history: tuple[Attempt, ...] = ()) -> Job:
         return job_from_row(row, self._to_time, self._from_json, history)
+
+    def _claimed(self, rows: list[Mapping[str, Any]]) -> list[ClaimedJob]:
+        return claimed_from_rows(rows, self._to_time, self._from_json)
 
     # Enqueue: the one algorithm, answered by this dialect's two steps.
     def _insert(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:

@@ -1,10 +1,11 @@
 """The claimed attempts: each one's way from its claim to its written end, and their cancellation.
 
-An attempt waits for a slot, runs (engine/executor.py), frees its slot when its handler returns,
-then hands its end to the completer; it stays here until that fenced write tells whether the
-lease held. Cancellation carries its cause, and the first cause wins: a timeout, a lost lease, a
-user's cancel or the shutdown. An attempt whose end is being written is finished: nothing
-cancels it any more.
+An attempt waits for a slot (engine/slots.py) and runs (engine/executor.py): a sync one on a
+handler thread, which then takes the next waiting job itself, an async one as a task on the loop.
+Its slot frees when its handler returns; its end goes to the completer, and it stays here until
+that fenced write tells whether the lease held. The loop hears of ends a batch at a time.
+Cancellation carries its cause, and the first cause wins: a timeout, a lost lease, a user's cancel
+or the shutdown. An attempt whose end is being written is finished: nothing cancels it any more.
 """
 
 from __future__ import annotations
@@ -13,18 +14,19 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 from leased.backends.base import AttemptEnd, Backend
-from leased.engine.claimer import Claimer
-from leased.engine.completer import Completer
+from leased.engine.completer import Completer, Recorded
 from leased.engine.context import CancelReason, TaskContext
 from leased.engine.executor import Attempt, Executor, Handler
 from leased.engine.heartbeat import Heartbeat
 from leased.engine.retrying import is_transient, one_line
-from leased.engine.timelimits import timeout_end
+from leased.engine.slots import Slots
+from leased.engine.threads import HandlerThreads, LoopInbox
+from leased.engine.timelimits import TimeLimits, timeout_end
 from leased.events import AttemptEnded, Event
-from leased.jobs import Job, Lease, Outcome
+from leased.jobs import ClaimedJob, Lease, Outcome
 
 log = logging.getLogger("leased.worker")
 
@@ -46,91 +48,156 @@ class WorkerStats:
 
 
 class ClaimedAttempts:
-    def __init__(self, backend: Backend, handlers: Mapping[str, Handler], *, claimer: Claimer, executor: Executor,
-                 completer: Completer, heartbeat: Heartbeat, stats: WorkerStats, emit: Callable[[Event], None],
-                 worker_id: str):
+    def __init__(self, backend: Backend, handlers: Mapping[str, Handler], concurrency: int, *, executor: Executor,
+                 completer: Completer, heartbeat: Heartbeat, stats: WorkerStats,
+                 emit: Callable[[Event], None], worker_id: str, slot_freed: Callable[[], None],
+                 closed: Callable[[], None], thread_failed: Callable[[BaseException], None],
+                 interrupted: Callable[[BaseException, bool], None]):
         self._backend = backend
-        self._claimer = claimer  # its slots, and the wake-ups it waits for
         self._handlers = handlers
         self._executor = executor
-        self._completer = completer
+        self._time_limits: TimeLimits = executor.time_limits
+        self._completer = completer  # it reports back to recorded()
         self._heartbeat = heartbeat
         self._stats = stats
         self._emit = emit
         self._worker_id = worker_id
+        self._closed = closed  # attempts closed: with nothing left, stop_when_idle looks again
+        # A handler raised KeyboardInterrupt (or the like), and whether the loop must raise it on:
+        # the worker stops at once, and the attempt, left open, is released with the others.
+        self._interrupted = interrupted
+        self._threads: HandlerThreads[Attempt] = HandlerThreads(self._run_on_thread, thread_failed)
+        self._to_loop: LoopInbox[Attempt] = LoopInbox(self._start_on_loop)
+        self.slots = Slots(concurrency, run_on_thread=self._threads.run, run_on_loop=self._to_loop.put,
+                           freed=slot_freed)
         self._by_lease: dict[Lease, Attempt] = {}  # claimed, until the attempt's end is written
+        self._all_closed = asyncio.Event()
+        self._all_closed.set()
+        self._giving_back: set[asyncio.Task] = set()
 
     def __len__(self) -> int:
         return len(self._by_lease)
 
-    def __iter__(self) -> Iterator[Attempt]:
-        return iter(self._by_lease.values())
+    def open(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._to_loop.start(loop)
 
-    def start(self, jobs: list[Job], claimed_at: float) -> None:
-        self._heartbeat.track([(job.lease, job.lease_seconds) for job in jobs], claimed_at)
+    def prestart_threads(self) -> None:
+        """Sync handlers are registered: start a thread per slot now rather than at the first claims."""
+        self._threads.prestart(self.slots.concurrency)
+
+    def close(self) -> None:
+        """The worker stopped: idle handler threads exit, busy ones when their handler returns."""
+        self._threads.shutdown()
+
+    def start(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
+        """On the loop: jobs just claimed wait for a slot, in claim order."""
+        attempts = []
         for job in jobs:
-            attempt = Attempt(job, TaskContext(job, self._worker_id))
-            self._by_lease[job.lease] = attempt
-            self._stats.claimed += 1
-            attempt.execution = asyncio.create_task(self._execute(attempt), name=f"leased-job-{job.id}")
+            attempt = Attempt(job, TaskContext(job, self._worker_id), self._handlers[job.task_name])
+            self._by_lease[attempt.lease] = attempt
+            attempts.append(attempt)
+        self._heartbeat.track([(attempt.lease, attempt.job.lease_seconds) for attempt in attempts], claimed_at)
+        self._stats.claimed += len(attempts)
+        if attempts:
+            self._all_closed.clear()
+        self.slots.add(attempts)
 
-    async def _execute(self, attempt: Attempt) -> None:
-        job, context, lease = attempt.job, attempt.context, attempt.job.lease
-        started = 0.0  # when it gets its slot
-        outcome, will_retry, written = None, False, False
-        time_limits = self._executor.time_limits
+    def _run_on_thread(self, attempt: Attempt) -> Attempt | None:
+        """On a handler thread: run it, hand its end on, and return the next attempt for this thread."""
         try:
-            await self._claimer.slots.acquire()
-            try:
-                started = time.monotonic()
-                end = None if context.is_cancelled else await self._executor.run(attempt)
-            finally:
-                timed_out = context.cancel_reason is CancelReason.TIMEOUT
-                time_limits.after_attempt(job, attempt.time_limit, timed_out, attempt.thread,
-                                          self._claimer.slot_freed)
-            if timed_out:  # whatever the handler did after its limit, the attempt ended there
-                end = timeout_end(job, self._handlers[job.task_name].backoff, attempt.thread)
-            if end is not None and context.cancel_reason in (None, CancelReason.TIMEOUT):
-                attempt.finishing = True
-                written = await self._completer.finish(end)
-                if written:
-                    self._count(end)
-                    outcome, will_retry = end.outcome, end.retry_in_seconds is not None
-                else:
-                    log.warning("job %d (%s) attempt %d: lease lost before the result was written; "
-                                "result discarded", job.id, job.task_name, job.attempt)
-                    context.cancel(CancelReason.LEASE_LOST)
-            if not written and context.is_cancelled:
-                outcome = _OUTCOME_OF_CANCEL[context.cancel_reason]
-                await self._abandon(attempt)
-        except Exception:
-            # Storage failed while recording the end: the lease will expire and the job run again.
-            log.exception("job %d (%s) attempt %d: could not record its end", job.id, job.task_name, job.attempt)
-        finally:
-            self._heartbeat.untrack(lease)
-            self._by_lease.pop(lease, None)
-            self._claimer.attempt_closed()
-        if outcome is not None:
-            self._emit(AttemptEnded(job.id, job.task_name, job.queue_name, job.attempt, outcome,
-                                    time.monotonic() - started, self._worker_id, will_retry))
+            end = self._executor.run_sync(attempt)
+        except BaseException as error:  # a KeyboardInterrupt (or the like): the loop raises it on
+            self._interrupted(error, True)
+        else:
+            self._completer.finish(attempt, end)
+        return self.slots.ended(on_thread=True, started=attempt.started)
 
-    async def _abandon(self, attempt: Attempt) -> None:
+    def _start_on_loop(self, attempts: list[Attempt]) -> None:
+        for attempt in attempts:
+            self._executor.start_async(attempt, self._async_ended, self._async_interrupted)
+
+    def _async_ended(self, attempt: Attempt, end: AttemptEnd | None) -> None:
+        self._completer.finish(attempt, end)
+        self.slots.ended(on_thread=False, started=attempt.started)
+
+    def _async_interrupted(self, attempt: Attempt) -> None:
+        self._interrupted(attempt.task.exception(), False)  # asyncio raised it already
+        self.slots.ended(on_thread=False, started=attempt.started)
+
+    def recorded(self, batch: list[tuple[Attempt, AttemptEnd | None]], results: list[Recorded]) -> None:
+        """On the loop, from the completer: how a batch of attempts ended, and whether their ends
+        were written."""
+        closing: list[tuple[Attempt, Outcome | None, bool]] = []
+        for (attempt, end), result in zip(batch, results):
+            if end is None:  # cancelled, or a sync handler returning after its attempt ended
+                reason = attempt.context.cancel_reason
+                if reason is CancelReason.TIMEOUT:
+                    self._time_limits.returned(attempt)  # its end was written at the limit
+                elif not attempt.closed:
+                    self._abandon(attempt, reason, closing)
+            elif result is True:
+                self._count(end)
+                closing.append((attempt, end.outcome, end.retry_in_seconds is not None))
+            elif result is False:
+                job = attempt.job
+                log.warning("job %d (%s) attempt %d: lease lost before the result was written; "
+                            "result discarded", job.id, job.task_name, job.attempt)
+                self._abandon(attempt, CancelReason.LEASE_LOST, closing)
+            else:  # the lease will expire and the job run again
+                job = attempt.job
+                log.error("job %d (%s) attempt %d: could not record its end", job.id, job.task_name, job.attempt,
+                          exc_info=result)
+                closing.append((attempt, None, False))
+        self._close(closing)
+
+    def _close(self, closing: list[tuple[Attempt, Outcome | None, bool]]) -> None:
+        if not closing:
+            return
+        now = time.monotonic()
+        for attempt, outcome, will_retry in closing:
+            attempt.closed = True
+            self._time_limits.disarm(attempt)
+            self._by_lease.pop(attempt.lease, None)
+            if outcome is not None:
+                job = attempt.job
+                self._emit(AttemptEnded(job.id, job.task_name, job.queue_name, job.attempt, outcome,
+                                        now - (attempt.started or now), self._worker_id, will_retry))
+        self._heartbeat.untrack([attempt.lease for attempt, _, _ in closing])
+        if not self._by_lease:
+            self._all_closed.set()
+        self._closed()
+
+    def _abandon(self, attempt: Attempt, reason: CancelReason | None,
+                 closing: list[tuple[Attempt, Outcome | None, bool]]) -> None:
+        """Close an attempt that ended without a written end. A lease lost is given back first."""
+        if reason is None:  # the handler raised JobCancelled uncancelled: its lease expires
+            closing.append((attempt, None, False))
+            return
         self._stats.abandoned += 1
-        if attempt.context.cancel_reason is CancelReason.LEASE_LOST:
-            # If the lease was taken over, this writes nothing. If this worker gave up on its own
-            # (it could not renew), the job goes back to the pool now rather than at expiry.
-            cause = attempt.lapse_cause
-            message = (f"the worker {cause}" if cause else "the worker lost its lease") + \
-                "; handler cancelled, result discarded"
-            try:  # its own account of the lapse replaces the reclaimer's guess ("stopped renewing")
-                await asyncio.to_thread(self._backend.release, [attempt.job.lease], Outcome.LEASE_LOST, message,
-                                        explains_expiry=cause is not None)
-            except Exception as error:
-                if not is_transient(error):
-                    raise
+        if reason is not CancelReason.LEASE_LOST:  # a user's cancel and a shutdown release closed its record
+            closing.append((attempt, _OUTCOME_OF_CANCEL[reason], False))
+            return
+        attempt.closed = True  # a handler thread returning meanwhile changes nothing
+        giving_back = asyncio.create_task(self._give_back(attempt))
+        self._giving_back.add(giving_back)
+        giving_back.add_done_callback(self._giving_back.discard)
+
+    async def _give_back(self, attempt: Attempt) -> None:
+        # If the lease was taken over, this writes nothing. If this worker gave up on its own
+        # (it could not renew), the job goes back to the pool now rather than at expiry.
+        cause = attempt.lapse_cause
+        message = (f"the worker {cause}" if cause else "the worker lost its lease") + \
+            "; handler cancelled, result discarded"
+        try:  # its own account of the lapse replaces the reclaimer's guess ("stopped renewing")
+            await asyncio.to_thread(self._backend.release, [attempt.lease], Outcome.LEASE_LOST, message,
+                                    explains_expiry=cause is not None)
+        except Exception as error:
+            if is_transient(error):
                 log.warning("job %d: could not give it back (%s); it returns when its lease expires",
                             attempt.job.id, one_line(error))
-        # A user's cancel and a shutdown release have already closed the attempt's record.
+            else:
+                log.exception("job %d: could not give it back; it returns when its lease expires", attempt.job.id)
+        self._close([(attempt, Outcome.LEASE_LOST, False)])
 
     def _count(self, end: AttemptEnd) -> None:
         if end.outcome is Outcome.DONE:
@@ -143,37 +210,53 @@ class ClaimedAttempts:
     def cancel(self, lease: Lease, reason: CancelReason, cause: str | None = None) -> None:
         """On the loop: cancel the attempt's handler, unless it ended or another cause came first."""
         attempt = self._by_lease.get(lease)
-        if attempt is None or attempt.finishing or not attempt.context.cancel(reason):
+        if attempt is None or attempt.closed or not attempt.context.cancel(reason):
             return
         attempt.lapse_cause = cause
         log.warning("job %d (%s) attempt %d: %s%s; cancelling its handler", lease.job_id, attempt.job.task_name,
                     lease.attempt, reason, f" (the worker {cause})" if cause else "")
-        if attempt.handler is not None:
-            attempt.handler.cancel()
+        if attempt.task is not None:
+            attempt.task.cancel()  # the task's end reports it
+        elif reason is CancelReason.TIMEOUT:  # a sync handler (limits are armed as handlers start) runs on
+            thread_id = attempt.thread_id
+            self._time_limits.overran(attempt)
+            self._completer.finish(attempt, timeout_end(attempt.job, attempt.handler.backoff, thread_id))
+        else:
+            # Waiting, it never starts now. Running, a sync handler learns it from its context and
+            # keeps its slot until it returns, but its attempt is over: given back now, not when a
+            # handler that ignores its context returns (shutdown must not wait for that either).
+            self.slots.withdraw(attempt)
+            closing: list[tuple[Attempt, Outcome | None, bool]] = []
+            self._abandon(attempt, reason, closing)
+            self._close(closing)
 
     async def wind_down(self, grace: float, forced: asyncio.Event) -> None:
         """The shutdown: let the attempts finish within `grace` (or until `forced`), then cancel the
         rest and give their leases back at once."""
         if self._by_lease:
-            finished = asyncio.create_task(asyncio.wait([attempt.execution for attempt in self]))
+            finished = asyncio.create_task(self._all_closed.wait())
             force = asyncio.create_task(forced.wait())
             await asyncio.wait([finished, force], timeout=grace, return_when=asyncio.FIRST_COMPLETED)
             finished.cancel()
             force.cancel()
-        leftovers = [attempt for attempt in self  # an attempt being recorded is finished
-                     if not attempt.finishing and attempt.context.cancel(CancelReason.SHUTDOWN)]
+        leftovers = [attempt for attempt in list(self._by_lease.values())  # an attempt being recorded is finished
+                     if not attempt.closed and attempt.context.cancel(CancelReason.SHUTDOWN)]
         if leftovers:
             log.warning("worker %s: releasing %d unfinished job(s)", self._worker_id, len(leftovers))
             try:
-                await asyncio.to_thread(self._backend.release, [attempt.job.lease for attempt in leftovers],
+                await asyncio.to_thread(self._backend.release, [attempt.lease for attempt in leftovers],
                                         Outcome.SHUTDOWN, "released by the worker at shutdown")
             except Exception as error:
                 log.error("worker %s: could not release leases (%s); they return when they expire", self._worker_id,
                           one_line(error))
+            closing: list[tuple[Attempt, Outcome | None, bool]] = []
             for attempt in leftovers:
-                if attempt.handler is not None:
-                    attempt.handler.cancel()
-        # Every execution, including those cancelled earlier for another reason, records its end
+                if attempt.task is not None:
+                    attempt.task.cancel()  # recorded when its task ends
+                else:  # waiting, or a sync handler that cannot be interrupted: what it returns is discarded
+                    self.slots.withdraw(attempt)
+                    self._abandon(attempt, CancelReason.SHUTDOWN, closing)
+            self._close(closing)
+        # Every attempt, including those cancelled earlier for another reason, records its end
         # before the loop closes.
-        if self._by_lease:
-            await asyncio.wait([attempt.execution for attempt in self])
+        await self._all_closed.wait()

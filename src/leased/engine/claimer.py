@@ -8,7 +8,6 @@ it waits for one) or the poll interval, whichever comes first.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from dataclasses import replace
@@ -16,57 +15,19 @@ from typing import Callable
 
 from leased.backends.base import Backend, ClaimRequest
 from leased.engine.retrying import Outage, is_transient, one_line
-from leased.jobs import Job
+from leased.engine.slots import Slots
+from leased.engine.threads import LoopInbox
+from leased.jobs import ClaimedJob
 
 log = logging.getLogger("leased.worker")
 
 RECLAIM_INTERVAL = 1.0
 CLAIM_GATHER_SECONDS = 0.002
-PREFETCH_SECONDS = 0.05  # claim ahead only the jobs the slots will start within this
-END_RATE_WINDOW = 0.25  # handler ends counted over this many seconds to tell how fast slots turn over
-MAX_PREFETCH = 500
-MAX_UNWRITTEN_ENDS = 1_000
-
-
-class Slots:
-    """The worker's concurrency: claimed jobs waiting for a slot or in their handler, and how fast
-    slots turn over."""
-
-    def __init__(self, concurrency: int):
-        self.concurrency = concurrency
-        self.handling = 0  # claimed jobs waiting for a slot or in their handler
-        self._free = asyncio.Semaphore(concurrency)
-        self._ends: collections.deque[float] = collections.deque()  # recent handler ends, monotonic
-
-    def claimed(self, count: int) -> None:
-        self.handling += count
-
-    async def acquire(self) -> None:
-        await self._free.acquire()
-
-    def release(self) -> None:
-        self._free.release()
-        self.handling -= 1
-        self._ends.append(time.monotonic())
-
-    def wanted(self, unwritten: int) -> int:
-        """How many jobs to claim now: enough to fill the free slots, and while jobs are short, as
-        many more as the slots will start within PREFETCH_SECONDS, so that one claim serves many
-        slots and a freed slot starts its next job without a round trip. Long jobs get no extra:
-        a job must not wait here while another worker sits idle. A slot frees when its handler
-        returns, before its end is written; a slow database holds claims back through the cap on
-        `unwritten` ends."""
-        now = time.monotonic()
-        recent = self._ends
-        while recent and recent[0] < now - END_RATE_WINDOW:
-            recent.popleft()
-        prefetch = min(MAX_PREFETCH, int(len(recent) * PREFETCH_SECONDS / END_RATE_WINDOW))
-        return min(self.concurrency + prefetch - self.handling, MAX_UNWRITTEN_ENDS - unwritten)
 
 
 class Claimer:
     def __init__(self, backend: Backend, request: ClaimRequest, slots: Slots, *, poll_interval: float,
-                 start: Callable[[list[Job], float], None], claimed: Callable[[], int],
+                 start: Callable[[list[ClaimedJob], float], None], claimed: Callable[[], int],
                  held_by_stuck: Callable[[], int], stopping: Callable[[], bool]):
         self._backend = backend
         self._request = request
@@ -78,15 +39,17 @@ class Claimer:
         self._stopping = stopping
         self._wakeup = asyncio.Event()
         self._needs_slots = False  # waiting for a slot to free, not for a poll
+        self._slots_freed: LoopInbox[None] = LoopInbox(lambda _: self._wakeup.set())
 
     def wake(self) -> None:
         """On the loop: look for work now instead of at the next poll."""
         self._wakeup.set()
 
     def slot_freed(self) -> None:
-        self.slots.release()
+        """From any thread: a handler ended. If the claimer waits for a slot, it claims again (once
+        for all the slots that free before it runs)."""
         if self._needs_slots:
-            self._wakeup.set()
+            self._slots_freed.put(None)
 
     def attempt_closed(self) -> None:
         """An attempt's end is written (or given up): with nothing left, stop_when_idle looks again."""
@@ -98,6 +61,7 @@ class Claimer:
         return self.slots.wanted(unwritten)
 
     async def run(self, stop_when_idle: bool) -> None:
+        self._slots_freed.start(asyncio.get_running_loop())
         outage = Outage()
         next_reclaim = 0.0
         concurrency = self.slots.concurrency
@@ -134,7 +98,6 @@ class Claimer:
             if outage.ended():
                 log.info("worker %s: database reachable again", self._request.worker_id)
             if jobs:
-                self.slots.claimed(len(jobs))
                 self._start(jobs, claimed_at)
             # A full claim means more may be due: claim again as soon as a slot frees. A short one
             # means the queue is drained, and only a wake-up or the poll brings the claimer back.

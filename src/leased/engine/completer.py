@@ -1,6 +1,9 @@
 """The completer: writes the attempts' ends behind the handlers, every end that arrived
 meanwhile in one transaction (SQLite has one writer: one commit for many ends keeps up with
-short jobs). Each end is fenced on its lease; the caller learns whether it held.
+short jobs). Each end is fenced on its lease; the worker learns, a batch at a time, which held.
+
+Ends arrive from handler threads and from the loop alike; the loop is woken once per batch of
+them, not once per job.
 """
 
 from __future__ import annotations
@@ -8,31 +11,46 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Union
 
 from leased.backends.base import AttemptEnd, Backend
 from leased.engine.retrying import Outage, is_transient, one_line
+from leased.engine.threads import LoopInbox
 from leased.jobs import Lease
+
+if TYPE_CHECKING:
+    from leased.engine.executor import Attempt
 
 log = logging.getLogger("leased.worker")
 
 LONGEST_RETRY = 2.0  # ends wait behind the completer, and their leases may run out meanwhile
 
+# Per attempt: True, its end is written; False, its lease was lost and nothing was written; None,
+# it had no end to write (cancelled); an exception, the write failed for good.
+Recorded = Union[bool, None, BaseException]
+
 
 class Completer:
-    def __init__(self, backend: Backend, overdue: Callable[[float], Iterable[Lease]], worker_id: str):
+    def __init__(self, backend: Backend, overdue: Callable[[float], Iterable[Lease]], worker_id: str,
+                 recorded: Callable[[list[tuple[Attempt, AttemptEnd | None]], list[Recorded]], None]):
         self._backend = backend
         self._overdue = overdue  # leases that may run out before the next renewal lands
         self._worker_id = worker_id
-        self._ends: list[tuple[AttemptEnd, asyncio.Future]] = []
+        self._recorded = recorded  # on the loop, once per batch
+        self._inbox: LoopInbox[tuple[Attempt, AttemptEnd | None]] = LoopInbox(self._arrived)
+        self._ends: list[tuple[Attempt, AttemptEnd | None]] = []
         self._ready = asyncio.Event()
 
-    async def finish(self, end: AttemptEnd) -> bool:
-        """Hand the attempt's end to the completer; True once written, False if the lease was lost."""
-        written = asyncio.get_running_loop().create_future()
-        self._ends.append((end, written))
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._inbox.start(loop)
+
+    def finish(self, attempt: Attempt, end: AttemptEnd | None) -> None:
+        """From any thread: the attempt's handler is over; write its end, if it has one."""
+        self._inbox.put((attempt, end))
+
+    def _arrived(self, ends: list[tuple[Attempt, AttemptEnd | None]]) -> None:
+        self._ends += ends
         self._ready.set()
-        return await written
 
     async def run(self) -> None:
         outage = Outage(LONGEST_RETRY)
@@ -40,19 +58,21 @@ class Completer:
             await self._ready.wait()
             self._ready.clear()
             batch, self._ends = self._ends, []
-            if not batch:
+            to_write = [end for _, end in batch if end is not None]
+            if not to_write:
+                self._recorded(batch, [None] * len(batch))
                 continue
             try:
-                kept = await asyncio.to_thread(self._backend.finish, [end for end, _ in batch])
+                kept = iter(await asyncio.to_thread(self._backend.finish, to_write))
             except Exception as error:
                 # Through a brief outage, keep trying while the leases hold; past that the jobs
                 # will be reclaimed and run again, which at-least-once allows.
-                overdue = set(self._overdue(time.monotonic()))
-                retry = [(end, written) for end, written in batch
-                         if is_transient(error) and end.lease not in overdue]
-                for end, written in batch:
-                    if (end, written) not in retry:
-                        written.set_exception(error)
+                overdue = set(self._overdue(time.monotonic())) if is_transient(error) else None
+                retry, given_up = [], []
+                for attempt, end in batch:
+                    kept_trying = end is not None and overdue is not None and end.lease not in overdue
+                    (retry if kept_trying else given_up).append((attempt, end))
+                self._recorded(given_up, [None if end is None else error for _, end in given_up])
                 if retry:
                     log.warning("worker %s: could not record %d result(s) (%s); retrying", self._worker_id,
                                 len(retry), one_line(error))
@@ -61,5 +81,4 @@ class Completer:
                     self._ready.set()
                 continue
             outage.ended()
-            for (_, written), flag in zip(batch, kept):
-                written.set_result(flag)
+            self._recorded(batch, [None if end is None else next(kept) for _, end in batch])

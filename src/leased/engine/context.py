@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from leased.jobs import Job
+from leased.jobs import ClaimedJob, Job
 
 
 class CancelReason(StrEnum):
@@ -31,20 +31,26 @@ class TaskContext:
     returns after a cancellation is discarded.
     """
 
-    job: Job
+    claimed: ClaimedJob = field(repr=False)
     worker_id: str
     cancel_reason: CancelReason | None = None
     # The event is made on first use: most handlers never look, and one per job costs more than a no-op job.
     _event: threading.Event | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _finishing: bool = field(default=False, init=False, repr=False)  # its end is being written
+
+    @property
+    def job(self) -> Job:
+        """The job as claimed, read from its row when first asked for."""
+        return self.claimed.job
 
     @property
     def job_id(self) -> int:
-        return self.job.id
+        return self.claimed.id
 
     @property
     def attempt(self) -> int:
-        return self.job.attempt
+        return self.claimed.attempt
 
     @property
     def cancelled(self) -> threading.Event:
@@ -65,12 +71,23 @@ class TaskContext:
             raise JobCancelled(str(self.cancel_reason))
 
     def cancel(self, reason: CancelReason) -> bool:
-        """Mark the job cancelled; the first reason wins. Returns False if it already was."""
+        """Mark the job cancelled; the first reason wins. Returns False if it already was, or if its
+        end is being written (finish() came first)."""
         with self._lock:
-            if self.cancel_reason is not None:
+            if self.cancel_reason is not None or self._finishing:
                 return False
             self.cancel_reason = reason
             event = self._event
         if event is not None:
             event.set()
         return True
+
+    def finish(self) -> bool:
+        """The worker is about to write the attempt's end: from now on nothing cancels it. False if
+        a cancellation came first (its cause decides what is recorded). Handlers end on threads
+        while the loop cancels, so this and cancel() decide between them under one lock."""
+        with self._lock:
+            if self.cancel_reason is not None:
+                return False
+            self._finishing = True
+            return True

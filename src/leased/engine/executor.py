@@ -1,9 +1,9 @@
 """The executor: runs one attempt of a claimed job (its handler, once) and says how it ended.
 
-It calls the handler with its TaskContext, on the event loop if it is async and on a reused
-thread if not, arms the job's time limit, and turns what the handler did into the attempt's end:
-a result, an error to retry or not, or nothing when the attempt was cancelled (its cause decides
-what is recorded, see engine/attempts.py).
+It calls the handler with its TaskContext: a sync one on the handler thread that calls run_sync(),
+an async one as a task on the loop (start_async()). It arms the job's time limit and turns what the
+handler did into the attempt's end: a result, an error to retry or not, or nothing when the
+attempt was cancelled (its cause decides what is recorded, see engine/attempts.py).
 """
 
 from __future__ import annotations
@@ -11,19 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
+import time
 import traceback
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from leased.backends.base import AttemptEnd
 from leased.backoff import Backoff
-from leased.engine.context import JobCancelled, TaskContext
+from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.retrying import one_line
-from leased.engine.threads import HandlerThreads
-from leased.engine.timelimits import TimeLimits
+from leased.engine.timelimits import TimeLimits, timeout_end
 from leased.errors import PayloadError, PermanentError
-from leased.jobs import Job, Outcome
+from leased.jobs import ClaimedJob, Outcome
 from leased.payloads import clean_text, encode_result
 
 log = logging.getLogger("leased.worker")
@@ -45,70 +44,119 @@ class Handler(Protocol):
     def handler_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]: ...
 
 
-@dataclass
 class Attempt:
     """One claimed attempt, from its claim until its end is written or its lease given back."""
 
-    job: Job
-    context: TaskContext
-    handler: asyncio.Future | None = None
-    execution: asyncio.Task | None = field(default=None, repr=False)
-    finishing: bool = False  # its end is being written: that fenced write, not a renewal, tells if it held
-    thread: Future | None = field(default=None, repr=False)  # a sync handler's, until it returns
-    time_limit: asyncio.TimerHandle | None = field(default=None, repr=False)
+    __slots__ = ("job", "lease", "context", "handler", "is_async", "task", "started", "thread_id", "time_limit",
+                 "lapse_cause", "closed")
 
-    lapse_cause: str | None = None  # why this worker let the lease lapse, when it knows (e.g. a write lock)
+    def __init__(self, job: ClaimedJob, context: TaskContext, handler: Handler):
+        self.job = job
+        self.lease = job.lease
+        self.context = context
+        self.handler = handler
+        self.is_async = handler.is_async
+        self.task: asyncio.Task | None = None  # an async handler's, once started
+        self.started = 0.0  # monotonic, when its handler was called
+        self.thread_id: int | None = None  # a sync handler's thread, while the handler runs
+        self.time_limit: asyncio.TimerHandle | None = None
+        self.lapse_cause: str | None = None  # why this worker let the lease lapse, when it knows (e.g. a write lock)
+        self.closed = False  # its end is recorded (or given up): a thread returning late changes nothing
 
 
 class Executor:
-    def __init__(self, handlers: Mapping[str, Handler], threads: HandlerThreads, time_limits: TimeLimits,
-                 max_payload_bytes: int):
-        self.handlers = handlers
-        self.threads = threads
+    def __init__(self, time_limits: TimeLimits, max_payload_bytes: int):
         self.time_limits = time_limits
         self.max_payload_bytes = max_payload_bytes
 
-    async def run(self, attempt: Attempt) -> AttemptEnd | None:
-        """Run the handler once. None means it was cancelled and nothing is to be written."""
-        job, context = attempt.job, attempt.context
-        task = self.handlers[job.task_name]
-        leading = (context,) if task.takes_context else ()
-        try:
-            task.check_arguments(job.args, job.kwargs)
-            args, kwargs = task.handler_arguments(job.args, job.kwargs)  # typed parameters decoded
-        except PayloadError as error:
-            return error_end(job, error, retry=False)
-        try:
-            if task.is_async:
-                attempt.handler = asyncio.ensure_future(task.func(*leading, *args, **kwargs))
-            else:
-                attempt.thread = self.threads.submit(task.func, (*leading, *args), kwargs)
-                attempt.handler = asyncio.wrap_future(attempt.thread)
-            attempt.time_limit = self.time_limits.arm(job)
-            if context.is_cancelled:
-                attempt.handler.cancel()
-            result = await attempt.handler
-        except asyncio.CancelledError:
-            if context.is_cancelled:
-                return None
-            raise
-        except JobCancelled:
-            return None
-        except PermanentError as error:
-            return error_end(job, error, retry=False)
-        except (Exception, SystemExit) as error:
-            return error_end(job, error, retry=job.attempt < job.max_attempts, backoff=task.backoff)
+    def run_sync(self, attempt: Attempt) -> AttemptEnd | None:
+        """On a handler thread: run the handler once. None means it was cancelled and nothing is to
+        be written."""
+        context = attempt.context
         if context.is_cancelled:
             return None
+        job, handler = attempt.job, attempt.handler
+        try:
+            args, kwargs = self._arguments(attempt)
+        except PayloadError as error:
+            return error_end(job, error, retry=False) if context.finish() else None
+        attempt.thread_id = threading.get_ident()
+        attempt.started = time.monotonic()
+        if job.timeout_seconds is not None:
+            self.time_limits.arm_soon(attempt)
+        try:
+            result = handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs)
+        except (Exception, SystemExit) as error:  # a KeyboardInterrupt goes on to stop the worker
+            end = None if context.is_cancelled else self._error_end(attempt, error)
+        else:
+            end = None if context.is_cancelled else self._result_end(attempt, result)
+        attempt.thread_id = None
+        return end if end is not None and context.finish() else None
+
+    def start_async(self, attempt: Attempt, ended: Callable[[Attempt, AttemptEnd | None], None],
+                    interrupted: Callable[[Attempt], None]) -> None:
+        """On the loop: start the handler as a task; `ended(attempt, end)` is called when it is done
+        (end None: cancelled, nothing to write), or `interrupted(attempt)` if it raised a
+        KeyboardInterrupt (or the like), which the loop raises on to stop the worker."""
+        context = attempt.context
+        if context.is_cancelled:
+            ended(attempt, None)
+            return
+        try:
+            args, kwargs = self._arguments(attempt)
+        except PayloadError as error:
+            ended(attempt, error_end(attempt.job, error, retry=False) if context.finish() else None)
+            return
+        handler = attempt.handler
+        attempt.started = time.monotonic()
+        attempt.task = asyncio.get_running_loop().create_task(
+            handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs))
+        self.time_limits.arm(attempt)
+        attempt.task.add_done_callback(lambda task: interrupted(attempt) if _interrupts(task)
+                                       else ended(attempt, self._async_end(attempt, task)))
+
+    def _async_end(self, attempt: Attempt, task: asyncio.Task) -> AttemptEnd | None:
+        context = attempt.context
+        if context.cancel_reason is CancelReason.TIMEOUT:  # whatever it did after its limit, it ended there
+            return timeout_end(attempt.job, attempt.handler.backoff, None)
+        if context.is_cancelled:
+            return None
+        if task.cancelled():  # not by the worker: an error like any other
+            end = self._error_end(attempt, asyncio.CancelledError("the handler's task was cancelled"))
+        elif (error := task.exception()) is not None:
+            end = self._error_end(attempt, error)
+        else:
+            end = self._result_end(attempt, task.result())
+        return end if end is not None and context.finish() else None
+
+    def _arguments(self, attempt: Attempt) -> tuple[list[Any], dict[str, Any]]:
+        job, handler = attempt.job, attempt.handler
+        handler.check_arguments(job.args, job.kwargs)
+        return handler.handler_arguments(job.args, job.kwargs)  # typed parameters decoded
+
+    def _error_end(self, attempt: Attempt, error: BaseException) -> AttemptEnd | None:
+        job = attempt.job
+        if isinstance(error, JobCancelled):
+            return None
+        if isinstance(error, PermanentError):
+            return error_end(job, error, retry=False)
+        return error_end(job, error, retry=job.attempt < job.max_attempts, backoff=attempt.handler.backoff)
+
+    def _result_end(self, attempt: Attempt, result: Any) -> AttemptEnd:
+        job = attempt.job
         try:
             result_json = encode_result(result, self.max_payload_bytes)
         except PayloadError as error:
             return error_end(job, error, retry=False)
         log.debug("job %d (%s) attempt %d done", job.id, job.task_name, job.attempt)
-        return AttemptEnd(job.lease, Outcome.DONE, result_json=result_json)
+        return AttemptEnd(attempt.lease, Outcome.DONE, result_json=result_json)
 
 
-def error_end(job: Job, error: BaseException, *, retry: bool, backoff: Backoff | None = None) -> AttemptEnd:
+def _interrupts(task: asyncio.Task) -> bool:
+    return not task.cancelled() and not isinstance(task.exception(), (Exception, SystemExit, type(None)))
+
+
+def error_end(job: ClaimedJob, error: BaseException, *, retry: bool, backoff: Backoff | None = None) -> AttemptEnd:
     delay = backoff.delay(job.attempt) if retry else None
     message = clean_text(str(error), MAX_ERROR_MESSAGE)
     if retry:

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from leased.backends.base import Backend
 from leased.engine.retrying import one_line
@@ -79,9 +79,10 @@ class Heartbeat:
         if earliest < self._sleeping_until:  # only when the thread's nap would end too late
             self._wake.set()
 
-    def untrack(self, lease: Lease) -> None:
+    def untrack(self, leases: Iterable[Lease]) -> None:
         with self._lock:
-            self._held.pop(lease, None)
+            for lease in leases:
+                self._held.pop(lease, None)
 
     def shortest_lease(self, default: float = 3.0) -> float:
         with self._lock:

@@ -1,8 +1,13 @@
-"""Threads for sync handlers: reused between jobs, and daemons.
+"""Threads for sync handlers, and the one way other threads reach the worker's loop.
 
-Starting a thread per job costs more than a no-op job itself. Daemon threads, because a sync
-handler cannot be interrupted: one that ignores its cancellation must not hold up the process's
-exit after a forced shutdown (concurrent.futures' workers are joined at exit).
+A handler thread holds one slot while it has work: it runs a job, hands its end on, and takes the
+next waiting job itself, without a round trip through the event loop per job (a hop to the loop
+and back costs more than a no-op job). Threads are reused between jobs (starting one per job costs
+more still) and are daemons, because a sync handler cannot be interrupted: one that ignores its
+cancellation must not hold up the process's exit after a forced shutdown.
+
+What a thread must tell the loop goes through a LoopInbox: one wake-up of the loop per batch of
+items, however many arrive meanwhile.
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar
+
+Item = TypeVar("Item")
 
 
 def call_soon_threadsafe(loop: "asyncio.AbstractEventLoop | None", callback: Callable, *args: object) -> None:
@@ -24,40 +30,105 @@ def call_soon_threadsafe(loop: "asyncio.AbstractEventLoop | None", callback: Cal
             pass
 
 
-class HandlerThreads:
-    def __init__(self, name: str = "leased-handler"):
-        self._name = name
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-        self._started = 0
+class LoopInbox(Generic[Item]):
+    """Items put from any thread (the loop's too), handed to `deliver(items)` on the loop in
+    batches: the first item of a batch schedules the delivery, the others join it."""
 
-    def submit(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
-        future: Future = Future()
+    def __init__(self, deliver: Callable[[list[Item]], None]):
+        self._deliver = deliver
+        self._items: list[Item] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Call on the loop."""
         with self._lock:
-            if self._idle:
-                self._idle -= 1
-            else:  # every thread is busy (or stuck in a cancelled handler): add one
+            self._loop, self._loop_thread = loop, threading.get_ident()
+            self._scheduled = bool(self._items)
+        if self._scheduled:
+            loop.call_soon(self._flush)
+
+    def put(self, item: Item) -> None:
+        with self._lock:
+            self._items.append(item)
+            if self._scheduled or self._loop is None:  # not started: start() delivers them
+                return
+            self._scheduled = True
+        if threading.get_ident() == self._loop_thread:
+            self._loop.call_soon(self._flush)  # no need to wake a loop that is running this
+        else:
+            call_soon_threadsafe(self._loop, self._flush)
+
+    def _flush(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+            self._scheduled = False
+        self._deliver(items)
+
+
+class HandlerThreads(Generic[Item]):
+    """Runs items on reused threads: `work(item)` runs one and returns the next this thread should
+    run, or None when it has no more (its slot is free); the thread then waits for run() to give it
+    another."""
+
+    def __init__(self, work: Callable[[Item], Item | None], failed: Callable[[BaseException], None],
+                 name: str = "leased-handler"):
+        self._work = work
+        self._failed = failed  # work() raised: a bug in the engine, which must stop the worker loudly
+        self._name = name
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue] = []  # the inboxes of threads waiting for an item
+        self._started = 0
+        self._closed = False
+
+    def run(self, item: Item) -> None:
+        """From any thread: run `item` on an idle thread, or on a new one if none is idle."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+            if inbox is None:
                 self._started += 1
-                threading.Thread(target=self._serve, name=f"{self._name}-{self._started}", daemon=True).start()
-        self._work.put((future, function, args, kwargs))
-        return future
+                number = self._started
+        if inbox is not None:
+            inbox.put(item)
+        else:
+            threading.Thread(target=self._serve, args=(item,), name=f"{self._name}-{number}", daemon=True).start()
 
     def shutdown(self) -> None:
-        """Let idle threads exit; busy ones exit when their handler returns."""
+        """Let idle threads exit; busy ones exit when their item is done."""
         with self._lock:
-            for _ in range(self._started):
-                self._work.put(None)
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for inbox in idle:
+            inbox.put(None)
 
-    def _serve(self) -> None:
-        while (item := self._work.get()) is not None:
-            future, function, args, kwargs = item
-            if future.set_running_or_notify_cancel():
-                future.thread_id = threading.get_ident()  # where to look if it outlives its time limit
-                try:
-                    future.set_result(function(*args, **kwargs))
-                except BaseException as error:
-                    future.set_exception(error)
-            del item, future  # drop references to the job's values while idle
-            with self._lock:
-                self._idle += 1
+    def prestart(self, count: int) -> None:
+        """Start threads up to `count`, idle, from a thread of its own: starting hundreds at the first
+        claim would hold up the loop, and the first jobs with it."""
+        def start() -> None:
+            while True:
+                with self._lock:
+                    if self._closed or self._started >= count:
+                        return
+                    self._started += 1
+                    number = self._started
+                threading.Thread(target=self._serve, args=(None,), name=f"{self._name}-{number}", daemon=True).start()
+
+        threading.Thread(target=start, name=f"{self._name}-starter", daemon=True).start()
+
+    def _serve(self, item: Item | None) -> None:
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        try:
+            while True:
+                while item is not None:
+                    item = self._work(item)
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._idle.append(inbox)
+                item = inbox.get()
+                if item is None:
+                    return
+        except BaseException as error:
+            self._failed(error)

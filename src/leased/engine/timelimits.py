@@ -16,17 +16,20 @@ import logging
 import os
 import sys
 import threading
+import time
 import traceback
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from leased.backends.base import AttemptEnd
 from leased.backoff import Backoff
-from leased.engine.threads import call_soon_threadsafe
+from leased.engine.threads import LoopInbox
 from leased.events import Event, HandlerStuck
-from leased.jobs import Job, Lease, Outcome
+from leased.jobs import ClaimedJob, Lease, Outcome
 from leased.payloads import clean_text
+
+if TYPE_CHECKING:
+    from leased.engine.executor import Attempt
 
 log = logging.getLogger("leased.worker")
 
@@ -35,16 +38,16 @@ STUCK_REPORT_SECONDS = 60.0  # while stuck, log it again this often
 MAX_STACK = 32_000
 
 
-def timeout_end(job: Job, backoff: Backoff, thread: Future | None) -> AttemptEnd:
+def timeout_end(job: ClaimedJob, backoff: Backoff, thread_id: int | None) -> AttemptEnd:
     """The end of an attempt that ran past its limit, whatever its handler did after it. For a sync
-    handler whose thread still runs, the traceback is where that thread is: where it hangs."""
+    handler whose thread still runs (`thread_id`), the traceback is where that thread is: where it hangs."""
     retry = job.attempt < job.max_attempts
     delay = backoff.delay(job.attempt) if retry else None
     message = f"attempt {job.attempt} ran past its time limit of {job.timeout_seconds:g}s"
     stack = None
-    if thread is not None and not thread.done():
+    if thread_id is not None:
         message += "; its handler thread still runs, and what it returns will be discarded"
-        stack = _where(thread)
+        stack = _where(thread_id)
     if retry:
         log.warning("job %d (%s): %s; retrying in %.1fs", job.id, job.task_name, message, delay)
     else:
@@ -53,9 +56,9 @@ def timeout_end(job: Job, backoff: Backoff, thread: Future | None) -> AttemptEnd
                       traceback=stack, retry_in_seconds=delay)
 
 
-def _where(thread: Future) -> str | None:
+def _where(thread_id: int) -> str | None:
     """The handler thread's stack now, from the handler's own frame down (the pool's frames are noise)."""
-    frame = sys._current_frames().get(getattr(thread, "thread_id", None))
+    frame = sys._current_frames().get(thread_id)
     if frame is None:
         return None
     frames = traceback.extract_stack(frame)
@@ -72,15 +75,15 @@ _ENGINE_FOLDER = os.path.dirname(os.path.abspath(__file__))
 class _Overrun:
     """A sync handler's thread still running after its attempt ended at the time limit."""
 
-    job: Job
+    job: ClaimedJob
     limit_at: float  # loop time of the limit
-    free_slot: Callable[[], None]
     stuck: bool = False
     report: asyncio.TimerHandle | None = field(default=None, repr=False)
 
 
 class TimeLimits:
-    """Arms each attempt's limit; holds the slots of handler threads that outlive theirs."""
+    """Arms each attempt's limit; watches the handler threads that outlive theirs (each keeps its
+    slot, since its thread is busy, until it returns)."""
 
     def __init__(self, worker_id: str, on_limit: Callable[[Lease], None], emit: Callable[[Event], None],
                  on_stuck_change: Callable[[], None]):
@@ -88,8 +91,13 @@ class TimeLimits:
         self._on_limit = on_limit
         self._emit = emit
         self._on_stuck_change = on_stuck_change
-        self._overruns: set[_Overrun] = set()
+        self._overruns: dict[Attempt, _Overrun] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._to_arm: LoopInbox[Attempt] = LoopInbox(self._arm_all)
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._to_arm.start(loop)
 
     @property
     def holding(self) -> int:
@@ -99,33 +107,53 @@ class TimeLimits:
     @property
     def stuck(self) -> int:
         """Of those, the ones past the grace: what the worker announces and metrics show."""
-        return sum(overrun.stuck for overrun in self._overruns)
+        return sum(overrun.stuck for overrun in self._overruns.values())
 
-    def arm(self, job: Job) -> asyncio.TimerHandle | None:
-        """Call on_limit(job's lease) once the handler has run for the job's limit; None: no limit."""
-        if job.timeout_seconds is None:
-            return None
-        self._loop = asyncio.get_running_loop()
-        return self._loop.call_later(job.timeout_seconds, self._on_limit, job.lease)
-
-    def after_attempt(self, job: Job, limit: asyncio.TimerHandle | None, timed_out: bool,
-                      thread: Future | None, free_slot: Callable[[], None]) -> None:
-        """The attempt is over: free its slot now, or, if it timed out with its thread still
-        running, when that thread returns."""
-        if limit is not None:
-            limit.cancel()
-        if not timed_out or thread is None or thread.done():
-            free_slot()
+    def arm(self, attempt: Attempt) -> None:
+        """On the loop: call on_limit(the attempt's lease) once its handler has run for the job's limit."""
+        limit = attempt.job.timeout_seconds
+        if limit is None or attempt.closed:
             return
-        overrun = _Overrun(job, limit.when(), free_slot)
-        self._overruns.add(overrun)
-        overrun.report = self._loop.call_later(STUCK_AFTER_SECONDS, self._report, overrun)
-        loop = self._loop
-        # Runs on the handler's thread when it returns (at once if it just did).
-        thread.add_done_callback(lambda _: call_soon_threadsafe(loop, self._returned, overrun))
+        attempt.time_limit = self._loop.call_later(max(0.0, attempt.started + limit - time.monotonic()),
+                                                   self._on_limit, attempt.job.lease)
 
-    def _report(self, overrun: _Overrun) -> None:
-        if overrun not in self._overruns:
+    def arm_soon(self, attempt: Attempt) -> None:
+        """From a handler thread, as its handler starts: arm() on the loop."""
+        self._to_arm.put(attempt)
+
+    def _arm_all(self, attempts: list[Attempt]) -> None:
+        for attempt in attempts:
+            self.arm(attempt)
+
+    @staticmethod
+    def disarm(attempt: Attempt) -> None:
+        if attempt.time_limit is not None:
+            attempt.time_limit.cancel()
+            attempt.time_limit = None
+
+    def overran(self, attempt: Attempt) -> None:
+        """On the loop: the attempt ended at its limit while its sync handler still runs."""
+        overrun = self._overruns[attempt] = _Overrun(attempt.job, self._loop.time())
+        overrun.report = self._loop.call_later(STUCK_AFTER_SECONDS, self._report, attempt)
+
+    def returned(self, attempt: Attempt) -> None:
+        """On the loop: the handler of an attempt that ended at its limit has returned."""
+        overrun = self._overruns.pop(attempt, None)
+        if overrun is None:
+            return
+        if overrun.report is not None:
+            overrun.report.cancel()
+        if overrun.stuck:
+            job, past = overrun.job, self._loop.time() - overrun.limit_at
+            log.warning("job %d (%s) attempt %d: sync handler returned %.1fs past its time limit; its result was "
+                        "discarded and its slot is free again", job.id, job.task_name, job.attempt, past)
+            self._emit(HandlerStuck(job.id, job.task_name, job.queue_name, job.attempt, self._worker_id, past,
+                                    returned=True))
+            self._on_stuck_change()
+
+    def _report(self, attempt: Attempt) -> None:
+        overrun = self._overruns.get(attempt)
+        if overrun is None:
             return
         job, past = overrun.job, self._loop.time() - overrun.limit_at
         log.warning("job %d (%s) attempt %d: sync handler still running %.1fs past its time limit of %gs; its "
@@ -135,19 +163,4 @@ class TimeLimits:
             overrun.stuck = True
             self._emit(HandlerStuck(job.id, job.task_name, job.queue_name, job.attempt, self._worker_id, past))
             self._on_stuck_change()
-        overrun.report = self._loop.call_later(STUCK_REPORT_SECONDS, self._report, overrun)
-
-    def _returned(self, overrun: _Overrun) -> None:
-        self._overruns.discard(overrun)
-        if overrun.report is not None:
-            overrun.report.cancel()
-        overrun.free_slot()
-        if overrun.stuck:
-            job, past = overrun.job, self._loop.time() - overrun.limit_at
-            log.warning("job %d (%s) attempt %d: sync handler returned %.1fs past its time limit; its result was "
-                        "discarded and its slot is free again", job.id, job.task_name, job.attempt, past)
-            self._emit(HandlerStuck(job.id, job.task_name, job.queue_name, job.attempt, self._worker_id, past,
-                                    returned=True))
-            self._on_stuck_change()
-
-
+        overrun.report = self._loop.call_later(STUCK_REPORT_SECONDS, self._report, attempt)

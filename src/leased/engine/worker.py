@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from leased.backends.base import Backend, ClaimRequest, WorkerRecord
 from leased.engine.announcer import Announcer
 from leased.engine.attempts import ClaimedAttempts, WorkerStats
-from leased.engine.claimer import Claimer, Slots
+from leased.engine.claimer import Claimer
 from leased.engine.completer import Completer
 from leased.engine.context import CancelReason
 from leased.engine.executor import Executor, Handler
 from leased.engine.lease_keeper import LeaseKeeper
 from leased.engine.listening import ListenerService
 from leased.engine.scheduler import ScheduledTicks, Scheduler
-from leased.engine.threads import HandlerThreads, call_soon_threadsafe
+from leased.engine.threads import call_soon_threadsafe
 from leased.engine.timelimits import TimeLimits
 from leased.events import Event, Events
 from leased.jobs import Lease
@@ -85,7 +85,6 @@ class Worker:
         self._service_failure: BaseException | None = None
         self._in_context: asyncio.Task | None = None  # run_async() under `async with worker:`
 
-        self._threads = HandlerThreads()
         self._time_limits = TimeLimits(self.id, lambda lease: self._cancel(lease, CancelReason.TIMEOUT),
                                        self.events.emit, lambda: self._announcer.soon())
         # The other services are put together when the worker runs, from its settings then.
@@ -103,17 +102,19 @@ class Worker:
                                     lambda: self._time_limits.stuck)
         self._lease_keeper = LeaseKeeper(self.backend, self._cancel, heartbeat_died=self._heartbeat_died,
                                          stopping=stopping)
+        self._completer = Completer(self.backend, self._lease_keeper.heartbeat.overdue, self.id,
+                                    recorded=lambda batch, results: self._claimed.recorded(batch, results))
+        self._claimed = ClaimedAttempts(
+            self.backend, self.tasks, self.concurrency,
+            executor=Executor(self._time_limits, self.max_payload_bytes), completer=self._completer,
+            heartbeat=self._lease_keeper.heartbeat, stats=self.stats, emit=self.events.emit, worker_id=self.id,
+            slot_freed=lambda: self._claimer.slot_freed(), closed=lambda: self._claimer.attempt_closed(),
+            thread_failed=lambda error: self._call_soon_threadsafe(self._service_failed, "handler thread", error),
+            interrupted=lambda error, on_thread: self._call_soon_threadsafe(self._interrupted, error, on_thread))
         self._claimer = Claimer(self.backend, ClaimRequest(self.id, names, self.queues, limit=0),
-                                Slots(self.concurrency), poll_interval=self.poll_interval,
-                                start=lambda jobs, at: self._claimed.start(jobs, at),
+                                self._claimed.slots, poll_interval=self.poll_interval, start=self._claimed.start,
                                 claimed=lambda: len(self._claimed), held_by_stuck=lambda: self._time_limits.holding,
                                 stopping=stopping)
-        self._completer = Completer(self.backend, self._lease_keeper.heartbeat.overdue, self.id)
-        self._claimed = ClaimedAttempts(
-            self.backend, self.tasks, claimer=self._claimer,
-            executor=Executor(self.tasks, self._threads, self._time_limits, self.max_payload_bytes),
-            completer=self._completer, heartbeat=self._lease_keeper.heartbeat, stats=self.stats,
-            emit=self.events.emit, worker_id=self.id)
 
     # Control, from any thread.
     def run(self, *, stop_when_idle: bool = False) -> WorkerStats:
@@ -148,6 +149,11 @@ class Worker:
         self._compose()
         self._loop = asyncio.get_running_loop()
         signals = self._install_signal_handlers()
+        self._time_limits.start(self._loop)
+        self._completer.start(self._loop)
+        self._claimed.open(self._loop)
+        if not all(handler.is_async for handler in self.tasks.values()):
+            self._claimed.prestart_threads()
         self._lease_keeper.start()
         listener = self.backend.listener() if self.push else None
         services = [self._service("lease watchdog", self._lease_keeper.watch()),
@@ -173,7 +179,7 @@ class Worker:
             for service in services:
                 service.cancel()
             await self._announcer.sign_off()
-            self._threads.shutdown()
+            self._claimed.close()
             self._lease_keeper.stop()
             for signum in signals:
                 self._loop.remove_signal_handler(signum)
@@ -200,6 +206,13 @@ class Worker:
         log.error("worker %s: %s failed; stopping", self.id, name, exc_info=error)
         self._stopping = True
         self._apply_stop(forced=True)
+
+    def _interrupted(self, error: BaseException, propagate: bool) -> None:
+        """A handler raised KeyboardInterrupt (or the like): stop now, as Python would."""
+        self._stopping = True
+        self._apply_stop(forced=True)
+        if propagate:
+            raise error
 
     def _heartbeat_died(self) -> None:
         log.error("worker %s: heartbeat died; stopping", self.id)  # its failure is raised at the end

@@ -37,7 +37,7 @@ from leased.backends.sql_backend import SQLBackend
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition
-from leased.jobs import Job, Lease, Outcome
+from leased.jobs import ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 from leased.payloads import decode
 
@@ -298,7 +298,7 @@ class MariaDBBackend(SQLBackend):
             cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": key})
             return cursor.fetchone()
 
-    def claim(self, request: ClaimRequest) -> list[Job]:
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         params = {"worker_id": request.worker_id, "task_names": json.dumps(list(request.task_names)),
                   "queue_names": None if request.queue_names is None else json.dumps(list(request.queue_names)),
                   "limit": request.limit}
@@ -308,9 +308,7 @@ class MariaDBBackend(SQLBackend):
                                                              request.worker_id))
         if len(rows) < request.limit and self._rows("limits_in_use")[0]["in_use"]:
             rows += self._claim_limited({**params, "limit": request.limit - len(rows)})
-        jobs = [self._job(row) for row in rows]
-        jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
-        return jobs
+        return self._claimed(rows)
 
     def _lease(self, connection: Any, picked: list[dict[str, Any]], worker_id: str,
                limited: bool = False) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sql_backend import SQLBackend
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition
-from leased.jobs import Job, Lease, Outcome
+from leased.jobs import ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 
 _HERE = Path(__file__).parent
@@ -260,7 +260,7 @@ class PostgresBackend(SQLBackend):
             await cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": key})
             return await cursor.fetchone()
 
-    def claim(self, request: ClaimRequest) -> list[Job]:
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         params = {"worker_id": request.worker_id, "task_names": list(request.task_names),
                   "queue_names": None if request.queue_names is None else list(request.queue_names),
                   "limit": request.limit}
@@ -275,9 +275,7 @@ class PostgresBackend(SQLBackend):
                     self._limits_in_use = True
                     if len(rows) < request.limit:
                         rows += self._claim_limited(connection, {**params, "limit": request.limit - len(rows)}, False)
-        jobs = [self._job(row) for row in rows]
-        jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
-        return jobs
+        return self._claimed(rows)
 
     def _claim_plain(self, connection: psycopg.Connection, params: dict[str, Any], reclaim: bool
                      ) -> tuple[list[dict[str, Any]], bool | None]:

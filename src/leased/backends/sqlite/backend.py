@@ -35,7 +35,7 @@ from leased.errors import (
     DatabaseUnavailable,
     InvalidTransition,
 )
-from leased.jobs import Job, Lease, Outcome
+from leased.jobs import ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 from leased.payloads import decode
 
@@ -180,7 +180,7 @@ class SQLiteBackend(SQLBackend):
         cursor.row_factory = sqlite3.Row
         return cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": key}).fetchone()
 
-    def claim(self, request: ClaimRequest) -> list[Job]:
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         params = {
             "worker_id": request.worker_id,
             "task_names": json.dumps(list(request.task_names)),
@@ -199,9 +199,7 @@ class SQLiteBackend(SQLBackend):
                 if limited:
                     connection.execute(QUERIES["record_starts"], {"job_ids": job_ids})
                     connection.execute(QUERIES["forget_old_starts"])
-        jobs = [self._job(row) for row in rows]
-        jobs.sort(key=lambda job: (-job.priority, job.run_after, job.id))
-        return jobs
+        return self._claimed(rows)
 
     def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
         if not leases:
