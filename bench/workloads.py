@@ -156,9 +156,10 @@ def latency_on(peer: Peer, limits: Limits) -> dict:
         receiver.close()
 
 
-def slots(peer: Peer, limits: Limits, slot_count: int) -> dict:
-    """Workload 4: jobs that sleep, `slot_count` at once in one worker process; ideal time / actual,
-    actual from the first job's start to the last one's end (reported by the jobs themselves)."""
+def slots(peer: Peer, limits: Limits, slot_count: int, processes: int = 1) -> dict:
+    """Workload 4: jobs that sleep, `slot_count` at once across `processes` worker processes (the
+    slots split evenly); ideal time / actual, actual from the first job's start to the last one's
+    end (reported by the jobs themselves)."""
     if peer.one_job_per_process:
         raise Unsupported(f"one job per worker process: {slot_count} slots would be {slot_count} processes")
     receiver = ProbeReceiver()
@@ -172,8 +173,9 @@ def slots(peer: Peer, limits: Limits, slot_count: int) -> dict:
                 peer.enqueue_bulk("nap", numbers, limits.sleep_seconds)
             except Unsupported:
                 peer.enqueue_one("nap", numbers, limits.sleep_seconds)
-        workers = peer.start_workers(1, slot_count, env={"BENCH_PROBE_PORT": str(receiver.port),
-                                                         "BENCH_REPORT_END": "1"}, tag=f"slots{slot_count}")
+        workers = peer.start_workers(processes, slot_count // processes,
+                                     env={"BENCH_PROBE_PORT": str(receiver.port), "BENCH_REPORT_END": "1"},
+                                     tag=f"slots{slot_count}x{processes}")
         ends = {-(n + 1) for n in numbers}
         with deadline(limits.drain_seconds + 60, "slots"):
             receiver.collect(set(numbers) | ends, limits.drain_seconds)
