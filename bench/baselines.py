@@ -179,8 +179,8 @@ def _leased_postgres_loop(app, batch: int):
 
 
 def _leased_sqlite_loop(app, batch: int):
-    """leased's `claim` + `open_attempts` in one write transaction, then `finish` + `close_attempts` in
-    another, on the backend's own connection and write lock (WAL, synchronous=NORMAL)."""
+    """leased's `claim` in one write transaction, then `record_attempts` + `finish` in another, on the
+    backend's own connection and write lock (WAL, synchronous=NORMAL)."""
     import json
 
     backend = app.backend
@@ -190,25 +190,21 @@ def _leased_sqlite_loop(app, batch: int):
 
     def claim():
         with backend._write() as connection:
-            held = [(row["id"], row["attempt"]) for row in connection.execute(queries["claim"], params)]
-            if held:
-                connection.execute(queries["open_attempts"], {"job_ids": json.dumps([job_id for job_id, _ in held]),
-                                                              "worker_id": CEILING_WORKER})
-        return held
+            return [(row["id"], row["attempt"]) for row in connection.execute(queries["claim"], params)]
 
     def finish(held):
         with backend._write() as connection:
+            connection.execute(queries["record_attempts"], {"ends": json.dumps(
+                [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held])})
             connection.execute(queries["finish"], {"ends": json.dumps(
                 [[job_id, attempt, CEILING_WORKER, "done", "null", None, 0.0] for job_id, attempt in held])})
-            connection.execute(queries["close_attempts"], {"ends": json.dumps(
-                [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held])})
 
     return claim, finish
 
 
 def _leased_mariadb_loop(app, batch: int):
-    """leased's claim (`claim_ids`, then the backend's own `take_leases` + `open_attempts` + `leased_jobs`)
-    in one transaction, and its fenced finish (`held_leases`, `finish`, `close_attempts`) in another."""
+    """leased's claim (`claim_ids`, then the backend's own `take_leases` + `leased_jobs`) in one
+    transaction, and its fenced finish (`held_leases`, `record_attempts`, `finish`) in another."""
     import json
 
     backend = app.backend
@@ -223,10 +219,10 @@ def _leased_mariadb_loop(app, batch: int):
     def finish(held):
         def work(connection):
             backend._all(connection, "held_leases", worker_id=CEILING_WORKER, leases=json.dumps(held))
+            backend._execute(connection, "record_attempts", ends=json.dumps(
+                [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held]))
             backend._execute(connection, "finish", ends=json.dumps(
                 [[job_id, attempt, CEILING_WORKER, "done", "null", None, 0.0] for job_id, attempt in held]))
-            backend._execute(connection, "close_attempts", ends=json.dumps(
-                [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held]))
 
         backend._transact(work)
 

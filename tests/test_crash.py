@@ -38,6 +38,8 @@ def test_sigkilled_worker_job_is_finished_by_another_after_the_lease(app, hold, 
     job = hold.enqueue("forever")
     first = spawn("worker-a")
     wait_for(lambda: app.get_job(job.id).lease_owner == "worker-a", message="worker-a to claim")
+    (running,) = app.get_job(job.id).history  # shown from the job row: the record is written at the end
+    assert (running.worker_id, running.outcome) == ("worker-a", None)
     first.kill()
     first.wait()
     killed_at = time.monotonic()
@@ -48,6 +50,7 @@ def test_sigkilled_worker_job_is_finished_by_another_after_the_lease(app, hold, 
     assert done.result == "done by worker-b"
     assert [(a.number, a.worker_id, a.outcome) for a in done.history] == [
         (1, "worker-a", Outcome.EXPIRED), (2, "worker-b", Outcome.DONE)]
+    assert done.history[0].started_at == running.started_at  # the crashed attempt's record, from its job row
 
 
 def test_stopped_worker_cannot_write_after_losing_its_lease(app, hold, spawn, tmp_path):

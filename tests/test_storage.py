@@ -167,6 +167,63 @@ def test_expired_lease_returns_to_the_pool_and_history_says_so(app, tasks):
     assert exhausted.status is JobStatus.FAILED and [a.outcome for a in exhausted.history] == [Outcome.EXPIRED] * 2
 
 
+def test_an_attempt_is_recorded_once_as_it_ends_and_shown_running_until_then(app, tasks):
+    # The claim writes only the job row; readers show the running attempt from it, and the record
+    # written at the end keeps the start they showed.
+    a, _ = tasks
+    a.enqueue()
+    (job,) = claim(app, worker="w1")
+    (running,) = app.get_job(job.id).history
+    assert (running.number, running.worker_id, running.outcome, running.finished_at) == (1, "w1", None, None)
+    assert app.job_and_why(job.id)[0].history == (running,)  # `leased why` reads it in its own snapshot
+    assert finish(app, AttemptEnd(job.lease, Outcome.DONE, result_json="1"))
+    (ended,) = app.get_job(job.id).history
+    assert (ended.number, ended.worker_id, ended.outcome, ended.started_at) == (1, "w1", Outcome.DONE, running.started_at)
+    assert ended.finished_at >= ended.started_at
+
+
+def test_a_stale_worker_writes_no_outcome_over_the_new_holders_attempt(app, tasks):
+    a, _ = tasks
+    a.using(lease=0.2).enqueue()
+    (stale,) = claim(app, worker="w1")
+    wait_for(lambda: app.backend.reclaim_expired() == 1, message="lease expiry")
+    (current,) = claim(app, worker="w2")
+    before = app.get_job(stale.id).history
+    assert [(x.number, x.worker_id, x.outcome) for x in before] == [(1, "w1", Outcome.EXPIRED), (2, "w2", None)]
+    # Every way the stale worker could end its attempt writes nothing: its lease is not the job's.
+    assert finish(app, AttemptEnd(stale.lease, Outcome.ERROR, error_type="E", error_message="late")) is False
+    app.backend.release([stale.lease], Outcome.LEASE_LOST, "the worker lost its lease")
+    app.backend.release([Lease(stale.id, current.attempt, "w1")], Outcome.SHUTDOWN, "not mine")
+    assert finish(app, AttemptEnd(Lease(stale.id, current.attempt, "w1"), Outcome.DONE)) is False
+    after = app.get_job(stale.id)
+    assert after.history == before and (after.status, after.lease_owner) == (JobStatus.RUNNING, "w2")
+    assert finish(app, AttemptEnd(current.lease, Outcome.DONE, result_json="2"))
+    done = app.get_job(stale.id)
+    assert [(x.number, x.worker_id, x.outcome) for x in done.history] == [(1, "w1", Outcome.EXPIRED), (2, "w2", Outcome.DONE)]
+    assert done.history[1].started_at == before[1].started_at and done.result == 2
+
+
+def test_an_attempt_record_opened_at_claim_by_an_older_version_is_closed_in_place(app, tasks):
+    # Before migration 9 the claim inserted the record, open, and the end closed it; a job claimed
+    # so and ended after the upgrade has its record closed, not a second one written.
+    a, _ = tasks
+    a.enqueue(), a.enqueue(), a.enqueue()
+    jobs = claim(app, worker="old")
+    ids = ", ".join(str(job.id) for job in jobs)
+    raw_sql(app, f"UPDATE leased_jobs SET attempt_started_at = NULL WHERE id IN ({ids})")
+    raw_sql(app, "INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at) "
+                 f"SELECT id, attempt, lease_owner, created_at FROM leased_jobs WHERE id IN ({ids})")
+    opened = {job.id: app.get_job(job.id).history for job in jobs}
+    assert all([(x.worker_id, x.outcome) for x in history] == [("old", None)] for history in opened.values())
+    first, second, third = jobs
+    assert finish(app, AttemptEnd(first.lease, Outcome.DONE))
+    app.backend.release([second.lease], Outcome.SHUTDOWN, "released at shutdown")
+    app.cancel(third.id)
+    for job, outcome in ((first, Outcome.DONE), (second, Outcome.SHUTDOWN), (third, Outcome.CANCELLED)):
+        (record,) = app.get_job(job.id).history
+        assert (record.worker_id, record.outcome, record.started_at) == ("old", outcome, opened[job.id][0].started_at)
+
+
 def test_live_leases_are_not_reclaimed(app, tasks):
     a, _ = tasks
     a.enqueue()
@@ -252,15 +309,17 @@ def test_cancel_pending_cancels_every_pending_job_of_a_task_or_queue(app, tasks)
     assert app.get_job(running.id).status is JobStatus.RUNNING  # cancel_pending leaves running jobs alone
 
 
-def test_cancel_pending_closes_an_attempt_record_left_open(app, tasks):
-    # No verb leaves a pending job with an open attempt, but a row edited by hand can: the bulk
-    # cancel closes it as a single cancel does, so the history never shows an attempt still running.
+def test_a_job_set_back_to_pending_by_hand_shows_no_running_attempt(app, tasks):
+    # An attempt's record is written when it ends; while it runs the job row stands for it. A row
+    # edited by hand out of 'running' takes that running attempt with it: the history never shows
+    # an attempt still running for a job that is not, before or after a bulk cancel.
     a, _ = tasks
     a.enqueue()
     (job,) = claim(app)
+    assert [attempt.outcome for attempt in app.get_job(job.id).history] == [None]
     raw_sql(app, f"UPDATE leased_jobs SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL "
                  f"WHERE id = {job.id}")
+    assert app.get_job(job.id).history == ()
     assert app.cancel_pending(task_name="a") == 1
     cancelled = app.get_job(job.id)
-    assert cancelled.status is JobStatus.CANCELLED and cancelled.history[-1].outcome is Outcome.CANCELLED
-    assert cancelled.history[-1].finished_at is not None
+    assert cancelled.status is JobStatus.CANCELLED and cancelled.history == ()

@@ -331,7 +331,7 @@ def test_a_running_job_past_its_time_limit_says_by_how_much(app):
     claim_as(app, "w1", "slow")
     limit = reasons(app.why(job.id))["time_limit"]
     assert limit.message.startswith("Its time limit of 30s ends in ")
-    seconds_earlier(app, "leased_attempts", "started_at", 42, f"job_id = {job.id}")
+    seconds_earlier(app, "leased_jobs", "attempt_started_at", 42, f"id = {job.id}")
     why = app.why(job.id)
     past = reasons(why)["past_time_limit"]
     assert past.message.startswith("Its time limit of 30s passed 1") and "yet attempt 1 has not ended: the handler " \

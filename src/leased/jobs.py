@@ -49,6 +49,19 @@ class Attempt:
         return self.finished_at - self.started_at
 
 
+def with_running_attempt(history: tuple[Attempt, ...], status: JobStatus | str, attempt: int,
+                         lease_owner: str | None, attempt_started_at: datetime | None) -> tuple[Attempt, ...]:
+    """A job's history as readers show it: the attempts' records, and the running attempt. An
+    attempt's record is written once, when the attempt ends; while it runs, the job row holds its
+    number, worker and start, and this is the one place that turns them into an Attempt. A record
+    already there for the attempt (opened by an older version at claim) is shown as it is."""
+    if (status != JobStatus.RUNNING or lease_owner is None or attempt_started_at is None
+            or any(recorded.number == attempt for recorded in history)):
+        return history
+    return (*history, Attempt(number=attempt, worker_id=lease_owner, started_at=attempt_started_at,
+                              finished_at=None, outcome=None))
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """Who holds one attempt of a job. Every write after a claim is fenced on all three."""

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import PruneRule, Throughput
-from leased.backends.rows import attempt_from_row, job_from_row, worker_from_row
+from leased.backends.rows import history_from_rows, job_from_row, worker_from_row
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts, sample_ids, tally
 from leased.explain import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick
 from leased.jobs import JobStatus
@@ -83,7 +83,7 @@ class InspectionReads:
                 paused = read_rows("why_queue_paused", queue_name=row["queue_name"])
             tick = read_rows("why_schedule_tick", task_name=row["task_name"], job_id=job_id)
         to_time, from_json = self._to_time, self._from_json
-        job = job_from_row(row, to_time, from_json, tuple(attempt_from_row(attempt, to_time) for attempt in history))
+        job = job_from_row(row, to_time, from_json, history_from_rows(row, history, to_time))
         return JobFacts(job, to_time(now), tuple(worker_from_row(worker, to_time, from_json, WORKER_SILENT_AFTER)
                                                  for worker in workers), ahead,
                         queue_paused_at=to_time(paused[0]["paused_at"]) if paused else None, limits=limits,

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 
 from leased.admin import WorkerInfo
 from leased.backends.base import JobFilter, WorkerRecord
-from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Outcome
+from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Outcome, with_running_attempt
 from leased.limits import QueueLimit, Rate
 
 ToTime = Callable[[Any], Any]
@@ -46,6 +46,13 @@ def claimed_from_rows(rows: list[Mapping[str, Any]], to_time: ToTime, from_json:
     rows.sort(key=lambda row: (-row["priority"], row["run_after"], row["id"]))
     return [ClaimedJob(row, from_json(row["args"]), from_json(row["kwargs"]),
                        lambda row=row: job_from_row(row, to_time, from_json)) for row in rows]
+
+
+def history_from_rows(job: Mapping[str, Any], attempts: list[Mapping[str, Any]], to_time: ToTime
+                      ) -> tuple[Attempt, ...]:
+    """A job's history: its attempts' records, and its running attempt from the job row."""
+    return with_running_attempt(tuple(attempt_from_row(row, to_time) for row in attempts), job["status"],
+                                job["attempt"], job["lease_owner"], to_time(job["attempt_started_at"]))
 
 
 def attempt_from_row(row: Mapping[str, Any], to_time: ToTime) -> Attempt:

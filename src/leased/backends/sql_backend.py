@@ -30,9 +30,9 @@ from leased.backends.base import JobFilter, NewJob, PruneRule
 from leased.backends.enqueueing import InsertJobs, Step, created_jobs, drive, drive_async, enqueue_steps
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (
-    attempt_from_row,
     claimed_from_rows,
     filter_params,
+    history_from_rows,
     job_from_row,
     queue_limit_from_row,
     worker_from_row,
@@ -131,8 +131,7 @@ class SQLBackend(InspectionReads, ScheduleStore):
         rows = self._rows("get_job", job_id=job_id)
         if not rows:
             return None
-        history = tuple(attempt_from_row(row, self._to_time) for row in self._rows("get_history", job_id=job_id))
-        return self._job(rows[0], history)
+        return self._job(rows[0], history_from_rows(rows[0], self._rows("get_history", job_id=job_id), self._to_time))
 
     def list_jobs(self, where: JobFilter) -> list[Job]:
         query = "list_jobs_newest" if where.newest_first else "list_jobs_oldest"

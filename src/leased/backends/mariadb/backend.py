@@ -316,7 +316,6 @@ class MariaDBBackend(SQLBackend):
             return []
         ids = {"job_ids": _ids(picked), "worker_id": worker_id}
         self._execute(connection, "take_leases", **ids)
-        self._execute(connection, "open_attempts", **ids)
         if limited:
             self._execute(connection, "record_starts", job_ids=ids["job_ids"])
             self._execute(connection, "forget_old_starts")
@@ -362,13 +361,13 @@ class MariaDBBackend(SQLBackend):
                 held |= {(row["id"], row["attempt"]) for row in rows}
             kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
             written = [end for end, flag in zip(ends, kept) if flag]
-            if written:
+            if written:  # the records first: finish clears the leases they are read from
+                self._execute(connection, "record_attempts", ends=json.dumps([
+                    [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.outcome.value, end.error_type,
+                     end.error_message, end.traceback] for end in written]))
                 self._execute(connection, "finish", ends=json.dumps([
                     [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value,
                      end.result_json, end.last_error, end.retry_in_seconds or 0.0] for end in written]))
-                self._execute(connection, "close_attempts", ends=json.dumps([
-                    [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.outcome.value, end.error_type,
-                     end.error_message, end.traceback] for end in written]))
             return kept
 
         return self._transact(work)
@@ -379,10 +378,10 @@ class MariaDBBackend(SQLBackend):
         held = {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)}
 
         def work(connection: Any) -> None:
-            self._execute(connection, "release", **held)
-            self._execute(connection, "close_attempts", ends=json.dumps([
+            self._execute(connection, "record_attempts", ends=json.dumps([
                 [lease.job_id, lease.attempt, lease.worker_id, outcome.value, None, message, None]
                 for lease in leases]))
+            self._execute(connection, "release", **held)
             if explains_expiry:
                 self._execute(connection, "explain_expired_jobs", **held, message=message)
                 self._execute(connection, "explain_expired_attempts", **held, message=message)
@@ -393,8 +392,8 @@ class MariaDBBackend(SQLBackend):
         def work(connection: Any) -> int:
             expired = self._all(connection, "expired_ids")
             if expired:
+                self._execute(connection, "record_expired_attempts", job_ids=_ids(expired))
                 self._execute(connection, "reclaim_expired", job_ids=_ids(expired))
-                self._execute(connection, "close_expired_attempts", job_ids=_ids(expired))
             return len(expired)
 
         return self._transact(work)
@@ -443,8 +442,8 @@ class MariaDBBackend(SQLBackend):
         def work(connection: Any) -> dict[str, Any] | None:
             row = self._execute(connection, "lock_for_cancel", job_id=job_id).fetchone()
             if row is not None:
+                self._execute(connection, "record_cancelled_attempt", job_id=job_id)
                 self._execute(connection, "cancel", job_id=job_id)
-                self._execute(connection, "close_cancelled_attempt", job_id=job_id, attempt=row["attempt"])
             return row
 
         return self._changed_or_explain(self._transact(work), job_id, "cancel", "pending or running")
@@ -454,7 +453,6 @@ class MariaDBBackend(SQLBackend):
             rows = self._all(connection, "pending_to_cancel", task_name=task_name, queue_name=queue_name)
             if rows:
                 self._execute(connection, "cancel_jobs", job_ids=_ids(rows))
-                self._execute(connection, "close_cancelled_attempts", job_ids=_ids(rows))
             return len(rows)
 
         return self._transact(work)

@@ -60,17 +60,11 @@ FOR UPDATE SKIP LOCKED;
 -- a subquery as a scan (here of every pending job); the multi-table form looks each id up.
 UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
 SET status = 'running', attempt = attempt + 1, lease_owner = %(worker_id)s,
-    lease_expires_at = leased_now() + lease_seconds
+    lease_expires_at = leased_now() + lease_seconds, attempt_started_at = leased_now()
 WHERE status = 'pending';
 
 -- name: leased_jobs
 SELECT * FROM leased_jobs
-WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
-  AND lease_owner = %(worker_id)s AND status = 'running';
-
--- name: open_attempts
-INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
-SELECT id, attempt, lease_owner, leased_now() FROM leased_jobs
 WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
   AND lease_owner = %(worker_id)s AND status = 'running';
 
@@ -108,17 +102,30 @@ SET job.result = ends.result,
     job.status = ends.status
 WHERE job.status = 'running';
 
--- name: close_attempts
--- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback].
-UPDATE leased_attempts AS a
-JOIN JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
+-- name: record_attempts
+-- An attempt's record, written once as it ends, from what the claim wrote in the job row (its
+-- worker and start); run before the job row's own end (finish, release), in the same transaction.
+-- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback];
+-- each is fenced on its lease as finish is, so a worker that lost it writes no outcome. A record
+-- that an older version opened at claim is closed in place (outcome is set last: the assignments
+-- run in order, and the others test the old one).
+INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
+                             error_message, traceback)
+SELECT job.id, job.attempt, job.lease_owner, COALESCE(job.attempt_started_at, leased_now()), leased_now(),
+       ends.outcome, ends.error_type, ends.error_message, ends.traceback
+FROM JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     outcome VARCHAR(16) PATH '$[3]', error_type VARCHAR(255) PATH '$[4]', error_message LONGTEXT PATH '$[5]',
     traceback LONGTEXT PATH '$[6]')) AS ends
-  ON a.job_id = ends.job_id AND a.attempt = ends.attempt AND a.worker_id = ends.worker_id
-SET a.finished_at = leased_now(), a.outcome = ends.outcome, a.error_type = ends.error_type,
-    a.error_message = ends.error_message, a.traceback = ends.traceback
-WHERE a.outcome IS NULL;
+JOIN leased_jobs AS job FORCE INDEX (PRIMARY)
+  ON job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
+WHERE job.status = 'running'
+ON DUPLICATE KEY UPDATE
+    leased_attempts.finished_at = IF(leased_attempts.outcome IS NULL, VALUES(finished_at), leased_attempts.finished_at),
+    leased_attempts.error_type = IF(leased_attempts.outcome IS NULL, VALUES(error_type), leased_attempts.error_type),
+    leased_attempts.error_message = IF(leased_attempts.outcome IS NULL, VALUES(error_message), leased_attempts.error_message),
+    leased_attempts.traceback = IF(leased_attempts.outcome IS NULL, VALUES(traceback), leased_attempts.traceback),
+    leased_attempts.outcome = IF(leased_attempts.outcome IS NULL, VALUES(outcome), leased_attempts.outcome);
 
 -- name: release
 UPDATE leased_jobs
@@ -134,22 +141,32 @@ SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_leases)
 WHERE running_expires_at <= leased_now()
 FOR UPDATE SKIP LOCKED;
 
+-- name: record_expired_attempts
+-- The record of an attempt whose worker stopped renewing (crashed, say), from the job row before
+-- the reclaim clears its lease: the only place that attempt's worker and start are kept.
+INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
+SELECT id, attempt, lease_owner, COALESCE(attempt_started_at, leased_now()), leased_now(), 'expired',
+       CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)')
+FROM leased_jobs
+WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND status = 'running'
+ON DUPLICATE KEY UPDATE
+    leased_attempts.finished_at = IF(leased_attempts.outcome IS NULL, VALUES(finished_at), leased_attempts.finished_at),
+    leased_attempts.error_message = IF(leased_attempts.outcome IS NULL, VALUES(error_message), leased_attempts.error_message),
+    leased_attempts.outcome = IF(leased_attempts.outcome IS NULL, VALUES(outcome), leased_attempts.outcome);
+
 -- name: reclaim_expired
+-- The job's last error is its expired attempt's, just recorded.
 UPDATE leased_jobs
 SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN attempt >= max_attempts THEN leased_now() END,
-    last_error = CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)'),
+    last_error = (SELECT a.error_message FROM leased_attempts AS a
+                  WHERE a.job_id = leased_jobs.id AND a.attempt = leased_jobs.attempt),
     run_after = leased_now(),
     lease_owner = NULL,
     lease_expires_at = NULL
 WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
   AND status = 'running';
-
--- name: close_expired_attempts
-UPDATE leased_attempts AS a JOIN leased_jobs AS job ON job.id = a.job_id AND job.attempt = a.attempt
-SET a.finished_at = leased_now(), a.outcome = 'expired', a.error_message = job.last_error
-WHERE a.job_id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
-  AND a.outcome IS NULL;
 
 -- name: get_job
 SELECT * FROM leased_jobs WHERE id = %(job_id)s;
@@ -237,10 +254,16 @@ UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
 WHERE id = %(job_id)s AND status IN ('pending', 'running');
 
--- name: close_cancelled_attempt
-UPDATE leased_attempts
-SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
-WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND outcome IS NULL;
+-- name: record_cancelled_attempt
+-- Before cancel clears the lease (lock_for_cancel locked the row): the running attempt's record.
+INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
+SELECT id, attempt, lease_owner, COALESCE(attempt_started_at, leased_now()), leased_now(), 'cancelled',
+       'cancelled by a user'
+FROM leased_jobs WHERE id = %(job_id)s AND status = 'running'
+ON DUPLICATE KEY UPDATE
+    leased_attempts.finished_at = IF(leased_attempts.outcome IS NULL, VALUES(finished_at), leased_attempts.finished_at),
+    leased_attempts.error_message = IF(leased_attempts.outcome IS NULL, VALUES(error_message), leased_attempts.error_message),
+    leased_attempts.outcome = IF(leased_attempts.outcome IS NULL, VALUES(outcome), leased_attempts.outcome);
 
 -- name: oldest_due
 SELECT queue_name, leased_now() - min(run_after) AS seconds FROM leased_jobs
@@ -359,11 +382,6 @@ FOR UPDATE;
 UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
 SET status = 'cancelled', finished_at = leased_now()
 WHERE status = 'pending';
-
--- name: close_cancelled_attempts
-UPDATE leased_attempts AS a FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON a.job_id = ids.value
-SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
-WHERE outcome IS NULL;
 
 -- name: count_jobs
 SELECT count(*) AS n FROM leased_jobs

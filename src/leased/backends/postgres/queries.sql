@@ -95,13 +95,10 @@ WITH due AS (
 ), claimed AS (
     UPDATE leased_jobs AS job
     SET status = 'running', attempt = job.attempt + 1, lease_owner = %(worker_id)s,
-        lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds)
+        lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds), attempt_started_at = leased_now()
     FROM due
     WHERE job.id = due.id
     RETURNING job.*
-), opened AS (
-    INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
-    SELECT id, attempt, lease_owner, leased_now() FROM claimed
 )
 SELECT * FROM claimed;
 
@@ -136,10 +133,10 @@ WITH ends AS (
     -- Each row is found by its primary key alone, whatever the statistics say: a plan that read
     -- every 'running' index entry instead walked the dead entries of all jobs claimed since the
     -- last vacuum, and took up to a second a batch under a large history.
-    SELECT ends.*
+    SELECT ends.*, job.attempt_started_at
     FROM (SELECT * FROM ends ORDER BY id) AS ends
-    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner FROM leased_jobs WHERE id = ends.id
-                        LIMIT 1 FOR UPDATE) AS job  -- LIMIT: no filter is pushed down to pick another index
+    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, attempt_started_at FROM leased_jobs
+                        WHERE id = ends.id LIMIT 1 FOR UPDATE) AS job  -- LIMIT: no filter is pushed down to pick another index
     WHERE job.attempt = ends.attempt AND job.lease_owner = ends.worker_id AND job.status = 'running'
 ), finished AS (
     -- Each step carries the columns the next needs and joins one row by key: a generic plan
@@ -156,15 +153,20 @@ WITH ends AS (
         lease_expires_at = NULL
     FROM held
     WHERE job.id = held.id
-    RETURNING job.id, job.attempt, held.worker_id, held.outcome, held.error_type, held.error_message,
-              held.traceback
-), closed AS (
-    UPDATE leased_attempts AS a
-    SET finished_at = leased_now(), outcome = finished.outcome, error_type = finished.error_type,
-        error_message = finished.error_message, traceback = finished.traceback
+    RETURNING job.id, job.attempt, held.worker_id, held.attempt_started_at, held.outcome, held.error_type,
+              held.error_message, held.traceback
+), recorded AS (
+    -- The attempt's record, written once as it ends, from what the claim wrote in the job row. A
+    -- record that an older version opened at claim is closed in place.
+    INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
+                                      error_message, traceback)
+    SELECT id, attempt, worker_id, coalesce(attempt_started_at, leased_now()), leased_now(), outcome, error_type,
+           error_message, traceback
     FROM finished
-    WHERE a.job_id = finished.id AND a.attempt = finished.attempt AND a.worker_id = finished.worker_id
-      AND a.outcome IS NULL
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
+        error_message = excluded.error_message, traceback = excluded.traceback
+    WHERE a.outcome IS NULL
 )
 SELECT id, attempt FROM finished;
 
@@ -173,9 +175,9 @@ WITH given AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS given (id, attempt)
 ), held AS (
     -- Found by primary key alone and locked in id order (see finish).
-    SELECT job.id
+    SELECT job.id, job.attempt, job.attempt_started_at
     FROM (SELECT * FROM given ORDER BY id) AS given
-    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner FROM leased_jobs
+    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, attempt_started_at FROM leased_jobs
                         WHERE id = given.id LIMIT 1 FOR UPDATE) AS job
     WHERE job.attempt = given.attempt AND job.status = 'running' AND job.lease_owner = %(worker_id)s
 ), released AS (
@@ -184,16 +186,20 @@ WITH given AS (
     FROM held
     WHERE job.id = held.id
 )
-UPDATE leased_attempts AS a
-SET finished_at = leased_now(), outcome = %(outcome)s, error_message = %(message)s
-FROM given
-WHERE a.job_id = given.id AND a.attempt = given.attempt AND a.worker_id = %(worker_id)s AND a.outcome IS NULL;
+-- Only the attempts still held: one that lease expiry or a user's cancel ended has its record.
+INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
+SELECT id, attempt, %(worker_id)s, coalesce(attempt_started_at, leased_now()), leased_now(), %(outcome)s,
+       %(message)s
+FROM held
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
+WHERE a.outcome IS NULL;
 
 -- name: reclaim_expired
 -- SKIP LOCKED: a row another reclaimer or a finishing worker holds is theirs to settle; waiting
 -- on it could deadlock two reclaimers that lock the same rows in different orders.
 WITH expired AS (
-    SELECT id FROM leased_jobs
+    SELECT id, lease_owner, attempt_started_at FROM leased_jobs
     WHERE status = 'running' AND lease_expires_at <= leased_now()
     FOR UPDATE SKIP LOCKED
 ), reclaimed AS (
@@ -207,12 +213,16 @@ WITH expired AS (
         lease_expires_at = NULL
     FROM expired
     WHERE job.id = expired.id
-    RETURNING job.id, job.attempt, job.last_error
-), closed AS (
-    UPDATE leased_attempts AS a
-    SET finished_at = leased_now(), outcome = 'expired', error_message = reclaimed.last_error
+    RETURNING job.id, job.attempt, job.last_error, expired.lease_owner, expired.attempt_started_at
+), recorded AS (
+    -- The record of an attempt whose worker stopped renewing (crashed, say), from the job row as
+    -- it was before the reclaim cleared its lease: the only place its worker and start are kept.
+    INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
+    SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'expired', last_error
     FROM reclaimed
-    WHERE a.job_id = reclaimed.id AND a.attempt = reclaimed.attempt AND a.outcome IS NULL
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
+    WHERE a.outcome IS NULL
 )
 SELECT count(*) AS n FROM reclaimed;
 
@@ -295,16 +305,25 @@ WITH retried AS (
 SELECT retried.*, pg_notify(left('leased.' || current_schema(), 63), retried.queue_name) AS woke FROM retried;
 
 -- name: cancel
-WITH cancelled AS (
-    UPDATE leased_jobs
-    SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
+WITH target AS (
+    SELECT id, status, attempt, lease_owner, attempt_started_at FROM leased_jobs
     WHERE id = %(job_id)s AND status IN ('pending', 'running')
-    RETURNING *
-), closed AS (
-    UPDATE leased_attempts AS a
-    SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
-    FROM cancelled
-    WHERE a.job_id = cancelled.id AND a.attempt = cancelled.attempt AND a.outcome IS NULL
+    FOR UPDATE
+), cancelled AS (
+    UPDATE leased_jobs AS job
+    SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
+    FROM target
+    WHERE job.id = target.id
+    RETURNING job.*
+), recorded AS (
+    -- A running attempt's record, from the job row as it was before the cancel cleared its lease.
+    INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
+    SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'cancelled',
+           'cancelled by a user'
+    FROM target WHERE status = 'running'
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
+    WHERE a.outcome IS NULL
 )
 SELECT * FROM cancelled;
 
@@ -427,20 +446,15 @@ SELECT count(*) AS n FROM (
 ) AS ahead;
 
 -- name: cancel_pending
--- Every pending job (of one task, or queue) cancelled at once; an attempt record still open is
--- closed as single cancel closes it. Pending jobs are never leased, so no handler is running.
+-- Every pending job (of one task, or queue) cancelled at once. Pending jobs are never leased: no
+-- handler is running, and no attempt record is written.
 WITH cancelled AS (
     UPDATE leased_jobs
     SET status = 'cancelled', finished_at = leased_now()
     WHERE status = 'pending'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
-    RETURNING id, attempt
-), closed AS (
-    UPDATE leased_attempts AS a
-    SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
-    FROM cancelled
-    WHERE a.job_id = cancelled.id AND a.attempt = cancelled.attempt AND a.outcome IS NULL
+    RETURNING id
 )
 SELECT count(*) AS n FROM cancelled;
 
@@ -623,13 +637,10 @@ WITH RECURSIVE keys (key) AS (
 ), claimed AS (
     UPDATE leased_jobs AS job
     SET status = 'running', attempt = job.attempt + 1, lease_owner = %(worker_id)s,
-        lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds)
+        lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds), attempt_started_at = leased_now()
     FROM due
     WHERE job.id = due.id
     RETURNING job.*
-), opened AS (
-    INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
-    SELECT id, attempt, lease_owner, leased_now() FROM claimed
 ), started AS (
     INSERT INTO leased_starts (limit_name, started_at)
     SELECT 'key:' || concurrency_key, leased_now() FROM claimed WHERE key_rate_count IS NOT NULL

@@ -193,12 +193,9 @@ class SQLiteBackend(SQLBackend):
             # One writer at a time: no other claim can run between counting a limit's room and taking it.
             limited = connection.execute(QUERIES["limits_in_use"]).fetchone()[0]
             rows = connection.execute(QUERIES["claim_limited" if limited else "claim"], params).fetchall()
-            if rows:
-                job_ids = json.dumps([row["id"] for row in rows])
-                connection.execute(QUERIES["open_attempts"], {"job_ids": job_ids, "worker_id": request.worker_id})
-                if limited:
-                    connection.execute(QUERIES["record_starts"], {"job_ids": job_ids})
-                    connection.execute(QUERIES["forget_old_starts"])
+            if rows and limited:
+                connection.execute(QUERIES["record_starts"], {"job_ids": json.dumps([row["id"] for row in rows])})
+                connection.execute(QUERIES["forget_old_starts"])
         return self._claimed(rows)
 
     def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
@@ -214,26 +211,25 @@ class SQLiteBackend(SQLBackend):
         if not ends:
             return []
         with self._write() as connection:
+            # The records first: both statements are fenced alike, and finish clears the lease.
+            connection.execute(QUERIES["record_attempts"], {"ends": json.dumps([
+                [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.outcome.value, end.error_type,
+                 end.error_message, end.traceback] for end in ends])})
             rows = connection.execute(QUERIES["finish"], {"ends": json.dumps([
                 [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value, end.result_json,
                  end.last_error, end.retry_in_seconds or 0.0] for end in ends])}).fetchall()
-            written = {(row["id"], row["attempt"]) for row in rows}
-            kept = [(end.lease.job_id, end.lease.attempt) in written for end in ends]
-            if written:
-                connection.execute(QUERIES["close_attempts"], {"ends": json.dumps([
-                    [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.outcome.value, end.error_type,
-                     end.error_message, end.traceback] for end, flag in zip(ends, kept) if flag])})
-        return kept
+        written = {(row["id"], row["attempt"]) for row in rows}
+        return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         if not leases:
             return
         held = {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)}
         with self._write() as connection:
-            connection.execute(QUERIES["release"], held)
-            connection.execute(QUERIES["close_attempts"], {"ends": json.dumps([
+            connection.execute(QUERIES["record_attempts"], {"ends": json.dumps([
                 [lease.job_id, lease.attempt, lease.worker_id, outcome.value, None, message, None]
                 for lease in leases])})
+            connection.execute(QUERIES["release"], held)
             if explains_expiry:
                 connection.execute(QUERIES["explain_expired_jobs"], {**held, "message": message})
                 connection.execute(QUERIES["explain_expired_attempts"], {**held, "message": message})
@@ -243,11 +239,12 @@ class SQLiteBackend(SQLBackend):
             return self._reclaim(connection)
 
     def _reclaim(self, connection: sqlite3.Connection) -> int:
-        rows = connection.execute(QUERIES["reclaim_expired"]).fetchall()
-        for row in rows:
-            connection.execute(QUERIES["close_expired_attempt"], {
-                "job_id": row["id"], "attempt": row["attempt"], "message": row["last_error"]})
-        return len(rows)
+        expired = connection.execute(QUERIES["expired_leases"]).fetchall()
+        if expired:
+            job_ids = {"job_ids": json.dumps([row["id"] for row in expired])}
+            connection.execute(QUERIES["record_expired_attempts"], job_ids)
+            connection.execute(QUERIES["reclaim_expired"], job_ids)
+        return len(expired)
 
     # Inspection and administration.
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
@@ -279,18 +276,14 @@ class SQLiteBackend(SQLBackend):
 
     def cancel(self, job_id: int) -> Job:
         with self._write() as connection:
+            connection.execute(QUERIES["record_cancelled_attempt"], {"job_id": job_id})
             row = connection.execute(QUERIES["cancel"], {"job_id": job_id}).fetchone()
-            if row is not None:
-                connection.execute(QUERIES["close_cancelled_attempt"], {"job_id": job_id, "attempt": row["attempt"]})
         return self._changed_or_explain(row, job_id, "cancel", "pending or running")
 
     def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
         with self._write() as connection:
             rows = connection.execute(QUERIES["cancel_pending"], {"task_name": task_name,
                                                                   "queue_name": queue_name}).fetchall()
-            if rows:
-                connection.execute(QUERIES["close_cancelled_attempts"], {
-                    "jobs": json.dumps([[row["id"], row["attempt"]] for row in rows])})
         return len(rows)
 
     # How rows hold times and JSON (seconds since the epoch, JSON text), for the shared reads.

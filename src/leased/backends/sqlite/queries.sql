@@ -35,7 +35,7 @@ WHERE idempotency_key = :idempotency_key AND status = 'pending' AND attempt = 0;
 -- limits_in_use); claim_limited takes the others.
 UPDATE leased_jobs
 SET status = 'running', attempt = attempt + 1, lease_owner = :worker_id,
-    lease_expires_at = leased_now() + lease_seconds
+    lease_expires_at = leased_now() + lease_seconds, attempt_started_at = leased_now()
 WHERE id IN (
     -- The planner would rather use leased_jobs_status and sort every pending row; the due index
     -- is already in claim order, so the scan stops after `limit` matches.
@@ -49,11 +49,6 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING *;
-
--- name: open_attempts
-INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at)
-SELECT id, attempt, lease_owner, leased_now() FROM leased_jobs
-WHERE id IN (SELECT value FROM json_each(:job_ids)) AND lease_owner = :worker_id AND status = 'running';
 
 -- name: renew
 UPDATE leased_jobs
@@ -85,19 +80,28 @@ WHERE job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = 
   AND +job.status = 'running'
 RETURNING id, attempt;
 
--- name: close_attempts
--- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback].
+-- name: record_attempts
+-- An attempt's record, written once as it ends, from what the claim wrote in the job row (its
+-- worker and start); run before the job row's own end (finish, release), in the same transaction.
+-- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback];
+-- each is fenced on its lease as finish is, so a worker that lost it writes no outcome. A record
+-- that an older version opened at claim is closed in place.
 WITH ends AS (
     SELECT value ->> '$[0]' AS job_id, value ->> '$[1]' AS attempt, value ->> '$[2]' AS worker_id,
            value ->> '$[3]' AS outcome, value ->> '$[4]' AS error_type, value ->> '$[5]' AS error_message,
            value ->> '$[6]' AS traceback
     FROM json_each(:ends)
 )
-UPDATE leased_attempts AS a
-SET finished_at = leased_now(), outcome = ends.outcome, error_type = ends.error_type,
-    error_message = ends.error_message, traceback = ends.traceback
-FROM ends
-WHERE a.job_id = ends.job_id AND a.attempt = ends.attempt AND a.worker_id = ends.worker_id AND a.outcome IS NULL;
+INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
+                             error_message, traceback)
+SELECT job.id, job.attempt, job.lease_owner, coalesce(job.attempt_started_at, leased_now()), leased_now(),
+       ends.outcome, ends.error_type, ends.error_message, ends.traceback
+FROM ends JOIN leased_jobs AS job ON job.id = ends.job_id
+WHERE job.attempt = ends.attempt AND job.lease_owner = ends.worker_id AND +job.status = 'running'
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
+    error_message = excluded.error_message, traceback = excluded.traceback
+WHERE outcome IS NULL;
 
 -- name: release
 UPDATE leased_jobs
@@ -105,21 +109,33 @@ SET status = 'pending', run_after = leased_now(), lease_owner = NULL, lease_expi
 WHERE status = 'running' AND lease_owner = :worker_id
   AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
+-- name: expired_leases
+-- Read once, so that recording the attempts and reclaiming the jobs take the same set.
+SELECT id FROM leased_jobs WHERE status = 'running' AND lease_expires_at <= leased_now();
+
+-- name: record_expired_attempts
+-- The record of an attempt whose worker stopped renewing (crashed, say), from the job row before
+-- the reclaim clears its lease: the only place that attempt's worker and start are kept.
+INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
+SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'expired',
+       'lease expired: worker ' || lease_owner || ' stopped renewing it (crashed, stalled or cut off)'
+FROM leased_jobs
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'running'
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
+WHERE outcome IS NULL;
+
 -- name: reclaim_expired
+-- The job's last error is its expired attempt's, just recorded.
 UPDATE leased_jobs
 SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN attempt >= max_attempts THEN leased_now() END,
-    last_error = 'lease expired: worker ' || lease_owner || ' stopped renewing it (crashed, stalled or cut off)',
+    last_error = (SELECT a.error_message FROM leased_attempts AS a
+                  WHERE a.job_id = leased_jobs.id AND a.attempt = leased_jobs.attempt),
     run_after = leased_now(),
     lease_owner = NULL,
     lease_expires_at = NULL
-WHERE status = 'running' AND lease_expires_at <= leased_now()
-RETURNING id, attempt, last_error;
-
--- name: close_expired_attempt
-UPDATE leased_attempts
-SET finished_at = leased_now(), outcome = 'expired', error_message = :message
-WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL;
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'running';
 
 -- name: get_job
 SELECT * FROM leased_jobs WHERE id = :job_id;
@@ -203,10 +219,15 @@ SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_
 WHERE id = :job_id AND status IN ('pending', 'running')
 RETURNING *;
 
--- name: close_cancelled_attempt
-UPDATE leased_attempts
-SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
-WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL;
+-- name: record_cancelled_attempt
+-- Before cancel clears the lease: the running attempt's record, from the job row.
+INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
+SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'cancelled',
+       'cancelled by a user'
+FROM leased_jobs WHERE id = :job_id AND status = 'running'
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
+WHERE outcome IS NULL;
 
 -- name: oldest_due
 -- Through the due set's partial indexes, as count_active: SQLite would rather skip-scan a full index.
@@ -317,21 +338,14 @@ SELECT count(*) AS n FROM (
 );
 
 -- name: cancel_pending
--- Every pending job (of one task, or queue) cancelled at once; close_cancelled_attempts closes
--- any attempt record still open, as single cancel does.
+-- Every pending job (of one task, or queue) cancelled at once. A pending job runs no attempt, so
+-- no attempt record is written.
 UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now()
 WHERE status = 'pending'
   AND (:task_name IS NULL OR task_name = :task_name)
   AND (:queue_name IS NULL OR queue_name = :queue_name)
-RETURNING id, attempt;
-
--- name: close_cancelled_attempts
--- :jobs is a JSON array of [job_id, attempt].
-UPDATE leased_attempts
-SET finished_at = leased_now(), outcome = 'cancelled', error_message = 'cancelled by a user'
-WHERE outcome IS NULL
-  AND (job_id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:jobs));
+RETURNING id;
 
 -- name: count_jobs
 SELECT count(*) AS n FROM leased_jobs
@@ -499,7 +513,7 @@ WITH RECURSIVE keys (key) AS (
 )
 UPDATE leased_jobs
 SET status = 'running', attempt = attempt + 1, lease_owner = :worker_id,
-    lease_expires_at = leased_now() + lease_seconds
+    lease_expires_at = leased_now() + lease_seconds, attempt_started_at = leased_now()
 WHERE id IN (
     SELECT ranked.id FROM ranked LEFT JOIN queue_room ON queue_room.queue_name = ranked.queue_name
     WHERE queue_room.queue_name IS NULL OR ranked.place <= queue_room.room

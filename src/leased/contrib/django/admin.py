@@ -86,11 +86,10 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("history"))
     def history(self, job: Job) -> str:
-        attempts = job.attempts.using(job._state.db).order_by("attempt")
         rows = format_html_join(
             "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((a.attempt, a.worker_id, a.started_at, a.finished_at or "-", a.outcome or "running",
-              _error_cell(a)) for a in attempts))
+            ((a.number, a.worker_id, a.started_at, a.finished_at or "-", a.outcome or "running",
+              _error_cell(a)) for a in job.history()))
         return format_html('<table><thead><tr><th>#</th><th>worker</th><th>started</th><th>finished</th>'
                            '<th>outcome</th><th>error</th></tr></thead><tbody>{}</tbody></table>', rows)
 

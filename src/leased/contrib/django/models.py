@@ -15,7 +15,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from leased.jobs import Attempt as AttemptValue, Job as JobValue, JobStatus, Outcome
+from leased.jobs import Attempt as AttemptValue, Job as JobValue, JobStatus, Outcome, with_running_attempt
 
 
 class LeasedTimeField(models.Field):
@@ -68,6 +68,7 @@ class Job(models.Model):
     idempotency_key = models.TextField(_("idempotency key"), null=True)
     result = LeasedJSONField(_("result"), null=True)
     last_error = models.TextField(_("last error"), null=True)
+    attempt_started_at = LeasedTimeField(_("attempt started at"), null=True)
 
     class Meta:
         managed = False
@@ -79,6 +80,11 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.id} {self.task_name} ({self.status})"
+
+    def history(self) -> tuple[AttemptValue, ...]:
+        """Its attempts' records, and its running attempt (whose record is written when it ends)."""
+        recorded = tuple(attempt.as_value() for attempt in self.attempts.using(self._state.db).order_by("attempt"))
+        return with_running_attempt(recorded, self.status, self.attempt, self.lease_owner, self.attempt_started_at)
 
     def as_value(self, history: tuple[AttemptValue, ...] = ()) -> JobValue:
         return JobValue(
@@ -122,6 +128,4 @@ def read_job(database: str, job_id: int) -> JobValue | None:
     job = Job.objects.using(database).filter(id=job_id).first()
     if job is None:
         return None
-    history = tuple(attempt.as_value() for attempt in
-                    Attempt.objects.using(database).filter(job_id=job_id).order_by("attempt"))
-    return job.as_value(history)
+    return job.as_value(job.history())
