@@ -1,4 +1,4 @@
-"""leased migration 0009: MariaDB counts a status by queue from an index alone."""
+"""leased migration 0009: SQLite and MariaDB count a status by queue from an index alone."""
 
 from django.db import migrations
 
