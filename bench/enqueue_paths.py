@@ -15,7 +15,7 @@ run interleaved in every round (A, B, C, ..., A, B, C, ...) on one scratch schem
   cursor.copy (write_row), then one pg_notify;
 - enqueue_many: end to end, Task.enqueue_many through leased (whichever path the checkout takes).
 
-Then, unless --no-indexes: the COPY path with each index that a plain job enters dropped in turn
+Then, unless --no-indexes: insert_jobs (or --index-path) with each index that a plain job enters dropped in turn
 (on the same schema, re-created afterwards), against all of them, interleaved the same way; an
 index's cost is the share of the batch's time it takes.
 """
@@ -164,12 +164,36 @@ def report(label: str, runs: list[tuple[float, float, float]], base: tuple[float
     return rate, server
 
 
+def client_breakdown(paths: Paths, batch: int, repeats: int = 30) -> None:
+    """The Python of enqueue_many per job, without the database: the NewJobs from the calls, the
+    batch's JSON, and the Jobs built from the rows insert_jobs returns."""
+    from datetime import UTC, datetime
+
+    from leased.backends.enqueueing import created_jobs, jobs_json
+    numbers = list(range(batch))
+    jobs = paths._jobs(numbers)
+    now = datetime.now(UTC)
+    rows = [(n, now, now, None) for n in numbers]
+    steps = {"NewJobs from the calls": lambda: paths._jobs(numbers),
+             "the batch as JSON": lambda: jobs_json(jobs, lambda t: t.isoformat()),
+             "Jobs from the rows": lambda: created_jobs(jobs, rows, lambda t: t)}
+    print(f"Python per job in enqueue_many, batches of {batch}, best of {repeats} (CPU):")
+    for label, step in steps.items():
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.process_time()
+            step()
+            best = min(best, time.process_time() - started)
+        print(f"  {label:26} {best / batch * 1e6:5.1f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-indexes", action="store_true")
+    parser.add_argument("--index-path", default="insert_jobs", help="the path that measures what each index costs")
     parser.add_argument("--paths", default="insert_jobs,insert_jobs_no_conflict,unnest,copy_text,copy_binary,enqueue_many")
     options = parser.parse_args()
     schema = f"leased_bench_{uuid.uuid4().hex[:8]}"
@@ -189,15 +213,16 @@ def main() -> None:
         print(f"{options.jobs} jobs in batches of {options.batch}, median of {options.rounds} interleaved rounds")
         for name in names:
             report(name, runs[name])
+        client_breakdown(paths, options.batch)
         if not options.no_indexes:
-            index_costs(paths, parts, options.rounds, schema)
+            index_costs(paths, parts, options.rounds, schema, options.index_path)
     finally:
         app.close()
         admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def index_costs(paths: Paths, parts, rounds: int, application_name: str) -> None:
-    """The COPY path with each index a plain job enters dropped in turn, against all of them."""
+def index_costs(paths: Paths, parts, rounds: int, application_name: str, path_name: str) -> None:
+    """`path_name` with each index a plain job enters dropped in turn, against all of them."""
     connection = paths.connection
     definitions = dict(connection.execute(
         "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'leased_jobs'"
@@ -221,12 +246,12 @@ def index_costs(paths: Paths, parts, rounds: int, application_name: str) -> None
             for name in dropped:
                 connection.execute(f'DROP INDEX "{name}"')
             try:
-                runs[variant].append(timed(paths.copy_binary, parts, connection, application_name))
+                runs[variant].append(timed(getattr(paths, path_name), parts, connection, application_name))
             finally:
                 for name in dropped:
                     connection.execute(definitions[name])
     print(f"indexes a plain job enters: {', '.join(entered)}")
-    print("COPY (binary) with an index dropped, median of the rounds")
+    print(f"{path_name} with an index dropped, median of the rounds")
     base = report("all", runs["all"])
     for variant in variants[1:]:
         report(variant, runs[variant], base)
