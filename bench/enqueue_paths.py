@@ -1,31 +1,35 @@
 #!/usr/bin/env python3
 """Bulk enqueue on PostgreSQL, path by path: what a batch of jobs costs as SQL, and what each index costs.
 
-    PYTHONPATH=src .venv/bin/python bench/enqueue_paths.py              # 20,000 jobs, batches of 1,000, 5 rounds
-    PYTHONPATH=src .venv/bin/python bench/enqueue_paths.py --rounds 3 --no-indexes
+    PYTHONPATH=src /work/main/.venv/bin/python bench/enqueue_paths.py     # 20,000 jobs, batches of 1,000
+    PYTHONPATH=src /work/main/.venv/bin/python bench/enqueue_paths.py --rounds 3 --no-indexes
 
 Each path writes the same 20,000 plain jobs (task `noop`, args [n]) in batches of 1,000, each batch
 its own transaction, as bench/run.py's workload 2 sends them through Task.enqueue_many. The paths
 run interleaved in every round (A, B, C, ..., A, B, C, ...) on one scratch schema, emptied
-(TRUNCATE) before each; the figure is the median round, in jobs/s:
+(TRUNCATE) before each. Each line gives the median round in jobs/s, and the median CPU per job of
+this process and of the server's processes for our connections (read from /proc: the server must
+be on this host); the CPU figures move less than the wall clock on a loaded machine.
 
 - insert_jobs: the backend's named query (one jsonb array per batch, INSERT ... SELECT ... RETURNING);
+- insert_jobs_no_conflict: the same without ON CONFLICT (no speculative insertion per row);
 - unnest: INSERT ... SELECT FROM unnest(one array per column) RETURNING, pgqueuer's shape;
-- copy-text, copy-binary: ids reserved from the identity's sequence, then COPY with psycopg 3's
-  cursor.copy (write_row), then one pg_notify;
+- copy_text, copy_binary: ids reserved from the identity's sequence (COPY writes an identity
+  column's given values even when it is GENERATED ALWAYS), then COPY with psycopg 3's cursor.copy
+  (write_row), then one pg_notify;
 - enqueue_many: end to end, Task.enqueue_many through leased (whichever path the checkout takes).
+Every path but enqueue_many builds the NewJobs as enqueue_many would, and none builds Jobs.
 
-Then, unless --no-indexes: insert_jobs (or --index-path) with each index that a plain job enters dropped in turn
-(on the same schema, re-created afterwards), against all of them, interleaved the same way; an
-index's cost is the share of the batch's time it takes.
+Then the Python of enqueue_many per job, and, unless --no-indexes: insert_jobs (or --index-path)
+with each index that a plain job enters dropped in turn, and with all but the primary key dropped
+(on the same schema, re-created afterwards), against all of them, interleaved the same way.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import os
+import statistics
 import time
 import uuid
 from datetime import timedelta
