@@ -157,15 +157,20 @@ def render(results: dict) -> str:
     if any("slots50" in r or "slots500" in r for r in runs.values()):
         lines += ["", "## Slot utilisation: jobs that wait", "",
                   f"{limits['sleep_jobs']:,} jobs that each sleep {limits['sleep_seconds'] * 1000:.0f} ms, one worker "
-                  "process with 50 or 500 slots, and two processes (one per core) with 250 slots each. Utilisation = "
-                  "ideal time (jobs × sleep ÷ slots) ÷ actual time (first start to last end, reported by the jobs). "
-                  "1.0 is perfect.", "",
-                  "| library | 50 slots | 500 slots | 500 slots, 2 processes |", "|---|---|---|---|"]
+                  "process with 50 or 500 slots, and two processes (one per core) with 250 slots each; then "
+                  f"{limits.get('steady_sleep_jobs', 20_000):,} such jobs with 500 slots, to see the rate kept up once "
+                  "started. Utilisation = ideal time (jobs × sleep ÷ slots) ÷ actual time (first start to last end, "
+                  "reported by the jobs). 1.0 is perfect.", "",
+                  "| library | 50 slots | 500 slots | 500 slots, 2 processes | 500 slots, "
+                  f"{limits.get('steady_sleep_jobs', 20_000):,} jobs | the same, 2 processes |",
+                  "|---|---|---|---|---|---|"]
         for peer in peers:
             name = peer["name"]
             lines.append(f"| {peer['label']} | {cell(results, name, 'slots50', 'utilisation', 2)} | "
                          f"{cell(results, name, 'slots500', 'utilisation', 2)} | "
-                         f"{cell(results, name, 'slots500_2p', 'utilisation', 2)} |")
+                         f"{cell(results, name, 'slots500_2p', 'utilisation', 2)} | "
+                         f"{cell(results, name, 'slots500_1p_steady', 'utilisation', 2)} | "
+                         f"{cell(results, name, 'slots500_2p_steady', 'utilisation', 2)} |")
 
     if any("crash" in r for r in runs.values()):
         lines += ["", "## Crash recovery", "",

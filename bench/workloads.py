@@ -25,6 +25,7 @@ class Limits:
     latency_gap: float = 0.020
     sleep_jobs: int = 2_000
     sleep_seconds: float = 0.050
+    steady_sleep_jobs: int = 20_000  # 500 slots at 10,000 starts a second for 2 s, after the first wave
     crash_jobs: int = 100
     crash_nap: float = 2.0
     crash_wait: float = 60.0
@@ -156,10 +157,11 @@ def latency_on(peer: Peer, limits: Limits) -> dict:
         receiver.close()
 
 
-def slots(peer: Peer, limits: Limits, slot_count: int, processes: int = 1) -> dict:
-    """Workload 4: jobs that sleep, `slot_count` at once across `processes` worker processes (the
-    slots split evenly); ideal time / actual, actual from the first job's start to the last one's
-    end (reported by the jobs themselves)."""
+def slots(peer: Peer, limits: Limits, slot_count: int, processes: int = 1, jobs: int | None = None) -> dict:
+    """Workload 4: `jobs` (default limits.sleep_jobs) jobs that sleep, `slot_count` at once across
+    `processes` worker processes (the slots split evenly); ideal time / actual, actual from the
+    first job's start to the last one's end (reported by the jobs themselves)."""
+    jobs = jobs or limits.sleep_jobs
     if peer.one_job_per_process:
         raise Unsupported(f"one job per worker process: {slot_count} slots would be {slot_count} processes")
     receiver = ProbeReceiver()
@@ -167,7 +169,7 @@ def slots(peer: Peer, limits: Limits, slot_count: int, processes: int = 1) -> di
         peer.setup()
     workers: Workers | None = None
     try:
-        numbers = list(range(limits.sleep_jobs))
+        numbers = list(range(jobs))
         with deadline(limits.enqueue_seconds + 60, "enqueue"):
             try:
                 peer.enqueue_bulk("nap", numbers, limits.sleep_seconds)
@@ -179,14 +181,14 @@ def slots(peer: Peer, limits: Limits, slot_count: int, processes: int = 1) -> di
         ends = {-(n + 1) for n in numbers}
         with deadline(limits.drain_seconds + 60, "slots"):
             receiver.collect(set(numbers) | ends, limits.drain_seconds)
-            wait_for_done(peer.count_done, limits.sleep_jobs, 15, workers)
+            wait_for_done(peer.count_done, jobs, 15, workers)
             in_store = peer.count_done()
         starts = [at for n, at in receiver.started.items() if n >= 0]
         finished = [at for n, at in receiver.started.items() if n < 0]
         if len(finished) < len(numbers):
             raise Failed(f"only {len(finished)} of {len(numbers)} jobs ended within {limits.drain_seconds:.0f} s")
         actual = max(finished) - min(starts)
-        ideal = limits.sleep_jobs * limits.sleep_seconds / slot_count
+        ideal = jobs * limits.sleep_seconds / slot_count
         return {"utilisation": ideal / actual, "seconds": actual, "ideal": ideal,
                 "done_in_store": in_store}
     finally:

@@ -112,5 +112,5 @@ class _NamedTuple(tuple):
 async def enqueue_aiosqlite(connection: Any, queries: Mapping[str, str], jobs: Sequence[NewJob],
                             to_time: Callable[[Any], Any], now: Callable[[], float]) -> list[tuple[Job, bool]]:
     # Our queries read the clock through leased_now(); aiosqlite runs the function on its thread.
-    await connection.create_function("leased_now", 0, now)
+    await connection.create_function("leased_now", 0, now, deterministic=True)  # as prepare_connection
     return await enqueue_with(aiosqlite_fetch(connection, queries), jobs, lambda value: value.timestamp(), to_time)

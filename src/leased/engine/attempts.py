@@ -81,9 +81,9 @@ class ClaimedAttempts:
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
         self._to_loop.start(loop)
 
-    def prestart_threads(self) -> None:
-        """Sync handlers are registered: start a thread per slot now rather than at the first claims."""
-        self._threads.prestart(self.slots.concurrency)
+    def start_threads(self) -> None:
+        """Sync handlers are registered: start a thread per slot, idle (blocks while they start)."""
+        self._threads.start_idle(self.slots.concurrency)
 
     def close(self) -> None:
         """The worker stopped: idle handler threads exit, busy ones when their handler returns."""
@@ -110,7 +110,7 @@ class ClaimedAttempts:
             self._interrupted(error, True)
         else:
             self._completer.finish(attempt, end)
-        return self.slots.ended(on_thread=True, started=attempt.started)
+        return self.slots.ended(attempt, on_thread=True)
 
     def _start_on_loop(self, attempts: list[Attempt]) -> None:
         for attempt in attempts:
@@ -118,11 +118,11 @@ class ClaimedAttempts:
 
     def _async_ended(self, attempt: Attempt, end: AttemptEnd | None) -> None:
         self._completer.finish(attempt, end)
-        self.slots.ended(on_thread=False, started=attempt.started)
+        self.slots.ended(attempt, on_thread=False)
 
     def _async_interrupted(self, attempt: Attempt) -> None:
         self._interrupted(attempt.task.exception(), False)  # asyncio raised it already
-        self.slots.ended(on_thread=False, started=attempt.started)
+        self.slots.ended(attempt, on_thread=False)
 
     def recorded(self, batch: list[tuple[Attempt, AttemptEnd | None]], results: list[Recorded]) -> None:
         """On the loop, from the completer: how a batch of attempts ended, and whether their ends

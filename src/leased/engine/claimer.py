@@ -85,6 +85,7 @@ class Claimer:
                 was_running = bool(self._claimed())
                 jobs = await asyncio.to_thread(self._backend.claim,
                                                replace(self._request, limit=wanted, reclaim_expired=reclaim))
+                self.slots.claim_took(time.monotonic() - claimed_at)
                 if reclaim:
                     next_reclaim = claimed_at + RECLAIM_INTERVAL
             except Exception as error:

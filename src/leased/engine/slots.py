@@ -1,5 +1,5 @@
 """The worker's slots: how many handlers run at once, sync ones on threads and async ones on the
-loop alike, and the claimed attempts waiting for one, in claim order; and how fast slots turn over,
+loop alike, and the claimed attempts waiting for one, in claim order; and how soon slots will free,
 which tells the claimer how far ahead to claim.
 
 Thread-safe: a handler thread whose job ended takes the next waiting sync job itself, in the slot
@@ -17,29 +17,37 @@ from typing import TYPE_CHECKING, Callable, Iterable
 if TYPE_CHECKING:
     from leased.engine.executor import Attempt
 
-PREFETCH_SECONDS = 0.05  # claim ahead only the jobs the slots will start within this
-END_RATE_WINDOW = 0.25  # handler ends counted over this many seconds to tell how fast slots turn over
+PREFETCH_SECONDS = 0.05  # claim ahead the jobs the slots will start within this, or within two claims' time
+CLAIM_TIME_WEIGHT = 0.3  # how much the latest claim counts in the running mean of how long claims take
+END_WINDOW = 0.25  # handler ends remembered this many seconds, to tell how long handlers run lately
 MAX_PREFETCH = 500
 MAX_UNWRITTEN_ENDS = 1_000
 
 
 class Slots:
     def __init__(self, concurrency: int, *, run_on_thread: Callable[[Attempt], None],
-                 run_on_loop: Callable[[Attempt], None], freed: Callable[[], None]):
+                 run_on_loop: Callable[[Attempt], None], freed: Callable[[], None],
+                 clock: Callable[[], float] = time.monotonic):
         self.concurrency = concurrency
         self._run_on_thread = run_on_thread  # a sync attempt, to a handler thread (from any thread)
         self._run_on_loop = run_on_loop  # an async attempt, to the loop (from any thread)
         self._freed = freed  # a handler ended: the claimer may want to claim more (from any thread)
+        self._clock = clock
         self._lock = threading.Lock()
         self._waiting: collections.deque[Attempt] = collections.deque()
-        self.running = 0  # slots whose handler has not returned
+        self._holding: set[Attempt] = set()  # attempts given a slot whose handler has not returned
         self._ends: collections.deque[tuple[float, float]] = collections.deque()  # recent ends: when, how long it ran
-        self._ran = 0.0  # the seconds of those runs, summed
+        self._claim_seconds = 0.0  # how long a claim takes lately (a running mean)
+
+    @property
+    def running(self) -> int:
+        """Slots whose handler has not returned."""
+        return len(self._holding)
 
     @property
     def handling(self) -> int:
         """Claimed attempts waiting for a slot or in their handler."""
-        return self.running + len(self._waiting)
+        return len(self._holding) + len(self._waiting)
 
     def add(self, attempts: Iterable[Attempt]) -> None:
         """Claimed attempts wait in line; as many start as slots are free."""
@@ -48,20 +56,19 @@ class Slots:
             starting = self._take_free()
         self._start(starting)
 
-    def ended(self, on_thread: bool, started: float) -> Attempt | None:
-        """A handler that started at `started` (monotonic; 0: it never ran) returned. On its thread:
-        the next waiting attempt, if it is sync, for that thread to run in the same slot; otherwise
-        None, and the slot goes to whoever is next in line."""
-        now = time.monotonic()
-        seconds = now - started if started else 0.0
+    def ended(self, attempt: Attempt, on_thread: bool) -> Attempt | None:
+        """The attempt's handler returned (`attempt.started` is 0 if it never ran). On its thread: the
+        next waiting attempt, if it is sync, for that thread to run in the same slot; otherwise None,
+        and the slot goes to whoever is next in line."""
+        now = self._clock()
         with self._lock:
-            self._ends.append((now, seconds))
-            self._ran += seconds
+            self._ends.append((now, now - attempt.started if attempt.started else 0.0))
+            self._holding.discard(attempt)
             if on_thread and self._waiting and not self._waiting[0].is_async:
                 following, starting = self._waiting.popleft(), ()
+                self._holding.add(following)
             else:
                 following = None
-                self.running -= 1
                 starting = self._take_free()
         self._start(starting)
         self._freed()
@@ -84,38 +91,47 @@ class Slots:
 
     def _take_free(self) -> list[Attempt]:
         starting = []
-        while self.running < self.concurrency and self._waiting:
-            self.running += 1
-            starting.append(self._waiting.popleft())
+        while len(self._holding) < self.concurrency and self._waiting:
+            attempt = self._waiting.popleft()
+            self._holding.add(attempt)
+            starting.append(attempt)
         return starting
 
     def _start(self, attempts: Iterable[Attempt]) -> None:
         for attempt in attempts:
             (self._run_on_loop if attempt.is_async else self._run_on_thread)(attempt)
 
+    def claim_took(self, seconds: float) -> None:
+        """A claim took this long (monotonic seconds, from the request to its rows)."""
+        self._claim_seconds += CLAIM_TIME_WEIGHT * (seconds - self._claim_seconds)
+
     def wanted(self, unwritten: int) -> int:
         """How many jobs to claim now: enough to fill the free slots, and while jobs are short, as
-        many more as the slots will start within PREFETCH_SECONDS, so that one claim serves many
-        slots and a freed slot starts its next job without a round trip. Long jobs get no extra:
-        a job must not wait here while another worker sits idle. A slot frees when its handler
-        returns, before its end is written; a slow database holds claims back through the cap on
-        `unwritten` ends."""
+        many more as will be needed before the claim after this one brings its jobs, so that one
+        claim serves many slots and a freed slot starts its next job without a round trip. Long
+        jobs get no extra: a job must not wait here while another worker sits idle. A slot frees
+        when its handler returns, before its end is written; a slow database holds claims back
+        through the cap on `unwritten` ends."""
         return min(self.concurrency + self._prefetch() - self.handling, MAX_UNWRITTEN_ENDS - unwritten)
 
     def _prefetch(self) -> int:
-        """The jobs the slots will start within PREFETCH_SECONDS: at the rate they ended lately, or,
-        from how long handlers ran lately, as many of the running ones as will end by then, which is
-        known as soon as the first jobs end (500 slots of 50 ms jobs turn over all at once). Never
-        more than ended lately, so that a few quick failures do not make long jobs look short."""
-        since = time.monotonic() - END_RATE_WINDOW
-        recent = self._ends
+        """The jobs the slots will start within PREFETCH_SECONDS, or within two claims' time when
+        claims take longer (a busy database, or a process whose threads crowd the claim's): at the
+        rate handlers returned lately, or, if more, the running ones that will have returned by
+        then: those whose time so far, plus that, reaches how long handlers ran lately, but not
+        those already running longer than twice the longest of them, which are not like the recent
+        ones. So 500 slots of 50 ms jobs started together are refilled a wave ahead as soon as the
+        first of them returns, while long jobs among a few quick failures get nothing extra."""
+        now = self._clock()
         with self._lock:
-            while recent and recent[0][0] < since:
-                self._ran -= recent.popleft()[1]
-            ended, ran = len(recent), self._ran
-        if not ended:
+            while self._ends and self._ends[0][0] < now - END_WINDOW:
+                self._ends.popleft()
+            runs = sorted(seconds for _, seconds in self._ends)
+            starts = [attempt.started for attempt in self._holding]
+        if not runs:
             return 0
-        by_rate = ended * PREFETCH_SECONDS / END_RATE_WINDOW
-        mean_run = max(0.0, ran) / ended
-        by_duration = min(ended, self.running * PREFETCH_SECONDS / mean_run if mean_run > 0 else ended)
-        return min(MAX_PREFETCH, int(max(by_rate, by_duration)))
+        ahead = max(PREFETCH_SECONDS, 2 * self._claim_seconds)
+        by_rate = len(runs) * ahead / END_WINDOW
+        typical, longest = runs[len(runs) // 2], runs[-1]
+        ending = sum(1 for started in starts if started and typical - ahead <= now - started <= 2 * longest)
+        return min(MAX_PREFETCH, int(max(by_rate, ending)))

@@ -103,19 +103,17 @@ class HandlerThreads(Generic[Item]):
         for inbox in idle:
             inbox.put(None)
 
-    def prestart(self, count: int) -> None:
-        """Start threads up to `count`, idle, from a thread of its own: starting hundreds at the first
-        claim would hold up the loop, and the first jobs with it."""
-        def start() -> None:
-            while True:
-                with self._lock:
-                    if self._closed or self._started >= count:
-                        return
-                    self._started += 1
-                    number = self._started
-                threading.Thread(target=self._serve, args=(None,), name=f"{self._name}-{number}", daemon=True).start()
-
-        threading.Thread(target=start, name=f"{self._name}-starter", daemon=True).start()
+    def start_idle(self, count: int) -> None:
+        """Start threads up to `count`, idle, and return when each has started. The worker calls it
+        off its loop before its first claim: a thread started for a job just claimed costs that job
+        (and, in a wave of hundreds, the last of them) a thread start, and holds up the loop."""
+        while True:
+            with self._lock:
+                if self._closed or self._started >= count:
+                    return
+                self._started += 1
+                number = self._started
+            threading.Thread(target=self._serve, args=(None,), name=f"{self._name}-{number}", daemon=True).start()
 
     def _serve(self, item: Item | None) -> None:
         inbox: queue.SimpleQueue = queue.SimpleQueue()

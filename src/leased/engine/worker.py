@@ -152,8 +152,6 @@ class Worker:
         self._time_limits.start(self._loop)
         self._completer.start(self._loop)
         self._claimed.open(self._loop)
-        if not all(handler.is_async for handler in self.tasks.values()):
-            self._claimed.prestart_threads()
         self._lease_keeper.start()
         listener = self.backend.listener() if self.push else None
         services = [self._service("lease watchdog", self._lease_keeper.watch()),
@@ -172,6 +170,8 @@ class Worker:
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
                  ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
         try:
+            if not all(handler.is_async for handler in self.tasks.values()):
+                await asyncio.to_thread(self._claimed.start_threads)
             await self._claimer.run(stop_when_idle)
         finally:
             self._stopping = True

@@ -175,6 +175,10 @@ SELECT * FROM leased_jobs WHERE id = %(job_id)s;
 SELECT * FROM leased_attempts WHERE job_id = %(job_id)s ORDER BY attempt;
 
 -- name: list_jobs_newest
+-- Two filters that each have an index ending in the id (status and queue, say) tempt MariaDB to
+-- intersect both indexes and sort every match (1.5 s for a page at a million jobs); without the
+-- intersection it walks one of them in id order and stops at the page's end.
+SET STATEMENT optimizer_switch = 'index_merge_intersection=off' FOR
 SELECT * FROM leased_jobs
 WHERE (%(status)s IS NULL OR status = %(status)s)
   AND (%(queue_name)s IS NULL OR queue_name = %(queue_name)s)
@@ -185,6 +189,8 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: list_jobs_oldest
+-- As list_jobs_newest, in the other direction.
+SET STATEMENT optimizer_switch = 'index_merge_intersection=off' FOR
 SELECT * FROM leased_jobs
 WHERE (%(status)s IS NULL OR status = %(status)s)
   AND (%(queue_name)s IS NULL OR queue_name = %(queue_name)s)

@@ -80,6 +80,10 @@ def _is_connection_failure(error: psycopg.OperationalError) -> bool:
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
+def _set_up(connection: psycopg.Connection) -> None:
+    connection.execute(QUERIES["session_settings"])
+
+
 def _set_up_for_claims(connection: psycopg.Connection) -> None:
     connection.execute(QUERIES["claim_settings"])
 
@@ -126,7 +130,7 @@ class PostgresBackend(SQLBackend):
         """Connect on first use, so that e.g. printing the migration SQL needs no server."""
         with self._pool_lock:
             if self._pool is None:
-                self._pool = self._new_pool("leased", *self._sizes)
+                self._pool = self._new_pool("leased", *self._sizes, _set_up)
             return self._pool
 
     def _open_claims_pool(self) -> ConnectionPool:
