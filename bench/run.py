@@ -52,7 +52,7 @@ NOTES = [
     "work horse it forks per job.",
     "- **RQ runs one job at a time per worker process** (that is its model), so its \"1 process\" and "
     "\"2 processes\" rows have concurrency 1 and 2, and the slot and crash workloads do not apply.",
-    "- **What a completion costs differs.** leased updates the job row and closes an attempt record; "
+    "- **What a completion costs differs.** leased updates the job row and writes the attempt's record (one row, inserted as the attempt ends); "
     "procrastinate updates its job row (and its events table); pgqueuer deletes the job and writes a log row; "
     "RQ and Celery write a result to Redis (Celery's result backend is on so that completions can be counted); "
     "huey writes a result row (its handlers return True for that, since huey does not store None).",
