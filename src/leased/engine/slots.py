@@ -123,15 +123,17 @@ class Slots:
         ones. So 500 slots of 50 ms jobs started together are refilled a wave ahead as soon as the
         first of them returns, while long jobs among a few quick failures get nothing extra."""
         now = self._clock()
+        ahead = max(PREFETCH_SECONDS, 2 * self._claim_seconds)
         with self._lock:
             while self._ends and self._ends[0][0] < now - END_WINDOW:
                 self._ends.popleft()
+            by_rate = len(self._ends) * ahead / END_WINDOW
+            if not self._ends or by_rate >= len(self._holding):
+                # The rate alone covers every running handler (short jobs, or none ended lately):
+                # no need to sort thousands of recent runs, on every claim of a fast drain.
+                return min(MAX_PREFETCH, int(by_rate))
             runs = sorted(seconds for _, seconds in self._ends)
             starts = [attempt.started for attempt in self._holding]
-        if not runs:
-            return 0
-        ahead = max(PREFETCH_SECONDS, 2 * self._claim_seconds)
-        by_rate = len(runs) * ahead / END_WINDOW
         typical, longest = runs[len(runs) // 2], runs[-1]
         ending = sum(1 for started in starts if started and typical - ahead <= now - started <= 2 * longest)
         return min(MAX_PREFETCH, int(max(by_rate, ending)))
