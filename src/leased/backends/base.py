@@ -186,8 +186,9 @@ class Backend(Protocol):
         """enqueue() on the caller's async connection, inside the caller's transaction."""
 
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
-        """Atomically lease up to `limit` due jobs, counting the attempt and opening its history record;
-        they come in claim order (priority, then due time, then id).
+        """Atomically lease up to `limit` due jobs, counting the attempt and noting its start in the job
+        row (its history record is written when it ends); they come in claim order (priority, then
+        due time, then id).
 
         With `reclaim_expired`, does what reclaim_expired() does first: an idle worker's poll is
         then one transaction, not two."""

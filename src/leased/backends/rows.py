@@ -55,6 +55,16 @@ def history_from_rows(job: Mapping[str, Any], attempts: list[Mapping[str, Any]],
                                 job["attempt"], job["lease_owner"], to_time(job["attempt_started_at"]))
 
 
+CANCELLED_BY_A_USER = "cancelled by a user"
+
+
+def running_records(rows: list[Mapping[str, Any]], outcome: Outcome, message: str | None = None) -> str:
+    """record_attempts' :ends for the running attempts of these job rows (id, attempt, lease_owner):
+    how an expired lease's or a cancelled job's attempt ended, with `message` or the row's own."""
+    return json.dumps([[row["id"], row["attempt"], row["lease_owner"], outcome.value, None,
+                        row["message"] if message is None else message, None] for row in rows])
+
+
 def attempt_from_row(row: Mapping[str, Any], to_time: ToTime) -> Attempt:
     return Attempt(
         number=row["attempt"],

@@ -31,7 +31,7 @@ from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, Wo
 from leased.backends.callers import wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.mariadb.limited import pick_limited
-from leased.backends.rows import queue_limit_params, worker_params
+from leased.backends.rows import CANCELLED_BY_A_USER, queue_limit_params, running_records, worker_params
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sql_backend import SQLBackend
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
@@ -392,7 +392,7 @@ class MariaDBBackend(SQLBackend):
         def work(connection: Any) -> int:
             expired = self._all(connection, "expired_ids")
             if expired:
-                self._execute(connection, "record_expired_attempts", job_ids=_ids(expired))
+                self._execute(connection, "record_attempts", ends=running_records(expired, Outcome.EXPIRED))
                 self._execute(connection, "reclaim_expired", job_ids=_ids(expired))
             return len(expired)
 
@@ -442,7 +442,9 @@ class MariaDBBackend(SQLBackend):
         def work(connection: Any) -> dict[str, Any] | None:
             row = self._execute(connection, "lock_for_cancel", job_id=job_id).fetchone()
             if row is not None:
-                self._execute(connection, "record_cancelled_attempt", job_id=job_id)
+                if row["status"] == "running":
+                    self._execute(connection, "record_attempts",
+                                  ends=running_records([row], Outcome.CANCELLED, CANCELLED_BY_A_USER))
                 self._execute(connection, "cancel", job_id=job_id)
             return row
 

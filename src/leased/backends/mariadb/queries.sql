@@ -104,7 +104,8 @@ WHERE job.status = 'running';
 
 -- name: record_attempts
 -- An attempt's record, written once as it ends, from what the claim wrote in the job row (its
--- worker and start); run before the job row's own end (finish, release), in the same transaction.
+-- worker and start); run before the job row's own end (finish, release, cancel, the reclaim of an
+-- expired lease), in the same transaction.
 -- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback];
 -- each is fenced on its lease as finish is, so a worker that lost it writes no outcome. A record
 -- that an older version opened at claim is closed in place (outcome is set last: the assignments
@@ -136,24 +137,13 @@ WHERE status = 'running' AND lease_owner = %(worker_id)s
 
 -- name: expired_ids
 -- Expired leases through the leases index (NULL for every job not running); rows a claim or
--- another reclaimer has locked are left to it.
-SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_leases)
+-- another reclaimer has locked are left to it. What record_attempts needs comes along: it writes
+-- the records before reclaim_expired clears the leases they are read from.
+SELECT id, attempt, lease_owner,
+       CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)') AS message
+FROM leased_jobs FORCE INDEX (leased_jobs_leases)
 WHERE running_expires_at <= leased_now()
 FOR UPDATE SKIP LOCKED;
-
--- name: record_expired_attempts
--- The record of an attempt whose worker stopped renewing (crashed, say), from the job row before
--- the reclaim clears its lease: the only place that attempt's worker and start are kept.
-INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
-SELECT id, attempt, lease_owner, COALESCE(attempt_started_at, leased_now()), leased_now(), 'expired',
-       CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)')
-FROM leased_jobs
-WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
-  AND status = 'running'
-ON DUPLICATE KEY UPDATE
-    leased_attempts.finished_at = IF(leased_attempts.outcome IS NULL, VALUES(finished_at), leased_attempts.finished_at),
-    leased_attempts.error_message = IF(leased_attempts.outcome IS NULL, VALUES(error_message), leased_attempts.error_message),
-    leased_attempts.outcome = IF(leased_attempts.outcome IS NULL, VALUES(outcome), leased_attempts.outcome);
 
 -- name: reclaim_expired
 -- The job's last error is its expired attempt's, just recorded.
@@ -253,23 +243,14 @@ SET status = 'pending', run_after = leased_now(), finished_at = NULL,
 WHERE id = %(job_id)s AND status IN ('failed', 'cancelled');
 
 -- name: lock_for_cancel
-SELECT attempt FROM leased_jobs WHERE id = %(job_id)s AND status IN ('pending', 'running') FOR UPDATE;
+-- A running job's attempt and worker come along: its record is written before cancel clears them.
+SELECT id, attempt, lease_owner, status FROM leased_jobs
+WHERE id = %(job_id)s AND status IN ('pending', 'running') FOR UPDATE;
 
 -- name: cancel
 UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
 WHERE id = %(job_id)s AND status IN ('pending', 'running');
-
--- name: record_cancelled_attempt
--- Before cancel clears the lease (lock_for_cancel locked the row): the running attempt's record.
-INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
-SELECT id, attempt, lease_owner, COALESCE(attempt_started_at, leased_now()), leased_now(), 'cancelled',
-       'cancelled by a user'
-FROM leased_jobs WHERE id = %(job_id)s AND status = 'running'
-ON DUPLICATE KEY UPDATE
-    leased_attempts.finished_at = IF(leased_attempts.outcome IS NULL, VALUES(finished_at), leased_attempts.finished_at),
-    leased_attempts.error_message = IF(leased_attempts.outcome IS NULL, VALUES(error_message), leased_attempts.error_message),
-    leased_attempts.outcome = IF(leased_attempts.outcome IS NULL, VALUES(outcome), leased_attempts.outcome);
 
 -- name: oldest_due
 SELECT queue_name, leased_now() - min(run_after) AS seconds FROM leased_jobs

@@ -22,7 +22,7 @@ from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, Wo
 from leased.backends.async_drivers import enqueue_aiosqlite
 from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
-from leased.backends.rows import queue_limit_params, worker_params
+from leased.backends.rows import CANCELLED_BY_A_USER, queue_limit_params, running_records, worker_params
 from leased.backends.sql import Migration, load_migrations, load_queries
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
@@ -244,9 +244,8 @@ class SQLiteBackend(SQLBackend):
     def _reclaim(self, connection: sqlite3.Connection) -> int:
         expired = connection.execute(QUERIES["expired_leases"]).fetchall()
         if expired:
-            job_ids = {"job_ids": json.dumps([row["id"] for row in expired])}
-            connection.execute(QUERIES["record_expired_attempts"], job_ids)
-            connection.execute(QUERIES["reclaim_expired"], job_ids)
+            connection.execute(QUERIES["record_attempts"], {"ends": running_records(expired, Outcome.EXPIRED)})
+            connection.execute(QUERIES["reclaim_expired"], {"job_ids": json.dumps([row["id"] for row in expired])})
         return len(expired)
 
     # Inspection and administration.
@@ -279,7 +278,10 @@ class SQLiteBackend(SQLBackend):
 
     def cancel(self, job_id: int) -> Job:
         with self._write() as connection:
-            connection.execute(QUERIES["record_cancelled_attempt"], {"job_id": job_id})
+            running = connection.execute(QUERIES["running_attempt"], {"job_id": job_id}).fetchall()
+            if running:
+                connection.execute(QUERIES["record_attempts"], {
+                    "ends": running_records(running, Outcome.CANCELLED, CANCELLED_BY_A_USER)})
             row = connection.execute(QUERIES["cancel"], {"job_id": job_id}).fetchone()
         return self._changed_or_explain(row, job_id, "cancel", "pending or running")
 

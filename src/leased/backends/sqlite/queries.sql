@@ -82,7 +82,8 @@ RETURNING id, attempt;
 
 -- name: record_attempts
 -- An attempt's record, written once as it ends, from what the claim wrote in the job row (its
--- worker and start); run before the job row's own end (finish, release), in the same transaction.
+-- worker and start); run before the job row's own end (finish, release, cancel, the reclaim of an
+-- expired lease), in the same transaction.
 -- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback];
 -- each is fenced on its lease as finish is, so a worker that lost it writes no outcome. A record
 -- that an older version opened at claim is closed in place.
@@ -110,20 +111,11 @@ WHERE status = 'running' AND lease_owner = :worker_id
   AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
 -- name: expired_leases
--- Read once, so that recording the attempts and reclaiming the jobs take the same set.
-SELECT id FROM leased_jobs WHERE status = 'running' AND lease_expires_at <= leased_now();
-
--- name: record_expired_attempts
--- The record of an attempt whose worker stopped renewing (crashed, say), from the job row before
--- the reclaim clears its lease: the only place that attempt's worker and start are kept.
-INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
-SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'expired',
-       'lease expired: worker ' || lease_owner || ' stopped renewing it (crashed, stalled or cut off)'
-FROM leased_jobs
-WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'running'
-ON CONFLICT (job_id, attempt) DO UPDATE
-SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
-WHERE outcome IS NULL;
+-- Read once, so that recording the attempts (record_attempts, before the reclaim clears the lease
+-- they are read from) and reclaiming the jobs take the same set.
+SELECT id, attempt, lease_owner,
+       'lease expired: worker ' || lease_owner || ' stopped renewing it (crashed, stalled or cut off)' AS message
+FROM leased_jobs WHERE status = 'running' AND lease_expires_at <= leased_now();
 
 -- name: reclaim_expired
 -- The job's last error is its expired attempt's, just recorded.
@@ -221,15 +213,9 @@ SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_
 WHERE id = :job_id AND status IN ('pending', 'running')
 RETURNING *;
 
--- name: record_cancelled_attempt
--- Before cancel clears the lease: the running attempt's record, from the job row.
-INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
-SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'cancelled',
-       'cancelled by a user'
-FROM leased_jobs WHERE id = :job_id AND status = 'running'
-ON CONFLICT (job_id, attempt) DO UPDATE
-SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
-WHERE outcome IS NULL;
+-- name: running_attempt
+-- Before cancel clears the lease: the running attempt, whose record record_attempts writes.
+SELECT id, attempt, lease_owner FROM leased_jobs WHERE id = :job_id AND status = 'running';
 
 -- name: oldest_due
 -- Through the due set's partial indexes, as count_active: SQLite would rather skip-scan a full index.
