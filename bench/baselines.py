@@ -179,8 +179,8 @@ def _leased_postgres_loop(app, batch: int):
 
 
 def _leased_sqlite_loop(app, batch: int):
-    """leased's `claim` in one write transaction, then `record_attempts` + `finish` in another, on the
-    backend's own connection and write lock (WAL, synchronous=NORMAL)."""
+    """leased's `claim` in one write transaction, then `record_attempts` + `finish` + `count_finished`
+    in another, on the backend's own connection and write lock (WAL, synchronous=NORMAL)."""
     import json
 
     backend = app.backend
@@ -198,13 +198,22 @@ def _leased_sqlite_loop(app, batch: int):
                 [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held])})
             connection.execute(queries["finish"], {"ends": json.dumps(
                 [[job_id, attempt, CEILING_WORKER, "done", "null", None, 0.0] for job_id, attempt in held])})
+            connection.execute(queries["count_finished"], {"counts": finished_count(held)})
 
     return claim, finish
 
 
+def finished_count(held: list) -> str:
+    """count_finished's :counts for a batch of done jobs, as the backend's finish writes it."""
+    import json
+
+    return json.dumps([["default", "bench.noop", CEILING_WORKER, len(held), 0]])
+
+
 def _leased_mariadb_loop(app, batch: int):
     """leased's claim (`claim_ids`, then the backend's own `take_leases` + `leased_jobs`) in one
-    transaction, and its fenced finish (`held_leases`, `record_attempts`, `finish`) in another."""
+    transaction, and its fenced finish (`held_leases`, `record_attempts`, `finish`, `count_finished`)
+    in another."""
     import json
 
     backend = app.backend
@@ -223,6 +232,7 @@ def _leased_mariadb_loop(app, batch: int):
                 [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held]))
             backend._execute(connection, "finish", ends=json.dumps(
                 [[job_id, attempt, CEILING_WORKER, "done", "null", None, 0.0] for job_id, attempt in held]))
+            backend._execute(connection, "count_finished", counts=finished_count(held))
 
         backend._transact(work)
 

@@ -3,11 +3,13 @@
     python bench/dashboard_million.py                 # 1,000,000 jobs, 7 repetitions per page
     python bench/dashboard_million.py --jobs 200000 --explain --keep
     python bench/dashboard_million.py --database sqlite   # or mariadb: the same jobs, no attempt rows
+    python bench/dashboard_million.py --spacing 0.0036    # all million within the last hour
 
 Fills a fresh schema with generate_series (mostly done, 5% failed with errors and tracebacks, a
 few thousand pending and running, five queues, eight tasks, attempt rows for every failure and a
-tenth of the successes), ANALYZEs, then renders each page through the ASGI app (Starlette's
-TestClient, so templates and HTTP plumbing are included) and prints the median and the spread.
+tenth of the successes, and the per-minute counts four workers' finishes would have kept),
+ANALYZEs, then renders each page through the ASGI app (Starlette's TestClient, so templates and
+HTTP plumbing are included) and prints the median and the spread.
 --explain prints EXPLAIN ANALYZE of the backend's own queries behind the pages.
 A measurement, not a test.
 """
@@ -49,7 +51,7 @@ SELECT (ARRAY['send_receipt', 'send_newsletter', 'charge_card', 'refund', 'resiz
        CASE WHEN s.status = 'done' THEN json_build_object('ok', true, 'n', g) END,
        CASE WHEN s.status = 'failed' THEN 'ConnectionRefusedError: [Errno 111] connection refused by smtp:587' END
 FROM generate_series(1, {jobs}) AS g,
-LATERAL (SELECT now() - ({jobs} - g) * interval '2.6 seconds' AS created,
+LATERAL (SELECT now() - ({jobs} - g) * interval '{spacing} seconds' AS created,
                 CASE WHEN g > {jobs} - 6000 AND g % 2 = 0 THEN CASE WHEN g % 15 = 0 THEN 'running' ELSE 'pending' END
                      WHEN g % 19 = 0 THEN 'failed'
                      WHEN g % 250 = 7 THEN 'cancelled'
@@ -75,7 +77,7 @@ WHERE j.status IN ('failed', 'running') OR j.id % 10 = 0
 SQLITE_FILL = """
 WITH RECURSIVE n (g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM n WHERE g < {jobs}),
 now (t) AS (SELECT (julianday('now') - 2440587.5) * 86400.0),
-s AS (SELECT g, t AS now, t - ({jobs} - g) * 2.6 AS created,
+s AS (SELECT g, t AS now, t - ({jobs} - g) * {spacing} AS created,
              CASE WHEN g > {jobs} - 6000 AND g % 2 = 0 THEN CASE WHEN g % 15 = 0 THEN 'running' ELSE 'pending' END
                   WHEN g % 19 = 0 THEN 'failed' WHEN g % 250 = 7 THEN 'cancelled' ELSE 'done' END AS status
       FROM n, now)
@@ -115,11 +117,34 @@ SELECT ELT(g % 8 + 1, 'send_receipt', 'send_newsletter', 'charge_card', 'refund'
        IF(g % 8 = 2, CONCAT('order:', g), NULL),
        IF(status = 'done', JSON_OBJECT('ok', true, 'n', g), NULL),
        IF(status = 'failed', 'ConnectionRefusedError: [Errno 111] connection refused by smtp:587', NULL)
-FROM (SELECT CAST(seq AS SIGNED) AS g, UNIX_TIMESTAMP(NOW(6)) AS now, UNIX_TIMESTAMP(NOW(6)) - ({jobs} - seq) * 2.6 AS created,
+FROM (SELECT CAST(seq AS SIGNED) AS g, UNIX_TIMESTAMP(NOW(6)) AS now, UNIX_TIMESTAMP(NOW(6)) - ({jobs} - seq) * {spacing} AS created,
              CASE WHEN seq > {jobs} - 6000 AND seq % 2 = 0 THEN IF(seq % 15 = 0, 'running', 'pending')
                   WHEN seq % 19 = 0 THEN 'failed' WHEN seq % 250 = 7 THEN 'cancelled' ELSE 'done' END AS status
       FROM seq_1_to_{jobs}) AS s
 """
+
+# What the workers' finishes would have counted (migration 0011): per minute, queue, task and
+# worker, four workers sharing the jobs.
+COUNTED = {
+    "postgres": """
+INSERT INTO leased_throughput (minute, queue_name, task_name, worker_id, done, failed)
+SELECT date_trunc('minute', finished_at), queue_name, task_name, 'bench-worker-' || (id % 4),
+       count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed')
+FROM leased_jobs WHERE status IN ('done', 'failed') GROUP BY 1, 2, 3, 4
+""",
+    "sqlite": """
+INSERT INTO leased_throughput (minute, queue_name, task_name, worker_id, done, failed)
+SELECT CAST(finished_at / 60 AS INTEGER) * 60, queue_name, task_name, 'bench-worker-' || (id % 4),
+       sum(status = 'done'), sum(status = 'failed')
+FROM leased_jobs WHERE status IN ('done', 'failed') GROUP BY 1, 2, 3, 4
+""",
+    "mariadb": """
+INSERT INTO leased_throughput (minute, queue_name, task_name, worker_id, done, failed)
+SELECT FLOOR(finished_at / 60) * 60, queue_name, task_name, CONCAT('bench-worker-', id % 4),
+       SUM(status = 'done'), SUM(status = 'failed')
+FROM leased_jobs WHERE status IN ('done', 'failed') GROUP BY 1, 2, 3, 4
+""",
+}
 
 OTHER_WORKERS = """
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, started_at, last_seen_at)
@@ -134,27 +159,33 @@ FROM generate_series(0, 3) AS n
 """
 
 
-def fill(url: str, jobs: int) -> None:
+def fill(url: str, jobs: int, spacing: float) -> None:
     app = Leased(url)
     app.backend.migrate()
     app.close()
     with psycopg.connect(url, autocommit=True) as connection:
         started = time.perf_counter()
-        connection.execute(FILL.replace("{jobs}", str(int(jobs))))  # no parameters: `%` stays modulo
+        connection.execute(spaced(FILL, jobs, spacing))  # no parameters: `%` stays modulo
         connection.execute(ATTEMPTS)
+        connection.execute(COUNTED["postgres"])
         connection.execute(WORKERS)
         connection.execute("ANALYZE")
         print(f"filled {jobs:,} jobs in {time.perf_counter() - started:.1f}s")
 
 
-def fill_other(url: str, database: str, jobs: int) -> None:
+def spaced(fill_sql: str, jobs: int, spacing: float) -> str:
+    return fill_sql.replace("{jobs}", str(int(jobs))).replace("{spacing}", repr(float(spacing)))
+
+
+def fill_other(url: str, database: str, jobs: int, spacing: float) -> None:
     """SQLite or MariaDB: the same jobs through their own SQL, and four workers."""
     app = Leased(url)
     app.backend.migrate()
     started = time.perf_counter()
     if database == "sqlite":
         with app.backend._write() as connection:
-            connection.execute(SQLITE_FILL.replace("{jobs}", str(int(jobs))))
+            connection.execute(spaced(SQLITE_FILL, jobs, spacing))
+            connection.execute(COUNTED["sqlite"])
             connection.execute(OTHER_WORKERS.replace("{now}", "(julianday('now') - 2440587.5) * 86400.0")
                                .replace("concat('bench-worker-', n)", "'bench-worker-' || n")
                                .replace("concat('host-', n)", "'host-' || n"))
@@ -162,7 +193,8 @@ def fill_other(url: str, database: str, jobs: int) -> None:
     else:
         connection = app.backend._connection()
         cursor = connection.cursor()
-        cursor.execute(MARIADB_FILL.replace("{jobs}", str(int(jobs))))
+        cursor.execute(spaced(MARIADB_FILL, jobs, spacing))
+        cursor.execute(COUNTED["mariadb"])
         cursor.execute(OTHER_WORKERS.replace("{now}", "UNIX_TIMESTAMP(NOW(6))"))
         cursor.execute("ANALYZE TABLE leased_jobs")
         connection.commit()
@@ -253,6 +285,9 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true", help="Print EXPLAIN ANALYZE of the queries behind the pages.")
     parser.add_argument("--keep", action="store_true", help="Keep the schema (its name is printed) for a look.")
     parser.add_argument("--schema", help="Measure an existing (kept) schema instead of filling a new one.")
+    parser.add_argument("--spacing", type=float, default=2.6,
+                        help="Seconds between two jobs' creation (the newest is now): 2.6 spreads a million over a "
+                             "month; 0.0036 puts them all in the last hour, as under 280 jobs a second.")
     parser.add_argument("--database", choices=["postgres", "sqlite", "mariadb"], default="postgres")
     options = parser.parse_args()
     if options.database != "postgres":
@@ -265,7 +300,7 @@ def main() -> None:
             connection.execute(f'CREATE SCHEMA "{schema}"')
     try:
         if not options.schema:
-            fill(url, options.jobs)
+            fill(url, options.jobs, options.spacing)
         measure(url, pages(url, options.jobs), options.repetitions)
         if options.explain:
             explain(url, options.jobs)
@@ -293,7 +328,7 @@ def other_database(options: argparse.Namespace) -> None:
         url, drop = f"{MARIADB_URL}/{name}", lambda: server.cursor().execute(f"DROP DATABASE `{name}`")
     try:
         if not options.schema:
-            fill_other(url, options.database, options.jobs)
+            fill_other(url, options.database, options.jobs, options.spacing)
         measure(url, pages(url, options.jobs), options.repetitions)
     finally:
         if options.keep or options.schema:

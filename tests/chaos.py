@@ -31,6 +31,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import connections
@@ -526,6 +527,12 @@ def _check(app: Leased, settings: Settings, kinds: dict[int, str], executions: l
             violation(f"{counts[status]} job(s) {status} after the drain")
     if len(kinds) != settings.jobs:
         violation(f"enqueued {len(kinds)} distinct jobs, expected {settings.jobs}")
+    # Each finish counted once, in the transaction that wrote it, however its worker died.
+    throughput = app.throughput(timedelta(days=1))
+    counted = (sum(row.done for row in throughput), sum(row.failed for row in throughput))
+    if counted != (result.done, result.failed):
+        violation(f"counted per minute as they finished: {counted[0]} done, {counted[1]} failed; "
+                  f"in the table: {result.done} done, {result.failed} failed")
 
     by_job: dict[int, set[tuple[int, str]]] = defaultdict(set)
     for job_id, attempt, worker_id in executions:

@@ -6,6 +6,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -112,4 +113,34 @@ def test_a_migration_merged_later_into_a_gap_is_still_applied(database_url):
         assert app.backend.migrate() == []
     finally:
         backend_class._migrations = migrations
+        app.close()
+
+
+def test_the_upgrade_to_counted_finishes_carries_over_what_was_counted(database_url):
+    """0011: what the pruner had rolled up and the finished jobs still in the table become the
+    per-minute counts the readers use from then on; cancelled and unfinished jobs are not counted."""
+    from conftest import raw_sql, time_literal
+
+    app = Leased(database_url, migrate=False)
+    backend_class = type(app.backend)
+    migrations = backend_class._migrations
+    try:
+        backend_class._migrations = [migration for migration in migrations if migration.version < 11]
+        app.backend.migrate()
+    finally:
+        backend_class._migrations = migrations
+    minute = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    at = time_literal(app, minute + timedelta(seconds=30))
+    for status, finished in (("done", at), ("done", at), ("failed", at), ("cancelled", at), ("pending", "NULL")):
+        raw_sql(app, "INSERT INTO leased_jobs (task_name, queue_name, status, args, kwargs, attempt, max_attempts, "
+                     f"lease_seconds, run_after, created_at, finished_at) VALUES ('t', 'q', '{status}', '[]', '{{}}', "
+                     f"1, 3, 30, {at}, {at}, {finished})")
+    raw_sql(app, "INSERT INTO leased_throughput (minute, queue_name, task_name, done, failed) "
+                 f"VALUES ({time_literal(app, minute)}, 'q', 't', 5, 1)")
+    try:
+        assert app.backend.migrate() == [11]
+        assert [(row.minute, row.queue_name, row.task_name, row.done, row.failed)
+                for row in app.throughput(timedelta(hours=1))] == [(minute, "q", "t", 7, 2)]
+        assert app.overview().queues[0].done_recently == 7
+    finally:
         app.close()

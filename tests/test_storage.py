@@ -167,6 +167,41 @@ def test_expired_lease_returns_to_the_pool_and_history_says_so(app, tasks):
     assert exhausted.status is JobStatus.FAILED and [a.outcome for a in exhausted.history] == [Outcome.EXPIRED] * 2
 
 
+def counted(app) -> dict[tuple[str, str], tuple[int, int]]:
+    """What leased_throughput holds per (task, worker): (done, failed)."""
+    from conftest import raw_rows
+    return {(task, worker): (int(done), int(failed)) for task, worker, done, failed in raw_rows(
+        app, "SELECT task_name, worker_id, sum(done), sum(failed) FROM leased_throughput GROUP BY task_name, worker_id")}
+
+
+def test_finished_jobs_are_counted_as_they_finish_in_their_workers_rows(app, tasks):
+    a, b = tasks
+    for _ in range(3):
+        b.enqueue()
+    a.enqueue(), a.using(lease=0.2).enqueue()
+    first = claim(app, worker="w1", tasks=("b",), limit=2)
+    (other,) = claim(app, worker="w2", tasks=("b",))
+    ends = [AttemptEnd(first[0].lease, Outcome.DONE, result_json="1"),
+            AttemptEnd(first[1].lease, Outcome.ERROR, error_type="KeyError", error_message="x")]
+    assert app.backend.finish(ends) == [True, True]
+    assert finish(app, AttemptEnd(other.lease, Outcome.DONE))
+    assert finish(app, AttemptEnd(other.lease, Outcome.DONE)) is False  # fenced: counted once
+    assert counted(app) == {("b", "w1"): (1, 1), ("b", "w2"): (1, 0)}
+
+    retried, expiring = claim(app, worker="w1", tasks=("a",), limit=2)
+    finish(app, AttemptEnd(retried.lease, Outcome.ERROR, error_type="E", error_message="again", retry_in_seconds=0))
+    assert counted(app) == {("b", "w1"): (1, 1), ("b", "w2"): (1, 0)}  # a retry is not a finish
+    wait_for(lambda: app.backend.reclaim_expired() == 1, message="lease expiry")
+    (second,) = [job for job in claim(app, worker="w3", tasks=("a",)) if job.id == expiring.id]
+    wait_for(lambda: app.backend.reclaim_expired() == 1, message="second expiry")
+    assert app.get_job(expiring.id).status is JobStatus.FAILED  # out of attempts: counted for w3
+    assert counted(app) == {("b", "w1"): (1, 1), ("b", "w2"): (1, 0), ("a", "w3"): (0, 1)}
+    minutes = {row.minute for row in app.throughput(timedelta(minutes=5))}  # one, or two across a minute's end
+    assert all(minute.second == 0 and datetime.now(timezone.utc) - minute < timedelta(minutes=2) for minute in minutes)
+    assert app.overview(timedelta(minutes=5)).queues[0].done_recently == 2
+    assert app.overview(timedelta(minutes=5)).queues[0].failed_recently == 2
+
+
 def test_an_attempt_is_recorded_once_as_it_ends_and_shown_running_until_then(app, tasks):
     # The claim writes only the job row; readers show the running attempt from it, and the record
     # written at the end keeps the start they showed.

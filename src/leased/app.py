@@ -377,9 +377,10 @@ class Leased:
             raise ConfigurationError(f"unknown queue {queue_name!r}: no task or job uses it (known queues: {listed}); "
                                      "to pause it before its first job, use force=True (--force)")
 
-    def throughput(self, window: timedelta = timedelta(hours=1)) -> list[Throughput]:
-        """Done and failed jobs per minute, queue and task over `window`, pruned jobs included."""
-        return self.backend.throughput(window.total_seconds())
+    def throughput(self, window: timedelta = timedelta(hours=1), *, by_task: bool = True) -> list[Throughput]:
+        """Done and failed jobs per minute, queue and task over `window`, pruned jobs included; with
+        by_task=False, per minute alone (queue_name and task_name None), as the dashboard draws it."""
+        return self.backend.throughput(window.total_seconds(), by_task)
 
     def prune(self, *, older_than: timedelta | float | str | None = None, dry_run: bool = False) -> dict[str, int]:
         """Delete finished jobs past their retention now (or every finished job older than

@@ -154,11 +154,12 @@ class PruneRule:
 
 @dataclass(frozen=True, slots=True)
 class Throughput:
-    """Jobs that finished as done and as failed in one minute, of one task on one queue."""
+    """Jobs that finished as done and as failed in one minute, of one task on one queue (None and
+    None: of every task on every queue)."""
 
     minute: datetime
-    queue_name: str
-    task_name: str
+    queue_name: str | None
+    task_name: str | None
     done: int
     failed: int
 
@@ -198,7 +199,8 @@ class Backend(Protocol):
         `wait_seconds` for a write lock (SQLite), then raises DatabaseLocked."""
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
-        """Record attempts' ends in one transaction, each fenced on its lease.
+        """Record attempts' ends in one transaction, each fenced on its lease, and count the jobs
+        that finished (done or failed) in the ending worker's per-minute rows of leased_throughput.
 
         One flag per end: False when that lease was lost, and nothing was written for it.
         """
@@ -210,7 +212,8 @@ class Backend(Protocol):
         and replaces the reclaimer's guess on an attempt that expiry closed first."""
 
     def reclaim_expired(self) -> int:
-        """Return jobs whose lease expired to the pool (or fail them, out of attempts)."""
+        """Return jobs whose lease expired to the pool (or fail them, out of attempts, counted as
+        failed in their expired worker's rows of leased_throughput)."""
 
     def listener(self) -> Listener | None:
         """A source of wake-ups (queue names of jobs that became due), or None: poll only."""
@@ -244,7 +247,8 @@ class Backend(Protocol):
         """Per queue: seconds the oldest due pending job has waited."""
 
     def finished_since(self, window_seconds: float) -> dict[tuple[str, JobStatus], int]:
-        """Per queue: jobs done and failed within the last `window_seconds`."""
+        """Per queue: jobs done and failed since the start of the minute `window_seconds` ago
+        (counted as they finished, so pruned jobs included)."""
 
     def task_names(self) -> list[str]:
         """The task names that occur in the table."""
@@ -283,19 +287,20 @@ class Backend(Protocol):
 
     # Pruning: only finished rows are read or deleted, in short transactions.
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
-        """Delete up to `limit` of the rule's jobs with their attempts, in one transaction that also
-        adds their done and failed counts to the per-minute rollup. Returns how many went."""
+        """Delete up to `limit` of the rule's jobs with their attempts, in one transaction (their
+        done and failed counts were kept as they finished). Returns how many went."""
 
     def count_prunable(self, rule: PruneRule) -> int: ...
 
     def prune_throughput(self, older_than_seconds: float) -> int:
-        """Forget the rollup's minutes older than this."""
+        """Forget the per-minute counts older than this."""
 
     def pruning(self) -> AbstractContextManager[bool]:
         """Enter to prune: True if this process may (on PostgreSQL, no other pruner holds the lock)."""
 
-    def throughput(self, window_seconds: float) -> list[Throughput]:
-        """Done and failed per minute, queue and task, pruned jobs included, oldest minute first."""
+    def throughput(self, window_seconds: float, by_task: bool = True) -> list[Throughput]:
+        """Done and failed per minute, queue and task (without `by_task`, per minute alone), counted
+        as jobs finished (pruned jobs included), oldest minute first."""
 
     def why_facts(self, job_id: int) -> JobFacts | None:
         """What leased.explain needs about one job, in one consistent read with the database's now."""

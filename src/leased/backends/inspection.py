@@ -57,8 +57,12 @@ class InspectionReads:
         return {row["queue_name"]: row["seconds"] for row in self._rows("oldest_due")}
 
     def finished_since(self, window_seconds: float) -> dict[tuple[str, JobStatus], int]:
-        rows = self._rows("finished_since", window_seconds=window_seconds)
-        return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in rows}
+        finished = {}
+        for row in self._rows("finished_since", window_seconds=window_seconds):
+            for status in (JobStatus.DONE, JobStatus.FAILED):
+                if row[status.value]:
+                    finished[row["queue_name"], status] = int(row[status.value])
+        return finished
 
     def task_names(self) -> list[str]:
         return [row["name"] for row in self._rows("task_names")]
@@ -123,10 +127,12 @@ class InspectionReads:
     def paused_queues(self) -> dict[str, float]:
         return {row["queue_name"]: row["seconds"] for row in self._rows("paused_queues")}
 
-    def throughput(self, window_seconds: float) -> list[Throughput]:
-        return [Throughput(datetime.fromtimestamp(row["minute"], UTC), row["queue_name"], row["task_name"],
-                           int(row["done"]), int(row["failed"]))
-                for row in self._rows("throughput", window_seconds=window_seconds)]
+    def throughput(self, window_seconds: float, by_task: bool = True) -> list[Throughput]:
+        rows = self._rows("throughput", window_seconds=window_seconds, by_task=by_task)
+        # An hour is 60 minutes and thousands of rows under heavy traffic: each minute converted once.
+        minutes = {minute: datetime.fromtimestamp(minute, UTC) for minute in {row["minute"] for row in rows}}
+        return [Throughput(minutes[row["minute"]], row["queue_name"], row["task_name"], int(row["done"]),
+                           int(row["failed"])) for row in rows]
 
     def count_prunable(self, rule: PruneRule) -> int:
         return self._rows("count_prunable", **self._rule_params(rule))[0]["n"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from leased.admin import WorkerInfo
 from leased.backends.base import JobFilter, WorkerRecord
@@ -63,6 +63,24 @@ def running_records(rows: list[Mapping[str, Any]], outcome: Outcome, message: st
     how an expired lease's or a cancelled job's attempt ended, with `message` or the row's own."""
     return json.dumps([[row["id"], row["attempt"], row["lease_owner"], outcome.value, None,
                         row["message"] if message is None else message, None] for row in rows])
+
+
+def finished_counts(finished: Iterable[tuple[str, str, str, str]]) -> str | None:
+    """count_finished's :counts for the jobs that ended, each (queue_name, task_name, worker_id,
+    status): [queue_name, task_name, worker_id, done, failed] per key, in key order (so that two
+    transactions lock count rows in the same order); None if none finished (a retry is no finish)."""
+    counts: dict[tuple[str, str, str], list[int]] = {}
+    for queue_name, task_name, worker_id, status in finished:
+        if status == "done" or status == "failed":
+            counts.setdefault((queue_name, task_name, worker_id), [0, 0])[status == "failed"] += 1
+    return json.dumps([[*key, *count] for key, count in sorted(counts.items())]) if counts else None
+
+
+def expired_failures(expired: list[Mapping[str, Any]]) -> str | None:
+    """count_finished's :counts for expired leases (rows of id, lease_owner, queue_name, task_name,
+    last_attempt) that the reclaim failed, out of attempts: each counted in its worker's rows."""
+    return finished_counts((row["queue_name"], row["task_name"], row["lease_owner"], "failed")
+                           for row in expired if row["last_attempt"])
 
 
 def attempt_from_row(row: Mapping[str, Any], to_time: ToTime) -> Attempt:

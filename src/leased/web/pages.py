@@ -143,7 +143,8 @@ class Pages:
         overview = self.leased.overview()
         return self.render(request, "overview.html", {
             "overview": overview, "totals": overview.totals,
-            "chart": throughput_chart(self.leased.throughput(timedelta(seconds=overview.window_seconds))),
+            "chart": throughput_chart(self.leased.throughput(timedelta(seconds=overview.window_seconds),
+                                                             by_task=False)),
             "done_recently": sum(queue.done_recently for queue in overview.queues),
             "failed_recently": sum(queue.failed_recently for queue in overview.queues),
             "alive_workers": sum(1 for worker in overview.workers if worker.alive),

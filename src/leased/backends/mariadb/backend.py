@@ -31,7 +31,8 @@ from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, Wo
 from leased.backends.callers import wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.mariadb.limited import pick_limited
-from leased.backends.rows import CANCELLED_BY_A_USER, queue_limit_params, running_records, worker_params
+from leased.backends.rows import (CANCELLED_BY_A_USER, expired_failures, finished_counts, queue_limit_params,
+                                 running_records, worker_params)
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sql_backend import SQLBackend
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
@@ -354,11 +355,11 @@ class MariaDBBackend(SQLBackend):
             return []
 
         def work(connection: Any) -> list[bool]:
-            held: set[tuple[int, int]] = set()
+            held: dict[tuple[int, int], dict[str, Any]] = {}
             for worker_id in {end.lease.worker_id for end in ends}:
                 mine = [end.lease for end in ends if end.lease.worker_id == worker_id]
                 rows = self._all(connection, "held_leases", worker_id=worker_id, leases=_leases_json(mine))
-                held |= {(row["id"], row["attempt"]) for row in rows}
+                held |= {(row["id"], row["attempt"]): row for row in rows}
             kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
             written = [end for end, flag in zip(ends, kept) if flag]
             if written:  # the records first: finish clears the leases they are read from
@@ -368,6 +369,11 @@ class MariaDBBackend(SQLBackend):
                 self._execute(connection, "finish", ends=json.dumps([
                     [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value,
                      end.result_json, end.last_error, end.retry_in_seconds or 0.0] for end in written]))
+                rows = [held[end.lease.job_id, end.lease.attempt] for end in written]
+                counts = finished_counts((row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status.value)
+                                         for end, row in zip(written, rows))
+                if counts:
+                    self._execute(connection, "count_finished", counts=counts)
             return kept
 
         return self._transact(work)
@@ -394,6 +400,9 @@ class MariaDBBackend(SQLBackend):
             if expired:
                 self._execute(connection, "record_attempts", ends=running_records(expired, Outcome.EXPIRED))
                 self._execute(connection, "reclaim_expired", job_ids=_ids(expired))
+                counts = expired_failures(expired)
+                if counts:
+                    self._execute(connection, "count_finished", counts=counts)
             return len(expired)
 
         return self._transact(work)
@@ -500,7 +509,6 @@ class MariaDBBackend(SQLBackend):
             ids = self._all(connection, "prunable_ids", **self._rule_params(rule), limit=limit)
             if not ids:
                 return 0
-            self._execute(connection, "count_pruned", ids=_ids(ids))
             return self._execute(connection, "delete_jobs", ids=_ids(ids)).rowcount
 
         return self._transact(work)

@@ -77,7 +77,7 @@ WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > 
 
 -- name: held_leases
 -- Of the given leases, those the worker holds unexpired: after renew, the ones it renewed.
-SELECT id, attempt FROM leased_jobs
+SELECT id, attempt, queue_name, task_name FROM leased_jobs
 WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > leased_now()
   AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
           job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l)
@@ -101,6 +101,18 @@ SET job.result = ends.result,
     job.lease_expires_at = NULL,
     job.status = ends.status
 WHERE job.status = 'running';
+
+-- name: count_finished
+-- Jobs that finished (done or failed), counted by minute in their worker's own rows (migration
+-- 0011), in the transaction that finished them (finish, or the reclaim that fails a job whose last
+-- lease expired). :counts is a JSON array of [queue_name, task_name, worker_id, done, failed].
+INSERT INTO leased_throughput (minute, queue_name, task_name, worker_id, done, failed)
+SELECT FLOOR(leased_now() / 60) * 60, counts.queue_name, counts.task_name, counts.worker_id, counts.done,
+       counts.failed
+FROM JSON_TABLE(%(counts)s, '$[*]' COLUMNS (
+    queue_name VARCHAR(255) PATH '$[0]', task_name VARCHAR(255) PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
+    done BIGINT PATH '$[3]', failed BIGINT PATH '$[4]')) AS counts
+ON DUPLICATE KEY UPDATE done = leased_throughput.done + VALUES(done), failed = leased_throughput.failed + VALUES(failed);
 
 -- name: record_attempts
 -- An attempt's record, written once as it ends, from what the claim wrote in the job row (its
@@ -139,7 +151,7 @@ WHERE status = 'running' AND lease_owner = %(worker_id)s
 -- Expired leases through the leases index (NULL for every job not running); rows a claim or
 -- another reclaimer has locked are left to it. What record_attempts needs comes along: it writes
 -- the records before reclaim_expired clears the leases they are read from.
-SELECT id, attempt, lease_owner,
+SELECT id, attempt, lease_owner, queue_name, task_name, attempt >= max_attempts AS last_attempt,
        CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)') AS message
 FROM leased_jobs FORCE INDEX (leased_jobs_leases)
 WHERE running_expires_at <= leased_now()
@@ -258,20 +270,11 @@ WHERE status = 'pending' AND run_after <= leased_now()
 GROUP BY queue_name;
 
 -- name: finished_since
--- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
-SELECT queue_name, status, CAST(sum(n) AS SIGNED) AS n FROM (
-    SELECT queue_name, status, count(*) AS n FROM leased_jobs
-    WHERE finished_at >= leased_now() - %(window_seconds)s AND status IN ('done', 'failed')
-    GROUP BY queue_name, status
-    UNION ALL
-    SELECT queue_name, 'done', sum(done) FROM leased_throughput
-    WHERE minute >= leased_now() - %(window_seconds)s GROUP BY queue_name
-    UNION ALL
-    SELECT queue_name, 'failed', sum(failed) FROM leased_throughput
-    WHERE minute >= leased_now() - %(window_seconds)s GROUP BY queue_name
-) AS finished
-GROUP BY queue_name, status
-HAVING sum(n) > 0;
+-- Done and failed per queue since the start of the minute `window_seconds` ago, from the counts
+-- kept as jobs finish (migration 0011): the same minutes throughput draws.
+SELECT queue_name, CAST(sum(done) AS SIGNED) AS done, CAST(sum(failed) AS SIGNED) AS failed FROM leased_throughput
+WHERE minute >= FLOOR((leased_now() - %(window_seconds)s) / 60) * 60
+GROUP BY queue_name;
 
 -- name: failed_to_retry
 SELECT id, queue_name FROM leased_jobs
@@ -579,15 +582,6 @@ ORDER BY finished_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
--- name: count_pruned
-INSERT INTO leased_throughput (minute, queue_name, task_name, done, failed)
-SELECT FLOOR(finished_at / 60) * 60 AS minute, queue_name, task_name, sum(status = 'done'), sum(status = 'failed')
-FROM leased_jobs
-WHERE id IN (SELECT value FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
-  AND status IN ('done', 'failed')
-GROUP BY 1, 2, 3
-ON DUPLICATE KEY UPDATE done = done + VALUE(done), failed = failed + VALUE(failed);
-
 -- name: delete_jobs
 -- Joined to the ids (see take_leases): a DELETE with `id IN (SELECT ...)` scans the table.
 DELETE job FROM leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids
@@ -611,17 +605,15 @@ SELECT GET_LOCK(CONCAT('leased_prune:', DATABASE()), 0) AS locked;
 SELECT RELEASE_LOCK(CONCAT('leased_prune:', DATABASE())) AS released;
 
 -- name: throughput
-SELECT minute, queue_name, task_name, CAST(sum(done) AS SIGNED) AS done, CAST(sum(failed) AS SIGNED) AS failed FROM (
-    SELECT t.minute, t.queue_name, t.task_name, t.done, t.failed
-    FROM leased_throughput AS t WHERE t.minute >= FLOOR((leased_now() - %(window_seconds)s) / 60) * 60
-    UNION ALL
-    SELECT FLOOR(j.finished_at / 60) * 60, j.queue_name, j.task_name, j.status = 'done', j.status = 'failed'
-    FROM leased_jobs AS j
-    WHERE j.finished_at >= FLOOR((leased_now() - %(window_seconds)s) / 60) * 60
-      AND j.status IN ('done', 'failed')
-) AS finished
-GROUP BY minute, queue_name, task_name
-ORDER BY minute;
+-- Done and failed jobs per minute, queue and task (or, without :by_task, per minute alone) since
+-- the start of the minute `window_seconds` ago, from the counts kept as jobs finish (migration
+-- 0011): pruned jobs stay counted.
+SELECT minute, IF(%(by_task)s, queue_name, NULL) AS queue_name, IF(%(by_task)s, task_name, NULL) AS task_name,
+       CAST(sum(done) AS SIGNED) AS done, CAST(sum(failed) AS SIGNED) AS failed
+FROM leased_throughput
+WHERE minute >= FLOOR((leased_now() - %(window_seconds)s) / 60) * 60
+GROUP BY 1, 2, 3
+ORDER BY 1;
 
 -- Explaining a job's limits, pause and schedule (`leased why`), as on the other backends.
 

@@ -160,8 +160,18 @@ WITH ends AS (
         lease_expires_at = NULL
     FROM held
     WHERE job.id = held.id
-    RETURNING job.id, job.attempt, held.worker_id, held.attempt_started_at, held.outcome, held.error_type,
-              held.error_message, held.traceback
+    RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, held.worker_id,
+              held.attempt_started_at, held.outcome, held.error_type, held.error_message, held.traceback
+), counted AS (
+    -- Finished jobs counted by minute in this worker's own rows (migration 0011), in key order.
+    INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, done, failed)
+    SELECT date_trunc('minute', leased_now()), queue_name, task_name, worker_id,
+           count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed')
+    FROM finished WHERE status IN ('done', 'failed')
+    GROUP BY queue_name, task_name, worker_id
+    ORDER BY queue_name, task_name, worker_id
+    ON CONFLICT (minute, queue_name, task_name, worker_id) DO UPDATE
+    SET done = t.done + excluded.done, failed = t.failed + excluded.failed
 ), recorded AS (
     -- The attempt's record, written once as it ends, from what the claim wrote in the job row. A
     -- record that an older version opened at claim is closed in place.
@@ -220,7 +230,16 @@ WITH expired AS (
         lease_expires_at = NULL
     FROM expired
     WHERE job.id = expired.id
-    RETURNING job.id, job.attempt, job.last_error, expired.lease_owner, expired.attempt_started_at
+    RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.last_error, expired.lease_owner,
+              expired.attempt_started_at
+), counted AS (
+    -- A job whose last attempt expired has failed: counted in its worker's rows (migration 0011).
+    INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, failed)
+    SELECT date_trunc('minute', leased_now()), queue_name, task_name, lease_owner, count(*)
+    FROM reclaimed WHERE status = 'failed'
+    GROUP BY queue_name, task_name, lease_owner
+    ORDER BY queue_name, task_name, lease_owner
+    ON CONFLICT (minute, queue_name, task_name, worker_id) DO UPDATE SET failed = t.failed + excluded.failed
 ), recorded AS (
     -- The record of an attempt whose worker stopped renewing (crashed, say), from the job row as
     -- it was before the reclaim cleared its lease: the only place its worker and start are kept.
@@ -363,20 +382,11 @@ SELECT queue_name, extract(epoch FROM leased_now() - min(run_after))::float8 AS 
 GROUP BY queue_name;
 
 -- name: finished_since
--- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
-SELECT queue_name, status, sum(n)::bigint AS n FROM (
-    SELECT queue_name, status, count(*) AS n FROM leased_jobs
-    WHERE finished_at >= leased_now() - make_interval(secs => %(window_seconds)s::float8) AND status IN ('done', 'failed')
-    GROUP BY queue_name, status
-    UNION ALL
-    SELECT queue_name, 'done', sum(done) FROM leased_throughput
-    WHERE minute >= leased_now() - make_interval(secs => %(window_seconds)s::float8) GROUP BY queue_name
-    UNION ALL
-    SELECT queue_name, 'failed', sum(failed) FROM leased_throughput
-    WHERE minute >= leased_now() - make_interval(secs => %(window_seconds)s::float8) GROUP BY queue_name
-) AS finished
-GROUP BY queue_name, status
-HAVING sum(n) > 0;
+-- Done and failed per queue since the start of the minute `window_seconds` ago, from the counts
+-- kept as jobs finish (migration 0011): the same minutes throughput draws.
+SELECT queue_name, sum(done)::bigint AS done, sum(failed)::bigint AS failed FROM leased_throughput
+WHERE minute >= date_trunc('minute', leased_now() - make_interval(secs => %(window_seconds)s::float8))
+GROUP BY queue_name;
 
 -- name: retry_failed
 -- Wakes listening workers once per queue with a retried job, as retry does.
@@ -700,8 +710,8 @@ SELECT pg_advisory_unlock(1818583405, hashtext(current_schema()));
 -- One batch of a rule's finished jobs in one statement: picked oldest first through the
 -- finished_at index (a pass with nothing to delete reads only the rows past the cutoff), locked
 -- with SKIP LOCKED (a row someone is retrying is theirs; a row that stopped matching, retried
--- meanwhile, is re-checked and left), counted into the per-minute rollup and deleted with their
--- attempts (ON DELETE CASCADE). Claimable rows are never read.
+-- meanwhile, is re-checked and left) and deleted with their attempts (ON DELETE CASCADE); they
+-- were counted in leased_throughput as they finished. Claimable rows are never read.
 WITH picked AS (
     SELECT id FROM leased_jobs
     WHERE finished_at < leased_now() - make_interval(secs => %(older_than)s::float8) AND status = %(status)s::text
@@ -713,15 +723,7 @@ WITH picked AS (
 ), deleted AS (
     DELETE FROM leased_jobs AS job USING picked
     WHERE job.id = picked.id AND job.status IN ('done', 'failed', 'cancelled')
-    RETURNING job.queue_name, job.task_name, job.status, job.finished_at
-), counted AS (
-    INSERT INTO leased_throughput AS t (minute, queue_name, task_name, done, failed)
-    SELECT date_trunc('minute', finished_at), queue_name, task_name,
-           count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed')
-    FROM deleted WHERE status IN ('done', 'failed')
-    GROUP BY 1, 2, 3
-    ON CONFLICT (minute, queue_name, task_name) DO UPDATE
-    SET done = t.done + excluded.done, failed = t.failed + excluded.failed
+    RETURNING 1
 )
 SELECT count(*) AS n FROM deleted;
 
@@ -735,21 +737,15 @@ WHERE finished_at < leased_now() - make_interval(secs => %(older_than)s::float8)
 DELETE FROM leased_throughput WHERE minute < leased_now() - make_interval(secs => %(older_than)s::float8);
 
 -- name: throughput
--- Done and failed jobs per minute, queue and task since the start of the minute `window_seconds`
--- ago: the rollup of pruned jobs plus the rows still in the table (each job is in one of them).
-WITH since AS MATERIALIZED (
-    SELECT date_trunc('minute', leased_now() - make_interval(secs => %(window_seconds)s::float8)) AS minute
-)
-SELECT extract(epoch FROM minute)::float8 AS minute, queue_name, task_name,
+-- Done and failed jobs per minute, queue and task (or, without :by_task, per minute alone) since
+-- the start of the minute `window_seconds` ago, from the counts kept as jobs finish (migration
+-- 0011): pruned jobs stay counted.
+SELECT extract(epoch FROM minute)::float8 AS minute,
+       CASE WHEN %(by_task)s::boolean THEN queue_name END AS queue_name,
+       CASE WHEN %(by_task)s::boolean THEN task_name END AS task_name,
        sum(done)::bigint AS done, sum(failed)::bigint AS failed
-FROM (
-    SELECT t.minute, t.queue_name, t.task_name, t.done, t.failed
-    FROM leased_throughput AS t, since WHERE t.minute >= since.minute
-    UNION ALL
-    SELECT date_trunc('minute', j.finished_at), j.queue_name, j.task_name,
-           (j.status = 'done')::int, (j.status = 'failed')::int
-    FROM leased_jobs AS j, since WHERE j.finished_at >= since.minute AND j.status IN ('done', 'failed')
-) AS finished
+FROM leased_throughput
+WHERE minute >= date_trunc('minute', leased_now() - make_interval(secs => %(window_seconds)s::float8))
 GROUP BY 1, 2, 3
 ORDER BY 1;
 

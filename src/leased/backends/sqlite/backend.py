@@ -22,7 +22,8 @@ from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, Wo
 from leased.backends.async_drivers import enqueue_aiosqlite
 from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
-from leased.backends.rows import CANCELLED_BY_A_USER, queue_limit_params, running_records, worker_params
+from leased.backends.rows import (CANCELLED_BY_A_USER, expired_failures, finished_counts, queue_limit_params,
+                                 running_records, worker_params)
 from leased.backends.sql import Migration, load_migrations, load_queries
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
@@ -221,7 +222,11 @@ class SQLiteBackend(SQLBackend):
             rows = connection.execute(QUERIES["finish"], {"ends": json.dumps([
                 [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value, end.result_json,
                  end.last_error, end.retry_in_seconds or 0.0] for end in ends])}).fetchall()
-        written = {(row["id"], row["attempt"]) for row in rows}
+            written = {(row["id"], row["attempt"]): row for row in rows}
+            counts = finished_counts((row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status.value)
+                                     for end in ends if (row := written.get((end.lease.job_id, end.lease.attempt))))
+            if counts:
+                connection.execute(QUERIES["count_finished"], {"counts": counts})
         return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
@@ -246,6 +251,9 @@ class SQLiteBackend(SQLBackend):
         if expired:
             connection.execute(QUERIES["record_attempts"], {"ends": running_records(expired, Outcome.EXPIRED)})
             connection.execute(QUERIES["reclaim_expired"], {"job_ids": json.dumps([row["id"] for row in expired])})
+            counts = expired_failures(expired)
+            if counts:
+                connection.execute(QUERIES["count_finished"], {"counts": counts})
         return len(expired)
 
     # Inspection and administration.
@@ -349,9 +357,7 @@ class SQLiteBackend(SQLBackend):
                                                            {**self._rule_params(rule), "limit": limit})]
             if not ids:
                 return 0
-            batch = {"ids": json.dumps(ids)}
-            connection.execute(QUERIES["count_pruned"], batch)
-            return connection.execute(QUERIES["delete_jobs"], batch).rowcount
+            return connection.execute(QUERIES["delete_jobs"], {"ids": json.dumps(ids)}).rowcount
 
     def prune_throughput(self, older_than_seconds: float) -> int:
         with self._write() as connection:

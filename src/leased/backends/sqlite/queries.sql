@@ -78,7 +78,18 @@ FROM ends
 -- Unary + keeps the status index out: the planner would scan every running job for each end.
 WHERE job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
   AND +job.status = 'running'
-RETURNING id, attempt;
+RETURNING id, attempt, queue_name, task_name;
+
+-- name: count_finished
+-- Jobs that finished (done or failed), counted by minute in their worker's own rows (migration
+-- 0011), in the transaction that finished them (finish, or the reclaim that fails a job whose last
+-- lease expired). :counts is a JSON array of [queue_name, task_name, worker_id, done, failed].
+INSERT INTO leased_throughput (minute, queue_name, task_name, worker_id, done, failed)
+SELECT CAST(leased_now() / 60 AS INTEGER) * 60, value ->> '$[0]', value ->> '$[1]', value ->> '$[2]',
+       value ->> '$[3]', value ->> '$[4]'
+FROM json_each(:counts) WHERE true  -- WHERE: without it SQLite would read ON CONFLICT as a join's ON
+ON CONFLICT (minute, queue_name, task_name, worker_id) DO UPDATE
+SET done = done + excluded.done, failed = failed + excluded.failed;
 
 -- name: record_attempts
 -- An attempt's record, written once as it ends, from what the claim wrote in the job row (its
@@ -113,7 +124,7 @@ WHERE status = 'running' AND lease_owner = :worker_id
 -- name: expired_leases
 -- Read once, so that recording the attempts (record_attempts, before the reclaim clears the lease
 -- they are read from) and reclaiming the jobs take the same set.
-SELECT id, attempt, lease_owner,
+SELECT id, attempt, lease_owner, queue_name, task_name, attempt >= max_attempts AS last_attempt,
        'lease expired: worker ' || lease_owner || ' stopped renewing it (crashed, stalled or cut off)' AS message
 FROM leased_jobs WHERE status = 'running' AND lease_expires_at <= leased_now();
 
@@ -229,22 +240,11 @@ SELECT queue_name, leased_now() - min(run_after) AS seconds FROM (
 GROUP BY queue_name;
 
 -- name: finished_since
--- The rows still in the table, and the counts of those the pruner deleted (by whole minutes).
--- The index named: for the GROUP BY, SQLite walked (queue_name, status) instead of the window of
--- finished_at, and read every done job (3.5 s at a million).
-SELECT queue_name, status, sum(n) AS n FROM (
-    SELECT queue_name, status, count(*) AS n FROM leased_jobs INDEXED BY leased_jobs_finished
-    WHERE finished_at >= leased_now() - :window_seconds AND status IN ('done', 'failed')
-    GROUP BY queue_name, status
-    UNION ALL
-    SELECT queue_name, 'done', sum(done) FROM leased_throughput
-    WHERE minute >= leased_now() - :window_seconds GROUP BY queue_name
-    UNION ALL
-    SELECT queue_name, 'failed', sum(failed) FROM leased_throughput
-    WHERE minute >= leased_now() - :window_seconds GROUP BY queue_name
-)
-GROUP BY queue_name, status
-HAVING sum(n) > 0;
+-- Done and failed per queue since the start of the minute `window_seconds` ago, from the counts
+-- kept as jobs finish (migration 0011): the same minutes throughput draws.
+SELECT queue_name, sum(done) AS done, sum(failed) AS failed FROM leased_throughput
+WHERE minute >= CAST((leased_now() - :window_seconds) / 60 AS INTEGER) * 60
+GROUP BY queue_name;
 
 -- name: retry_failed
 UPDATE leased_jobs
@@ -560,16 +560,6 @@ WHERE finished_at < leased_now() - :older_than AND status = :status
 ORDER BY finished_at
 LIMIT :limit;
 
--- name: count_pruned
--- Before the rows go, their counts go to the per-minute rollup (in the same transaction).
-INSERT INTO leased_throughput (minute, queue_name, task_name, done, failed)
-SELECT CAST(finished_at / 60 AS INTEGER) * 60, queue_name, task_name, sum(status = 'done'), sum(status = 'failed')
-FROM leased_jobs
-WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('done', 'failed')
-GROUP BY 1, 2, 3
-ON CONFLICT (minute, queue_name, task_name) DO UPDATE
-SET done = done + excluded.done, failed = failed + excluded.failed;
-
 -- name: delete_jobs
 -- Their attempts go with them (ON DELETE CASCADE). Only finished rows: the ids were picked in
 -- this transaction, which holds the write lock, so none can have changed since.
@@ -586,18 +576,15 @@ WHERE finished_at < leased_now() - :older_than AND status = :status
 DELETE FROM leased_throughput WHERE minute < leased_now() - :older_than;
 
 -- name: throughput
--- Done and failed jobs per minute, queue and task since the start of the minute `window_seconds`
--- ago: the rollup of pruned jobs plus the rows still in the table (each job is in one of them).
-WITH since AS MATERIALIZED (SELECT CAST((leased_now() - :window_seconds) / 60 AS INTEGER) * 60 AS minute)
-SELECT minute, queue_name, task_name, sum(done) AS done, sum(failed) AS failed FROM (
-    SELECT t.minute, t.queue_name, t.task_name, t.done, t.failed
-    FROM leased_throughput AS t, since WHERE t.minute >= since.minute
-    UNION ALL
-    SELECT CAST(j.finished_at / 60 AS INTEGER) * 60, j.queue_name, j.task_name, j.status = 'done', j.status = 'failed'
-    FROM leased_jobs AS j, since WHERE j.finished_at >= since.minute AND j.status IN ('done', 'failed')
-)
-GROUP BY minute, queue_name, task_name
-ORDER BY minute;
+-- Done and failed jobs per minute, queue and task (or, without :by_task, per minute alone) since
+-- the start of the minute `window_seconds` ago, from the counts kept as jobs finish (migration
+-- 0011): pruned jobs stay counted.
+SELECT minute, CASE WHEN :by_task THEN queue_name END AS queue_name,
+       CASE WHEN :by_task THEN task_name END AS task_name, sum(done) AS done, sum(failed) AS failed
+FROM leased_throughput
+WHERE minute >= CAST((leased_now() - :window_seconds) / 60 AS INTEGER) * 60
+GROUP BY 1, 2, 3
+ORDER BY 1;
 
 -- Explaining one job, continued (`leased why`): its queue's pause, the limits a claim of it must
 -- fit in (counted as claim_limited counts them), and the schedule tick that enqueued it. Read in
