@@ -3,11 +3,11 @@ and running jobs never; the per-minute rollup keeps the history the dashboard dr
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from conftest import callers_connection, raw_scalar, raw_sql, running_worker, seconds_before, wait_for
+from conftest import callers_connection, raw_scalar, raw_sql, running_worker, seconds_before, time_literal, wait_for
 from leased import ConfigurationError, InvalidTransition, JobNotFound, JobStatus, Leased, PermanentError, Retention
 from leased.backends.base import PruneRule
 from leased.engine import pruner
@@ -213,3 +213,22 @@ def _mariadb_prune_plan(app: Leased) -> dict:
         return next(row for row in cursor.fetchall() if row["table"] == "leased_jobs")
     finally:
         connection.close()
+
+
+def test_old_minutes_fold_into_one_row_per_queue_and_task_and_keep_their_sums(app):
+    """Each worker counts its finishes in rows of its own; past ten minutes a pass sums them into
+    one row per minute, queue and task, and what the readers sum stays the same."""
+    now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    old, recent = time_literal(app, now - timedelta(minutes=20)), time_literal(app, now)
+    app.counts()  # the schema
+    for minute, worker, done, failed in ((old, "", 4, 0), (old, "w1", 1, 2), (old, "w2", 3, 0), (old, "w3", 0, 1),
+                                         (recent, "w1", 5, 0), (recent, "w2", 1, 1)):
+        raw_sql(app, "INSERT INTO leased_throughput (minute, queue_name, task_name, worker_id, done, failed) "
+                     f"VALUES ({minute}, 'q', 't', '{worker}', {done}, {failed})")
+    before = [(row.minute, row.done, row.failed) for row in app.throughput(timedelta(hours=1))]
+    assert before == [(now - timedelta(minutes=20), 8, 3), (now, 6, 1)]
+    assert app.prune() == {"done": 0, "failed": 0, "cancelled": 0}  # a pass folds
+    assert [(row.minute, row.done, row.failed) for row in app.throughput(timedelta(hours=1))] == before
+    assert raw_scalar(app, "SELECT count(*) FROM leased_throughput") == 3  # the old minute's one, the recent two
+    assert raw_scalar(app, f"SELECT worker_id FROM leased_throughput WHERE minute = {old}") == ""
+    assert app.backend.fold_throughput(600) == 0

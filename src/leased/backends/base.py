@@ -295,6 +295,10 @@ class Backend(Protocol):
     def prune_throughput(self, older_than_seconds: float) -> int:
         """Forget the per-minute counts older than this."""
 
+    def fold_throughput(self, older_than_seconds: float) -> int:
+        """Sum the workers' own per-minute count rows older than this into one row per minute,
+        queue and task; returns how many rows were folded. The sums read are unchanged."""
+
     def pruning(self) -> AbstractContextManager[bool]:
         """Enter to prune: True if this process may (on PostgreSQL, no other pruner holds the lock)."""
 

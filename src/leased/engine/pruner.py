@@ -40,7 +40,10 @@ FIRST_PASS_WITHIN = 60.0  # a worker's first pass starts at a random moment with
 # resting only as long as the batch took halved a SQLite worker's claims while a pass ran.
 REST_FACTOR = 9
 MIN_REST = 0.01  # between batches, at least
-THROUGHPUT_RETENTION = timedelta(days=30)  # how long the per-minute rollup keeps its minutes
+THROUGHPUT_RETENTION = timedelta(days=30)  # how long the per-minute counts keep their minutes
+# After this, a minute's count rows of each worker are summed into one per queue and task: only
+# the minutes workers may still be counting into keep a row per worker.
+FOLD_COUNTS_AFTER = timedelta(minutes=10)
 
 
 def prune_rules(retention: Retention, overrides: Mapping[str, Mapping[JobStatus, timedelta | None]]
@@ -86,6 +89,7 @@ def prune(backend: Backend, rules: list[PruneRule], *, batch_size: int = BATCH_S
                 stop.wait(max(MIN_REST, REST_FACTOR * (time.monotonic() - started)))
         if not stop.is_set():
             backend.prune_throughput(THROUGHPUT_RETENTION.total_seconds())
+            backend.fold_throughput(FOLD_COUNTS_AFTER.total_seconds())
     return deleted
 
 

@@ -517,6 +517,14 @@ class MariaDBBackend(SQLBackend):
         return self._transact(
             lambda connection: self._execute(connection, "prune_throughput", older_than=older_than_seconds).rowcount)
 
+    def fold_throughput(self, older_than_seconds: float) -> int:
+        def work(connection: Any) -> int:
+            (cutoff,) = self._all(connection, "throughput_cutoff", older_than=older_than_seconds)
+            self._execute(connection, "fold_throughput", cutoff=cutoff["cutoff"])
+            return self._execute(connection, "delete_folded", cutoff=cutoff["cutoff"]).rowcount
+
+        return self._transact(work)
+
     @contextmanager
     def pruning(self) -> Iterator[bool]:
         """Holds the pruners' named lock on this thread's connection while the pass runs."""

@@ -598,6 +598,25 @@ WHERE finished_at < leased_now() - %(older_than)s AND status = %(status)s
 -- name: prune_throughput
 DELETE FROM leased_throughput WHERE minute < leased_now() - %(older_than)s;
 
+-- Folding the workers' own count rows (migration 0011) of minutes before :cutoff into one row per
+-- minute, queue and task (worker_id ''): the sums the readers see are unchanged, and a month of
+-- minutes keeps a row per queue and task however many workers ran. Workers count into the current
+-- minute, so these rows no longer change; one written late is folded by a later pass. Both
+-- statements take the same cutoff (throughput_cutoff), in one transaction, under the pruners' lock.
+
+-- name: throughput_cutoff
+SELECT leased_now() - %(older_than)s AS cutoff;
+
+-- name: fold_throughput
+INSERT INTO leased_throughput (minute, queue_name, task_name, worker_id, done, failed)
+SELECT minute, queue_name, task_name, '', SUM(done), SUM(failed) FROM leased_throughput
+WHERE minute < %(cutoff)s AND worker_id <> ''
+GROUP BY minute, queue_name, task_name
+ON DUPLICATE KEY UPDATE done = leased_throughput.done + VALUES(done), failed = leased_throughput.failed + VALUES(failed);
+
+-- name: delete_folded
+DELETE FROM leased_throughput WHERE minute < %(cutoff)s AND worker_id <> '';
+
 -- name: try_prune_lock
 SELECT GET_LOCK(CONCAT('leased_prune:', DATABASE()), 0) AS locked;
 

@@ -418,6 +418,9 @@ class PostgresBackend(SQLBackend):
         with self._connection() as connection:
             return connection.execute(QUERIES["prune_throughput"], {"older_than": older_than_seconds}).rowcount
 
+    def fold_throughput(self, older_than_seconds: float) -> int:
+        return self._fetch_one("fold_throughput", older_than=older_than_seconds)["n"]
+
     @contextmanager
     def pruning(self) -> Iterator[bool]:
         """Holds the pruners' advisory lock on a connection of its own while the pass runs."""

@@ -736,6 +736,25 @@ WHERE finished_at < leased_now() - make_interval(secs => %(older_than)s::float8)
 -- name: prune_throughput
 DELETE FROM leased_throughput WHERE minute < leased_now() - make_interval(secs => %(older_than)s::float8);
 
+-- name: fold_throughput
+-- The workers' own count rows (migration 0011) of minutes older than :older_than, summed into one
+-- row per minute, queue and task (worker_id ''): the sums the readers see are unchanged, and a
+-- month of minutes keeps a row per queue and task however many workers ran. Workers count into
+-- the current minute, so these rows no longer change; one written late is folded by a later pass.
+WITH folded AS (
+    DELETE FROM leased_throughput
+    WHERE minute < leased_now() - make_interval(secs => %(older_than)s::float8) AND worker_id <> ''
+    RETURNING minute, queue_name, task_name, done, failed
+), summed AS (
+    INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, done, failed)
+    SELECT minute, queue_name, task_name, '', sum(done), sum(failed) FROM folded
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+    ON CONFLICT (minute, queue_name, task_name, worker_id) DO UPDATE
+    SET done = t.done + excluded.done, failed = t.failed + excluded.failed
+)
+SELECT count(*) AS n FROM folded;
+
 -- name: throughput
 -- Done and failed jobs per minute, queue and task (or, without :by_task, per minute alone) since
 -- the start of the minute `window_seconds` ago, from the counts kept as jobs finish (migration

@@ -363,6 +363,12 @@ class SQLiteBackend(SQLBackend):
         with self._write() as connection:
             return connection.execute(QUERIES["prune_throughput"], {"older_than": older_than_seconds}).rowcount
 
+    def fold_throughput(self, older_than_seconds: float) -> int:
+        with self._write() as connection:
+            cutoff = connection.execute(QUERIES["throughput_cutoff"], {"older_than": older_than_seconds}).fetchone()
+            connection.execute(QUERIES["fold_throughput"], {"cutoff": cutoff["cutoff"]})
+            return connection.execute(QUERIES["delete_folded"], {"cutoff": cutoff["cutoff"]}).rowcount
+
     @contextmanager
     def pruning(self) -> Iterator[bool]:
         yield True  # the write lock already serializes pruners batch by batch

@@ -575,6 +575,26 @@ WHERE finished_at < leased_now() - :older_than AND status = :status
 -- name: prune_throughput
 DELETE FROM leased_throughput WHERE minute < leased_now() - :older_than;
 
+-- Folding the workers' own count rows (migration 0011) of minutes before :cutoff into one row per
+-- minute, queue and task (worker_id ''): the sums the readers see are unchanged, and a month of
+-- minutes keeps a row per queue and task however many workers ran. Workers count into the current
+-- minute, so these rows no longer change; one written late is folded by a later pass. Both
+-- statements take the same :cutoff (throughput_cutoff), in one transaction.
+
+-- name: throughput_cutoff
+SELECT leased_now() - :older_than AS cutoff;
+
+-- name: fold_throughput
+INSERT INTO leased_throughput (minute, queue_name, task_name, worker_id, done, failed)
+SELECT minute, queue_name, task_name, '', sum(done), sum(failed) FROM leased_throughput
+WHERE minute < :cutoff AND worker_id <> ''
+GROUP BY minute, queue_name, task_name
+ON CONFLICT (minute, queue_name, task_name, worker_id) DO UPDATE
+SET done = done + excluded.done, failed = failed + excluded.failed;
+
+-- name: delete_folded
+DELETE FROM leased_throughput WHERE minute < :cutoff AND worker_id <> '';
+
 -- name: throughput
 -- Done and failed jobs per minute, queue and task (or, without :by_task, per minute alone) since
 -- the start of the minute `window_seconds` ago, from the counts kept as jobs finish (migration
