@@ -22,7 +22,8 @@ from leased.limits import QueueLimit
 class NewJob(NamedTuple):
     """A job to write. A named tuple, not a frozen dataclass like the other parameter objects: a
     bulk enqueue makes one per job, and a frozen dataclass costs a call of object.__setattr__ per
-    field to build (5 µs for these 15, more than the insert's own Python per job)."""
+    field to build (5 µs for these 15, more than the insert's own Python per job). Its fields are
+    in the order in which each backend's insert_jobs reads a job's array (see jobs_json)."""
 
     task_name: str
     queue_name: str

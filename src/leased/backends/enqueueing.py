@@ -115,13 +115,10 @@ def first_of_each_key(jobs: Sequence[NewJob]) -> list[NewJob]:
 
 
 def jobs_json(jobs: Sequence[NewJob], run_at: Callable[[datetime], Any]) -> str:
-    """insert_jobs' parameter; `run_at` gives an absolute time in a form the query reads."""
-    return json.dumps([
-        [job.task_name, job.queue_name, job.args_json, job.kwargs_json, job.priority, job.max_attempts,
-         job.lease_seconds, None if job.run_at is None else run_at(job.run_at), job.delay_seconds,
-         job.idempotency_key, job.timeout_seconds, job.concurrency_key, job.key_concurrency,
-         job.key_rate_count, job.key_rate_seconds]
-        for job in jobs])
+    """insert_jobs' parameter: each job as the array of its fields, which NewJob keeps in the order
+    the query reads them (a named tuple is written as an array: no list to build per job); `run_at`
+    gives an absolute time in a form the query reads."""
+    return json.dumps([job if job.run_at is None else job._replace(run_at=run_at(job.run_at)) for job in jobs])
 
 
 def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time: ToTime) -> list[Job | None]:
