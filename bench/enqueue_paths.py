@@ -170,17 +170,18 @@ def report(label: str, runs: list[tuple[float, float, float]], base: tuple[float
 
 def client_breakdown(paths: Paths, batch: int, repeats: int = 30) -> None:
     """The Python of enqueue_many per job, without the database: the NewJobs from the calls, the
-    batch's JSON, and the Jobs built from the rows insert_jobs returns."""
-    from datetime import UTC, datetime
-
+    batch's JSON, and the Jobs built from the rows insert_jobs returns (one batch's, as psycopg
+    loads them, read by the backend's own time conversion)."""
     from leased.backends.enqueueing import created_jobs, jobs_json
     numbers = list(range(batch))
     jobs = paths._jobs(numbers)
-    now = datetime.now(UTC)
-    rows = [(n, now, now, None) for n in numbers]
+    with paths.connection.transaction():
+        rows = paths.connection.execute(paths.queries["insert_jobs"],
+                                        {"jobs": jobs_json(jobs, lambda t: t.isoformat())}).fetchall()
+    to_time = paths.app.backend._to_time
     steps = {"NewJobs from the calls": lambda: paths._jobs(numbers),
              "the batch as JSON": lambda: jobs_json(jobs, lambda t: t.isoformat()),
-             "Jobs from the rows": lambda: created_jobs(jobs, rows, lambda t: t)}
+             "Jobs from the rows": lambda: created_jobs(jobs, rows, to_time)}
     print(f"Python per job in enqueue_many, batches of {batch}, best of {repeats} (CPU):")
     for label, step in steps.items():
         best = float("inf")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from dataclasses import FrozenInstanceError, fields
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from conftest import callers_connection
-from leased import ConfigurationError, JobStatus, Leased, PayloadError
+from leased import ConfigurationError, Job, JobStatus, Leased, PayloadError
+from leased.backends import enqueueing
 
 
 @pytest.fixture
@@ -32,6 +34,31 @@ def test_enqueue_returns_a_pending_job_with_every_field(app, notify):
     assert job.created_at.tzinfo is not None and job.run_after >= job.created_at - timedelta(seconds=1)
     assert job.finished_at is None and job.result is None and job.last_error is None and job.history == ()
     assert app.get_job(job.id) == job
+
+
+def test_an_enqueued_job_is_a_frozen_job_like_one_built_from_its_fields(app, notify):
+    # enqueue builds its Jobs another way than Job(...) (see JobDraft): the same value comes out.
+    jobs = notify.using(timeout=7).enqueue_many([("p-1",), {"proposal_id": "p-2"}])
+    jobs += notify.using(idempotency_key="k").enqueue_many([("p-3",), ("p-4", True)])[:1]
+    for job in jobs:
+        assert type(job) is Job
+        values = {field.name: getattr(job, field.name) for field in fields(Job)}
+        assert values == {field.name: getattr(Job(**values), field.name) for field in fields(Job)}
+        assert (values["status"], values["attempt"], values["created"]) == (JobStatus.PENDING, 0, True)
+        assert repr(job) == repr(Job(**values))
+        with pytest.raises(FrozenInstanceError):
+            job.priority = 1  # type: ignore[misc]
+
+
+def test_a_created_job_takes_each_field_where_job_has_it():
+    given = {"id": 1, "task_name": "t", "queue_name": "q", "args": [1], "kwargs": {"k": 2}, "priority": 3,
+             "max_attempts": 4, "lease_seconds": 5.0, "run_after": datetime(2030, 1, 1, tzinfo=timezone.utc),
+             "created_at": datetime(2029, 1, 1, tzinfo=timezone.utc), "idempotency_key": "key",
+             "timeout_seconds": 6.0, "concurrency_key": "c"}
+    job = enqueueing._created_job(**given)
+    expected = Job(**given, status=JobStatus.PENDING, attempt=0, created=True)
+    assert {field.name: getattr(job, field.name) for field in fields(Job)} == {
+        field.name: getattr(expected, field.name) for field in fields(Job)}
 
 
 def test_using_sets_queue_priority_schedule_and_key(app, notify):

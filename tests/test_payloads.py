@@ -52,8 +52,16 @@ def test_error_text_is_stored_clean_and_capped():
     assert len(long) < 1100 and long.endswith("END") and "characters cut" in long
 
 
+def _circular() -> list:
+    inner: list = []
+    inner.append(inner)
+    return inner
+
+
 @pytest.mark.parametrize("args, kwargs, message", [
     ((1, object()), {}, r"^argument 1 \(object\) is not JSON-serializable"),
+    ((1, _circular()), {}, r"^argument 1 \(list\) is not JSON-serializable \(Circular reference detected\)"),
+    ((), {"a": {"b": _circular()}}, r"^keyword argument 'a' \(dict\) is not JSON-serializable \(Circular reference"),
     ((float("nan"),), {"a": object()}, r"^argument 0 \(float\)"),
     (([1, {2, 3}],), {}, r"^argument 0 \(list\)"),
     ((), {"a": 1, "b": float("inf")}, r"^keyword argument 'b' \(float\)"),

@@ -5,7 +5,7 @@ They are plain frozen data. Nothing here talks to a database; persistence is the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Callable
@@ -122,6 +122,21 @@ class Job:
         if self.status == JobStatus.PENDING and self.attempt > 0 or self.status == JobStatus.RUNNING and self.attempt > 1:
             return self.last_error
         return None
+
+
+def _as_job(draft: Any) -> Job:
+    draft.__class__ = Job
+    return draft
+
+
+# A frozen dataclass is slow to build: its __init__ sets each field through object.__setattr__,
+# 5 µs for a Job's 22, more than the rest of a bulk enqueue's Python per job. A JobDraft has Job's
+# fields and slots but is not frozen, so its __init__ assigns the slots directly; .job() then makes
+# it a Job in place, which Python allows between classes with the same slots. What comes out is a
+# Job in every way (type, equality, repr, frozen); the draft is not to be used after.
+JobDraft = make_dataclass(
+    "JobDraft", [(f.name, f.type, field(default=f.default, default_factory=f.default_factory)) for f in fields(Job)],
+    slots=True, eq=False, repr=False, namespace={"job": _as_job}, module=__name__)
 
 
 class ClaimedJob:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+from typing import Any, Callable
 
 from leased.errors import PayloadError
 
@@ -18,6 +19,27 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 
 def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
+
+
+def _encoder_without_markers() -> Callable[[Any], str]:
+    """_dumps for arguments, without what each call of it costs besides the encoding.
+
+    JSONEncoder.encode() builds json's C encoder anew for every value (so that each call has its own
+    markers, the containers being encoded, which find circular references); that costs more than
+    encoding a job's few arguments. This one is built once, with no markers: nothing is shared
+    between threads, and a circular reference fails as RecursionError, which encode_arguments
+    then names through _dumps. Where json has no C encoder, it is _dumps."""
+    if c_make_encoder is None:
+        return _dumps
+    encode = c_make_encoder(None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False)
+
+    def encoded(value: Any) -> str:
+        return "".join(encode(value, 0))
+
+    return encoded
+
+
+_dumps_arguments = _encoder_without_markers()
 
 
 def _check_json(value: Any, where: str) -> None:
@@ -44,8 +66,8 @@ def encode_arguments(args: tuple | list, kwargs: dict[str, Any], limit: int) -> 
     # Valid arguments, the common case, are encoded once; each value is looked at on its own only
     # to name the culprit, since a list or dict fails to encode only where one of its parts does.
     try:
-        args_json, kwargs_json = _dumps(list(args)), _dumps(kwargs) if kwargs else "{}"
-    except (TypeError, ValueError):
+        args_json, kwargs_json = _dumps_arguments(list(args)), _dumps_arguments(kwargs) if kwargs else "{}"
+    except (TypeError, ValueError, RecursionError):
         _check_each(args, kwargs)
         raise
     if kwargs and not all(isinstance(name, str) for name in kwargs):  # json turns a name 1 into "1"

@@ -67,8 +67,8 @@ class _IndexedRow(dict):
         return self._values[key] if isinstance(key, int) else super().__getitem__(key)
 
 
-async def enqueue_asyncpg(connection: Any, queries: Mapping[str, str], jobs: Sequence[NewJob], clock_offset: str
-                          ) -> list[tuple[Job, bool]]:
+async def enqueue_asyncpg(connection: Any, queries: Mapping[str, str], jobs: Sequence[NewJob], clock_offset: str,
+                          to_time: Callable[[Any], Any]) -> list[tuple[Job, bool]]:
     if clock_offset:  # the clock seam moved (leased.clock): this session's leased_now() follows it
         await asyncpg_fetch(connection, queries)("set_clock_offset", {"offset": clock_offset})
     from_json = decode
@@ -77,7 +77,7 @@ async def enqueue_asyncpg(connection: Any, queries: Mapping[str, str], jobs: Seq
     if any(job.idempotency_key for job in jobs) and not isinstance(await connection.fetchval("SELECT '1'::json"), str):
         from_json = _as_is
     return await enqueue_with(asyncpg_fetch(connection, queries), jobs, lambda value: value.astimezone(UTC).isoformat(),
-                              lambda value: value and value.astimezone(UTC), from_json)
+                              to_time, from_json)
 
 
 def _as_is(value: Any) -> Any:

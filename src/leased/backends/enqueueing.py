@@ -18,7 +18,7 @@ from operator import itemgetter
 from typing import Any, Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 
 from leased.backends.base import NewJob
-from leased.jobs import Job, JobStatus
+from leased.jobs import Job, JobDraft, JobStatus
 
 ToTime = Callable[[Any], Any]
 
@@ -115,13 +115,10 @@ def first_of_each_key(jobs: Sequence[NewJob]) -> list[NewJob]:
 
 
 def jobs_json(jobs: Sequence[NewJob], run_at: Callable[[datetime], Any]) -> str:
-    """insert_jobs' parameter; `run_at` gives an absolute time in a form the query reads."""
-    return json.dumps([
-        [job.task_name, job.queue_name, job.args_json, job.kwargs_json, job.priority, job.max_attempts,
-         job.lease_seconds, None if job.run_at is None else run_at(job.run_at), job.delay_seconds,
-         job.idempotency_key, job.timeout_seconds, job.concurrency_key, job.key_concurrency,
-         job.key_rate_count, job.key_rate_seconds]
-        for job in jobs])
+    """insert_jobs' parameter: each job as the array of its fields, which NewJob keeps in the order
+    the query reads them (a named tuple is written as an array: no list to build per job); `run_at`
+    gives an absolute time in a form the query reads."""
+    return json.dumps([job if job.run_at is None else job._replace(run_at=run_at(job.run_at)) for job in jobs])
 
 
 def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time: ToTime) -> list[Job | None]:
@@ -152,13 +149,23 @@ def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time:
             times[run_after] = to_time(run_after)
         if created_at not in times:
             times[created_at] = to_time(created_at)
-        created.append(Job(
-            id=row[0], task_name=job.task_name, queue_name=job.queue_name, status=JobStatus.PENDING,
-            args=job_args, kwargs=job_kwargs, priority=job.priority, attempt=0, max_attempts=job.max_attempts,
-            lease_seconds=job.lease_seconds, run_after=times[run_after], created_at=times[created_at],
-            idempotency_key=job.idempotency_key, timeout_seconds=job.timeout_seconds, concurrency_key=job.concurrency_key,
-            created=True))
+        created.append(_created_job(
+            id=row[0], task_name=job.task_name, queue_name=job.queue_name, args=job_args, kwargs=job_kwargs,
+            priority=job.priority, max_attempts=job.max_attempts, lease_seconds=job.lease_seconds,
+            run_after=times[run_after], created_at=times[created_at], idempotency_key=job.idempotency_key,
+            timeout_seconds=job.timeout_seconds, concurrency_key=job.concurrency_key))
     return created
+
+
+def _created_job(id: int, task_name: str, queue_name: str, args: list[Any], kwargs: dict[str, Any], priority: int,
+                 max_attempts: int, lease_seconds: float, run_after: datetime, created_at: datetime,
+                 idempotency_key: str | None, timeout_seconds: float | None, concurrency_key: str | None) -> Job:
+    """A job as an enqueue wrote it. Built as a JobDraft (see there), and with positional
+    arguments: a class called with keywords collects them in a dict first, which costs as much
+    as the rest of building it. In the order of Job's fields."""
+    return JobDraft(id, task_name, queue_name, JobStatus.PENDING, args, kwargs, priority, 0, max_attempts,
+                    lease_seconds, run_after, created_at, None, None, idempotency_key, None, None, None,
+                    timeout_seconds, (), concurrency_key, True).job()
 
 
 def enqueue_results(jobs: Sequence[NewJob], created: Iterable[Job | None],

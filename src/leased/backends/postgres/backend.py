@@ -46,7 +46,10 @@ _CLOCK_SET: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 def _utc(value: datetime | None) -> datetime | None:
     # The session's TimeZone decides the offset psycopg returns; give the same UTC values as SQLite.
-    return None if value is None else value.astimezone(UTC)
+    # A naive time is one that the insert queries return as UTC (see insert_jobs).
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _lease_arrays(leases: Sequence[Lease]) -> dict[str, Any]:
@@ -242,7 +245,7 @@ class PostgresBackend(SQLBackend):
                             ) -> list[tuple[Job, bool]]:
         if type_name(connection) == "asyncpg.Connection":  # e.g. under SQLAlchemy's AsyncSession
             self._check_reach(await asyncpg_identity(connection, QUERIES["connection_identity"]))
-            return await enqueue_asyncpg(connection, QUERIES, jobs, self.clock.interval())
+            return await enqueue_asyncpg(connection, QUERIES, jobs, self.clock.interval(), _utc)
         if not isinstance(connection, psycopg.AsyncConnection):
             raise ConfigurationError(wrong_connection(connection, "psycopg.AsyncConnection", "PostgreSQL",
                                                       "aenqueue() writes with an async connection"))
