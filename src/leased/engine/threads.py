@@ -75,10 +75,11 @@ class HandlerThreads(Generic[Item]):
     a thread, or waits for run() to give it one.
 
     Idle threads are woken one at a time. run() wakes one, and the items given while it wakes wait
-    in line: the woken thread wakes the next idle one for them (it holds the GIL by then), and a
-    thread whose work is done takes one before it goes idle. Woken all at once, the hundreds of
-    threads a claim of a wave of jobs starts would all wait for the GIL together, each waking every
-    switch interval to ask for it again: several context switches per job on top of the handler's."""
+    in line: the woken thread wakes the next idle one for them (it holds the GIL by then), or
+    starts a thread for each if none is idle, and a thread whose work is done takes one before it
+    goes idle. Woken all at once, the hundreds of threads a claim of a wave of jobs starts would
+    all wait for the GIL together, each waking every switch interval to ask for it again: several
+    context switches per job on top of the handler's."""
 
     def __init__(self, work: Callable[[Item], Item | None], failed: Callable[[BaseException], None],
                  name: str = "leased-handler"):
@@ -131,13 +132,21 @@ class HandlerThreads(Generic[Item]):
 
     def _wake_next(self) -> None:
         """On a thread just woken: wake the next idle one for the first item in line, if any. With
-        none idle, the line waits for threads whose work is done."""
+        none idle, each item in line gets a new thread, as run() would have given it."""
         with self._lock:
-            if not (self._in_line and self._idle):
+            if self._in_line and self._idle:
+                inbox, item = self._idle.pop(), self._in_line.popleft()
+            else:
                 self._waking = False
-                return
-            inbox, item = self._idle.pop(), self._in_line.popleft()
-        inbox.put(item)
+                inbox, unthreaded = None, list(self._in_line)
+                self._in_line.clear()
+                first = self._started + 1
+                self._started += len(unthreaded)
+        if inbox is not None:
+            inbox.put(item)
+            return
+        for number, item in enumerate(unthreaded, first):
+            threading.Thread(target=self._serve, args=(item,), name=f"{self._name}-{number}", daemon=True).start()
 
     def _serve(self, item: Item | None) -> None:
         inbox: queue.SimpleQueue = queue.SimpleQueue()
