@@ -13,6 +13,7 @@ items, however many arrive meanwhile.
 from __future__ import annotations
 
 import asyncio
+import collections
 import queue
 import threading
 from typing import Callable, Generic, TypeVar
@@ -70,8 +71,15 @@ class LoopInbox(Generic[Item]):
 
 class HandlerThreads(Generic[Item]):
     """Runs items on reused threads: `work(item)` runs one and returns the next this thread should
-    run, or None when it has no more (its slot is free); the thread then waits for run() to give it
-    another."""
+    run, or None when it has no more (its slot is free); the thread then takes an item waiting for
+    a thread, or waits for run() to give it one.
+
+    Idle threads are woken one at a time. run() wakes one, and the items given while it wakes wait
+    in line: the woken thread wakes the next idle one for them (it holds the GIL by then), or
+    starts a thread for each if none is idle, and a thread whose work is done takes one before it
+    goes idle. Woken all at once, the hundreds of threads a claim of a wave of jobs starts would
+    all wait for the GIL together, each waking every switch interval to ask for it again: several
+    context switches per job on top of the handler's."""
 
     def __init__(self, work: Callable[[Item], Item | None], failed: Callable[[BaseException], None],
                  name: str = "leased-handler"):
@@ -80,16 +88,23 @@ class HandlerThreads(Generic[Item]):
         self._name = name
         self._lock = threading.Lock()
         self._idle: list[queue.SimpleQueue] = []  # the inboxes of threads waiting for an item
+        self._in_line: collections.deque[Item] = collections.deque()  # items given while a thread wakes
+        self._waking = False  # a thread was given an item and has not yet looked at the line
         self._started = 0
         self._closed = False
 
     def run(self, item: Item) -> None:
         """From any thread: run `item` on an idle thread, or on a new one if none is idle."""
         with self._lock:
+            if self._waking:
+                self._in_line.append(item)  # the thread waking wakes the next for it
+                return
             inbox = self._idle.pop() if self._idle else None
             if inbox is None:
                 self._started += 1
                 number = self._started
+            else:
+                self._waking = True
         if inbox is not None:
             inbox.put(item)
         else:
@@ -115,6 +130,24 @@ class HandlerThreads(Generic[Item]):
                 number = self._started
             threading.Thread(target=self._serve, args=(None,), name=f"{self._name}-{number}", daemon=True).start()
 
+    def _wake_next(self) -> None:
+        """On a thread just woken: wake the next idle one for the first item in line, if any. With
+        none idle, each item in line gets a new thread, as run() would have given it."""
+        with self._lock:
+            if self._in_line and self._idle:
+                inbox, item = self._idle.pop(), self._in_line.popleft()
+            else:
+                self._waking = False
+                inbox, unthreaded = None, list(self._in_line)
+                self._in_line.clear()
+                first = self._started + 1
+                self._started += len(unthreaded)
+        if inbox is not None:
+            inbox.put(item)
+            return
+        for number, item in enumerate(unthreaded, first):
+            threading.Thread(target=self._serve, args=(item,), name=f"{self._name}-{number}", daemon=True).start()
+
     def _serve(self, item: Item | None) -> None:
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         try:
@@ -122,11 +155,15 @@ class HandlerThreads(Generic[Item]):
                 while item is not None:
                     item = self._work(item)
                 with self._lock:
+                    if self._in_line:
+                        item = self._in_line.popleft()
+                        continue
                     if self._closed:
                         return
                     self._idle.append(inbox)
                 item = inbox.get()
                 if item is None:
                     return
+                self._wake_next()
         except BaseException as error:
             self._failed(error)
