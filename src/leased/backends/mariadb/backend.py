@@ -370,10 +370,9 @@ class MariaDBBackend(SQLBackend):
                     [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value,
                      end.result_json, end.last_error, end.retry_in_seconds or 0.0] for end in written]))
                 rows = [held[end.lease.job_id, end.lease.attempt] for end in written]
-                counts = finished_counts((row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status.value)
-                                         for end, row in zip(written, rows))
-                if counts:
-                    self._execute(connection, "count_finished", counts=counts)
+                self._count_finished(connection, finished_counts(
+                    (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status.value)
+                    for end, row in zip(written, rows)))
             return kept
 
         return self._transact(work)
@@ -400,9 +399,7 @@ class MariaDBBackend(SQLBackend):
             if expired:
                 self._execute(connection, "record_attempts", ends=running_records(expired, Outcome.EXPIRED))
                 self._execute(connection, "reclaim_expired", job_ids=_ids(expired))
-                counts = expired_failures(expired)
-                if counts:
-                    self._execute(connection, "count_finished", counts=counts)
+                self._count_finished(connection, expired_failures(expired))
             return len(expired)
 
         return self._transact(work)
@@ -516,6 +513,10 @@ class MariaDBBackend(SQLBackend):
     def prune_throughput(self, older_than_seconds: float) -> int:
         return self._transact(
             lambda connection: self._execute(connection, "prune_throughput", older_than=older_than_seconds).rowcount)
+
+    def _count_finished(self, connection: Any, counts: str | None) -> None:
+        if counts is not None:  # None: no job finished (every end a retry, every expired lease had attempts left)
+            self._execute(connection, "count_finished", counts=counts)
 
     def fold_throughput(self, older_than_seconds: float) -> int:
         def work(connection: Any) -> int:

@@ -50,6 +50,11 @@ def _time(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
+def _count_finished(connection: sqlite3.Connection, counts: str | None) -> None:
+    if counts is not None:  # None: no job finished (every end a retry, every expired lease had attempts left)
+        connection.execute(QUERIES["count_finished"], {"counts": counts})
+
+
 def _epoch(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
@@ -223,10 +228,9 @@ class SQLiteBackend(SQLBackend):
                 [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value, end.result_json,
                  end.last_error, end.retry_in_seconds or 0.0] for end in ends])}).fetchall()
             written = {(row["id"], row["attempt"]): row for row in rows}
-            counts = finished_counts((row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status.value)
-                                     for end in ends if (row := written.get((end.lease.job_id, end.lease.attempt))))
-            if counts:
-                connection.execute(QUERIES["count_finished"], {"counts": counts})
+            _count_finished(connection, finished_counts(
+                (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status.value)
+                for end in ends if (row := written.get((end.lease.job_id, end.lease.attempt)))))
         return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
@@ -251,9 +255,7 @@ class SQLiteBackend(SQLBackend):
         if expired:
             connection.execute(QUERIES["record_attempts"], {"ends": running_records(expired, Outcome.EXPIRED)})
             connection.execute(QUERIES["reclaim_expired"], {"job_ids": json.dumps([row["id"] for row in expired])})
-            counts = expired_failures(expired)
-            if counts:
-                connection.execute(QUERIES["count_finished"], {"counts": counts})
+            _count_finished(connection, expired_failures(expired))
         return len(expired)
 
     # Inspection and administration.
