@@ -136,7 +136,8 @@ def _as_job(draft: Any) -> Job:
 # Job in every way (type, equality, repr, frozen); the draft is not to be used after.
 JobDraft = make_dataclass(
     "JobDraft", [(f.name, f.type, field(default=f.default, default_factory=f.default_factory)) for f in fields(Job)],
-    slots=True, eq=False, repr=False, namespace={"job": _as_job}, module=__name__)
+    slots=True, eq=False, repr=False, namespace={"job": _as_job})
+JobDraft.__module__ = __name__  # make_dataclass's module= is Python 3.12's; the library runs on 3.11
 
 
 class ClaimedJob:
