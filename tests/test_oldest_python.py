@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from test_readme import quick_start
+from test_readme import quick_start, run
 
 ROOT = Path(__file__).parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -65,19 +65,12 @@ def oldest(tmp_path_factory) -> str:
     return python
 
 
-def run(python: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if key not in ("LEASED_DATABASE_URL", "PYENV_VERSION")}
-    result = subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result
-
-
 def test_every_module_compiles(oldest, tmp_path):
     # Syntax new in later Pythons (type parameter lists, nested f-string quotes) fails here.
     script = ("import pathlib, sys\n"
               "for path in sorted(pathlib.Path(sys.argv[1]).rglob('*.py')):\n"
               "    compile(path.read_text(), str(path), 'exec')\n")
-    run(oldest, ["-c", script, str(ROOT / "src" / "leased")], tmp_path)
+    run([oldest, "-c", script, str(ROOT / "src" / "leased")], tmp_path)
 
 
 def test_every_module_imports_where_its_dependencies_are_installed(oldest, tmp_path):
@@ -97,7 +90,7 @@ for module in pkgutil.walk_packages(leased.__path__, "leased."):
         imported.append(module.name)
 print(len(imported), " ".join(sorted(optional)))
 """
-    result = run(oldest, ["-c", script], tmp_path)
+    result = run([oldest, "-c", script], tmp_path)
     count, *missing = result.stdout.split()
     assert int(count) >= 40, result.stdout  # the core, the CLI, the engine and the SQLite backend at least
     assert "click" not in missing and "croniter" not in missing
@@ -105,11 +98,11 @@ print(len(imported), " ".join(sorted(optional)))
 
 def test_the_quick_start_runs(oldest, tmp_path):
     (tmp_path / "myapp.py").write_text(quick_start())
-    result = run(oldest, ["myapp.py"], tmp_path)
+    result = run([oldest, "myapp.py"], tmp_path)
     assert result.stdout.splitlines() == ["emailing the owner of proposal p-1", "done sent"]
 
 
 def test_the_demo_runs(oldest, tmp_path):
-    result = run(oldest, ["-m", "leased.cli.main", "demo", "--jobs", "12", "--seed", "1"], tmp_path)
+    result = run([oldest, "-m", "leased.cli.main", "demo", "--jobs", "12", "--seed", "1"], tmp_path)
     assert "leased demo --dashboard" in result.stdout
 
