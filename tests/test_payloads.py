@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leased import Backoff, ConfigurationError, PayloadError
-from leased.payloads import clean_text, encode_arguments
+from leased.payloads import Unreadable, clean_text, decode, encode_arguments
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
@@ -24,6 +26,19 @@ def test_any_json_payload_round_trips_exactly(app, args, kwargs):
     stored = app.get_job(job.id)
     assert (stored.args, stored.kwargs) == (args, kwargs)
     assert list(stored.kwargs) == list(kwargs)  # key order too
+
+
+@given(value=json_values, indent=st.sampled_from([None, 1]), padding=st.sampled_from(["", " ", "\n"]))
+def test_stored_json_decodes_as_json_loads_reads_it(value, indent, padding):
+    text = padding + json.dumps(value, indent=indent) + padding
+    assert decode(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["[1", "[1]x", "x", "", "{'a': 1}"])
+def test_stored_text_that_is_not_json_decodes_as_unreadable(text):
+    decoded = decode(text)
+    assert isinstance(decoded, Unreadable) and decoded.text == text
+    assert "line 1" in decoded.error  # json's own account of where it stopped
 
 
 @given(attempt=st.integers(min_value=1, max_value=10_000), u=st.floats(min_value=0, max_value=1))

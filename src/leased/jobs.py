@@ -70,6 +70,11 @@ class Lease:
     attempt: int
     worker_id: str
 
+    def __hash__(self) -> int:
+        # The worker keys its attempts by lease several times per job; the job id tells them apart
+        # (equality still compares all three), without the tuple the generated hash builds.
+        return hash(self.job_id)
+
 
 @dataclass(frozen=True, slots=True)
 class Job:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from leased.admin import WorkerInfo
-from leased.backends.base import JobFilter, WorkerRecord
+from leased.backends.base import AttemptEnd, JobFilter, WorkerRecord
 from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Outcome, with_running_attempt
 from leased.limits import QueueLimit, Rate
 
@@ -63,6 +63,20 @@ def running_records(rows: list[Mapping[str, Any]], outcome: Outcome, message: st
     how an expired lease's or a cancelled job's attempt ended, with `message` or the row's own."""
     return json.dumps([[row["id"], row["attempt"], row["lease_owner"], outcome.value, None,
                         row["message"] if message is None else message, None] for row in rows])
+
+
+def ends_json(ends: Sequence[AttemptEnd]) -> tuple[str, str]:
+    """record_attempts' and finish's :ends for these attempts' ends, in one pass over them (it is
+    per job on a drain's hot path; the statuses and outcomes are str enums, which JSON writes as
+    their values)."""
+    records, finishes = [], []
+    for end in ends:
+        lease = end.lease
+        job_id, attempt, worker_id = lease.job_id, lease.attempt, lease.worker_id
+        records.append([job_id, attempt, worker_id, end.outcome, end.error_type, end.error_message, end.traceback])
+        finishes.append([job_id, attempt, worker_id, end.job_status, end.result_json, end.last_error,
+                         end.retry_in_seconds or 0.0])
+    return json.dumps(records), json.dumps(finishes)
 
 
 def finished_counts(finished: Iterable[tuple[str, str, str, str]]) -> str | None:

@@ -31,7 +31,7 @@ from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, Wo
 from leased.backends.callers import wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.mariadb.limited import pick_limited
-from leased.backends.rows import (CANCELLED_BY_A_USER, expired_failures, finished_counts, queue_limit_params,
+from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failures, finished_counts, queue_limit_params,
                                  running_records, worker_params)
 from leased.backends.sql import load_migrations, load_queries
 from leased.backends.sql_backend import SQLBackend
@@ -363,15 +363,12 @@ class MariaDBBackend(SQLBackend):
             kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
             written = [end for end, flag in zip(ends, kept) if flag]
             if written:  # the records first: finish clears the leases they are read from
-                self._execute(connection, "record_attempts", ends=json.dumps([
-                    [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.outcome.value, end.error_type,
-                     end.error_message, end.traceback] for end in written]))
-                self._execute(connection, "finish", ends=json.dumps([
-                    [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value,
-                     end.result_json, end.last_error, end.retry_in_seconds or 0.0] for end in written]))
+                records, finishes = ends_json(written)
+                self._execute(connection, "record_attempts", ends=records)
+                self._execute(connection, "finish", ends=finishes)
                 rows = [held[end.lease.job_id, end.lease.attempt] for end in written]
                 self._count_finished(connection, finished_counts(
-                    (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status.value)
+                    (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
                     for end, row in zip(written, rows)))
             return kept
 

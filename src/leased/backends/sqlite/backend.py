@@ -22,7 +22,7 @@ from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, Wo
 from leased.backends.async_drivers import enqueue_aiosqlite
 from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
-from leased.backends.rows import (CANCELLED_BY_A_USER, expired_failures, finished_counts, queue_limit_params,
+from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failures, finished_counts, queue_limit_params,
                                  running_records, worker_params)
 from leased.backends.sql import Migration, load_migrations, load_queries
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
@@ -220,16 +220,13 @@ class SQLiteBackend(SQLBackend):
         if not ends:
             return []
         with self._write() as connection:
+            records, finishes = ends_json(ends)
             # The records first: both statements are fenced alike, and finish clears the lease.
-            connection.execute(QUERIES["record_attempts"], {"ends": json.dumps([
-                [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.outcome.value, end.error_type,
-                 end.error_message, end.traceback] for end in ends])})
-            rows = connection.execute(QUERIES["finish"], {"ends": json.dumps([
-                [end.lease.job_id, end.lease.attempt, end.lease.worker_id, end.job_status.value, end.result_json,
-                 end.last_error, end.retry_in_seconds or 0.0] for end in ends])}).fetchall()
+            connection.execute(QUERIES["record_attempts"], {"ends": records})
+            rows = connection.execute(QUERIES["finish"], {"ends": finishes}).fetchall()
             written = {(row["id"], row["attempt"]): row for row in rows}
             _count_finished(connection, finished_counts(
-                (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status.value)
+                (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
                 for end in ends if (row := written.get((end.lease.job_id, end.lease.attempt)))))
         return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
 
