@@ -219,8 +219,8 @@ class SQLiteBackend(SQLBackend):
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
         if not ends:
             return []
+        records, finishes = ends_json(ends)  # before the write lock: others may be waiting for it
         with self._write() as connection:
-            records, finishes = ends_json(ends)
             # The records first: both statements are fenced alike, and finish clears the lease.
             connection.execute(QUERIES["record_attempts"], {"ends": records})
             rows = connection.execute(QUERIES["finish"], {"ends": finishes}).fetchall()
