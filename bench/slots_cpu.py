@@ -63,8 +63,8 @@ def where_time_went(runs: list[tuple[int, float, float]], slots: int, sleep: flo
     by_thread: dict[int, list[tuple[float, float]]] = collections.defaultdict(list)
     for thread, start, end in runs:
         by_thread[thread].append((start, end))
-    gaps = sorted(following[0] - previous[1] for spans in by_thread.values()
-                  for previous, following in zip(sorted(spans), sorted(spans)[1:]))
+    gaps = sorted(following[0] - previous[1] for spans in map(sorted, by_thread.values())
+                  for previous, following in zip(spans, spans[1:]))
     handoff = (f"{gaps[len(gaps) // 2] * 1000:.2f}/{gaps[len(gaps) * 9 // 10] * 1000:.1f}" if gaps else "-")
     return f"   {spread * 1000:>7.1f} {middle:>6} {handoff:>10}"
 
