@@ -66,7 +66,7 @@ def test_first_use_inside_callers_transaction_without_the_schema(database_url, b
     lines = _first_use(database_url)
     if backend_name == "sqlite":  # creating it would wait for the caller's own write lock: say what to do
         error, job_id = lines
-        assert error.startswith("ConfigurationError: the leased schema is missing") and "leased migrate" in error
+        assert error.startswith("SchemaNotReady: the leased schema is missing") and "leased migrate" in error
     else:  # the caller's transaction holds no lock of ours: created on a connection of our own
         (job_id,) = lines
     app = Leased(database_url)
@@ -139,3 +139,94 @@ def test_a_postgres_connection_to_another_database_or_schema_is_refused(app):
 
     with pytest.raises(ConfigurationError, match="reaches database 'postgres'"):
         asyncio.run(enqueue_on_another_database())
+
+
+def _another_apps_database(backend_name: str, tmp_path: Path):
+    """A database of its own with leased's schema in it: another app's, where no worker of ours looks."""
+    if backend_name == "sqlite":
+        from contextlib import nullcontext
+
+        return nullcontext(f"sqlite:///{tmp_path / 'other.db'}")
+    if backend_name == "mariadb":
+        from conftest import mariadb_database
+
+        return mariadb_database()
+    from conftest import postgres_schema
+
+    return postgres_schema()
+
+
+def test_a_connection_to_another_apps_database_is_refused_before_writing(app, backend_name, tmp_path):
+    """The rule of every backend: connection= must reach the app's own jobs table. Otherwise the job
+    would commit, created=True, where no worker of this app ever looks."""
+    import connections
+
+    @app.task(name="t")
+    def t(n): ...
+
+    app.migrate()
+    with _another_apps_database(backend_name, tmp_path) as other_url:
+        other_app = Leased(other_url)
+        other_app.migrate()
+        connection = connections.connect(other_url)
+        with pytest.raises(ConfigurationError, match=r"^connection= reaches .*, not this app's .*no worker of this "
+                                                     r"app looks\. Pass a connection to the app's own database"):
+            t.using(connection=connection).enqueue(1)
+        connection.commit()
+        connection.close()
+        assert other_app.counts() == {} and app.counts() == {}, "nothing was written anywhere"
+        other_app.close()
+
+
+@pytest.mark.parametrize("backend_name", ["sqlite"], indirect=True)
+def test_sqlite_knows_its_file_however_the_path_is_spelled(app, tmp_path, monkeypatch):
+    @app.task(name="t")
+    def t(n): ...
+
+    app.migrate()
+    path = Path(app.database_url[len("sqlite:///"):])
+    (tmp_path / "link.db").symlink_to(path)
+    monkeypatch.chdir(path.parent)
+    for spelling in (path.name, str(tmp_path / "link.db"), str(path)):  # relative, a symlink, absolute
+        with sqlite3.connect(spelling) as connection:
+            assert t.using(connection=connection).enqueue(spelling).created
+    assert app.counts()["default"]["pending"] == 3
+    memory = sqlite3.connect(":memory:")
+    with pytest.raises(ConfigurationError, match=r"reaches an in-memory or temporary SQLite database.*pass "
+                                                 r"sqlite3.connect\(.*\), in tests too"):
+        t.using(connection=memory).enqueue(1)
+
+
+@pytest.mark.parametrize("backend_name", ["sqlite"], indirect=True)
+def test_sqlite_refuses_another_file_on_the_async_path(app, tmp_path):
+    aiosqlite = pytest.importorskip("aiosqlite")
+
+    @app.task(name="t")
+    def t(n): ...
+
+    app.migrate()
+    Leased(f"sqlite:///{tmp_path / 'other.db'}").migrate()
+
+    async def enqueue_on(path):
+        async with aiosqlite.connect(path) as connection:
+            return await t.using(connection=connection).aenqueue(1)
+
+    with pytest.raises(ConfigurationError, match="reaches SQLite file '.*other.db', not this app's"):
+        asyncio.run(enqueue_on(tmp_path / "other.db"))
+    assert asyncio.run(enqueue_on(app.database_url[len("sqlite:///"):])).created
+
+
+@pytest.mark.parametrize("backend_name", ["mariadb"], indirect=True)
+def test_mariadb_knows_its_server_however_it_is_addressed(app):
+    import connections
+
+    @app.task(name="t")
+    def t(n): ...
+
+    app.migrate()
+    for url in (app.database_url, app.database_url.replace("127.0.0.1", "localhost")):  # TCP, then the socket
+        connection = connections.connect(url)
+        assert t.using(connection=connection).enqueue(1).created
+        connection.commit()
+        connection.close()
+    assert app.counts()["default"]["pending"] == 2

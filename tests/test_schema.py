@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from leased import Leased
+from leased.backends import connect
 from leased.backends import sql
 
 BACKENDS_DIR = Path(__file__).parent.parent / "src" / "leased" / "backends"
@@ -20,13 +21,13 @@ EVERY_VERSION = [int(path.name[:4]) for path in sorted((BACKENDS_DIR / "sqlite" 
 
 def test_migrate_is_idempotent(database_url):
     app = Leased(database_url, migrate=False)
-    assert app.backend.migrate() == EVERY_VERSION
-    assert app.backend.migrate() == []
+    assert app.migrate() == EVERY_VERSION
+    assert app.migrate() == []
     app.close()
 
 
 def test_concurrent_migrators_all_succeed_with_one_schema(database_url):
-    script = "import sys; from leased import Leased; print(Leased(sys.argv[1], migrate=False).backend.migrate())"
+    script = "import sys; from leased import Leased; print(Leased(sys.argv[1], migrate=False).migrate())"
     processes = [subprocess.Popen([sys.executable, "-c", script, database_url], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outputs = [process.communicate(timeout=60) for process in processes]
@@ -59,7 +60,7 @@ def test_printed_sql_builds_the_schema_that_migrate_builds(backend_name, tmp_pat
     if backend_name == "sqlite":
         migrated, printed = str(tmp_path / "a.db"), str(tmp_path / "b.db")
         Leased(f"sqlite:///{migrated}").backend.migrate()
-        sqlite3.connect(printed).executescript(Leased(f"sqlite:///{printed}", migrate=False).backend.migration_sql())
+        sqlite3.connect(printed).executescript(Leased(f"sqlite:///{printed}", migrate=False).migration_sql())
         assert _sqlite_schema(migrated) == _sqlite_schema(printed)
         return
     import psycopg
@@ -67,7 +68,7 @@ def test_printed_sql_builds_the_schema_that_migrate_builds(backend_name, tmp_pat
     with postgres_schema() as migrated, postgres_schema() as printed:
         Leased(migrated).backend.migrate()
         with psycopg.connect(printed) as connection:
-            connection.execute(Leased(printed, migrate=False).backend.migration_sql())
+            connection.execute(Leased(printed, migrate=False).migration_sql())
         assert _postgres_schema(migrated) == _postgres_schema(printed)
 
 
@@ -100,17 +101,17 @@ def test_a_migration_merged_later_into_a_gap_is_still_applied(database_url):
     from leased.backends.sql import Migration
 
     app = Leased(database_url, migrate=False)
-    backend_class = type(app.backend)
+    backend_class = type(connect(database_url))  # the class, unopened: the schema is not there yet
     migrations = backend_class._migrations
     last = migrations[-1].version
     early = Migration(last + 2, "merged_early", "CREATE TABLE leased_merged_early (id integer);")
     late = Migration(last + 1, "merged_late", "CREATE TABLE leased_merged_late (id integer);")
     try:
         backend_class._migrations = [*migrations, early]
-        assert app.backend.migrate() == [m.version for m in migrations] + [early.version]
+        assert app.migrate() == [m.version for m in migrations] + [early.version]
         backend_class._migrations = [*migrations, late, early]
-        assert app.backend.migrate() == [late.version]
-        assert app.backend.migrate() == []
+        assert app.migrate() == [late.version]
+        assert app.migrate() == []
     finally:
         backend_class._migrations = migrations
         app.close()
@@ -122,11 +123,11 @@ def test_the_upgrade_to_counted_finishes_carries_over_what_was_counted(database_
     from conftest import raw_sql, time_literal
 
     app = Leased(database_url, migrate=False)
-    backend_class = type(app.backend)
+    backend_class = type(connect(database_url))  # the class, unopened: the schema is not there yet
     migrations = backend_class._migrations
     try:
         backend_class._migrations = [migration for migration in migrations if migration.version < 11]
-        app.backend.migrate()
+        app.migrate()
     finally:
         backend_class._migrations = migrations
     minute = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=5)
@@ -138,7 +139,7 @@ def test_the_upgrade_to_counted_finishes_carries_over_what_was_counted(database_
     raw_sql(app, "INSERT INTO leased_throughput (minute, queue_name, task_name, done, failed) "
                  f"VALUES ({time_literal(app, minute)}, 'q', 't', 5, 1)")
     try:
-        assert app.backend.migrate() == [11]
+        assert app.migrate() == [11]
         assert [(row.minute, row.queue_name, row.task_name, row.done, row.failed)
                 for row in app.throughput(timedelta(hours=1))] == [(minute, "q", "t", 7, 2)]
         assert app.overview().queues[0].done_recently == 7

@@ -63,20 +63,40 @@ class Leased:
     def backend(self) -> Backend:
         return self._backend or self._open()
 
-    def _open(self, callers_connection: Any = None) -> Backend:
-        """Connect and migrate, once. A first use inside the caller's transaction (`callers_connection`)
-        must not wait on that transaction's own locks: see the backends' migrate()."""
+    def _open(self, callers_connection: Any = None, *, migrating: bool = False) -> Backend:
+        """Connect and migrate (or, with migrate=False, check the schema), once. A first use inside the
+        caller's transaction (`callers_connection`) must not wait on that transaction's own locks: see
+        the backends' migrate(). `migrating`: for migrate() itself, which neither checks nor applies."""
         with self._lock:
             if self._backend is None:
                 backend = connect(self.database_url)
-                if self.auto_migrate:
-                    _migrate(backend, callers_connection)
+                if migrating:  # migrate() is about to make the schema current
+                    self._backend = backend
+                    return backend
+                try:
+                    if self.auto_migrate:
+                        _migrate(backend, callers_connection)
+                    else:  # every entry point (worker, CLI, dashboard, producer) learns it here, in one line
+                        backend.check_schema()
+                except BaseException:
+                    backend.close()
+                    raise
                 self._backend = backend
         return self._backend
 
     def migrate(self) -> list[int]:
         """Create or upgrade the schema now (e.g. at start-up); returns the versions applied."""
-        return self.backend.migrate()
+        return (self._backend or self._open(migrating=True)).migrate()
+
+    def migration_sql(self) -> str:
+        """The schema as one SQL script, for users who apply it with their own migration tool."""
+        if self._backend is not None:
+            return self._backend.migration_sql()
+        backend = connect(self.database_url)  # printing needs no connection, and checks nothing
+        try:
+            return backend.migration_sql()
+        finally:
+            backend.close()
 
     def close(self) -> None:
         with self._lock:

@@ -9,6 +9,11 @@ class ConfigurationError(LeasedError, ValueError):
     """A setting or argument is wrong; the message names it and the fix."""
 
 
+class SchemaNotReady(ConfigurationError):
+    """leased's tables are missing from the database, or at a version this code does not run on.
+    Not transient: a worker stops at once rather than retrying; the message says what to run."""
+
+
 class PayloadError(LeasedError, TypeError):
     """Job arguments or a result cannot be stored as JSON, or are too large."""
 

@@ -318,7 +318,12 @@ class Backend(Protocol):
         """Apply pending migrations; safe when several processes call it at once. Returns versions applied.
 
         Takes no lock when the schema is current. `callers_connection`: the first use is inside the
-        caller's transaction on it, which must not be waited on."""
+        caller's transaction on it, which must not be waited on. A schema newer than the code is
+        refused with SchemaNotReady."""
+
+    def check_schema(self) -> None:
+        """Raise SchemaNotReady unless the schema is the one this code runs on (missing, older or
+        newer all say so, and what to run). Takes no lock and writes nothing."""
 
     def migration_sql(self) -> str: ...
 

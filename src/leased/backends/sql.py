@@ -52,3 +52,22 @@ def load_migrations(folder: Path) -> list[Migration]:
     if not versions or versions[0] != 1 or any(a >= b for a, b in zip(versions, versions[1:])):
         raise ValueError(f"{folder}: migrations must be numbered 0001, 0002, ..., each once, got {versions}")
     return migrations
+
+
+MIGRATE_HINT = "run `leased migrate APP` (or app.migrate() in your code)"
+
+
+def schema_problem(applied: set[int], migrations: list[Migration], where: str) -> str | None:
+    """Why a database whose recorded versions are `applied` cannot run this leased, or None.
+    One text for every entry point (worker, CLI, dashboard, producers), said in one line."""
+    known = {migration.version for migration in migrations}
+    if not applied:
+        return f"leased's schema is missing from {where}: {MIGRATE_HINT} to create it"
+    if applied - known:
+        return (f"leased's schema in {where} is newer than this leased (it has version {max(applied)}, this leased "
+                f"knows up to {max(known)}): upgrade leased to the release that migrated it, or a later one")
+    missing = sorted(known - applied)
+    if missing:
+        return (f"leased's schema in {where} is older than this leased (version{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(map(str, missing))} not applied): {MIGRATE_HINT} to upgrade it")
+    return None

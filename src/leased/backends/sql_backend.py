@@ -37,9 +37,9 @@ from leased.backends.rows import (
     queue_limit_from_row,
     worker_from_row,
 )
-from leased.backends.sql import Migration
+from leased.backends.sql import Migration, schema_problem
 from leased.backends.ticks import ScheduleStore
-from leased.errors import InvalidTransition, JobNotFound
+from leased.errors import InvalidTransition, JobNotFound, SchemaNotReady
 from leased.jobs import Attempt, ClaimedJob, Job
 from leased.limits import QueueLimit
 
@@ -51,6 +51,7 @@ class SQLBackend(InspectionReads, ScheduleStore):
     _queries: dict[str, str]
     _migrations: list[Migration]
     _now_sql: str  # the database's now in a literal script, for migration_sql()
+    _where: str  # the database, named for messages (never with a password)
     # Datagrams to the live workers on this host, where the database has no NOTIFY (SQLite, MariaDB).
     _waker: Waker | None = None
 
@@ -159,19 +160,27 @@ class SQLBackend(InspectionReads, ScheduleStore):
         return job
 
     # Schema.
-    def _missing_versions(self) -> set[int]:
-        """Migrations not applied yet, read without a lock (every one before the first migration)."""
-        every = {migration.version for migration in self._migrations}
+    def _applied_versions(self) -> set[int]:
+        """The versions recorded as applied, read without a lock (none before the first migration)."""
         try:
-            return every - {row["version"] for row in self._rows("applied_versions")}
+            return {row["version"] for row in self._rows("applied_versions")}
         except Exception as error:
-            if self._is_missing_table(error):
-                return every
+            if isinstance(error, SchemaNotReady) or self._is_missing_table(error):
+                return set()
             raise
 
+    def check_schema(self) -> None:
+        """Raises SchemaNotReady unless the schema is exactly what this code runs on (no lock taken)."""
+        problem = schema_problem(self._applied_versions(), self._migrations, self._where)
+        if problem:
+            raise SchemaNotReady(problem)
+
     def migrate(self, callers_connection: Any = None) -> list[int]:
-        """Apply what is missing. Finding the schema current takes no lock."""
-        if not self._missing_versions():
+        """Apply what is missing. Finding the schema current takes no lock; a newer one is refused."""
+        applied = self._applied_versions()
+        if applied - {migration.version for migration in self._migrations}:
+            raise SchemaNotReady(schema_problem(applied, self._migrations, self._where))
+        if all(migration.version in applied for migration in self._migrations):
             return []
         applied = []
         with self._migration_transaction() as connection:

@@ -400,11 +400,11 @@ def migrate(ctx: click.Context, app_spec: str | None, database: str | None, prin
 
     Leased applies it on first use anyway, unless created with Leased(migrate=False).
     """
-    backend = open_app(ctx, app_spec, database, migrating=True).backend
+    app = open_app(ctx, app_spec, database, migrating=True)
     if print_sql:
-        click.echo(backend.migration_sql(), nl=False)
+        click.echo(app.migration_sql(), nl=False)
         return
-    applied = backend.migrate()
+    applied = app.migrate()
     if applied:
         click.echo("applied migration" + ("s " if len(applied) > 1 else " ") + ", ".join(f"{v:04d}" for v in applied))
     else:

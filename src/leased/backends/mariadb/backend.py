@@ -28,16 +28,16 @@ from MySQLdb.cursors import Cursor, DictCursor
 
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
-from leased.backends.callers import wrong_connection
+from leased.backends.callers import not_ours, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.mariadb.limited import pick_limited
 from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failures, finished_counts, queue_limit_params,
                                  running_records, worker_params)
-from leased.backends.sql import load_migrations, load_queries
+from leased.backends.sql import load_migrations, load_queries, schema_problem
 from leased.backends.sql_backend import SQLBackend
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
 from leased.clock import Clock
-from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition
+from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition, SchemaNotReady
 from leased.jobs import ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 from leased.payloads import decode
@@ -134,6 +134,9 @@ class MariaDBBackend(SQLBackend):
         self.clock = Clock()  # what leased_now() adds to the server's clock, on our sessions and callers'
         # The offset each session was given (ours and callers'): sessions start without one.
         self._clock_set: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        # Which server and database each caller's connection reaches, and ours (see _check_reach).
+        self._reached: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()
+        self._identity: tuple | None = None
 
     def __repr__(self) -> str:
         return f"MariaDBBackend({self._where})"
@@ -173,6 +176,26 @@ class MariaDBBackend(SQLBackend):
             raise ConfigurationError(f"{self._where}: {problem}")
         self._server_checked = True
 
+    def _check_reach(self, connection: Any) -> None:
+        """A caller's connection must reach our server and database: read once per connection
+        (a USE afterwards is not seen), and ours read again before blaming theirs."""
+        theirs = self._reached.get(connection)
+        if theirs is None:
+            with self._translated(), connection.cursor() as cursor:
+                cursor.execute(QUERIES["connection_identity"])
+                theirs = self._reached[connection] = tuple(cursor.fetchone())
+        for fresh in (False, True):
+            if fresh or self._identity is None:
+                self._identity = tuple(self._rows("connection_identity")[0].values())
+            if theirs == self._identity:
+                return
+        host, port, _, database = theirs
+        if theirs[:3] != self._identity[:3]:
+            reach = f"another MariaDB server ({host}, port {port})"
+        else:
+            reach = "no database (none selected)" if database is None else f"database {database!r}"
+        raise ConfigurationError(not_ours(reach, self._where))
+
     def _set_clock(self, connection: Any) -> None:
         """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
         if self._clock_set.get(connection) != self.clock.offset:
@@ -204,6 +227,10 @@ class MariaDBBackend(SQLBackend):
             if number in CONNECTION_LOST or number is None or number >= 2000:
                 self._forget_connection()  # the next call connects again
                 raise DatabaseUnavailable(f"lost the connection to {self._where}: {error.args[-1]}") from error
+            raise
+        except MySQLdb.ProgrammingError as error:
+            if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
+                raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
             raise
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
@@ -282,6 +309,7 @@ class MariaDBBackend(SQLBackend):
             if not isinstance(connection, MySQLdb.connections.Connection):
                 raise ConfigurationError(wrong_connection(connection, "MySQLdb.Connection", "MariaDB"))
             self._check_server(connection)
+            self._check_reach(connection)
             with self._translated():  # the caller's transaction: we never commit it
                 self._set_clock(connection)
                 return self._insert(connection, jobs)
@@ -557,7 +585,8 @@ class MariaDBBackend(SQLBackend):
                 cursor.execute(statement)
 
     def _is_missing_table(self, error: BaseException) -> bool:
-        return isinstance(error, MySQLdb.ProgrammingError) and _errno(error) == ER_NO_SUCH_TABLE
+        return (isinstance(error, MySQLdb.ProgrammingError) and _errno(error) == ER_NO_SUCH_TABLE
+                and ".leased_" in str(error))  # "Table 'test.leased_jobs' doesn't exist"
 
 
 def _statements(script: str) -> list[str]:

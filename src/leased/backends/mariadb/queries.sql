@@ -679,3 +679,8 @@ SELECT at FROM (
 -- name: why_schedule_tick
 -- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.
 SELECT schedule_name, tick_at FROM leased_schedule_ticks WHERE schedule_name = %(task_name)s AND job_id = %(job_id)s;
+
+-- name: connection_identity
+-- Which server and database a connection reaches, however it was addressed (a host name, an
+-- address, a socket): a caller's connection= must reach ours.
+SELECT @@hostname AS host, @@port AS port, @@datadir AS datadir, DATABASE() AS database_name;

@@ -28,10 +28,10 @@ from leased.backends.enqueueing import jobs_json
 from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.postgres import callers
 from leased.backends.postgres.listener import Listener
-from leased.backends.sql import load_migrations, load_queries
+from leased.backends.sql import load_migrations, load_queries, schema_problem
 from leased.backends.sql_backend import SQLBackend
 from leased.clock import Clock
-from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition
+from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition, SchemaNotReady
 from leased.jobs import ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 
@@ -180,6 +180,10 @@ class PostgresBackend(SQLBackend):
                 f"(all {self._sizes[1]} busy, or the database is unreachable)") from None
         except (errors.DeadlockDetected, errors.SerializationFailure) as error:
             raise DatabaseConflict(f"{self._where}: {_first_line(error)}; nothing was written") from error
+        except errors.UndefinedTable as error:
+            if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
+                raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
+            raise
         except psycopg.OperationalError as error:
             if _is_connection_failure(error):
                 raise DatabaseUnavailable(f"lost the connection to {self._where}: {_first_line(error)}") from error
@@ -455,4 +459,4 @@ class PostgresBackend(SQLBackend):
         return connection.execute(QUERIES[name], params)
 
     def _is_missing_table(self, error: BaseException) -> bool:
-        return isinstance(error, errors.UndefinedTable)
+        return isinstance(error, errors.UndefinedTable) and '"leased_' in str(error)

@@ -12,6 +12,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from leased.backends.callers import not_ours
+
 Identity = tuple  # (server start time, port, database, oid of the leased_jobs the search_path finds)
 
 _IDENTITIES: weakref.WeakKeyDictionary[Any, Identity] = weakref.WeakKeyDictionary()
@@ -46,5 +48,4 @@ def mismatch(theirs: Identity, ours: Identity, where: str) -> str | None:
     else:
         reach = f"database {database!r} with a search_path that finds " + (
             "no leased_jobs table" if jobs_table is None else "another leased_jobs table")
-    return (f"connection= reaches {reach}, not this app's {where}: the job would be written where no worker of "
-            "this app looks. Pass a connection to the app's own database, or enqueue without connection=")
+    return not_ours(reach, where)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -20,11 +21,11 @@ from typing import Any, Callable, Iterator, Sequence
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.async_drivers import enqueue_aiosqlite
-from leased.backends.callers import type_name, wrong_connection
+from leased.backends.callers import not_ours, type_name, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failures, finished_counts, queue_limit_params,
                                  running_records, worker_params)
-from leased.backends.sql import Migration, load_migrations, load_queries
+from leased.backends.sql import MIGRATE_HINT, load_migrations, load_queries, schema_problem
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
 from leased.backends.sql_backend import SQLBackend
@@ -35,6 +36,7 @@ from leased.errors import (
     DatabaseLocked,
     DatabaseUnavailable,
     InvalidTransition,
+    SchemaNotReady,
 )
 from leased.jobs import ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
@@ -74,6 +76,8 @@ def prepare_connection(connection: sqlite3.Connection, now: Callable[[], float] 
 class SQLiteBackend(SQLBackend):
     def __init__(self, path: str):
         self.path = path
+        self._where = f"SQLite database {path!r}"
+        self._files_reached: set[str] = set()  # callers' main database files found to be ours
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -133,9 +137,11 @@ class SQLiteBackend(SQLBackend):
         except sqlite3.OperationalError as error:
             raise self._unavailable(error) from error
 
-    def _unavailable(self, error: sqlite3.OperationalError) -> DatabaseUnavailable:
-        """sqlite3's errors stop here: a lock held past the wait, disk I/O errors, a missing table.
-        The engine retries them as it retries a lost server."""
+    def _unavailable(self, error: sqlite3.OperationalError) -> DatabaseUnavailable | SchemaNotReady:
+        """sqlite3's errors stop here: a lock held past the wait and disk I/O errors, which the
+        engine retries as it retries a lost server, and a missing table, which it does not."""
+        if _is_missing_table(error):
+            return SchemaNotReady(schema_problem(set(), self._migrations, self._where))
         if is_lock_error(error):
             return DatabaseLocked(lock_message(self.path, "read"))
         return DatabaseUnavailable(f"SQLite database {self.path!r}: {error}")
@@ -157,7 +163,8 @@ class SQLiteBackend(SQLBackend):
     def enqueue(self, jobs: Sequence[NewJob], connection: sqlite3.Connection | None = None) -> list[tuple[Job, bool]]:
         if connection is not None:
             # The caller's transaction: write with their connection and leave commit to them.
-            prepare_connection(_callers(connection), self.clock.now)
+            self._check_reach(_callers(connection))
+            prepare_connection(connection, self.clock.now)
             with translated_lock_errors(self.path):
                 return self._insert(connection, jobs)
         with self._write() as own:
@@ -169,6 +176,8 @@ class SQLiteBackend(SQLBackend):
         """On a thread, so that waiting for the write lock does not stop the event loop; on the loop
         itself only when the caller's connection refuses other threads (check_same_thread)."""
         if type_name(connection) == "aiosqlite.Connection":  # e.g. under SQLAlchemy's AsyncSession
+            async with connection.execute(QUERIES["main_database_file"]) as cursor:
+                self._check_file(tuple(await cursor.fetchone())[0])
             return await enqueue_aiosqlite(connection, QUERIES, jobs, _time, self.clock.now)
         try:
             return await asyncio.to_thread(self.enqueue, jobs, connection)
@@ -176,6 +185,31 @@ class SQLiteBackend(SQLBackend):
             if "same thread" not in str(error):
                 raise
             return self.enqueue(jobs, connection)  # refused at its first call: nothing was written
+
+    def _check_reach(self, connection: sqlite3.Connection) -> None:
+        cursor = connection.cursor()
+        cursor.row_factory = None  # on the cursor: the caller's connection may use any row factory
+        self._check_file(cursor.execute(QUERIES["main_database_file"]).fetchone()[0])
+
+    def _check_file(self, file: str) -> None:
+        """A caller's connection must have our file as its main database: the same file by device
+        and inode, however its path was spelled (relative, through a symlink). A sqlite3 connection
+        takes no weak reference to remember it by, so each call reads its file's name (a pragma,
+        no I/O) and each name is compared with ours once."""
+        if file in self._files_reached:
+            return
+        if not file:
+            raise ConfigurationError(not_ours(
+                "an in-memory or temporary SQLite database", self._where,
+                f"leased's jobs live in a file that every worker opens: pass sqlite3.connect({self.path!r}), "
+                "in tests too (a temporary file, not ':memory:')"))
+        try:
+            same = os.path.samefile(file, self.path)
+        except OSError:  # ours does not exist (yet): theirs, which does, is another file
+            same = False
+        if not same:
+            raise ConfigurationError(not_ours(f"SQLite file {file!r}", self._where))
+        self._files_reached.add(file)
 
     def _insert_rows(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Any]:
         cursor = connection.cursor()
@@ -380,17 +414,28 @@ class SQLiteBackend(SQLBackend):
         which holds the write lock, must not wait on it. Inside one, a missing schema is an error
         that says to migrate first: creating it in the caller's transaction would tie our schema to
         their commit or rollback."""
-        if callers_connection is not None and _callers(callers_connection).in_transaction:
-            if _missing_versions(callers_connection, self._migrations):
-                raise ConfigurationError(
+        if callers_connection is not None:
+            self._check_reach(_callers(callers_connection))  # before the schema: theirs may have none
+        if callers_connection is not None and callers_connection.in_transaction:
+            known = {migration.version for migration in self._migrations}
+            if known - _applied_versions(callers_connection):
+                raise SchemaNotReady(
                     f"the leased schema is missing or behind in SQLite database {self.path!r}, and this first "
                     "use is inside your open transaction on connection=, whose write lock creating it would "
                     "wait for: create it first with `leased migrate APP`, or app.migrate() at start-up")
             return []
         return super().migrate()
 
-    def _missing_versions(self) -> set[int]:
-        return _missing_versions(self._connection(), self._migrations)
+    def _applied_versions(self) -> set[int]:
+        return _applied_versions(self._connection())
+
+    def check_schema(self) -> None:
+        # Opening a missing file would create it, empty: a typo in the path would then look like
+        # a database whose schema nobody applied.
+        if not Path(self.path).exists():
+            raise SchemaNotReady(f"SQLite database {self.path!r} does not exist (a typo in the path?): "
+                                 f"{MIGRATE_HINT} to create it there")
+        super().check_schema()
 
     def _migration_transaction(self) -> Any:
         return self._write()
@@ -403,7 +448,7 @@ class SQLiteBackend(SQLBackend):
         return connection.execute(QUERIES[name], params)
 
     def _is_missing_table(self, error: BaseException) -> bool:
-        return isinstance(error, sqlite3.OperationalError) and "no such table" in str(error)
+        return _is_missing_table(error)
 
 
 def _statements(script: str) -> list[str]:
@@ -417,20 +462,23 @@ def _statements(script: str) -> list[str]:
     return [s for s in statements if s.strip()]
 
 
+def _is_missing_table(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and "no such table: leased_" in str(error)
+
+
 def _callers(connection: Any) -> sqlite3.Connection:
     if not isinstance(connection, sqlite3.Connection):
         raise ConfigurationError(wrong_connection(connection, "sqlite3.Connection", "SQLite"))
     return connection
 
 
-def _missing_versions(connection: sqlite3.Connection, migrations: list[Migration]) -> set[int]:
-    """Migrations not applied yet, read without a write lock (every one before the first migration)."""
+def _applied_versions(connection: sqlite3.Connection) -> set[int]:
+    """The versions recorded as applied, read without a write lock (none before the first migration)."""
     cursor = connection.cursor()
     cursor.row_factory = None  # on the cursor: a caller's connection may use any row factory
     try:
-        applied = {row[0] for row in cursor.execute(QUERIES["applied_versions"])}
+        return {row[0] for row in cursor.execute(QUERIES["applied_versions"])}
     except sqlite3.OperationalError as error:
-        if "no such table" in str(error):
-            return {migration.version for migration in migrations}
+        if _is_missing_table(error):
+            return set()
         raise
-    return {migration.version for migration in migrations} - applied

@@ -647,3 +647,8 @@ ORDER BY started_at DESC LIMIT 1 OFFSET :rate_count - 1;
 -- name: why_schedule_tick
 -- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.
 SELECT schedule_name, tick_at FROM leased_schedule_ticks WHERE schedule_name = :task_name AND job_id = :job_id;
+
+-- name: main_database_file
+-- The file a connection's main database is, as an absolute path ('' for :memory: and temporary
+-- databases): a caller's connection= must have ours.
+SELECT file FROM pragma_database_list WHERE name = 'main';
