@@ -472,3 +472,16 @@ def test_pause_resume_stats_and_prune(cli, app):
     assert cli.run("prune", "--database", cli.url, "--older-than", "1ms").stdout.startswith("deleted 1 done")
     assert app.counts() == {}
     assert "'soon' is not a duration" in cli.run("prune", APP, "--older-than", "soon", code=2).stderr
+
+
+def test_without_the_schema_every_command_says_to_migrate_and_the_worker_exits_at_once(cli, backend_name):
+    (cli.cwd / "unmigrated_app.py").write_text(
+        "import os\nfrom leased import Leased\n\napp = Leased(os.environ['TEST_APP_URL'], migrate=False)\n\n\n"
+        "@app.task(name='add')\ndef add(a, b):\n    return a + b\n")
+    missing = "does not exist (a typo in the path?)" if backend_name == "sqlite" else "leased's schema is missing from"
+    for command in (["worker", "unmigrated_app:app"], ["jobs", "unmigrated_app:app"], ["show", "unmigrated_app:app", "1"],
+                    ["enqueue", "unmigrated_app:app", "add", "[1, 2]"]):
+        line = cli.error(*command)
+        assert missing in line and "run `leased migrate" in line, (command, line)
+    cli.run("migrate", "unmigrated_app:app")  # what the line says; then the same commands work
+    assert json.loads(cli.run("enqueue", "unmigrated_app:app", "add", "[1, 2]", "--json").stdout)["status"] == "pending"

@@ -145,3 +145,66 @@ def test_the_upgrade_to_counted_finishes_carries_over_what_was_counted(database_
         assert app.overview().queues[0].done_recently == 7
     finally:
         app.close()
+
+
+# A database without leased's schema (migrate=False, or a DBA who has not migrated yet), with the
+# schema older than the code, or newer: every entry point says so in one line, and what to run.
+MISSING = r"leased's schema is missing from .*: run `leased migrate APP` \(or app.migrate\(\) in your code\)"
+
+
+def test_without_the_schema_the_first_use_says_to_migrate(database_url, backend_name):
+    from leased import SchemaNotReady
+
+    app = Leased(database_url, migrate=False)
+    expected = r"SQLite database '.*' does not exist .*run `leased migrate APP`" if backend_name == "sqlite" else MISSING
+    for first_use in (app.counts, lambda: app.get_job(1), lambda: app.task(name="t")(lambda: None).enqueue()):
+        with pytest.raises(SchemaNotReady, match=expected):
+            first_use()
+    if backend_name == "sqlite":  # opening it would have created an empty file where the path (a typo?) points
+        assert not Path(database_url[len("sqlite:///"):]).exists()
+    assert app.migrate() == EVERY_VERSION  # what the message says to do; then the same app works
+    assert app.counts() == {}
+    app.close()
+
+
+def test_a_schema_dropped_under_a_running_app_is_not_an_outage_to_wait_out(app):
+    from conftest import raw_sql
+    from leased import SchemaNotReady
+
+    app.counts()
+    raw_sql(app, "DROP TABLE leased_throughput")  # e.g. a DBA's cleanup, or a restore of an older dump
+    with pytest.raises(SchemaNotReady, match=MISSING):
+        app.throughput(timedelta(minutes=5))
+
+
+def test_a_schema_older_than_the_code_says_to_migrate(database_url):
+    from conftest import raw_sql
+    from leased import SchemaNotReady
+
+    Leased(database_url).migrate()
+    app = Leased(database_url, migrate=False)
+    raw_sql(app, f"DELETE FROM leased_schema_version WHERE version = {EVERY_VERSION[-1]}")
+    with pytest.raises(SchemaNotReady, match=rf"older than this leased \(version {EVERY_VERSION[-1]} not applied\): "
+                                             r"run `leased migrate APP`"):
+        app.counts()
+    app.close()
+
+
+def test_a_schema_newer_than_the_code_is_refused_with_or_without_migrate(database_url):
+    from conftest import raw_sql
+    from leased import SchemaNotReady
+
+    Leased(database_url).migrate()
+    raw_sql(Leased(database_url, migrate=False),
+            f"INSERT INTO leased_schema_version (version, applied_at) VALUES (9999, {_now_literal(database_url)})")
+    for app in (Leased(database_url), Leased(database_url, migrate=False)):
+        with pytest.raises(SchemaNotReady, match=r"newer than this leased \(it has version 9999, this leased knows up "
+                                                 rf"to {EVERY_VERSION[-1]}\): upgrade leased"):
+            app.counts()
+        with pytest.raises(SchemaNotReady, match="newer than this leased"):
+            app.migrate()
+        app.close()
+
+
+def _now_literal(url: str) -> str:
+    return "unixepoch()" if url.startswith("sqlite") else "now()"

@@ -365,3 +365,14 @@ def test_jobs_list_shows_the_last_error_only_where_it_explains_the_status(app, c
     assert "first time unlucky" not in page
     failed_page = client.get("/jobs", params={"status": "failed"}).text
     assert "ValueError: kaboom" in failed_page
+
+
+def test_without_the_schema_every_page_says_to_migrate_not_a_500(database_url):
+    app = Leased(database_url, migrate=False)
+    client = TestClient(dashboard(app), raise_server_exceptions=False)
+    for path in ("/", "/jobs", "/jobs/1", "/schedules", "/metrics"):
+        page = client.get(path)
+        assert page.status_code == 503 and "leased migrate" in page.text and "Traceback" not in page.text, path
+    app.migrate()
+    assert client.get("/").status_code == 200
+    app.close()

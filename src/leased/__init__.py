@@ -13,6 +13,7 @@ from leased.errors import (
     LeasedError,
     PayloadError,
     PermanentError,
+    SchemaNotReady,
     WaitTimeout,
 )
 from leased.explain import Explanation, Reason
@@ -23,7 +24,7 @@ from leased.tasks import Task
 __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseLocked",
     "DatabaseUnavailable", "Explanation", "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased",
-    "LeasedError", "Outcome", "PayloadError", "PermanentError", "Reason", "Retention", "Task", "TaskContext",
-    "WaitTimeout",
+    "LeasedError", "Outcome", "PayloadError", "PermanentError", "Reason", "Retention", "SchemaNotReady", "Task",
+    "TaskContext", "WaitTimeout",
 ]
 __version__ = "0.1.0"

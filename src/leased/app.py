@@ -77,7 +77,7 @@ class Leased:
                     if self.auto_migrate:
                         _migrate(backend, callers_connection)
                     else:  # every entry point (worker, CLI, dashboard, producer) learns it here, in one line
-                        backend.check_schema()
+                        backend.check_schema(callers_connection)
                 except BaseException:
                     backend.close()
                     raise

@@ -9,7 +9,7 @@ class ConfigurationError(LeasedError, ValueError):
     """A setting or argument is wrong; the message names it and the fix."""
 
 
-class SchemaNotReady(ConfigurationError):
+class SchemaNotReady(LeasedError):
     """leased's tables are missing from the database, or at a version this code does not run on.
     Not transient: a worker stops at once rather than retrying; the message says what to run."""
 

@@ -77,7 +77,7 @@ def _migrated_by_leased(url: str) -> list[tuple]:
     app = Leased(url, migrate=False)
     try:
         # Every leased migration: a new one needs its Django migration (see migrations/), or this differs.
-        assert app.backend.migrate() == [migration.version for migration in SQLITE_MIGRATIONS]
+        assert app.migrate() == [migration.version for migration in SQLITE_MIGRATIONS]
     finally:
         app.close()
     return _leased_schema(url)
@@ -88,7 +88,7 @@ def test_manage_py_migrate_builds_the_schema_leased_migrate_builds(db_alias, tmp
     assert _leased_schema(url) == _leased_migrated(db_alias, tmp_path)
     app = Leased(url, migrate=False)
     try:
-        assert app.backend.migrate() == []  # `leased migrate` afterwards: nothing left to do
+        assert app.migrate() == []  # `leased migrate` afterwards: nothing left to do
     finally:
         app.close()
 
@@ -103,7 +103,7 @@ def test_manage_py_migrate_after_leased_migrate_is_a_no_op_and_zero_drops_the_ta
     app = Leased(url, migrate=False)
     try:
         # Every leased migration: a new one needs its Django migration (see migrations/), or this differs.
-        assert app.backend.migrate() == [migration.version for migration in SQLITE_MIGRATIONS]
+        assert app.migrate() == [migration.version for migration in SQLITE_MIGRATIONS]
     finally:
         app.close()
     call_command("migrate", "leased", database=db_alias, verbosity=0)

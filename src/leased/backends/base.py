@@ -321,9 +321,10 @@ class Backend(Protocol):
         caller's transaction on it, which must not be waited on. A schema newer than the code is
         refused with SchemaNotReady."""
 
-    def check_schema(self) -> None:
+    def check_schema(self, callers_connection: Any = None) -> None:
         """Raise SchemaNotReady unless the schema is the one this code runs on (missing, older or
-        newer all say so, and what to run). Takes no lock and writes nothing."""
+        newer all say so, and what to run). Takes no lock and writes nothing; `callers_connection` as
+        for migrate()."""
 
     def migration_sql(self) -> str: ...
 

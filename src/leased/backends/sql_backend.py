@@ -169,7 +169,7 @@ class SQLBackend(InspectionReads, ScheduleStore):
                 return set()
             raise
 
-    def check_schema(self) -> None:
+    def check_schema(self, callers_connection: Any = None) -> None:
         """Raises SchemaNotReady unless the schema is exactly what this code runs on (no lock taken)."""
         problem = schema_problem(self._applied_versions(), self._migrations, self._where)
         if problem:

@@ -16,6 +16,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from leased.app import Leased
+from leased.errors import DatabaseUnavailable, SchemaNotReady
 from leased.web import formatting
 from leased.web.pages import Pages
 from leased.web.security import Csrf, Flash, SecurityHeaders, TokenAuth, make_secret
@@ -51,7 +52,13 @@ def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | b
     middleware = [Middleware(SecurityHeaders)]
     if token is not None:
         middleware.append(Middleware(TokenAuth, token=token))
-    return Starlette(routes=routes, middleware=middleware)
+    # What the database cannot answer is a page that says so and what to do, never a 500 with a
+    # traceback. The exception's class is looked up by its bases, so DatabaseLocked is an outage too.
+    exception_handlers = {
+        SchemaNotReady: lambda request, error: pages.problem(request, 503, "leased's schema is not ready", str(error)),
+        DatabaseUnavailable: lambda request, error: pages.problem(request, 503, "Database unavailable", str(error)),
+    }
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers)
 
 
 @pass_context

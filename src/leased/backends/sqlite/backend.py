@@ -429,7 +429,13 @@ class SQLiteBackend(SQLBackend):
     def _applied_versions(self) -> set[int]:
         return _applied_versions(self._connection())
 
-    def check_schema(self) -> None:
+    def check_schema(self, callers_connection: sqlite3.Connection | None = None) -> None:
+        if callers_connection is not None:  # inside the caller's transaction: a connection of ours would wait on it
+            self._check_reach(_callers(callers_connection))
+            problem = schema_problem(_applied_versions(callers_connection), self._migrations, self._where)
+            if problem:
+                raise SchemaNotReady(problem)
+            return
         # Opening a missing file would create it, empty: a typo in the path would then look like
         # a database whose schema nobody applied.
         if not Path(self.path).exists():
