@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_schema import _postgres_schema, _sqlite_schema
+from schemas import empty_database, leased_schema
 
-from conftest import postgres_schema
 from leased import Leased
 
 ENV = '''
@@ -46,14 +45,13 @@ def upgrade() -> None:
 
 def alembic(project: Path, url: str, *args: str) -> str:
     (project / "alembic.ini").write_text(f"[alembic]\nscript_location = {project / 'migrations'}\n"
-                                         f"sqlalchemy.url = {url.replace('%', '%%')}\n")
+                                         f"sqlalchemy.url = {_sqlalchemy_url(url).replace('%', '%%')}\n")
     versions = project / "migrations" / "versions"
     versions.mkdir(parents=True, exist_ok=True)
     (project / "migrations" / "env.py").write_text(ENV)
     (project / "migrations" / "script.py.mako").write_text("")
     (versions / "0001_leased.py").write_text(REVISION)
-    leased_url = url.replace("postgresql+psycopg://", "postgresql://")
-    printed = subprocess.run([sys.executable, "-m", "leased.cli.main", "migrate", "--database", leased_url, "--sql"],
+    printed = subprocess.run([sys.executable, "-m", "leased.cli.main", "migrate", "--database", url, "--sql"],
                              capture_output=True, text=True, check=True, timeout=60).stdout
     (versions / "leased_schema.sql").write_text(printed)
     run = subprocess.run([sys.executable, "-m", "alembic", "-c", str(project / "alembic.ini"), *args],
@@ -62,23 +60,25 @@ def alembic(project: Path, url: str, *args: str) -> str:
     return run.stdout
 
 
+def _sqlalchemy_url(url: str) -> str:
+    """The same database as SQLAlchemy names it, with the driver leased uses."""
+    for leased_scheme, sqlalchemy_scheme in (("postgresql://", "postgresql+psycopg://"),
+                                             ("mariadb://", "mysql+mysqldb://")):
+        if url.startswith(leased_scheme):
+            return sqlalchemy_scheme + url[len(leased_scheme):]
+    return url
+
+
 def test_an_alembic_migration_builds_the_schema_that_leased_migrate_builds(backend_name, tmp_path):
-    if backend_name == "sqlite":
-        migrated, through_alembic = str(tmp_path / "a.db"), str(tmp_path / "b.db")
-        Leased(f"sqlite:///{migrated}").backend.migrate()
-        alembic(tmp_path, f"sqlite:///{through_alembic}", "upgrade", "head")
-        schema = [row for row in _sqlite_schema(through_alembic) if row[2] != "alembic_version"]
-        assert schema == _sqlite_schema(migrated)
-        assert Leased(f"sqlite:///{through_alembic}").migrate() == []
-        return
-    with postgres_schema() as migrated, postgres_schema() as through_alembic:
-        Leased(migrated).backend.migrate()
-        alembic(tmp_path, through_alembic.replace("postgresql://", "postgresql+psycopg://"), "upgrade", "head")
-        schema = [row for row in _postgres_schema(through_alembic) if not str(row[0]).startswith("alembic_version")]
-        assert schema == _postgres_schema(migrated)
-        app = Leased(through_alembic)
+    with (empty_database(backend_name, tmp_path, "migrated.db") as migrated,
+          empty_database(backend_name, tmp_path, "through_alembic.db") as through_alembic):
+        Leased(migrated, migrate=False).migrate()
+        alembic(tmp_path, through_alembic, "upgrade", "head")
+        schema = leased_schema(migrated)
+        assert schema and leased_schema(through_alembic) == schema
+        app = Leased(through_alembic, migrate=False)
         try:
-            assert app.migrate() == []
+            assert app.migrate() == []  # the script recorded every version
         finally:
             app.close()
 

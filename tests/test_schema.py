@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from leased import Leased
+from schemas import apply_script, empty_database, leased_schema
 from leased.backends import connect
 from leased.backends import sql
 
@@ -35,41 +36,14 @@ def test_concurrent_migrators_all_succeed_with_one_schema(database_url):
     assert sorted(out.strip() for out, _ in outputs) == [str(EVERY_VERSION), "[]", "[]", "[]"]
 
 
-def _sqlite_schema(path: str) -> list[tuple]:
-    with sqlite3.connect(path) as connection:
-        return connection.execute(
-            "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
-        ).fetchall()
-
-
-def _postgres_schema(url: str) -> list[tuple]:
-    import psycopg
-
-    with psycopg.connect(url) as connection:
-        columns = connection.execute(
-            "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns"
-            " WHERE table_schema = current_schema() ORDER BY 1, 2").fetchall()
-        indexes = connection.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() ORDER BY 1").fetchall()
-    return columns + [(name, re.sub(r"leased_test_\w+\.", "", definition)) for name, definition in indexes]
-
-
 def test_printed_sql_builds_the_schema_that_migrate_builds(backend_name, tmp_path):
-    from conftest import postgres_schema
-
-    if backend_name == "sqlite":
-        migrated, printed = str(tmp_path / "a.db"), str(tmp_path / "b.db")
-        Leased(f"sqlite:///{migrated}").backend.migrate()
-        sqlite3.connect(printed).executescript(Leased(f"sqlite:///{printed}", migrate=False).migration_sql())
-        assert _sqlite_schema(migrated) == _sqlite_schema(printed)
-        return
-    import psycopg
-
-    with postgres_schema() as migrated, postgres_schema() as printed:
-        Leased(migrated).backend.migrate()
-        with psycopg.connect(printed) as connection:
-            connection.execute(Leased(printed, migrate=False).migration_sql())
-        assert _postgres_schema(migrated) == _postgres_schema(printed)
+    with (empty_database(backend_name, tmp_path, "migrated.db") as migrated,
+          empty_database(backend_name, tmp_path, "printed.db") as printed):
+        Leased(migrated, migrate=False).migrate()
+        apply_script(printed, Leased(printed, migrate=False).migration_sql())
+        schema = leased_schema(migrated)
+        assert schema and leased_schema(printed) == schema
+        assert Leased(printed, migrate=False).migrate() == []  # the versions were recorded too
 
 
 DIALECTS = sorted(path.parent.name for path in BACKENDS_DIR.glob("*/queries.sql"))
@@ -208,3 +182,11 @@ def test_a_schema_newer_than_the_code_is_refused_with_or_without_migrate(databas
 
 def _now_literal(url: str) -> str:
     return "unixepoch()" if url.startswith("sqlite") else "now()"
+
+
+def test_a_script_splits_into_statements_where_each_ends():
+    script = ("-- leading comment\nCREATE TABLE a (x text DEFAULT 'a;b');\n\n-- between\nCREATE TRIGGER t AFTER "
+              "INSERT ON a BEGIN\n  UPDATE a SET x = 'c;';\n  DELETE FROM a;\nEND;\n-- trailing comment\n")
+    assert sql.statements(script) == [
+        "-- leading comment\nCREATE TABLE a (x text DEFAULT 'a;b')",
+        "-- between\nCREATE TRIGGER t AFTER INSERT ON a BEGIN\n  UPDATE a SET x = 'c;';\n  DELETE FROM a;\nEND"]

@@ -10,11 +10,12 @@ pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder,
 
 from djangotest import backend, close_leased_connections, db_alias, run_queued  # noqa: E402,F401  (fixtures)
 
-from conftest import _mariadb_connection, mariadb_database, postgres_schema  # noqa: E402
+from conftest import mariadb_database, postgres_schema  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connections  # noqa: E402
 from django.test import Client  # noqa: E402
+from schemas import leased_schema  # noqa: E402
 from signups import tasks  # noqa: E402
 from leased.backends.sqlite.backend import MIGRATIONS as SQLITE_MIGRATIONS  # noqa: E402
 
@@ -22,44 +23,6 @@ from leased import Leased  # noqa: E402
 from leased.contrib.django.connection import database_url  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
-
-
-def _leased_schema(url: str) -> list[tuple]:
-    """leased's tables, columns and indexes (without Django's), comparable across databases and schemas."""
-    if url.startswith("sqlite"):
-        import sqlite3
-
-        with sqlite3.connect(url[len("sqlite:///"):]) as connection:
-            return connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
-                                      "WHERE tbl_name LIKE 'leased%' ORDER BY name").fetchall()
-    if url.startswith("mariadb"):
-        return _mariadb_schema(url)
-    import psycopg
-
-    with psycopg.connect(url) as connection:
-        columns = connection.execute(
-            "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns"
-            " WHERE table_schema = current_schema() AND table_name LIKE 'leased%' ORDER BY 1, 2").fetchall()
-        indexes = connection.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-            "AND tablename LIKE 'leased%' ORDER BY 1").fetchall()
-    return columns + [(name, re.sub(r"ON \w+\.", "ON ", definition)) for name, definition in indexes]
-
-
-def _mariadb_schema(url: str) -> list[tuple]:
-    connection = _mariadb_connection(url)
-    try:
-        cursor = connection.cursor()
-        cursor.execute(
-            "SELECT table_name, column_name, column_type, is_nullable, column_default, generation_expression"
-            " FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name LIKE 'leased%' ORDER BY 1, 2")
-        columns = list(cursor.fetchall())
-        cursor.execute(
-            "SELECT table_name, index_name, seq_in_index, column_name, non_unique FROM information_schema.statistics"
-            " WHERE table_schema = DATABASE() AND table_name LIKE 'leased%' ORDER BY 1, 2, 3")
-        return columns + list(cursor.fetchall())
-    finally:
-        connection.close()
 
 
 def _leased_migrated(db_alias: str, tmp_path) -> list[tuple]:
@@ -80,12 +43,12 @@ def _migrated_by_leased(url: str) -> list[tuple]:
         assert app.migrate() == [migration.version for migration in SQLITE_MIGRATIONS]
     finally:
         app.close()
-    return _leased_schema(url)
+    return leased_schema(url)
 
 
 def test_manage_py_migrate_builds_the_schema_leased_migrate_builds(db_alias, tmp_path):
     url = database_url(db_alias)  # the test database, migrated by Django's test runner
-    assert _leased_schema(url) == _leased_migrated(db_alias, tmp_path)
+    assert leased_schema(url) == _leased_migrated(db_alias, tmp_path)
     app = Leased(url, migrate=False)
     try:
         assert app.migrate() == []  # `leased migrate` afterwards: nothing left to do
@@ -99,7 +62,7 @@ def test_manage_py_migrate_after_leased_migrate_is_a_no_op_and_zero_drops_the_ta
     close_all()  # the tables are about to be dropped under leased's own connections
     url = database_url(db_alias)
     call_command("migrate", "leased", "zero", database=db_alias, verbosity=0)
-    assert _leased_schema(url) == []
+    assert leased_schema(url) == []
     app = Leased(url, migrate=False)
     try:
         # Every leased migration: a new one needs its Django migration (see migrations/), or this differs.
@@ -107,7 +70,7 @@ def test_manage_py_migrate_after_leased_migrate_is_a_no_op_and_zero_drops_the_ta
     finally:
         app.close()
     call_command("migrate", "leased", database=db_alias, verbosity=0)
-    assert _leased_schema(url) == _leased_migrated(db_alias, tmp_path)
+    assert leased_schema(url) == _leased_migrated(db_alias, tmp_path)
 
 
 @pytest.fixture

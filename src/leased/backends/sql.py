@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,3 +72,22 @@ def schema_problem(applied: set[int], migrations: list[Migration], where: str) -
         return (f"leased's schema in {where} is older than this leased (version{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(map(str, missing))} not applied): {MIGRATE_HINT} to upgrade it")
     return None
+
+
+def statements(script: str) -> list[str]:
+    """A script's statements one by one, for drivers that run a single statement per call (sqlite3,
+    MySQLdb) and for sqlite3 inside a transaction (executescript would commit it). SQLite's own
+    tokenizer finds where each ends, on MariaDB's scripts too: neither has semicolons in strings,
+    comments or trigger bodies that a line-by-line split would cut; comment lines between
+    statements go with the next one, and a script's trailing comments are no statement."""
+    found, current = [], []
+    for line in script.splitlines():
+        current.append(line)
+        if sqlite3.complete_statement("\n".join(current)):
+            found.append("\n".join(current).strip().removesuffix(";").strip())
+            current = []
+    return [statement for statement in found if _has_code(statement)]
+
+
+def _has_code(statement: str) -> bool:
+    return any(line.strip() and not line.strip().startswith("--") for line in statement.splitlines())

@@ -14,21 +14,7 @@ schema current and migrates nothing.
 
 from __future__ import annotations
 
-import sqlite3
-
-
-def statements(script: str, dialect: str) -> list[str]:
-    """The script's statements: one batch for PostgreSQL, which takes a script as it is; one by one
-    for SQLite, whose driver runs a single statement per call."""
-    if dialect != "sqlite":
-        return [script]
-    found, current = [], []
-    for line in script.splitlines():
-        current.append(line)
-        if sqlite3.complete_statement("\n".join(current)):
-            found.append("\n".join(current).strip())
-            current = []
-    return [statement for statement in found if statement]
+from leased.backends.sql import statements
 
 
 def run_leased_sql(script: str) -> None:
@@ -36,6 +22,8 @@ def run_leased_sql(script: str) -> None:
     from alembic import op
     from sqlalchemy import text
 
-    for statement in statements(script, op.get_context().dialect.name):
+    # PostgreSQL takes the script as it is, in one call; SQLite's and MariaDB's drivers one statement at a time.
+    batches = [script] if op.get_context().dialect.name == "postgresql" else statements(script)
+    for statement in batches:
         # Colons escaped: text() would read ":name" as a bind parameter (and "::" casts stay as they are).
         op.execute(text(statement.replace(":", r"\:")))

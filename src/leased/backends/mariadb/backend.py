@@ -33,7 +33,7 @@ from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.mariadb.limited import pick_limited
 from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failures, finished_counts, queue_limit_params,
                                  running_records, worker_params)
-from leased.backends.sql import load_migrations, load_queries, schema_problem
+from leased.backends.sql import load_migrations, load_queries, schema_problem, statements
 from leased.backends.sql_backend import SQLBackend
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
 from leased.clock import Clock
@@ -580,26 +580,10 @@ class MariaDBBackend(SQLBackend):
                 self._execute(connection, "migration_unlock")
 
     def _run_script(self, connection: Any, script: str) -> None:
-        for statement in _statements(script):
+        for statement in statements(script):
             with connection.cursor() as cursor:
                 cursor.execute(statement)
 
     def _is_missing_table(self, error: BaseException) -> bool:
         return (isinstance(error, MySQLdb.ProgrammingError) and _errno(error) == ER_NO_SUCH_TABLE
                 and ".leased_" in str(error))  # "Table 'test.leased_jobs' doesn't exist"
-
-
-def _statements(script: str) -> list[str]:
-    """A migration's statements: split on a semicolon that ends a line (our migrations hold no
-    semicolons inside strings), comment lines left out."""
-    statements, current = [], []
-    for line in script.splitlines():
-        if line.strip().startswith("--"):
-            continue
-        current.append(line)
-        if line.rstrip().endswith(";"):
-            statements.append("\n".join(current).strip().rstrip(";"))
-            current = []
-    if "".join(current).strip():
-        statements.append("\n".join(current).strip())
-    return [statement for statement in statements if statement]

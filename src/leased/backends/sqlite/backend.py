@@ -25,7 +25,7 @@ from leased.backends.callers import not_ours, type_name, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failures, finished_counts, queue_limit_params,
                                  running_records, worker_params)
-from leased.backends.sql import MIGRATE_HINT, load_migrations, load_queries, schema_problem
+from leased.backends.sql import MIGRATE_HINT, load_migrations, load_queries, schema_problem, statements
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sqlite.wakeups import DatagramListener, Waker
 from leased.backends.sql_backend import SQLBackend
@@ -447,7 +447,7 @@ class SQLiteBackend(SQLBackend):
         return self._write()
 
     def _run_script(self, connection: sqlite3.Connection, script: str) -> None:
-        for statement in _statements(script):  # executescript would commit our transaction
+        for statement in statements(script):  # executescript would commit our transaction
             connection.execute(statement)
 
     def _execute(self, connection: sqlite3.Connection, name: str, /, **params: Any) -> sqlite3.Cursor:
@@ -455,17 +455,6 @@ class SQLiteBackend(SQLBackend):
 
     def _is_missing_table(self, error: BaseException) -> bool:
         return _is_missing_table(error)
-
-
-def _statements(script: str) -> list[str]:
-    """Split a migration into statements (executescript would commit our transaction)."""
-    statements, current = [], []
-    for line in script.splitlines():
-        current.append(line)
-        if sqlite3.complete_statement("\n".join(current)):
-            statements.append("\n".join(current))
-            current = []
-    return [s for s in statements if s.strip()]
 
 
 def _is_missing_table(error: BaseException) -> bool:

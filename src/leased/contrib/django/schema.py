@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from leased.backends.sql import statements
+
 # Dropping, for `manage.py migrate leased zero`: children first.
 LEASED_TABLES = ("leased_schedule_ticks", "leased_schedules", "leased_starts", "leased_queue_limits",
                  "leased_throughput", "leased_queues", "leased_attempts", "leased_workers", "leased_jobs",
@@ -39,7 +41,7 @@ def drop_leased_tables(apps: Any, schema_editor: Any) -> None:
 
 
 def _sqlite(raw: Any, up_to: int) -> None:
-    from leased.backends.sqlite.backend import MIGRATIONS, QUERIES, _statements, prepare_connection
+    from leased.backends.sqlite.backend import MIGRATIONS, QUERIES, prepare_connection
 
     prepare_connection(raw)  # record_version takes the time from leased_now()
     cursor = raw.cursor()
@@ -47,7 +49,7 @@ def _sqlite(raw: Any, up_to: int) -> None:
     applied = {version for (version,) in cursor.execute(QUERIES["applied_versions"])}
     for migration in MIGRATIONS:
         if migration.version <= up_to and migration.version not in applied:
-            for statement in _statements(migration.sql):
+            for statement in statements(migration.sql):
                 cursor.execute(statement)
             cursor.execute(QUERIES["record_version"], {"version": migration.version})
 
@@ -68,7 +70,7 @@ def _postgres(raw: Any, up_to: int) -> None:
 
 
 def _mariadb(raw: Any, up_to: int) -> None:
-    from leased.backends.mariadb.backend import MIGRATIONS, QUERIES, _statements
+    from leased.backends.mariadb.backend import MIGRATIONS, QUERIES
 
     # DDL commits on its own here (Django runs this migration outside a transaction): as `leased
     # migrate`, concurrent migrators take turns under a named lock, and each version is recorded
@@ -83,7 +85,7 @@ def _mariadb(raw: Any, up_to: int) -> None:
             applied = {version for (version,) in cursor.fetchall()}
             for migration in MIGRATIONS:
                 if migration.version <= up_to and migration.version not in applied:
-                    for statement in _statements(migration.sql):
+                    for statement in statements(migration.sql):
                         cursor.execute(statement)
                     cursor.execute(QUERIES["record_version"], {"version": migration.version})
         finally:
