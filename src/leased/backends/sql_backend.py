@@ -44,7 +44,7 @@ from leased.jobs import Attempt, ClaimedJob, Job
 from leased.limits import QueueLimit
 
 if TYPE_CHECKING:
-    from leased.backends.sqlite.wakeups import Waker
+    from leased.backends.wakeups import Waker
 
 
 class SQLBackend(InspectionReads, ScheduleStore):

@@ -83,12 +83,6 @@ class Slots:
                 return False
         return True
 
-    def withdraw_all(self) -> list[Attempt]:
-        with self._lock:
-            waiting = list(self._waiting)
-            self._waiting.clear()
-        return waiting
-
     def _take_free(self) -> list[Attempt]:
         starting = []
         while len(self._holding) < self.concurrency and self._waiting:

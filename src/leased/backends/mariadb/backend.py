@@ -35,7 +35,7 @@ from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failur
                                  running_records, worker_params)
 from leased.backends.sql import load_migrations, load_queries, schema_problem, statements
 from leased.backends.sql_backend import SQLBackend
-from leased.backends.sqlite.wakeups import DatagramListener, Waker
+from leased.backends.wakeups import DatagramListener, Waker
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition, SchemaNotReady
 from leased.jobs import ClaimedJob, Job, Lease, Outcome

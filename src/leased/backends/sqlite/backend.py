@@ -27,7 +27,7 @@ from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failur
                                  running_records, worker_params)
 from leased.backends.sql import MIGRATE_HINT, load_migrations, load_queries, schema_problem, statements
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
-from leased.backends.sqlite.wakeups import DatagramListener, Waker
+from leased.backends.wakeups import DatagramListener, Waker
 from leased.backends.sql_backend import SQLBackend
 from leased.clock import Clock
 from leased.errors import (

@@ -1,9 +1,10 @@
-"""Wake-ups between processes on one SQLite file: a datagram on loopback.
+"""Wake-ups where the database has no LISTEN/NOTIFY (SQLite, MariaDB): a datagram on loopback.
 
-SQLite has no LISTEN. Each worker binds a UDP port on 127.0.0.1 and records it in its worker row;
-a producer that commits a job due now sends the queue's name to every live worker's port. A lost
-datagram costs at most one poll interval, which stays the fallback; SQLite is one host's database,
-so loopback reaches every worker that can open the file.
+Each worker binds a UDP port on 127.0.0.1 and records it in its worker row (with its host, on
+MariaDB); a producer that commits a job due now sends the queue's name to the port of every live
+worker on its own host. A lost datagram, or a worker on another host, costs at most one poll
+interval, which stays the fallback. SQLite is one host's database, so there loopback reaches every
+worker that can open the file.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ class DatagramListener:
 
 
 class Waker:
-    """The producer's side: one datagram per live worker, to a list of ports re-read each second."""
+    """The producer's side: one datagram per live worker, to a list of ports re-read each second.
+    Its socket lives as long as the backend, which may be used again after close(); it has no
+    close() of its own."""
 
     def __init__(self, read_ports: Callable[[], list[int]]):
         self._read_ports = read_ports
@@ -57,6 +60,3 @@ class Waker:
                 self._socket.sendto(queue_name.encode(), ("127.0.0.1", port))
             except OSError:  # a worker that just went away; polling covers anything missed
                 pass
-
-    def close(self) -> None:
-        self._socket.close()
