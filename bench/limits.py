@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from drain import postgres_url  # noqa: E402
 
 from leased import Leased  # noqa: E402
-from leased.backends.base import ClaimRequest  # noqa: E402
+from leased.backends.ports import ClaimRequest  # noqa: E402
 
 HELD = 10_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leased import PermanentError
-from leased.backends.base import ClaimRequest
+from leased.backends.ports import ClaimRequest
 from leased.counts import JobCounts, format_count, sample_ids, tally
 
 prometheus_client = pytest.importorskip("prometheus_client")

@@ -313,7 +313,7 @@ def test_async_batch_on_callers_connection_keeps_idempotency(app, notify):
 
 
 def test_a_batch_wakes_each_queue_with_a_due_job_once(app, notify, backend_name):
-    from leased.backends.base import WorkerRecord
+    from leased.backends.ports import WorkerRecord
 
     listener = app.backend.listener()
     try:

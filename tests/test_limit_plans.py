@@ -12,7 +12,7 @@ import json
 import pytest
 
 
-from leased.backends.base import ClaimRequest
+from leased.backends.ports import ClaimRequest
 from leased.backends.postgres.backend import QUERIES as POSTGRES
 from leased.backends.sqlite.backend import QUERIES as SQLITE
 

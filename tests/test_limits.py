@@ -8,7 +8,7 @@ import pytest
 
 from conftest import raw_sql, seconds_before, wait_for
 from leased import ConfigurationError, JobStatus, Outcome
-from leased.backends.base import AttemptEnd, ClaimRequest
+from leased.backends.ports import AttemptEnd, ClaimRequest
 from leased.limits import QueueLimit, Rate
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import raw_rows, wait_for
 from leased import JobStatus, Outcome
-from leased.backends.base import ClaimRequest
+from leased.backends.ports import ClaimRequest
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent

@@ -17,7 +17,7 @@ from MySQLdb.cursors import DictCursor
 
 from conftest import callers_connection, wait_for
 from leased import Leased
-from leased.backends.base import ClaimRequest
+from leased.backends.ports import ClaimRequest
 from leased.backends.mariadb import backend as mariadb
 from leased.errors import DatabaseConflict
 

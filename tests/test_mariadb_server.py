@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from leased import Leased
-from leased.backends.base import ClaimRequest
+from leased.backends.ports import ClaimRequest
 from leased.backends.mariadb.backend import server_problem
 
 

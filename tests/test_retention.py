@@ -9,7 +9,7 @@ import pytest
 
 from conftest import callers_connection, raw_scalar, raw_sql, running_worker, seconds_before, time_literal, wait_for
 from leased import ConfigurationError, InvalidTransition, JobNotFound, JobStatus, Leased, PermanentError, Retention
-from leased.backends.base import PruneRule
+from leased.backends.ports import PruneRule
 from leased.engine import pruner
 from leased.engine.pruner import prune, prune_rules
 

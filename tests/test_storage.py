@@ -9,7 +9,7 @@ import pytest
 
 from conftest import raw_sql, wait_for
 from leased import InvalidTransition, JobNotFound, JobStatus, Outcome
-from leased.backends.base import AttemptEnd, ClaimRequest
+from leased.backends.ports import AttemptEnd, ClaimRequest
 from leased.jobs import Lease
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import running_worker, wait_for
 from leased import JobStatus, Leased, Outcome
-from leased.backends.base import AttemptEnd, ClaimRequest
+from leased.backends.ports import AttemptEnd, ClaimRequest
 from leased.metrics import worker_registry
 
 SLOW_POLL = 60.0  # far longer than any wait below: only a wake-up can start these jobs in time

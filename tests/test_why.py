@@ -19,8 +19,9 @@ from conftest import raw_sql, running_worker, seconds_before, wait_for
 from test_schedules import scheduler, set_last_tick
 from leased import Backoff, JobNotFound, JobStatus, Leased, PermanentError
 from leased.admin import WorkerInfo
-from leased.backends.base import ClaimRequest, WorkerRecord
-from leased.explain import AHEAD_LIMIT, Explanation, JobFacts, Reason, explain
+from leased.backends.ports import ClaimRequest, WorkerRecord
+from leased.explain import Explanation, Reason, explain
+from leased.facts import AHEAD_LIMIT, JobFacts
 from leased.jobs import ClaimedJob, Job
 
 

@@ -476,7 +476,7 @@ def test_a_registration_still_in_flight_does_not_bring_a_signed_off_worker_back(
     # Stopping cancels the announcer, but a registration already in its thread goes on; if it
     # lands after the sign-off's delete, the worker would show as "gone" for a day.
     from leased.engine.announcer import Announcer
-    from leased.backends.base import WorkerRecord
+    from leased.backends.ports import WorkerRecord
 
     backend = app.backend
     signed_off = threading.Event()

@@ -13,7 +13,7 @@ from typing import Any, Callable, ParamSpec, TypeVar, overload
 
 from leased.admin import WORKER_SILENT_AFTER, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect
-from leased.backends.base import Backend, JobFilter, NewJob, PruneRule, Throughput
+from leased.backends.ports import Backend, JobFilter, NewJob, PruneRule, Throughput
 from leased.backoff import Backoff
 from leased.counts import JobCounts
 from leased.engine.pruner import Pruner, count_prunable, older_than_rules, prune, prune_rules
@@ -183,7 +183,7 @@ class Leased:
             connection = driver_connection(connection)
         results = (self._backend or self._open(connection)).enqueue(jobs, connection)
         if connection is None:  # in a caller's transaction the jobs exist only once they commit
-            self._wake_workers()
+            self.wake_workers()
         return [job for job, _ in results]
 
     async def enqueue_jobs_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
@@ -266,13 +266,13 @@ class Leased:
     def retry(self, job_id: int) -> Job:
         """Take a failed or cancelled job back to pending, now, with at least one more attempt."""
         job = self.backend.retry(job_id)
-        self._wake_workers()
+        self.wake_workers()
         return job
 
     def retry_failed(self, *, task_name: str | None = None, queue_name: str | None = None) -> int:
         """Take every failed job (of one task, or queue) back to pending; returns how many."""
         retried = self.backend.retry_failed(task_name, queue_name)
-        self._wake_workers()
+        self.wake_workers()
         return retried
 
     def cancel(self, job_id: int) -> Job:
@@ -298,7 +298,7 @@ class Leased:
         `rate_limit` ("100/m", "10/s", "1000/h") starts per sliding window. Neither: no limit."""
         limit = QueueLimit(check_queue_name(queue_name), check_concurrency(concurrency), parse_rate(rate_limit))
         self.backend.set_queue_limit(limit)
-        self._wake_workers()
+        self.wake_workers()
         return limit
 
     def limits(self) -> dict[str, QueueLimit]:
@@ -306,7 +306,7 @@ class Leased:
         return {limit.queue_name: limit for limit in self.backend.queue_limits()}
 
     # Workers.
-    def _wake_workers(self) -> None:
+    def wake_workers(self) -> None:
         """This process's workers look for work now instead of at their next poll."""
         for worker in list(self._workers):
             worker.notify()
@@ -381,7 +381,7 @@ class Leased:
         """Let workers claim the queue's jobs again, and wake them. False if it was not paused."""
         self._check_known_queue(queue_name, False)
         resumed = self.backend.resume_queue(queue_name)
-        self._wake_workers()
+        self.wake_workers()
         return resumed
 
     def paused_queues(self) -> list[str]:

@@ -1,12 +1,12 @@
 """Why a job is where it is: plain reasons, built from one snapshot of what the database knows.
 
-The backend reads the facts about a job in one consistent read (`Backend.why_facts`: the job and
+The backend reads the facts about a job (leased.facts) in one consistent read (`InspectionPort.why_facts`: the job and
 its attempts, the workers table, the jobs ahead of it, and the database's clock). `explain()` turns
 them into reasons and is pure, so each rule is tested over a facts value as well as end to end.
 Every time in a reason is relative to the database's clock, never the caller's.
 
 Adding a reason takes three steps:
-  1. a field on JobFacts, with a default that means "nothing known" (so a backend that does not
+  1. a field on JobFacts (leased/facts.py), with a default that means "nothing known" (so a backend that does not
      read it yet still explains everything else);
   2. a named query in each backend's queries.sql, read in InspectionReads.why_facts
      (backends/inspection.py) inside the same snapshot;
@@ -23,56 +23,13 @@ from typing import Any, Callable
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.durations import format_duration
+from leased.facts import AHEAD_LIMIT, JobFacts, LimitFact
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.limits import Rate
 
-# Jobs ahead are counted up to this many; beyond it, "more than 10,000" says enough.
-AHEAD_LIMIT = 10_000
-RUNNING_NAMED = 3  # a full concurrency limit names this many of its running jobs
 DEFAULT_POLL_INTERVAL = 1.0  # Leased.worker's default; a worker's own setting is not recorded
 PERMANENT_ERROR = "PermanentError"
 PAYLOAD_ERROR = "PayloadError"
-
-
-@dataclass(frozen=True, slots=True)
-class JobFacts:
-    """What the database knew about one job at one instant (`now`, by its own clock)."""
-
-    job: Job  # with its history
-    now: datetime
-    workers: tuple[WorkerInfo, ...]  # every row of the workers table, alive or silent
-    jobs_ahead: int | None = None  # pending jobs only: due jobs of its queue a claim takes first, up to AHEAD_LIMIT + 1
-    queue_paused_at: datetime | None = None  # when its queue was paused; None: the queue runs
-    limits: tuple[LimitFact, ...] = ()  # pending jobs only: the limits of its key and of its queue
-    scheduled_by: ScheduleTick | None = None  # the schedule tick that enqueued it, if one did
-
-
-@dataclass(frozen=True, slots=True)
-class LimitFact:
-    """One concurrency or rate limit a claim of the job must fit in, counted as claim_limited counts."""
-
-    scope: str  # "key" (the job's concurrency key, with its head job's limits) or "queue"
-    name: str  # the key, or the queue's name
-    concurrency: int | None  # None: no cap on running jobs
-    running: int  # its running jobs
-    rate: Rate | None  # None: no rate limit
-    starts: int  # its starts within the rate window
-    running_jobs: tuple[tuple[int, str | None], ...] = ()  # (job id, worker) of up to RUNNING_NAMED of them
-    next_slot_at: datetime | None = None  # when a full rate window next lets one start
-
-    @property
-    def concurrency_full(self) -> bool:
-        return self.concurrency is not None and self.running >= self.concurrency
-
-    @property
-    def rate_full(self) -> bool:
-        return self.rate is not None and self.starts >= self.rate.count
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleTick:
-    schedule_name: str
-    tick_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from leased.backends.base import NewJob, TickPlan
+from leased.backends.ports import NewJob, TickPlan
 from leased.errors import ConfigurationError
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSpec, Protocol, Sequence, TypeVar
 
-from leased.backends.base import NewJob
+from leased.backends.ports import NewJob
 from leased.backoff import Backoff
 from leased.errors import ConfigurationError, PayloadError
 from leased.jobs import Job, JobStatus

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from leased.backends.base import Backend
+from leased.backends.ports import Backend
 from leased.errors import ConfigurationError
 
 URL_HELP = "use sqlite:///path/to/jobs.db, postgresql://user@host/dbname or mariadb://user@host/dbname"

@@ -8,7 +8,7 @@ import re
 from datetime import UTC
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from leased.backends.base import NewJob
+from leased.backends.ports import NewJob
 from leased.backends.enqueueing import InsertJobs, Step, created_jobs, drive_async, enqueue_steps, jobs_json
 from leased.backends.rows import job_from_row
 from leased.jobs import Job

@@ -6,7 +6,7 @@ import json
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from leased.admin import WorkerInfo
-from leased.backends.base import AttemptEnd, JobFilter, WorkerRecord
+from leased.backends.ports import AttemptEnd, JobFilter, WorkerRecord
 from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Outcome, with_running_attempt
 from leased.limits import QueueLimit, Rate
 

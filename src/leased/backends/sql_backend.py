@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from leased.admin import WorkerInfo
-from leased.backends.base import JobFilter, NewJob, PruneRule
+from leased.backends.ports import JobFilter, NewJob, PruneRule
 from leased.backends.enqueueing import InsertJobs, Step, created_jobs, drive, drive_async, enqueue_steps
 from leased.backends.inspection import InspectionReads
 from leased.backends.rows import (

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Sequence
 
-from leased.backends.base import NewJob, ScheduleState, TickOutcome, TickSource
+from leased.backends.ports import NewJob, ScheduleState, TickOutcome, TickSource
 from leased.jobs import Job, JobStatus
 
 TICKS_KEPT = 100  # tick rows kept per schedule; older ones are pruned as new ones are written

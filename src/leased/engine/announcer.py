@@ -11,14 +11,14 @@ from dataclasses import replace
 from typing import Callable
 
 from leased.admin import WORKER_BEAT_SECONDS
-from leased.backends.base import Backend, WorkerRecord
+from leased.backends.ports import RuntimePort, WorkerRecord
 from leased.engine.retrying import is_transient, one_line
 
 log = logging.getLogger("leased.worker")
 
 
 class Announcer:
-    def __init__(self, backend: Backend, record: WorkerRecord, stuck_handlers: Callable[[], int]):
+    def __init__(self, backend: RuntimePort, record: WorkerRecord, stuck_handlers: Callable[[], int]):
         self._backend = backend
         self._record = record
         self._stuck_handlers = stuck_handlers

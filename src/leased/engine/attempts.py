@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from leased.backends.base import AttemptEnd, Backend
+from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.engine.completer import Completer, Recorded
 from leased.engine.context import CancelReason, TaskContext
 from leased.engine.executor import Attempt, Executor, Handler
@@ -48,7 +48,7 @@ class WorkerStats:
 
 
 class ClaimedAttempts:
-    def __init__(self, backend: Backend, handlers: Mapping[str, Handler], concurrency: int, *, executor: Executor,
+    def __init__(self, backend: RuntimePort, handlers: Mapping[str, Handler], concurrency: int, *, executor: Executor,
                  completer: Completer, heartbeat: Heartbeat, stats: WorkerStats,
                  emit: Callable[[Event], None], worker_id: str, slot_freed: Callable[[], None],
                  closed: Callable[[], None], thread_failed: Callable[[BaseException], None],

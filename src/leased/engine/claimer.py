@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from leased.backends.base import Backend, ClaimRequest
+from leased.backends.ports import ClaimRequest, RuntimePort
 from leased.engine.retrying import Outage, is_transient, one_line
 from leased.engine.slots import Slots
 from leased.engine.threads import LoopInbox
@@ -26,7 +26,7 @@ CLAIM_GATHER_SECONDS = 0.002
 
 
 class Claimer:
-    def __init__(self, backend: Backend, request: ClaimRequest, slots: Slots, *, poll_interval: float,
+    def __init__(self, backend: RuntimePort, request: ClaimRequest, slots: Slots, *, poll_interval: float,
                  start: Callable[[list[ClaimedJob], float], None], claimed: Callable[[], int],
                  held_by_stuck: Callable[[], int], stopping: Callable[[], bool]):
         self._backend = backend

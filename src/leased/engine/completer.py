@@ -13,7 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Union
 
-from leased.backends.base import AttemptEnd, Backend
+from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.engine.retrying import Outage, is_transient, one_line
 from leased.engine.threads import LoopInbox
 from leased.jobs import Lease
@@ -31,7 +31,7 @@ Recorded = Union[bool, None, BaseException]
 
 
 class Completer:
-    def __init__(self, backend: Backend, overdue: Callable[[float], Iterable[Lease]], worker_id: str,
+    def __init__(self, backend: RuntimePort, overdue: Callable[[float], Iterable[Lease]], worker_id: str,
                  recorded: Callable[[list[tuple[Attempt, AttemptEnd | None]], list[Recorded]], None]):
         self._backend = backend
         self._overdue = overdue  # leases that may run out before the next renewal lands

@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any, Callable, Mapping, Protocol
 
-from leased.backends.base import AttemptEnd
+from leased.backends.ports import AttemptEnd
 from leased.backoff import Backoff
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.retrying import one_line

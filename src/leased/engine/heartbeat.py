@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from leased.backends.base import Backend
+from leased.backends.ports import RuntimePort
 from leased.engine.retrying import one_line
 from leased.errors import DatabaseLocked
 from leased.jobs import Lease
@@ -40,7 +40,7 @@ class _Held:
 
 
 class Heartbeat:
-    def __init__(self, backend: Backend, on_lost: Callable[[Lease], None],
+    def __init__(self, backend: RuntimePort, on_lost: Callable[[Lease], None],
                  is_transient: Callable[[BaseException], bool]):
         self._backend = backend
         self._on_lost = on_lost

@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Callable
 
-from leased.backends.base import Backend
+from leased.backends.ports import RuntimePort
 from leased.engine.context import CancelReason
 from leased.engine.heartbeat import Heartbeat
 from leased.engine.retrying import is_transient
@@ -23,7 +23,7 @@ WATCHDOG_INTERVAL = 0.25
 
 
 class LeaseKeeper:
-    def __init__(self, backend: Backend, cancel: Callable[[Lease, CancelReason, str | None], None], *,
+    def __init__(self, backend: RuntimePort, cancel: Callable[[Lease, CancelReason, str | None], None], *,
                  heartbeat_died: Callable[[], None], stopping: Callable[[], bool]):
         self._backend = backend
         self._cancel = cancel  # on the loop: cancel the attempt holding the lease, for this reason

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable
 
-from leased.backends.base import Listener
+from leased.backends.ports import Listener
 from leased.engine.retrying import Outage, is_transient, one_line
 from leased.events import Event, ListenerLost, ListenerReconnected
 

@@ -24,7 +24,7 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Mapping
 
-from leased.backends.base import Backend, PruneRule
+from leased.backends.ports import PruneRule, RuntimePort
 from leased.engine.retrying import is_transient
 from leased.jobs import JobStatus
 from leased.retention import FINISHED, Retention
@@ -71,7 +71,7 @@ def older_than_rules(older_than_seconds: float) -> list[PruneRule]:
     return [PruneRule(status, older_than_seconds) for status in FINISHED]
 
 
-def prune(backend: Backend, rules: list[PruneRule], *, batch_size: int = BATCH_SIZE,
+def prune(backend: RuntimePort, rules: list[PruneRule], *, batch_size: int = BATCH_SIZE,
           stop: threading.Event | None = None) -> dict[str, int] | None:
     """One pass: jobs deleted per status, or None if another process was pruning (PostgreSQL)."""
     stop = stop or threading.Event()
@@ -93,7 +93,7 @@ def prune(backend: Backend, rules: list[PruneRule], *, batch_size: int = BATCH_S
     return deleted
 
 
-def count_prunable(backend: Backend, rules: list[PruneRule]) -> dict[str, int]:
+def count_prunable(backend: RuntimePort, rules: list[PruneRule]) -> dict[str, int]:
     """What a pass would delete now, per status (`leased prune --dry-run`)."""
     counts = {status.value: 0 for status in FINISHED}
     for rule in rules:
@@ -102,7 +102,7 @@ def count_prunable(backend: Backend, rules: list[PruneRule]) -> dict[str, int]:
 
 
 class Pruner:
-    def __init__(self, backend: Backend, rules: list[PruneRule], *, interval: float = PRUNE_INTERVAL,
+    def __init__(self, backend: RuntimePort, rules: list[PruneRule], *, interval: float = PRUNE_INTERVAL,
                  batch_size: int = BATCH_SIZE):
         self.backend = backend
         self.rules = rules

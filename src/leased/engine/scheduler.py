@@ -13,7 +13,7 @@ import logging
 from datetime import datetime
 from typing import Callable, Protocol, Sequence
 
-from leased.backends.base import Backend, TickSource
+from leased.backends.ports import RuntimePort, TickSource
 from leased.engine.retrying import Outage, is_transient, one_line
 
 log = logging.getLogger("leased.scheduler")
@@ -26,7 +26,7 @@ class ScheduledTicks(TickSource, Protocol):
 
 
 class Scheduler:
-    def __init__(self, backend: Backend, schedules: Sequence[ScheduledTicks], *, wake_claimer: Callable[[], None],
+    def __init__(self, backend: RuntimePort, schedules: Sequence[ScheduledTicks], *, wake_claimer: Callable[[], None],
                  poll_interval: float, worker_id: str):
         self.backend = backend
         self.schedules = list(schedules)

@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from leased.backends.base import AttemptEnd
+from leased.backends.ports import AttemptEnd
 from leased.backoff import Backoff
 from leased.engine.threads import LoopInbox
 from leased.events import Event, HandlerStuck

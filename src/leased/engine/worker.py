@@ -27,7 +27,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from leased.backends.base import Backend, ClaimRequest, WorkerRecord
+from leased.backends.ports import ClaimRequest, RuntimePort, WorkerRecord
 from leased.engine.announcer import Announcer
 from leased.engine.attempts import ClaimedAttempts, WorkerStats
 from leased.engine.claimer import Claimer
@@ -56,7 +56,7 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    def __init__(self, backend: Backend, tasks: Mapping[str, Handler], *, concurrency: int = 8,
+    def __init__(self, backend: RuntimePort, tasks: Mapping[str, Handler], *, concurrency: int = 8,
                  queues: list[str] | tuple[str, ...] | None = None, poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, worker_id: str | None = None,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, events: Events | None = None,

@@ -81,7 +81,7 @@ def advance(app: Leased, by: timedelta | float) -> None:
     does not move."""
     seconds = by.total_seconds() if isinstance(by, timedelta) else float(by)
     app.backend.clock.advance(seconds)
-    app._wake_workers()
+    app.wake_workers()  # its own workers look again now, by the moved clock
 
 
 def enqueued(task: Task) -> list[Job]:

@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
-from leased.backends.base import AttemptEnd
+from leased.backends.ports import AttemptEnd
 from leased.jobs import Lease, Outcome
 
 MODES = ("twice", "concurrently", "lost_ack")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from leased.backends.base import Throughput
+from leased.backends.ports import Throughput
 
 WIDTH, HEIGHT = 720, 120
 GAP = 1.0  # between bars

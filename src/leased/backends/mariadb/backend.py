@@ -27,7 +27,7 @@ from MySQLdb.constants import CLIENT
 from MySQLdb.cursors import Cursor, DictCursor
 
 from leased.admin import WORKER_SILENT_AFTER
-from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
+from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.callers import not_ours, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.mariadb.limited import pick_limited

@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
+from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import jobs_json

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
-from leased.backends.base import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
+from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
 from leased.backends.async_drivers import enqueue_aiosqlite
 from leased.backends.callers import not_ours, type_name, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json

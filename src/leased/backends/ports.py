@@ -1,8 +1,11 @@
-"""The storage interface: the only door between the engine and a database.
+"""The storage ports: the only doors between the rest of leased and a database.
 
-Internal. Verbs on jobs, one frozen parameter object per call; the engine never sees SQL. Every
-backend passes the same behavioural suite in tests/, so a new backend is done when it is green.
-Times that decide leases and schedules are taken from the database's clock, never the caller's.
+Internal. Verbs on jobs, one frozen parameter object per call, split by who uses them: the engine
+takes the RuntimePort (producer, worker and retention verbs) and nothing else; the CLI, the
+dashboard and metrics use the InspectionPort and the AdminPort; migrations go through the
+SchemaPort. Nobody outside a backend sees SQL. Every backend passes the same behavioural suite in
+tests/, so a new backend is done when it is green. Times that decide leases and schedules are taken
+from the database's clock, never the caller's.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from datetime import datetime
 from typing import Any, Iterable, NamedTuple, Protocol, Sequence
 
 from leased.admin import WorkerInfo
+from leased.clock import Clock
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
-from leased.explain import JobFacts
+from leased.facts import JobFacts
 from leased.jobs import ClaimedJob, Job, JobStatus, Lease, Outcome
 from leased.limits import QueueLimit
 
@@ -175,11 +179,8 @@ class Listener(Protocol):
     def close(self) -> None: ...
 
 
-class Backend(Protocol):
-    """Runtime verbs used by workers and producers."""
-
-    # Errors: a backend raises leased.errors classes only (TRANSIENT_ERRORS for what is worth
-    # another try), never its driver's.
+class ProducerPort(Protocol):
+    """What a producer needs: write jobs, and tell workers about jobs a caller's commit made due."""
 
     def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[tuple[Job, bool]]:
         """Write pending jobs in one transaction (the caller's, if given; it is never committed here).
@@ -189,6 +190,15 @@ class Backend(Protocol):
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
         """enqueue() on the caller's async connection, inside the caller's transaction."""
+
+    def wake(self, queue_names: Iterable[str]) -> None:
+        """Tell workers that `queue_names` have jobs due now, after a commit the backend did not
+        make (jobs enqueued on a caller's connection). Does nothing where the commit itself tells
+        them (PostgreSQL's NOTIFY)."""
+
+
+class WorkerPort(Protocol):
+    """What a worker's loops need: claim, keep, end and give back attempts; announce the worker; run schedules."""
 
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Atomically lease up to `limit` due jobs, counting the attempt and noting its start in the job
@@ -219,13 +229,18 @@ class Backend(Protocol):
         """Return jobs whose lease expired to the pool (or fail them, out of attempts, counted as
         failed in their expired worker's rows of leased_throughput)."""
 
+    def get_job(self, job_id: int) -> Job | None:
+        """The job with its history: the lease keeper reads it to tell a user's cancel from a lease
+        that ran out, when a renewal finds a lease gone."""
+
     def listener(self) -> Listener | None:
         """A source of wake-ups (queue names of jobs that became due), or None: poll only."""
 
-    def wake(self, queue_names: Iterable[str]) -> None:
-        """Tell workers that `queue_names` have jobs due now, after a commit the backend did not
-        make (jobs enqueued on a caller's connection). Does nothing where the commit itself tells
-        them (PostgreSQL's NOTIFY)."""
+    def register_worker(self, worker: WorkerRecord) -> None:
+        """Insert or refresh the worker's row (its heartbeat), and forget workers silent for a day.
+        Workers announce themselves for inspection; nothing in the queue's correctness depends on it."""
+
+    def unregister_worker(self, worker_id: str) -> None: ...
 
     def schedule_states(self) -> tuple[datetime, list[ScheduleState]]:
         """The database's now, and every schedule's stored state."""
@@ -235,7 +250,34 @@ class Backend(Protocol):
         its stored last tick, and enqueue each tick's job unless a row for (schedule, tick) exists
         already (another worker wrote it). Jobs and tick rows commit together."""
 
-    # Inspection and administration.
+
+class RetentionPort(Protocol):
+    """What the worker's pruner needs: only finished rows are read or deleted, in short transactions."""
+
+    def pruning(self) -> AbstractContextManager[bool]:
+        """Enter to prune: True if this process may (on PostgreSQL, no other pruner holds the lock)."""
+
+    def prune_batch(self, rule: PruneRule, limit: int) -> int:
+        """Delete up to `limit` of the rule's jobs with their attempts, in one transaction (their
+        done and failed counts were kept as they finished). Returns how many went."""
+
+    def count_prunable(self, rule: PruneRule) -> int: ...
+
+    def prune_throughput(self, older_than_seconds: float) -> int:
+        """Forget the per-minute counts older than this."""
+
+    def fold_throughput(self, older_than_seconds: float) -> int:
+        """Sum the workers' own per-minute count rows older than this into one row per minute,
+        queue and task; returns how many rows were folded. The sums read are unchanged."""
+
+
+class RuntimePort(ProducerPort, WorkerPort, RetentionPort, Protocol):
+    """All that the engine sees of storage: a worker and a producer need nothing else."""
+
+
+class InspectionPort(Protocol):
+    """Reads for the CLI, the dashboard, metrics and the Python API; they change nothing."""
+
     def get_job(self, job_id: int) -> Job | None: ...
 
     def list_jobs(self, where: JobFilter) -> list[Job]: ...
@@ -259,52 +301,14 @@ class Backend(Protocol):
 
     def queue_names(self) -> list[str]: ...
 
-    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
-        """Every failed job (of one task, or queue) back to pending, due now; wakes workers as enqueue does."""
-
-    def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
-        """Cancel every pending job (of one task, or queue), closing any open attempt record; returns how many."""
-
     def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int: ...
 
-    # Workers announce themselves for inspection; nothing in the queue's correctness depends on it.
-    def register_worker(self, worker: WorkerRecord) -> None:
-        """Insert or refresh the worker's row (its heartbeat), and forget workers silent for a day."""
-
-    def unregister_worker(self, worker_id: str) -> None: ...
-
     def list_workers(self, silent_after: float) -> list[WorkerInfo]: ...
-
-    def retry(self, job_id: int) -> Job:
-        """A failed or cancelled job back to pending, due now; wakes workers as enqueue does."""
-
-    def cancel(self, job_id: int) -> Job: ...
-
-    # Pausing queues: a paused queue's jobs are not claimed; pause and resume report whether they
-    # changed anything, and resume wakes the workers.
-    def pause_queue(self, queue_name: str) -> bool: ...
-
-    def resume_queue(self, queue_name: str) -> bool: ...
 
     def paused_queues(self) -> dict[str, float]:
         """Paused queues, with how many seconds each has been paused."""
 
-    # Pruning: only finished rows are read or deleted, in short transactions.
-    def prune_batch(self, rule: PruneRule, limit: int) -> int:
-        """Delete up to `limit` of the rule's jobs with their attempts, in one transaction (their
-        done and failed counts were kept as they finished). Returns how many went."""
-
-    def count_prunable(self, rule: PruneRule) -> int: ...
-
-    def prune_throughput(self, older_than_seconds: float) -> int:
-        """Forget the per-minute counts older than this."""
-
-    def fold_throughput(self, older_than_seconds: float) -> int:
-        """Sum the workers' own per-minute count rows older than this into one row per minute,
-        queue and task; returns how many rows were folded. The sums read are unchanged."""
-
-    def pruning(self) -> AbstractContextManager[bool]:
-        """Enter to prune: True if this process may (on PostgreSQL, no other pruner holds the lock)."""
+    def queue_limits(self) -> list[QueueLimit]: ...
 
     def throughput(self, window_seconds: float, by_task: bool = True) -> list[Throughput]:
         """Done and failed per minute, queue and task (without `by_task`, per minute alone), counted
@@ -313,7 +317,34 @@ class Backend(Protocol):
     def why_facts(self, job_id: int) -> JobFacts | None:
         """What leased.explain needs about one job, in one consistent read with the database's now."""
 
-    # Schema.
+
+class AdminPort(Protocol):
+    """A person's actions on jobs and queues (the CLI, the dashboard, the Python API)."""
+
+    def retry(self, job_id: int) -> Job:
+        """A failed or cancelled job back to pending, due now; wakes workers as enqueue does."""
+
+    def cancel(self, job_id: int) -> Job: ...
+
+    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
+        """Every failed job (of one task, or queue) back to pending, due now; wakes workers as enqueue does."""
+
+    def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
+        """Cancel every pending job (of one task, or queue), closing any open attempt record; returns how many."""
+
+    # A paused queue's jobs are not claimed; pause and resume report whether they changed
+    # anything, and resume wakes the workers.
+    def pause_queue(self, queue_name: str) -> bool: ...
+
+    def resume_queue(self, queue_name: str) -> bool: ...
+
+    def set_queue_limit(self, limit: QueueLimit) -> None:
+        """Set a queue's limits, replacing any before; a limit of neither kind removes them."""
+
+
+class SchemaPort(Protocol):
+    """Creating, checking and printing leased's schema."""
+
     def migrate(self, callers_connection: Any = None) -> list[int]:
         """Apply pending migrations; safe when several processes call it at once. Returns versions applied.
 
@@ -328,10 +359,15 @@ class Backend(Protocol):
 
     def migration_sql(self) -> str: ...
 
+
+class Backend(RuntimePort, InspectionPort, AdminPort, SchemaPort, Protocol):
+    """A whole backend, as leased.backends.connect() opens it for the app: every port, and close().
+
+    Errors: a backend raises leased.errors classes only (TRANSIENT_ERRORS for what is worth another
+    try, SchemaNotReady for a schema to migrate), never its driver's."""
+
+    # The clock seam (leased.clock): the offset every one of its sessions adds to the database's
+    # now; leased.testing.advance() moves it.
+    clock: Clock
+
     def close(self) -> None: ...
-
-    # Limits per queue (limits per key travel on each job).
-    def set_queue_limit(self, limit: QueueLimit) -> None:
-        """Set a queue's limits, replacing any before; a limit of neither kind removes them."""
-
-    def queue_limits(self) -> list[QueueLimit]: ...
