@@ -56,9 +56,7 @@ def _run(backend: LeasedBackend, task: Task, leased_context: TaskContext, args: 
         else:
             value = task.call(*args, **kwargs)
         value = normalize_json(value)  # TypeError for a value that is not JSON, as in Django's backends
-    except KeyboardInterrupt:
-        raise  # as Django's backends do: whoever interrupts wins, and the task is not marked failed
-    except BaseException as error:
+    except BaseException as error:  # KeyboardInterrupt too: in a worker it is the task's own (engine/executor.py)
         result.errors.append(TaskError(exception_class_path=class_path(type(error)),
                                        traceback="".join(format_exception(error))))
         if isinstance(error, PermanentError) or job.attempt >= job.max_attempts:
