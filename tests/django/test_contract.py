@@ -1,5 +1,5 @@
 """Django's tasks contract where the conformance suite does not reach: TASKS aliases, USE_TZ =
-False, run_after read back,. On SQLite, PostgreSQL and
+False, run_after read back, and the flush between transactional tests. On SQLite, PostgreSQL and
 MariaDB, through pytest-django (Django's TransactionTestCase machinery)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder,
 
 from djangotest import backend, close_leased_connections, db_alias, leased_tasks, run_async, run_queued, tasks_setting  # noqa: E402,F401  (fixtures)
 
+from django.core.management import call_command  # noqa: E402
 from django.db import connections  # noqa: E402
 from django.tasks import TaskResultStatus, task_backends  # noqa: E402
 from django.tasks.signals import task_started  # noqa: E402
@@ -127,6 +128,39 @@ def test_with_use_tz_false_the_running_result_has_naive_times(naive_times):
         task_started.disconnect(receiver)
     ((enqueued_at, started_at),) = seen
     assert timezone.is_naive(enqueued_at) and enqueued_at <= started_at <= timezone.now()
+
+
+def test_flush_empties_leaseds_tables(backend, db_alias):
+    from leased.contrib.django.models import Attempt, Job
+
+    done = tasks.add_async.enqueue(1, 1)
+    run_queued(backend)
+    tasks.add_async.enqueue(2, 2)
+    assert Job.objects.using(db_alias).count() == 2 and Attempt.objects.using(db_alias).exists()
+    call_command("flush", database=db_alias, interactive=False, verbosity=0)
+    assert not Job.objects.using(db_alias).exists() and not Attempt.objects.using(db_alias).exists()
+    assert run_queued(backend).claimed == 0
+    after = tasks.add_async.enqueue(3, 3)
+    assert int(after.id) > int(done.id)  # ids go on: an old result id never names a new job
+
+
+def test_flush_asks_first_and_a_no_keeps_leaseds_rows(backend, db_alias, monkeypatch, capsys):
+    from leased.contrib.django.models import Job
+
+    tasks.add_async.enqueue(1, 1)
+    monkeypatch.setattr("builtins.input", lambda prompt: "no" if "leased's jobs" in prompt else "yes")
+    call_command("flush", database=db_alias, interactive=True)
+    assert "Flush cancelled." in capsys.readouterr().out
+    assert Job.objects.using(db_alias).count() == 1
+
+
+# Two tests in this order: the first leaves a job behind, which the flush after it removes.
+def test_a_transactional_test_that_leaves_a_job_behind(backend):
+    tasks.add_async.enqueue(40, 2)
+
+
+def test_the_next_transactional_test_starts_without_it(backend):
+    assert run_queued(backend).claimed == 0
 
 
 def test_from_async_code_get_result_is_refused_and_aget_result_works(backend):
