@@ -182,7 +182,7 @@ def split_job_task_name(name: str) -> tuple[str, str | None]:
     return module_path, alias or None
 
 
-_declared_tasks: dict[str, Task | None] = {}
+_declared_tasks: dict[str, Task] = {}  # the module-level Task objects, which never change
 
 
 def declared_task(module_path: str) -> Task | None:
