@@ -58,3 +58,8 @@ def slow_once(started_marker: str, done_marker: str) -> int:
 def report_backend(context) -> str:
     """The TASKS alias the running task's result names."""
     return context.task_result.backend
+
+
+@task(max_attempts=1)
+def interrupting() -> None:
+    raise KeyboardInterrupt("raised by the task, not by a signal")
