@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from leased import Leased
+from leased import Backoff, Leased
 
 app = Leased(os.environ["LEASED_DATABASE_URL"])
 MARKERS = Path(os.environ.get("CRASH_MARKERS", "."))
@@ -29,6 +29,11 @@ def hold(context, mode):
     if mode == "sleep":
         time.sleep(0.3)
     return f"done by {context.worker_id}"
+
+
+@app.task(name="interrupting", max_attempts=2, backoff=Backoff(base=0, jitter=0))
+def interrupting():
+    raise KeyboardInterrupt("raised by the handler, not by a signal")  # before: stopped its worker
 
 
 if __name__ == "__main__":

@@ -119,6 +119,22 @@ def test_poison_job_that_kills_its_worker_is_failed_after_its_attempts(app, hold
     assert "stopped renewing" in failed.last_error and "crashed" in failed.history[-1].error_message
 
 
+def test_a_handler_raising_keyboard_interrupt_fails_by_its_attempts_and_the_worker_process_lives(app, hold, spawn):
+    @app.task(name="interrupting", max_attempts=2)
+    def interrupting(): ...
+
+    job = interrupting.enqueue()
+    worker = spawn("worker-a")
+    failed = wait_for(lambda: (found := app.get_job(job.id)).is_finished and found, message="the job to end")
+    assert failed.status is JobStatus.FAILED and failed.attempt == 2
+    assert [(a.outcome, a.error_type) for a in failed.history] == [(Outcome.ERROR, "KeyboardInterrupt")] * 2
+    after = hold.enqueue("sleep")
+    wait_for(lambda: app.get_job(after.id).status is JobStatus.DONE, message="the same worker to go on")
+    assert worker.poll() is None and app.get_job(after.id).result == "done by worker-a"
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0
+
+
 def test_sigterm_during_a_burst_finishes_running_jobs_and_leaves_none_running(app, hold, spawn):
     jobs = [hold.enqueue("sleep") for _ in range(20)]
     worker = spawn("worker-a")

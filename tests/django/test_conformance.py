@@ -38,6 +38,7 @@ IMMEDIATE = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBa
 class Subject:
     settings: dict
     run_queued: Callable[[], Any]
+    runs_in_the_caller: bool = False  # the task runs in enqueue()'s process (ImmediateBackend), not a worker
 
     @property
     def backend(self) -> Any:
@@ -58,7 +59,7 @@ def _leased(alias: str) -> dict:
 
 
 SUBJECTS = {
-    "immediate": lambda: Subject(IMMEDIATE, lambda: None),
+    "immediate": lambda: Subject(IMMEDIATE, lambda: None, runs_in_the_caller=True),
     "leased-sqlite": lambda: Subject(_leased("default"), lambda: run_queued(task_backends["default"])),
     "leased-postgres": lambda: Subject(_leased("postgres"), lambda: run_queued(task_backends["default"])),
     "leased-mariadb": lambda: Subject(_leased("mariadb"), lambda: run_queued(task_backends["default"])),
@@ -129,14 +130,24 @@ def test_any_exception_fails_the_task(subject, caplog, task, exception, message)
     assert (result.task, result.args, result.kwargs) == (task, [], {})
 
 
-def test_keyboard_interrupt_is_not_a_failure(subject, caplog):
-    with caplog.at_level(logging.ERROR, logger="django.tasks"), pytest.raises(KeyboardInterrupt):
-        result = default_task_backend.enqueue(test_tasks.failing_task_keyboard_interrupt, [], {})
-        subject.run(result)
-    assert _django_task_records(caplog, logging.ERROR) == []
-    if subject.backend.supports_get_result:  # the task stays where it was: it is not failed
-        assert subject.backend.get_result(result.id).status != TaskResultStatus.FAILED
-        subject.backend.app.cancel(int(result.id))  # leased's: or a later worker would be interrupted too
+def test_keyboard_interrupt(subject, caplog):
+    """Run in the caller (ImmediateBackend), a KeyboardInterrupt is the caller's: it goes on and the
+    task is not failed. In a worker it is the task's own (the operator's Ctrl-C reaches a worker as
+    a signal, which stops it gracefully): it fails the attempt like SystemExit, so that a task that
+    raises it cannot stop every worker that claims it, and the task ends by its max_attempts."""
+    task = test_tasks.failing_task_keyboard_interrupt
+    if subject.runs_in_the_caller:
+        with caplog.at_level(logging.ERROR, logger="django.tasks"), pytest.raises(KeyboardInterrupt):
+            subject.run(default_task_backend.enqueue(task, [], {}))
+        assert _django_task_records(caplog, logging.ERROR) == []
+        return
+    with caplog.at_level(logging.ERROR, logger="django.tasks"):
+        result = subject.run(default_task_backend.enqueue(task, [], {}))
+    assert len(_django_task_records(caplog, logging.ERROR)) == 1
+    assert result.status == TaskResultStatus.FAILED
+    _assert_finished_in_order(result)
+    assert result.errors[0].exception_class == KeyboardInterrupt
+    assert result.errors[0].traceback.endswith("KeyboardInterrupt: This Task failed due to KeyboardInterrupt\n")
 
 
 @pytest.mark.parametrize("task,exception,fragment", [

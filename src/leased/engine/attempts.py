@@ -51,8 +51,7 @@ class ClaimedAttempts:
     def __init__(self, backend: RuntimePort, handlers: Mapping[str, Handler], concurrency: int, *, executor: Executor,
                  completer: Completer, heartbeat: Heartbeat, stats: WorkerStats,
                  emit: Callable[[Event], None], worker_id: str, slot_freed: Callable[[], None],
-                 closed: Callable[[], None], thread_failed: Callable[[BaseException], None],
-                 interrupted: Callable[[BaseException, bool], None]):
+                 closed: Callable[[], None], thread_failed: Callable[[BaseException], None]):
         self._backend = backend
         self._handlers = handlers
         self._executor = executor
@@ -63,9 +62,6 @@ class ClaimedAttempts:
         self._emit = emit
         self._worker_id = worker_id
         self._closed = closed  # attempts closed: with nothing left, stop_when_idle looks again
-        # A handler raised KeyboardInterrupt (or the like), and whether the loop must raise it on:
-        # the worker stops at once, and the attempt, left open, is released with the others.
-        self._interrupted = interrupted
         self._threads: HandlerThreads[Attempt] = HandlerThreads(self._run_on_thread, thread_failed)
         self._to_loop: LoopInbox[Attempt] = LoopInbox(self._start_on_loop)
         self.slots = Slots(concurrency, run_on_thread=self._threads.run, run_on_loop=self._to_loop.put,
@@ -104,24 +100,15 @@ class ClaimedAttempts:
 
     def _run_on_thread(self, attempt: Attempt) -> Attempt | None:
         """On a handler thread: run it, hand its end on, and return the next attempt for this thread."""
-        try:
-            end = self._executor.run_sync(attempt)
-        except BaseException as error:  # a KeyboardInterrupt (or the like): the loop raises it on
-            self._interrupted(error, True)
-        else:
-            self._completer.finish(attempt, end)
+        self._completer.finish(attempt, self._executor.run_sync(attempt))  # raising here is the engine's bug
         return self.slots.ended(attempt, on_thread=True)
 
     def _start_on_loop(self, attempts: list[Attempt]) -> None:
         for attempt in attempts:
-            self._executor.start_async(attempt, self._async_ended, self._async_interrupted)
+            self._executor.start_async(attempt, self._async_ended)
 
     def _async_ended(self, attempt: Attempt, end: AttemptEnd | None) -> None:
         self._completer.finish(attempt, end)
-        self.slots.ended(attempt, on_thread=False)
-
-    def _async_interrupted(self, attempt: Attempt) -> None:
-        self._interrupted(attempt.task.exception(), False)  # asyncio raised it already
         self.slots.ended(attempt, on_thread=False)
 
     def recorded(self, batch: list[tuple[Attempt, AttemptEnd | None]], results: list[Recorded]) -> None:

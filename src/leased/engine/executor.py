@@ -4,6 +4,14 @@ It calls the handler with its TaskContext: a sync one on the handler thread that
 an async one as a task on the loop (start_async()). It arms the job's time limit and turns what the
 handler did into the attempt's end: a result, an error to retry or not, or nothing when the
 attempt was cancelled (its cause decides what is recorded, see engine/attempts.py).
+
+Whatever a handler raises is its attempt's error, BaseExceptions included: a KeyboardInterrupt,
+a SystemExit or a BaseException of the user's own fails the attempt, is retried by the task's
+policy and ends the job at max_attempts, while the worker goes on. Were they to stop the worker,
+a poison job would take down every worker that claims it, and each stop would give its attempt
+back uncounted as a failure. The operator's Ctrl-C never arrives this way: it is a signal, which
+the worker turns into a graceful stop (engine/worker.py), and Python raises KeyboardInterrupt
+for a signal only in the main thread, never on a handler thread.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import os
 import threading
 import time
 import traceback
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Protocol
 
 from leased.backends.ports import AttemptEnd
 from leased.backoff import Backoff
@@ -86,18 +94,16 @@ class Executor:
             self.time_limits.arm_soon(attempt)
         try:
             result = handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs)
-        except (Exception, SystemExit) as error:  # a KeyboardInterrupt goes on to stop the worker
+        except BaseException as error:  # a KeyboardInterrupt too: see the module's docstring
             end = None if context.is_cancelled else self._error_end(attempt, error)
         else:
             end = None if context.is_cancelled else self._result_end(attempt, result)
         attempt.thread_id = None
         return end if end is not None and context.finish() else None
 
-    def start_async(self, attempt: Attempt, ended: Callable[[Attempt, AttemptEnd | None], None],
-                    interrupted: Callable[[Attempt], None]) -> None:
+    def start_async(self, attempt: Attempt, ended: Callable[[Attempt, AttemptEnd | None], None]) -> None:
         """On the loop: start the handler as a task; `ended(attempt, end)` is called when it is done
-        (end None: cancelled, nothing to write), or `interrupted(attempt)` if it raised a
-        KeyboardInterrupt (or the like), which the loop raises on to stop the worker."""
+        (end None: cancelled, nothing to write)."""
         context = attempt.context
         if context.is_cancelled:
             ended(attempt, None)
@@ -110,10 +116,9 @@ class Executor:
         handler = attempt.handler
         attempt.started = time.monotonic()
         attempt.task = asyncio.get_running_loop().create_task(
-            handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs))
+            _contained(handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs)))
         self.time_limits.arm(attempt)
-        attempt.task.add_done_callback(lambda task: interrupted(attempt) if _interrupts(task)
-                                       else ended(attempt, self._async_end(attempt, task)))
+        attempt.task.add_done_callback(lambda task: ended(attempt, self._async_end(attempt, task)))
 
     def _async_end(self, attempt: Attempt, task: asyncio.Task) -> AttemptEnd | None:
         context = attempt.context
@@ -124,7 +129,7 @@ class Executor:
         if task.cancelled():  # not by the worker: an error like any other
             end = self._error_end(attempt, asyncio.CancelledError("the handler's task was cancelled"))
         elif (error := task.exception()) is not None:
-            end = self._error_end(attempt, error)
+            end = self._error_end(attempt, error.error if isinstance(error, _Escaped) else error)
         else:
             end = self._result_end(attempt, task.result())
         return end if end is not None and context.finish() else None
@@ -152,8 +157,20 @@ class Executor:
         return AttemptEnd(attempt.lease, Outcome.DONE, result_json=result_json)
 
 
-def _interrupts(task: asyncio.Task) -> bool:
-    return not task.cancelled() and not isinstance(task.exception(), (Exception, SystemExit, type(None)))
+class _Escaped(Exception):
+    """A KeyboardInterrupt or SystemExit an async handler raised, carried out of its task as an
+    Exception: asyncio raises those two on out of the event loop, which would stop the worker."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
+
+
+async def _contained(handler_call: Any) -> Any:
+    try:
+        return await handler_call
+    except (KeyboardInterrupt, SystemExit) as error:
+        raise _Escaped(error) from None
 
 
 def error_end(job: ClaimedJob, error: BaseException, *, retry: bool, backoff: Backoff | None = None) -> AttemptEnd:

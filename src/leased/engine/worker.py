@@ -109,8 +109,7 @@ class Worker:
             executor=Executor(self._time_limits, self.max_payload_bytes), completer=self._completer,
             heartbeat=self._lease_keeper.heartbeat, stats=self.stats, emit=self.events.emit, worker_id=self.id,
             slot_freed=lambda: self._claimer.slot_freed(), closed=lambda: self._claimer.attempt_closed(),
-            thread_failed=lambda error: self._call_soon_threadsafe(self._service_failed, "handler thread", error),
-            interrupted=lambda error, on_thread: self._call_soon_threadsafe(self._interrupted, error, on_thread))
+            thread_failed=lambda error: self._call_soon_threadsafe(self._service_failed, "handler thread", error))
         self._claimer = Claimer(self.backend, ClaimRequest(self.id, names, self.queues, limit=0),
                                 self._claimed.slots, poll_interval=self.poll_interval, start=self._claimed.start,
                                 claimed=lambda: len(self._claimed), held_by_stuck=lambda: self._time_limits.holding,
@@ -206,13 +205,6 @@ class Worker:
         log.error("worker %s: %s failed; stopping", self.id, name, exc_info=error)
         self._stopping = True
         self._apply_stop(forced=True)
-
-    def _interrupted(self, error: BaseException, propagate: bool) -> None:
-        """A handler raised KeyboardInterrupt (or the like): stop now, as Python would."""
-        self._stopping = True
-        self._apply_stop(forced=True)
-        if propagate:
-            raise error
 
     def _heartbeat_died(self) -> None:
         log.error("worker %s: heartbeat died; stopping", self.id)  # its failure is raised at the end

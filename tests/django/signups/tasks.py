@@ -52,3 +52,14 @@ def slow_once(started_marker: str, done_marker: str) -> int:
             time.sleep(0.05)
     Path(done_marker).write_text(str(os.getpid()))
     return os.getpid()
+
+
+@task(takes_context=True)
+def report_backend(context) -> str:
+    """The TASKS alias the running task's result names."""
+    return context.task_result.backend
+
+
+@task(max_attempts=1)
+def interrupting() -> None:
+    raise KeyboardInterrupt("raised by the task, not by a signal")

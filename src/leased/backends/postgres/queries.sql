@@ -490,9 +490,11 @@ SELECT set_config('leased.clock_offset', %(offset)s, false);
 
 -- name: connection_identity
 -- Which server, database and jobs table a connection reaches, however it was addressed (a host
--- name, an address, a socket): a caller's connection= must reach ours.
-SELECT pg_postmaster_start_time() AS started, current_setting('port') AS port, current_database() AS database,
-       to_regclass('leased_jobs')::oid AS jobs_table;
+-- name, an address, a socket): a caller's connection= must reach ours. The server's start as
+-- epoch seconds, which no session setting changes: a timestamptz arrives naive or aware, in the
+-- session's zone, by the client's type loaders (Django's with USE_TZ = False: naive).
+SELECT extract(epoch FROM pg_postmaster_start_time()) AS started, current_setting('port') AS port,
+       current_database() AS database, to_regclass('leased_jobs')::oid AS jobs_table;
 
 -- name: explain_expired
 -- A worker's own account of why it let leases lapse replaces the reclaimer's guess that it

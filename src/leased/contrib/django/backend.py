@@ -7,6 +7,11 @@
 enqueue() writes the job on Django's connection `database`, inside the caller's transaction if
 one is open; get_result() reads it there too (so it sees what this transaction wrote). Workers
 (`manage.py leased_worker`) and admin actions use leased's own connections to the same database.
+
+A job belongs to the TASKS alias it was enqueued through: its result names that alias, and the
+worker runs it, signals included, under that alias as TASKS is when it runs. The job's task name
+says which: the task's module path when it went through the alias the task was declared with
+(`@task(backend=...)`, "default" unless given), `path@alias` when through another.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
+from django.tasks import task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
@@ -36,8 +43,8 @@ from leased.tasks import Task as LeasedHandler, check_queue_name
 
 BACKEND_OPTIONS = ("database", *TASK_OPTIONS)
 
-# Every Django task a LeasedBackend has validated, by the name its jobs store (its module path):
-# a worker runs them all, whichever backend alias they were declared with.
+# Every Django task a LeasedBackend has validated, by its module path: a worker runs them all,
+# through each LeasedBackend alias on its database.
 _known_tasks: dict[str, Task] = {}
 # One Leased (its connections, its handlers) per database, shared by the backend instances that
 # Django makes per thread.
@@ -82,7 +89,7 @@ class LeasedBackend(BaseTaskBackend):
         self.validate_task(task)
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))  # Django's TypeError first
         options = {**self.defaults, **task_options(task)}
-        call = self._handler(task).using(
+        call = self._handler(task, self.alias).using(
             queue_name=task.queue_name, priority=task.priority, run_after=_aware(task.run_after),
             connection=raw_connection(self.database),
             **{name: options[name] for name in ("max_attempts", "lease") if name in options})
@@ -100,13 +107,14 @@ class LeasedBackend(BaseTaskBackend):
         job = read_job(self.database, int(job_id)) if job_id.isdigit() and len(job_id) < 19 else None
         if job is None:
             raise TaskResultDoesNotExist(result_id)
-        try:
-            task = import_string(job.task_name)
-        except ImportError:
-            task = None
-        if not isinstance(task, Task):
+        module_path, alias = split_job_task_name(job.task_name)
+        task = declared_task(module_path)
+        if task is None:
             raise TaskResultDoesNotExist(f"{result_id} (job of {job.task_name!r}, which is not a django.tasks Task)")
-        return task_result(task_as_enqueued(task, job, self.alias), job, self.alias)
+        alias = alias or task.backend
+        if alias not in settings.TASKS:  # the alias it was enqueued through is gone: it is read through this one
+            alias = self.alias
+        return task_result(task_as_enqueued(task, job, alias), job, alias)
 
     def check(self, **kwargs: Any) -> list:
         from leased.contrib.django.checks import backend_problems
@@ -124,10 +132,20 @@ class LeasedBackend(BaseTaskBackend):
             return _apps[url]
 
     def worker(self, **options: Any) -> Worker:
-        """A leased Worker running every django.tasks Task imported so far (see leased_worker)."""
+        """A leased Worker running every django.tasks Task imported so far (see leased_worker),
+        enqueued through any LeasedBackend alias on this database as TASKS is now. A job of an
+        alias TASKS no longer has waits: no worker claims it."""
+        url = database_url(self.database)
+        aliases = [alias for alias in settings.TASKS if _is_leased_backend_on(alias, url)]
+        app = self.app
+        with _apps_lock:  # handlers of aliases that are gone (override_settings) are dropped
+            for name, handler in list(app.tasks.items()):
+                if getattr(handler.func, "django_alias", None) not in (None, *aliases):
+                    del app.tasks[name]
         for task in list(_known_tasks.values()):
-            self._handler(task)
-        return self.app.worker(**options)
+            for alias in aliases:
+                self._handler(task, alias)
+        return app.worker(**options)
 
     def _wake_workers_on_commit(self, queue_name: str) -> None:
         """Wake workers in other processes once the job is committed (at once outside atomic();
@@ -135,18 +153,57 @@ class LeasedBackend(BaseTaskBackend):
         no NOTIFY. PostgreSQL's backend does nothing here: the insert's NOTIFY is delivered at commit."""
         transaction.on_commit(partial(self.app.backend.wake, [queue_name]), using=self.database)
 
-    def _handler(self, task: Task) -> LeasedHandler:
+    def _handler(self, task: Task, alias: str) -> LeasedHandler:
+        """leased's handler for the jobs of `task` enqueued through TASKS[alias]."""
         app = self.app
-        handler = app.tasks.get(task.module_path)
+        name = job_task_name(task, alias)
+        handler = app.tasks.get(name)
         if handler is None:
             from leased.contrib.django.execution import handler_for
 
-            backoff = task_options(task).get("backoff") or self.defaults.get("backoff") or Backoff()
+            declared = declared_task(task.module_path) or task
+            backoff = task_options(declared).get("backoff") or self.defaults.get("backoff") or Backoff()
             with _apps_lock:
-                handler = app.tasks.get(task.module_path) or app.task(
-                    name=task.module_path, queue_name=task.queue_name, backoff=backoff,
-                    takes_context=True)(handler_for(self, task))
+                handler = app.tasks.get(name) or app.task(
+                    name=name, queue_name=task.queue_name, backoff=backoff,
+                    takes_context=True)(handler_for(alias, declared))
         return handler
+
+
+def job_task_name(task: Task, alias: str) -> str:
+    """The task name a job of `task` enqueued through TASKS[alias] stores (see the module's docstring)."""
+    declared = declared_task(task.module_path)
+    return task.module_path if alias == (declared or task).backend else f"{task.module_path}@{alias}"
+
+
+def split_job_task_name(name: str) -> tuple[str, str | None]:
+    """A job's task name as (module path, alias), the alias None for the task's declared one."""
+    module_path, _, alias = name.partition("@")
+    return module_path, alias or None
+
+
+_declared_tasks: dict[str, Task] = {}  # the module-level Task objects, which never change
+
+
+def declared_task(module_path: str) -> Task | None:
+    """The django.tasks Task at `module_path` as its module declares it (not a using() copy), or None."""
+    if module_path not in _declared_tasks:
+        try:
+            found = import_string(module_path)
+        except ImportError:
+            found = None
+        if not isinstance(found, Task):
+            return None  # not remembered: the module may not be importable yet
+        _declared_tasks[module_path] = found
+    return _declared_tasks[module_path]
+
+
+def _is_leased_backend_on(alias: str, url: str) -> bool:
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        return False
+    return isinstance(backend, LeasedBackend) and database_url(backend.database) == url
 
 
 def _aware(run_after: Any) -> Any:

@@ -9,13 +9,14 @@ task, as Django does around each request in a long-running process.
 from __future__ import annotations
 
 import inspect
-from datetime import UTC, datetime
 from traceback import format_exception
 from typing import TYPE_CHECKING, Any, Callable
 
 from django.db import close_old_connections, reset_queries
+from django.tasks import task_backends
 from django.tasks.base import Task, TaskContext as DjangoTaskContext, TaskError, TaskResult, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
 from django.utils.json import normalize_json
 
 from leased.contrib.django.results import class_path, new_result, task_as_enqueued, task_result
@@ -26,14 +27,16 @@ if TYPE_CHECKING:
     from leased.contrib.django.backend import LeasedBackend
 
 
-def handler_for(backend: LeasedBackend, task: Task) -> Callable[..., Any]:
-    """leased's handler for `task`: called with leased's context first, then the task's arguments."""
+def handler_for(alias: str, task: Task) -> Callable[..., Any]:
+    """leased's handler for the jobs of `task` enqueued through TASKS[alias]: called with leased's
+    context first, then the task's arguments. The backend is TASKS[alias] as settings are when the
+    job runs (override_settings makes new backends)."""
 
     def run(leased_context: TaskContext, /, *args: Any, **kwargs: Any) -> Any:
         close_old_connections()
         reset_queries()
         try:
-            return _run(backend, task, leased_context, args, kwargs)
+            return _run(task_backends[alias], task, leased_context, args, kwargs)
         finally:
             close_old_connections()
 
@@ -43,6 +46,7 @@ def handler_for(backend: LeasedBackend, task: Task) -> Callable[..., Any]:
     run.__signature__ = inspect.Signature([leading, *parameters])  # type: ignore[attr-defined]
     run.__name__ = run.__qualname__ = task.name
     run.__module__ = task.func.__module__
+    run.django_alias = alias  # type: ignore[attr-defined]  (the worker drops handlers of aliases that are gone)
     return run
 
 
@@ -56,18 +60,16 @@ def _run(backend: LeasedBackend, task: Task, leased_context: TaskContext, args: 
         else:
             value = task.call(*args, **kwargs)
         value = normalize_json(value)  # TypeError for a value that is not JSON, as in Django's backends
-    except KeyboardInterrupt:
-        raise  # as Django's backends do: whoever interrupts wins, and the task is not marked failed
-    except BaseException as error:
+    except BaseException as error:  # KeyboardInterrupt too: in a worker it is the task's own (engine/executor.py)
         result.errors.append(TaskError(exception_class_path=class_path(type(error)),
                                        traceback="".join(format_exception(error))))
         if isinstance(error, PermanentError) or job.attempt >= job.max_attempts:
             object.__setattr__(result, "status", TaskResultStatus.FAILED)
-            object.__setattr__(result, "finished_at", datetime.now(UTC))
+            object.__setattr__(result, "finished_at", timezone.now())
             task_finished.send(sender=sender, task_result=result)  # in the except: Django's logger reads exc_info
         raise
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-    object.__setattr__(result, "finished_at", datetime.now(UTC))
+    object.__setattr__(result, "finished_at", timezone.now())
     object.__setattr__(result, "_return_value", value)
     task_finished.send(sender=sender, task_result=result)
     return value
@@ -75,7 +77,7 @@ def _run(backend: LeasedBackend, task: Task, leased_context: TaskContext, args: 
 
 def _running_result(backend: LeasedBackend, task: Task, leased_context: TaskContext, args: list,
                     kwargs: dict) -> TaskResult:
-    job, now = leased_context.job, datetime.now(UTC)
+    job, now = leased_context.job, timezone.now()
     enqueued = task_as_enqueued(task, job, backend.alias)
     if job.attempt > 1:  # a retry: earlier attempts' workers and errors are in the history
         result = task_result(enqueued, backend.app.get_job(job.id), backend.alias)

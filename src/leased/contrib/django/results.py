@@ -10,15 +10,22 @@ One entry in worker_ids per attempt, so `attempts` and `TaskContext.attempt` cou
 TaskError per attempt that failed: an exception, a worker that died (LeaseExpired), a lease lost
 to another worker (LeaseLost), a cancellation (TaskCancelled). An attempt given back by a worker
 shutting down is not a failure: the task runs again.
+
+Times are as Django's own backends give them (timezone.now()): aware with USE_TZ = True, naive
+in the current time zone with USE_TZ = False.
 """
 
 from __future__ import annotations
 
 import builtins
 import re
+from dataclasses import replace
+from datetime import datetime
 
+from django.conf import settings
 from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask
+from django.utils import timezone
 
 from leased.contrib.django import exceptions
 from leased.jobs import Attempt, Job, JobStatus, Outcome
@@ -73,10 +80,32 @@ def task_error(attempt: Attempt) -> TaskError | None:
                      traceback=f"{class_path(stand_in)}: {attempt.error_message or stand_in.__doc__}\n")
 
 
+def django_time(moment: datetime | None) -> datetime | None:
+    """One of leased's times (aware, UTC) as Django's backends give it: see the module's docstring."""
+    if moment is None or settings.USE_TZ:
+        return moment
+    return timezone.make_naive(moment)
+
+
+def deferred_to(job: Job) -> datetime | None:
+    """The run_after the job was enqueued with, or None if it was due at once.
+
+    leased keeps one due time, run_after, which a retry (or a reclaim, or a release at shutdown)
+    moves on: it is the time enqueued with until then. A job enqueued without one is due when it
+    was created, to the same clock reading."""
+    if job.run_after == job.created_at:
+        return None
+    if job.attempt == 0 or (job.attempt == 1 and job.status is not JobStatus.PENDING):
+        return django_time(job.run_after)
+    return None
+
+
 def task_as_enqueued(task: Task, job: Job, alias: str) -> Task:
-    """The task with the queue and priority the job was enqueued with (as enqueue() returned it)."""
+    """The task with the queue, priority and run_after the job was enqueued with (as enqueue()
+    returned it)."""
     try:
-        return task.using(queue_name=job.queue_name, priority=job.priority, backend=alias)
+        return replace(task, queue_name=job.queue_name, priority=job.priority, backend=alias,
+                       run_after=deferred_to(job))
     except InvalidTask:  # e.g. the queue has since left QUEUES: the declared task still names the function
         return task
 
@@ -93,10 +122,10 @@ def task_result(task: Task, job: Job, alias: str) -> TaskResult:
         task=task,
         id=str(job.id),
         status=STATUSES[job.status],
-        enqueued_at=job.created_at,
-        started_at=history[0].started_at if history else None,
-        finished_at=job.finished_at if job.is_finished else None,
-        last_attempted_at=history[-1].started_at if history else None,
+        enqueued_at=django_time(job.created_at),
+        started_at=django_time(history[0].started_at) if history else None,
+        finished_at=django_time(job.finished_at) if job.is_finished else None,
+        last_attempted_at=django_time(history[-1].started_at) if history else None,
         args=list(job.args),
         kwargs=dict(job.kwargs),
         backend=alias,
@@ -110,6 +139,6 @@ def task_result(task: Task, job: Job, alias: str) -> TaskResult:
 
 def new_result(task: Task, job: Job, alias: str, args: list, kwargs: dict) -> TaskResult:
     """The TaskResult enqueue() returns: READY, nothing run yet."""
-    return TaskResult(task=task, id=str(job.id), status=TaskResultStatus.READY, enqueued_at=job.created_at,
+    return TaskResult(task=task, id=str(job.id), status=TaskResultStatus.READY, enqueued_at=django_time(job.created_at),
                       started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
                       backend=alias, errors=[], worker_ids=[])
