@@ -7,12 +7,21 @@ only turn rows into values, and how a refused transition is explained. A dialect
 - `_queries`, `_migrations`: its named queries and numbered migrations;
 - `_to_time`, `_from_json`: how its driver returns times and JSON; `_time_in`: how it takes a time;
 - `_rows(name, **params)`: one named query on a connection of its own, its rows as mappings;
-- `_transaction()`: a connection of its own in a write transaction;
+- `_transaction(wait_seconds=None)`: a connection of its own in a write transaction, committed at
+  the end (SQLite waits at most `wait_seconds` for its write lock); `_transact(work)` here runs
+  work(connection) in one, again when the database broke it off to settle a conflict;
+- `_execute(connection, name, **params)`: one named query in that transaction, its cursor (rows as
+  mappings, and rowcount); `_is_duplicate_key(error)`: a unique index refused a write;
 - `_insert_rows(connection, jobs)`, `_pending_with_key(connection, key)`: the two steps of enqueue;
   optionally their `_async` twins for a driver with async connections of the caller's;
 - `_list_param(values)`: a list as its queries take one (a JSON array, or an array);
-- for migrations: `_migration_transaction()`, `_run_script(connection, sql)`, `_execute(connection,
-  name, **params)`, `_is_missing_table(error)` and `_now_sql`.
+- for migrations: `_migration_transaction()`, `_run_script(connection, sql)`, `_is_missing_table(error)`
+  and `_now_sql`.
+
+The write verbs are written here once, each as the named statements of one transaction; each
+dialect's queries.sql defines those names. A dialect that does a verb in one statement
+(PostgreSQL's CTEs) overrides the verb and names that statement instead. The hot path's verbs
+(claim, renew, finish) are each dialect's own: there the shape of the SQL is the speed.
 
 Driver exceptions stop at the dialect: what reaches the engine is a leased error
 (DatabaseUnavailable, DatabaseConflict, InvalidTransition, ...), never a driver's class.
@@ -21,30 +30,32 @@ Driver exceptions stop at the dialect: what reaches the engine is a leased error
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from leased.admin import WorkerInfo
-from leased.backends.ports import JobFilter, NewJob, PruneRule
 from leased.backends.enqueueing import InsertJobs, Step, created_jobs, drive, drive_async, enqueue_steps
 from leased.backends.inspection import InspectionReads
-from leased.backends.rows import (
-    claimed_from_rows,
-    filter_params,
-    history_from_rows,
-    job_from_row,
-    queue_limit_from_row,
-    worker_from_row,
-)
+from leased.backends.params import (CANCELLED_BY_A_USER, expired_failures, filter_params, leases_json,
+                                    queue_limit_params, released_records, running_records, worker_params)
+from leased.backends.ports import JobFilter, NewJob, PruneRule, WorkerRecord
+from leased.backends.rows import claimed_from_rows, history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
 from leased.backends.sql import Migration, schema_problem
 from leased.backends.ticks import ScheduleStore
-from leased.errors import InvalidTransition, JobNotFound, SchemaNotReady
-from leased.jobs import Attempt, ClaimedJob, Job
+from leased.errors import DatabaseConflict, InvalidTransition, JobNotFound, SchemaNotReady
+from leased.jobs import Attempt, ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 
 if TYPE_CHECKING:
     from leased.backends.wakeups import Waker
+
+T = TypeVar("T")
+# How often a transaction the database broke off to settle a conflict (a deadlock, a lock wait
+# given up) is run again, at once after 1, 2, 4, ... ms: nothing of it was written, and the one
+# that won is about to commit. Past it, DatabaseConflict goes on to the engine's retry policy.
+CONFLICT_RETRIES = 5
 
 
 class SQLBackend(InspectionReads, ScheduleStore):
@@ -75,6 +86,15 @@ class SQLBackend(InspectionReads, ScheduleStore):
     def _list_param(self, values: Sequence[Any]) -> Any:
         raise NotImplementedError
 
+    def _transaction(self, wait_seconds: float | None = None) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
+        raise NotImplementedError
+
+    def _is_duplicate_key(self, error: BaseException) -> bool:
+        raise NotImplementedError
+
     def _migration_transaction(self) -> AbstractContextManager[Any]:
         """A connection in a transaction that no other migrator runs at the same time."""
         raise NotImplementedError
@@ -87,6 +107,25 @@ class SQLBackend(InspectionReads, ScheduleStore):
 
     def _time_out(self, value: Any) -> datetime | None:
         return self._to_time(value)
+
+    def _transact(self, work: Callable[[Any], T], wait_seconds: float | None = None) -> T:
+        """work(connection) in one write transaction of ours; run again when the database broke it
+        off to settle a conflict (the one such policy of every dialect: see CONFLICT_RETRIES)."""
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                with self._transaction(wait_seconds) as connection:
+                    return work(connection)
+            except DatabaseConflict:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+                time.sleep(0.001 * 2 ** attempt)  # let the transaction that won finish first
+        raise AssertionError("unreachable")
+
+    def _all(self, connection: Any, name: str, /, **params: Any) -> list[Any]:
+        return list(self._execute(connection, name, **params).fetchall())
+
+    def _ids(self, rows: Iterable[Mapping[str, Any]]) -> Any:
+        return self._list_param([row["id"] for row in rows])
 
     # Rows to values.
     def _job(self, row: Mapping[str, Any], history: tuple[Attempt, ...] = ()) -> Job:
@@ -126,6 +165,145 @@ class SQLBackend(InspectionReads, ScheduleStore):
 
     async def _pending_with_key_async(self, connection: Any, key: str) -> Mapping[str, Any] | None:
         raise NotImplementedError
+
+    # Writes after a claim: each fenced on (job, attempt, worker).
+    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
+        if not leases:
+            return
+        held = {"worker_id": leases[0].worker_id, "leases": leases_json(leases)}
+
+        def work(connection: Any) -> None:
+            # The records first: release clears the leases they are matched on.
+            self._execute(connection, "record_attempts", ends=released_records(leases, outcome, message))
+            self._execute(connection, "release", **held)
+            if explains_expiry:
+                self._execute(connection, "explain_expired_jobs", **held, message=message)
+                self._execute(connection, "explain_expired_attempts", **held, message=message)
+
+        self._transact(work)
+
+    def reclaim_expired(self) -> int:
+        return self._transact(self._reclaim)
+
+    def _reclaim(self, connection: Any) -> int:
+        """In the caller's transaction: expired leases read once, so that their attempts' records
+        (written before the reclaim clears the leases they are read from) and the jobs reclaimed
+        are the same set."""
+        expired = self._all(connection, "expired_ids")
+        if expired:
+            self._execute(connection, "record_attempts", ends=running_records(expired, Outcome.EXPIRED))
+            self._execute(connection, "reclaim_expired", job_ids=self._ids(expired))
+            self._count_finished(connection, expired_failures(expired))
+        return len(expired)
+
+    def _count_finished(self, connection: Any, counts: str | None) -> None:
+        if counts is not None:  # None: no job finished (every end a retry, every expired lease had attempts left)
+            self._execute(connection, "count_finished", counts=counts)
+
+    # Workers.
+    def register_worker(self, worker: WorkerRecord) -> None:
+        def work(connection: Any) -> None:
+            self._execute(connection, "register_worker", **worker_params(worker))
+            self._execute(connection, "prune_workers")
+
+        self._transact(work)
+
+    def unregister_worker(self, worker_id: str) -> None:
+        self._transact(lambda connection: self._execute(connection, "unregister_worker", id=worker_id))
+
+    # What people do to jobs and queues. What becomes due wakes the workers after the commit, as
+    # an enqueue does (a no-op where the commit itself notifies).
+    def retry(self, job_id: int) -> Job:
+        def work(connection: Any) -> Any:
+            row = self._execute(connection, "lock_for_retry", job_id=job_id).fetchone()
+            if row is not None:
+                self._execute(connection, "retry", job_id=job_id)
+            return row
+
+        try:
+            row = self._transact(work)
+        except Exception as error:
+            if not self._is_duplicate_key(error):
+                raise
+            raise InvalidTransition(
+                f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
+        if row is not None:
+            self.wake([row["queue_name"]])
+        return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
+
+    def cancel(self, job_id: int) -> Job:
+        def work(connection: Any) -> Any:
+            row = self._execute(connection, "lock_for_cancel", job_id=job_id).fetchone()
+            if row is not None:
+                if row["status"] == "running":  # its record first: cancel clears the lease it is read from
+                    self._execute(connection, "record_attempts",
+                                  ends=running_records([row], Outcome.CANCELLED, CANCELLED_BY_A_USER))
+                self._execute(connection, "cancel", job_id=job_id)
+            return row
+
+        return self._changed_or_explain(self._transact(work), job_id, "cancel", "pending or running")
+
+    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
+        def work(connection: Any) -> list[Any]:
+            rows = self._all(connection, "failed_to_retry", task_name=task_name, queue_name=queue_name)
+            if rows:
+                self._execute(connection, "retry_jobs", job_ids=self._ids(rows))
+            return rows
+
+        retried = self._transact(work)
+        self.wake(row["queue_name"] for row in retried)
+        return len(retried)
+
+    def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
+        def work(connection: Any) -> int:
+            rows = self._all(connection, "pending_to_cancel", task_name=task_name, queue_name=queue_name)
+            if rows:  # a pending job runs no attempt: no record to write
+                self._execute(connection, "cancel_jobs", job_ids=self._ids(rows))
+            return len(rows)
+
+        return self._transact(work)
+
+    def pause_queue(self, queue_name: str) -> bool:
+        def work(connection: Any) -> bool:
+            self._execute(connection, "ensure_queue", queue_name=queue_name)
+            return self._execute(connection, "pause_queue", queue_name=queue_name).rowcount > 0
+
+        return self._transact(work)
+
+    def resume_queue(self, queue_name: str) -> bool:
+        resumed = self._transact(
+            lambda connection: self._execute(connection, "resume_queue", queue_name=queue_name).rowcount > 0)
+        if resumed:
+            self.wake([queue_name])
+        return resumed
+
+    def set_queue_limit(self, limit: QueueLimit) -> None:
+        if limit.is_empty:
+            self._transact(lambda connection: self._execute(connection, "clear_queue_limit",
+                                                            queue_name=limit.queue_name))
+        else:
+            self._transact(lambda connection: self._execute(connection, "set_queue_limit",
+                                                            **queue_limit_params(limit)))
+
+    # Pruning: short transactions, so that a claim waits for one batch, not the pass.
+    def prune_batch(self, rule: PruneRule, limit: int) -> int:
+        def work(connection: Any) -> int:
+            ids = self._all(connection, "prunable_ids", **self._rule_params(rule), limit=limit)
+            return self._execute(connection, "delete_jobs", ids=self._ids(ids)).rowcount if ids else 0
+
+        return self._transact(work)
+
+    def prune_throughput(self, older_than_seconds: float) -> int:
+        return self._transact(
+            lambda connection: self._execute(connection, "prune_throughput", older_than=older_than_seconds).rowcount)
+
+    def fold_throughput(self, older_than_seconds: float) -> int:
+        def work(connection: Any) -> int:
+            (cutoff,) = self._all(connection, "throughput_cutoff", older_than=older_than_seconds)
+            self._execute(connection, "fold_throughput", cutoff=cutoff["cutoff"])
+            return self._execute(connection, "delete_folded", cutoff=cutoff["cutoff"]).rowcount
+
+        return self._transact(work)
 
     # Inspection.
     def get_job(self, job_id: int) -> Job | None:

@@ -4,8 +4,8 @@ Every transaction runs in READ COMMITTED: REPEATABLE READ's gap locks make concu
 deadlock on the due index. Claims lock their rows with FOR UPDATE SKIP LOCKED, so workers never
 wait on each other's rows. UPDATE has no RETURNING here, so a write that must know what it changed
 locks those rows first, changes them by id and reads them back, in one transaction. A deadlock or
-a lock wait timeout rolls the transaction back, and it is run again (DEADLOCK_RETRIES times), then
-raised as DatabaseConflict. Times come from the server's clock with microseconds.
+a lock wait timeout rolls the transaction back as DatabaseConflict, and the shared body runs it
+again (sql_backend.CONFLICT_RETRIES). Times come from the server's clock with microseconds.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import re
 import socket
 import threading
-import time
 import weakref
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -27,19 +26,17 @@ from MySQLdb.constants import CLIENT
 from MySQLdb.cursors import Cursor, DictCursor
 
 from leased.admin import WORKER_SILENT_AFTER
-from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
+from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob
 from leased.backends.callers import not_ours, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.mariadb.limited import pick_limited
-from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failures, finished_counts, queue_limit_params,
-                                 running_records, worker_params)
+from leased.backends.params import ends_json, finished_counts, leases_json
 from leased.backends.sql import load_migrations, load_queries, schema_problem, statements
 from leased.backends.sql_backend import SQLBackend
 from leased.backends.wakeups import DatagramListener, Waker
 from leased.clock import Clock
-from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition, SchemaNotReady
-from leased.jobs import ClaimedJob, Job, Lease, Outcome
-from leased.limits import QueueLimit
+from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, SchemaNotReady
+from leased.jobs import ClaimedJob, Job, Lease
 from leased.payloads import decode
 
 _HERE = Path(__file__).parent
@@ -50,7 +47,6 @@ NOW_SQL = "(UNIX_TIMESTAMP(NOW(6)) + COALESCE(@leased_clock_offset, 0))"
 QUERIES = {name: text.replace("leased_now()", NOW_SQL) for name, text in load_queries(_HERE / "queries.sql").items()}
 MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
-DEADLOCK_RETRIES = 5
 LOCK_WAIT_SECONDS = 30  # innodb_lock_wait_timeout for our sessions
 
 # The oldest MariaDB with everything the queries use (JSON_TABLE, FOR UPDATE SKIP LOCKED).
@@ -72,14 +68,6 @@ def _time(value: Any) -> Any:
 
 def _epoch(value: Any) -> float:
     return value.timestamp()
-
-
-def _ids(rows: Sequence[Any]) -> str:
-    return json.dumps([row["id"] for row in rows])
-
-
-def _leases_json(leases: Sequence[Lease]) -> str:
-    return json.dumps([[lease.job_id, lease.attempt] for lease in leases])
 
 
 def _errno(error: BaseException) -> int | None:
@@ -239,8 +227,9 @@ class MariaDBBackend(SQLBackend):
             return list(cursor.fetchall())
 
     @contextmanager
-    def _transaction(self) -> Iterator[Any]:
-        """A connection in a READ COMMITTED transaction, committed at the end."""
+    def _transaction(self, wait_seconds: float | None = None) -> Iterator[Any]:
+        """A connection in a READ COMMITTED transaction, committed at the end (`wait_seconds` is
+        SQLite's: a row lock here waits innodb_lock_wait_timeout at most)."""
         with self._translated():
             connection = self._connection()
             connection.begin()
@@ -254,25 +243,10 @@ class MariaDBBackend(SQLBackend):
                     pass
                 raise
 
-    def _transact(self, work: Callable[[Any], T]) -> T:
-        """work(connection) in a transaction, run again when the server broke it off for a deadlock."""
-        for attempt in range(DEADLOCK_RETRIES):
-            try:
-                with self._transaction() as connection:
-                    return work(connection)
-            except DatabaseConflict:
-                if attempt == DEADLOCK_RETRIES - 1:
-                    raise
-                time.sleep(0.001 * 2 ** attempt)  # let the transaction that won finish first
-        raise AssertionError("unreachable")
-
     def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
         cursor = connection.cursor(DictCursor)
         cursor.execute(QUERIES[name], params)
         return cursor
-
-    def _all(self, connection: Any, name: str, **params: Any) -> list[dict[str, Any]]:
-        return list(self._execute(connection, name, **params).fetchall())
 
     def _wake_ports(self) -> list[int]:
         rows = self._rows("wake_ports", host=self._host, silent_after=WORKER_SILENT_AFTER)
@@ -343,7 +317,7 @@ class MariaDBBackend(SQLBackend):
                limited: bool = False) -> list[dict[str, Any]]:
         if not picked:
             return []
-        ids = {"job_ids": _ids(picked), "worker_id": worker_id}
+        ids = {"job_ids": self._ids(picked), "worker_id": worker_id}
         self._execute(connection, "take_leases", **ids)
         if limited:
             self._execute(connection, "record_starts", job_ids=ids["job_ids"])
@@ -370,7 +344,7 @@ class MariaDBBackend(SQLBackend):
     def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
         if not leases:
             return set()
-        held = {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)}
+        held = {"worker_id": leases[0].worker_id, "leases": leases_json(leases)}
 
         def work(connection: Any) -> list[dict[str, Any]]:
             self._execute(connection, "renew", **held)
@@ -386,7 +360,7 @@ class MariaDBBackend(SQLBackend):
             held: dict[tuple[int, int], dict[str, Any]] = {}
             for worker_id in {end.lease.worker_id for end in ends}:
                 mine = [end.lease for end in ends if end.lease.worker_id == worker_id]
-                rows = self._all(connection, "held_leases", worker_id=worker_id, leases=_leases_json(mine))
+                rows = self._all(connection, "held_leases", worker_id=worker_id, leases=leases_json(mine))
                 held |= {(row["id"], row["attempt"]): row for row in rows}
             kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
             written = [end for end, flag in zip(ends, kept) if flag]
@@ -402,94 +376,7 @@ class MariaDBBackend(SQLBackend):
 
         return self._transact(work)
 
-    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
-        if not leases:
-            return
-        held = {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)}
-
-        def work(connection: Any) -> None:
-            self._execute(connection, "record_attempts", ends=json.dumps([
-                [lease.job_id, lease.attempt, lease.worker_id, outcome.value, None, message, None]
-                for lease in leases]))
-            self._execute(connection, "release", **held)
-            if explains_expiry:
-                self._execute(connection, "explain_expired_jobs", **held, message=message)
-                self._execute(connection, "explain_expired_attempts", **held, message=message)
-
-        self._transact(work)
-
-    def reclaim_expired(self) -> int:
-        def work(connection: Any) -> int:
-            expired = self._all(connection, "expired_ids")
-            if expired:
-                self._execute(connection, "record_attempts", ends=running_records(expired, Outcome.EXPIRED))
-                self._execute(connection, "reclaim_expired", job_ids=_ids(expired))
-                self._count_finished(connection, expired_failures(expired))
-            return len(expired)
-
-        return self._transact(work)
-
     # Inspection and administration.
-    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
-        def work(connection: Any) -> list[dict[str, Any]]:
-            rows = self._all(connection, "failed_to_retry", task_name=task_name, queue_name=queue_name)
-            if rows:
-                self._execute(connection, "retry_jobs", job_ids=_ids(rows))
-            return rows
-
-        retried = self._transact(work)
-        self.wake({row["queue_name"] for row in retried})
-        return len(retried)
-
-    def register_worker(self, worker: WorkerRecord) -> None:
-        def work(connection: Any) -> None:
-            self._execute(connection, "register_worker", **worker_params(worker))
-            self._execute(connection, "prune_workers")
-
-        self._transact(work)
-
-    def unregister_worker(self, worker_id: str) -> None:
-        self._transact(lambda connection: self._execute(connection, "unregister_worker", id=worker_id))
-
-    def retry(self, job_id: int) -> Job:
-        def work(connection: Any) -> dict[str, Any] | None:
-            row = self._execute(connection, "lock_for_retry", job_id=job_id).fetchone()
-            if row is not None:
-                self._execute(connection, "retry", job_id=job_id)
-            return row
-
-        try:
-            row = self._transact(work)
-        except MySQLdb.IntegrityError as error:
-            if _errno(error) != ER_DUP_ENTRY:
-                raise
-            raise InvalidTransition(
-                f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
-        if row is not None:
-            self.wake({row["queue_name"]})
-        return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
-
-    def cancel(self, job_id: int) -> Job:
-        def work(connection: Any) -> dict[str, Any] | None:
-            row = self._execute(connection, "lock_for_cancel", job_id=job_id).fetchone()
-            if row is not None:
-                if row["status"] == "running":
-                    self._execute(connection, "record_attempts",
-                                  ends=running_records([row], Outcome.CANCELLED, CANCELLED_BY_A_USER))
-                self._execute(connection, "cancel", job_id=job_id)
-            return row
-
-        return self._changed_or_explain(self._transact(work), job_id, "cancel", "pending or running")
-
-    def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
-        def work(connection: Any) -> int:
-            rows = self._all(connection, "pending_to_cancel", task_name=task_name, queue_name=queue_name)
-            if rows:
-                self._execute(connection, "cancel_jobs", job_ids=_ids(rows))
-            return len(rows)
-
-        return self._transact(work)
-
     @contextmanager
     def _snapshot(self) -> Iterator[Callable[..., list[dict[str, Any]]]]:
         with self._translated():
@@ -505,52 +392,7 @@ class MariaDBBackend(SQLBackend):
         self.wake({job.queue_name for job in jobs})
 
     # Limits per queue.
-    def set_queue_limit(self, limit: QueueLimit) -> None:
-        if limit.is_empty:
-            self._transact(lambda c: self._execute(c, "clear_queue_limit", queue_name=limit.queue_name))
-        else:
-            self._transact(lambda c: self._execute(c, "set_queue_limit", **queue_limit_params(limit)))
-
     # Pausing queues, and pruning finished jobs.
-    def pause_queue(self, queue_name: str) -> bool:
-        def work(connection: Any) -> bool:
-            self._execute(connection, "ensure_queue", queue_name=queue_name)
-            return self._execute(connection, "pause_queue", queue_name=queue_name).rowcount > 0
-
-        return self._transact(work)
-
-    def resume_queue(self, queue_name: str) -> bool:
-        resumed = self._transact(
-            lambda connection: self._execute(connection, "resume_queue", queue_name=queue_name).rowcount > 0)
-        if resumed:
-            self.wake({queue_name})
-        return resumed
-
-    def prune_batch(self, rule: PruneRule, limit: int) -> int:
-        def work(connection: Any) -> int:
-            ids = self._all(connection, "prunable_ids", **self._rule_params(rule), limit=limit)
-            if not ids:
-                return 0
-            return self._execute(connection, "delete_jobs", ids=_ids(ids)).rowcount
-
-        return self._transact(work)
-
-    def prune_throughput(self, older_than_seconds: float) -> int:
-        return self._transact(
-            lambda connection: self._execute(connection, "prune_throughput", older_than=older_than_seconds).rowcount)
-
-    def _count_finished(self, connection: Any, counts: str | None) -> None:
-        if counts is not None:  # None: no job finished (every end a retry, every expired lease had attempts left)
-            self._execute(connection, "count_finished", counts=counts)
-
-    def fold_throughput(self, older_than_seconds: float) -> int:
-        def work(connection: Any) -> int:
-            (cutoff,) = self._all(connection, "throughput_cutoff", older_than=older_than_seconds)
-            self._execute(connection, "fold_throughput", cutoff=cutoff["cutoff"])
-            return self._execute(connection, "delete_folded", cutoff=cutoff["cutoff"]).rowcount
-
-        return self._transact(work)
-
     @contextmanager
     def pruning(self) -> Iterator[bool]:
         """Holds the pruners' named lock on this thread's connection while the pass runs."""
@@ -583,6 +425,9 @@ class MariaDBBackend(SQLBackend):
         for statement in statements(script):
             with connection.cursor() as cursor:
                 cursor.execute(statement)
+
+    def _is_duplicate_key(self, error: BaseException) -> bool:
+        return isinstance(error, MySQLdb.IntegrityError) and _errno(error) == ER_DUP_ENTRY
 
     def _is_missing_table(self, error: BaseException) -> bool:
         return (isinstance(error, MySQLdb.ProgrammingError) and _errno(error) == ER_NO_SUCH_TABLE

@@ -21,11 +21,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
+from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule
 from leased.backends.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import jobs_json
-from leased.backends.rows import queue_limit_params, worker_params
 from leased.backends.postgres import callers
 from leased.backends.postgres.listener import Listener
 from leased.backends.sql import load_migrations, load_queries, schema_problem
@@ -346,14 +345,6 @@ class PostgresBackend(SQLBackend):
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         return self._fetch_one("retry_failed", task_name=task_name, queue_name=queue_name)["n"]
 
-    def register_worker(self, worker: WorkerRecord) -> None:
-        with self._connection() as connection, connection.transaction():
-            connection.execute(QUERIES["register_worker"], worker_params(worker))
-            connection.execute(QUERIES["prune_workers"])
-
-    def unregister_worker(self, worker_id: str) -> None:
-        self._run("unregister_worker", id=worker_id)
-
     def retry(self, job_id: int) -> Job:
         try:
             row = self._fetch_one("retry", job_id=job_id)
@@ -393,7 +384,8 @@ class PostgresBackend(SQLBackend):
     # Periodic jobs: the shared ScheduleStore. A tick's NOTIFY goes out when its transaction commits.
 
     @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    def _transaction(self, wait_seconds: float | None = None) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        # wait_seconds bounds SQLite's wait for its one write lock; PostgreSQL has none to wait for.
         with self._connection() as connection, connection.transaction():
             yield connection
 
@@ -402,11 +394,9 @@ class PostgresBackend(SQLBackend):
 
     # Limits per queue.
     def set_queue_limit(self, limit: QueueLimit) -> None:
-        if limit.is_empty:
-            self._run("clear_queue_limit", queue_name=limit.queue_name)
-        else:
-            self._run("set_queue_limit", **queue_limit_params(limit))
-            self._limits_in_use = True
+        super().set_queue_limit(limit)
+        if not limit.is_empty:
+            self._limits_in_use = True  # claims look for limited jobs from now on
 
     # Pausing queues, and pruning finished jobs (migration 0003).
     def pause_queue(self, queue_name: str) -> bool:
@@ -420,10 +410,6 @@ class PostgresBackend(SQLBackend):
 
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
         return self._fetch_one("prune_batch", **self._rule_params(rule), limit=limit)["n"]
-
-    def prune_throughput(self, older_than_seconds: float) -> int:
-        with self._connection() as connection:
-            return connection.execute(QUERIES["prune_throughput"], {"older_than": older_than_seconds}).rowcount
 
     def fold_throughput(self, older_than_seconds: float) -> int:
         return self._fetch_one("fold_throughput", older_than=older_than_seconds)["n"]
@@ -457,6 +443,9 @@ class PostgresBackend(SQLBackend):
 
     def _execute(self, connection: psycopg.Connection, name: str, /, **params: Any) -> psycopg.Cursor:
         return connection.execute(QUERIES[name], params)
+
+    def _is_duplicate_key(self, error: BaseException) -> bool:
+        return isinstance(error, errors.UniqueViolation)
 
     def _is_missing_table(self, error: BaseException) -> bool:
         return isinstance(error, errors.UndefinedTable) and '"leased_' in str(error)

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
-from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule, WorkerRecord
+from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob
 from leased.backends.async_drivers import enqueue_aiosqlite
 from leased.backends.callers import not_ours, type_name, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
-from leased.backends.rows import (CANCELLED_BY_A_USER, ends_json, expired_failures, finished_counts, queue_limit_params,
-                                 running_records, worker_params)
+from leased.backends.params import ends_json, finished_counts, leases_json
 from leased.backends.sql import MIGRATE_HINT, load_migrations, load_queries, schema_problem, statements
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.wakeups import DatagramListener, Waker
@@ -35,11 +34,9 @@ from leased.errors import (
     DatabaseFull,
     DatabaseLocked,
     DatabaseUnavailable,
-    InvalidTransition,
     SchemaNotReady,
 )
-from leased.jobs import ClaimedJob, Job, Lease, Outcome
-from leased.limits import QueueLimit
+from leased.jobs import ClaimedJob, Job, Lease
 from leased.payloads import decode
 
 _HERE = Path(__file__).parent
@@ -52,17 +49,8 @@ def _time(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-def _count_finished(connection: sqlite3.Connection, counts: str | None) -> None:
-    if counts is not None:  # None: no job finished (every end a retry, every expired lease had attempts left)
-        connection.execute(QUERIES["count_finished"], {"counts": counts})
-
-
 def _epoch(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
-
-
-def _leases_json(leases: Sequence[Lease]) -> str:
-    return json.dumps([[lease.job_id, lease.attempt] for lease in leases])
 
 
 def prepare_connection(connection: sqlite3.Connection, now: Callable[[], float] = time.time) -> None:
@@ -111,7 +99,7 @@ class SQLiteBackend(SQLBackend):
         return connection
 
     @contextmanager
-    def _write(self, wait_seconds: float | None = None) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, wait_seconds: float | None = None) -> Iterator[sqlite3.Connection]:
         """A write transaction; waits for the write lock at most `wait_seconds` (default: the busy
         timeout), then raises DatabaseLocked rather than SQLite's bare "database is locked"."""
         connection = self._connection()
@@ -167,7 +155,7 @@ class SQLiteBackend(SQLBackend):
             prepare_connection(connection, self.clock.now)
             with translated_lock_errors(self.path):
                 return self._insert(connection, jobs)
-        with self._write() as own:
+        with self._transaction() as own:
             results = self._insert(own, jobs)
         self.wake(due_queue_names(jobs, results, datetime.now(UTC)))  # after the commit: claimable now
         return results
@@ -230,7 +218,7 @@ class SQLiteBackend(SQLBackend):
             "queue_names": None if request.queue_names is None else json.dumps(list(request.queue_names)),
             "limit": request.limit,
         }
-        with self._write() as connection:
+        with self._transaction() as connection:
             if request.reclaim_expired:
                 self._reclaim(connection)
             # One writer at a time: no other claim can run between counting a limit's room and taking it.
@@ -245,92 +233,24 @@ class SQLiteBackend(SQLBackend):
         if not leases:
             return set()
         worker_id = leases[0].worker_id
-        with self._write(wait_seconds) as connection:
+        with self._transaction(wait_seconds) as connection:
             rows = connection.execute(QUERIES["renew"], {"worker_id": worker_id,
-                                                         "leases": _leases_json(leases)}).fetchall()
+                                                         "leases": leases_json(leases)}).fetchall()
         return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
         if not ends:
             return []
         records, finishes = ends_json(ends)  # before the write lock: others may be waiting for it
-        with self._write() as connection:
+        with self._transaction() as connection:
             # The records first: both statements are fenced alike, and finish clears the lease.
             connection.execute(QUERIES["record_attempts"], {"ends": records})
             rows = connection.execute(QUERIES["finish"], {"ends": finishes}).fetchall()
             written = {(row["id"], row["attempt"]): row for row in rows}
-            _count_finished(connection, finished_counts(
+            self._count_finished(connection, finished_counts(
                 (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
                 for end in ends if (row := written.get((end.lease.job_id, end.lease.attempt)))))
         return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
-
-    def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
-        if not leases:
-            return
-        held = {"worker_id": leases[0].worker_id, "leases": _leases_json(leases)}
-        with self._write() as connection:
-            connection.execute(QUERIES["record_attempts"], {"ends": json.dumps([
-                [lease.job_id, lease.attempt, lease.worker_id, outcome.value, None, message, None]
-                for lease in leases])})
-            connection.execute(QUERIES["release"], held)
-            if explains_expiry:
-                connection.execute(QUERIES["explain_expired_jobs"], {**held, "message": message})
-                connection.execute(QUERIES["explain_expired_attempts"], {**held, "message": message})
-
-    def reclaim_expired(self) -> int:
-        with self._write() as connection:
-            return self._reclaim(connection)
-
-    def _reclaim(self, connection: sqlite3.Connection) -> int:
-        expired = connection.execute(QUERIES["expired_leases"]).fetchall()
-        if expired:
-            connection.execute(QUERIES["record_attempts"], {"ends": running_records(expired, Outcome.EXPIRED)})
-            connection.execute(QUERIES["reclaim_expired"], {"job_ids": json.dumps([row["id"] for row in expired])})
-            _count_finished(connection, expired_failures(expired))
-        return len(expired)
-
-    # Inspection and administration.
-    def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
-        with self._write() as connection:
-            retried = connection.execute(QUERIES["retry_failed"], {"task_name": task_name,
-                                                                   "queue_name": queue_name}).fetchall()
-        self.wake(row["queue_name"] for row in retried)  # due now: wake workers, as enqueue does
-        return len(retried)
-
-    def register_worker(self, worker: WorkerRecord) -> None:
-        with self._write() as connection:
-            connection.execute(QUERIES["register_worker"], worker_params(worker))
-            connection.execute(QUERIES["prune_workers"])
-
-    def unregister_worker(self, worker_id: str) -> None:
-        with self._write() as connection:
-            connection.execute(QUERIES["unregister_worker"], {"id": worker_id})
-
-    def retry(self, job_id: int) -> Job:
-        try:
-            with self._write() as connection:
-                row = connection.execute(QUERIES["retry"], {"job_id": job_id}).fetchone()
-        except sqlite3.IntegrityError:
-            raise InvalidTransition(
-                f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
-        if row is not None:  # due now: wake workers, as enqueue does
-            self.wake([row["queue_name"]])
-        return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
-
-    def cancel(self, job_id: int) -> Job:
-        with self._write() as connection:
-            running = connection.execute(QUERIES["running_attempt"], {"job_id": job_id}).fetchall()
-            if running:
-                connection.execute(QUERIES["record_attempts"], {
-                    "ends": running_records(running, Outcome.CANCELLED, CANCELLED_BY_A_USER)})
-            row = connection.execute(QUERIES["cancel"], {"job_id": job_id}).fetchone()
-        return self._changed_or_explain(row, job_id, "cancel", "pending or running")
-
-    def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
-        with self._write() as connection:
-            rows = connection.execute(QUERIES["cancel_pending"], {"task_name": task_name,
-                                                                  "queue_name": queue_name}).fetchall()
-        return len(rows)
 
     # How rows hold times and JSON (seconds since the epoch, JSON text), for the shared reads.
     _to_time = staticmethod(_time)
@@ -348,10 +268,7 @@ class SQLiteBackend(SQLBackend):
             if connection.in_transaction:
                 connection.execute("COMMIT")  # nothing was written: this only ends the read
 
-    # Periodic jobs: the shared ScheduleStore, on a write transaction of ours.
-
-    def _transaction(self) -> Any:
-        return self._write()
+    # Periodic jobs: the shared ScheduleStore, on a write transaction of ours (_transaction).
 
     def _time_in(self, value: datetime) -> float:
         return value.timestamp()
@@ -359,48 +276,8 @@ class SQLiteBackend(SQLBackend):
     def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
         self.wake(job.queue_name for job in jobs)
 
-    # Limits per queue.
-    def set_queue_limit(self, limit: QueueLimit) -> None:
-        with self._write() as connection:
-            if limit.is_empty:
-                connection.execute(QUERIES["clear_queue_limit"], {"queue_name": limit.queue_name})
-            else:
-                connection.execute(QUERIES["set_queue_limit"], queue_limit_params(limit))
-
-    # Pausing queues, and pruning finished jobs (migration 0003).
-    def pause_queue(self, queue_name: str) -> bool:
-        with self._write() as connection:
-            return connection.execute(QUERIES["pause_queue"], {"queue_name": queue_name}).fetchone() is not None
-
-    def resume_queue(self, queue_name: str) -> bool:
-        with self._write() as connection:
-            resumed = connection.execute(QUERIES["resume_queue"], {"queue_name": queue_name}).fetchone() is not None
-        if resumed:  # after the commit, as for a new job: its jobs are claimable now
-            self.wake([queue_name])
-        return resumed
-
     def _list_param(self, values: Sequence[Any]) -> str:
         return json.dumps(list(values))
-
-    def prune_batch(self, rule: PruneRule, limit: int) -> int:
-        # One short write transaction: SQLite's single writer serializes claims behind it, so the
-        # batch, not the pass, is what a claim may wait for.
-        with self._write() as connection:
-            ids = [row["id"] for row in connection.execute(QUERIES["prunable_ids"],
-                                                           {**self._rule_params(rule), "limit": limit})]
-            if not ids:
-                return 0
-            return connection.execute(QUERIES["delete_jobs"], {"ids": json.dumps(ids)}).rowcount
-
-    def prune_throughput(self, older_than_seconds: float) -> int:
-        with self._write() as connection:
-            return connection.execute(QUERIES["prune_throughput"], {"older_than": older_than_seconds}).rowcount
-
-    def fold_throughput(self, older_than_seconds: float) -> int:
-        with self._write() as connection:
-            cutoff = connection.execute(QUERIES["throughput_cutoff"], {"older_than": older_than_seconds}).fetchone()
-            connection.execute(QUERIES["fold_throughput"], {"cutoff": cutoff["cutoff"]})
-            return connection.execute(QUERIES["delete_folded"], {"cutoff": cutoff["cutoff"]}).rowcount
 
     @contextmanager
     def pruning(self) -> Iterator[bool]:
@@ -444,7 +321,7 @@ class SQLiteBackend(SQLBackend):
         super().check_schema()
 
     def _migration_transaction(self) -> Any:
-        return self._write()
+        return self._transaction()
 
     def _run_script(self, connection: sqlite3.Connection, script: str) -> None:
         for statement in statements(script):  # executescript would commit our transaction
@@ -455,6 +332,9 @@ class SQLiteBackend(SQLBackend):
 
     def _is_missing_table(self, error: BaseException) -> bool:
         return _is_missing_table(error)
+
+    def _is_duplicate_key(self, error: BaseException) -> bool:
+        return isinstance(error, sqlite3.IntegrityError)
 
 
 def _is_missing_table(error: BaseException) -> bool:

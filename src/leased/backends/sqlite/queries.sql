@@ -121,7 +121,7 @@ SET status = 'pending', run_after = leased_now(), lease_owner = NULL, lease_expi
 WHERE status = 'running' AND lease_owner = :worker_id
   AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
--- name: expired_leases
+-- name: expired_ids
 -- Read once, so that recording the attempts (record_attempts, before the reclaim clears the lease
 -- they are read from) and reclaiming the jobs take the same set.
 SELECT id, attempt, lease_owner, queue_name, task_name, attempt >= max_attempts AS last_attempt,
@@ -211,22 +211,24 @@ SELECT j.queue_name, j.status, count(*) AS n
 FROM json_each(:ids) AS probe JOIN leased_jobs AS j ON j.id = probe.value
 GROUP BY j.queue_name, j.status;
 
+-- name: lock_for_retry
+SELECT queue_name FROM leased_jobs WHERE id = :job_id AND status IN ('failed', 'cancelled');
+
 -- name: retry
 UPDATE leased_jobs
 SET status = 'pending', run_after = leased_now(), finished_at = NULL,
     max_attempts = max(max_attempts, attempt + 1)
-WHERE id = :job_id AND status IN ('failed', 'cancelled')
-RETURNING *;
+WHERE id = :job_id AND status IN ('failed', 'cancelled');
 
 -- name: cancel
 UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = :job_id AND status IN ('pending', 'running')
-RETURNING *;
+WHERE id = :job_id AND status IN ('pending', 'running');
 
--- name: running_attempt
--- Before cancel clears the lease: the running attempt, whose record record_attempts writes.
-SELECT id, attempt, lease_owner FROM leased_jobs WHERE id = :job_id AND status = 'running';
+-- name: lock_for_cancel
+-- A running job's attempt and worker come along: its record is written before cancel clears them.
+-- (The write transaction holds SQLite's one write lock: nothing changes the row meanwhile.)
+SELECT id, attempt, lease_owner, status FROM leased_jobs WHERE id = :job_id AND status IN ('pending', 'running');
 
 -- name: oldest_due
 -- Through the due set's partial indexes, as count_active: SQLite would rather skip-scan a full index.
@@ -246,14 +248,17 @@ SELECT queue_name, sum(done) AS done, sum(failed) AS failed FROM leased_throughp
 WHERE minute >= CAST((leased_now() - :window_seconds) / 60 AS INTEGER) * 60
 GROUP BY queue_name;
 
--- name: retry_failed
+-- name: failed_to_retry
+SELECT id, queue_name FROM leased_jobs
+WHERE status = 'failed'
+  AND (:task_name IS NULL OR task_name = :task_name)
+  AND (:queue_name IS NULL OR queue_name = :queue_name);
+
+-- name: retry_jobs
 UPDATE leased_jobs
 SET status = 'pending', run_after = leased_now(), finished_at = NULL,
     max_attempts = max(max_attempts, attempt + 1)
-WHERE status = 'failed'
-  AND (:task_name IS NULL OR task_name = :task_name)
-  AND (:queue_name IS NULL OR queue_name = :queue_name)
-RETURNING queue_name;  -- the queues whose workers to wake
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'failed';
 
 -- name: task_names
 -- Distinct names by skipping through an index: a few lookups, not a scan of every row.
@@ -325,15 +330,15 @@ SELECT count(*) AS n FROM (
     LIMIT :limit
 );
 
--- name: cancel_pending
--- Every pending job (of one task, or queue) cancelled at once. A pending job runs no attempt, so
--- no attempt record is written.
-UPDATE leased_jobs
-SET status = 'cancelled', finished_at = leased_now()
+-- name: pending_to_cancel
+SELECT id, attempt FROM leased_jobs
 WHERE status = 'pending'
   AND (:task_name IS NULL OR task_name = :task_name)
-  AND (:queue_name IS NULL OR queue_name = :queue_name)
-RETURNING id;
+  AND (:queue_name IS NULL OR queue_name = :queue_name);
+
+-- name: cancel_jobs
+UPDATE leased_jobs SET status = 'cancelled', finished_at = leased_now()
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'pending';
 
 -- name: count_jobs
 SELECT count(*) AS n FROM leased_jobs
@@ -536,15 +541,15 @@ DELETE FROM leased_queue_limits WHERE queue_name = :queue_name;
 SELECT * FROM leased_queue_limits ORDER BY queue_name;
 -- Pausing queues, and pruning finished jobs (migration 0003).
 
+-- name: ensure_queue
+INSERT OR IGNORE INTO leased_queues (queue_name, paused_at) VALUES (:queue_name, NULL);
+
 -- name: pause_queue
--- Returns the queue only if this paused it (it was not paused already).
-INSERT INTO leased_queues (queue_name, paused_at) VALUES (:queue_name, leased_now())
-ON CONFLICT (queue_name) DO UPDATE SET paused_at = leased_now() WHERE paused_at IS NULL
-RETURNING queue_name;
+-- Changes a row only if this paused the queue (it was not paused already).
+UPDATE leased_queues SET paused_at = leased_now() WHERE queue_name = :queue_name AND paused_at IS NULL;
 
 -- name: resume_queue
-UPDATE leased_queues SET paused_at = NULL WHERE queue_name = :queue_name AND paused_at IS NOT NULL
-RETURNING queue_name;
+UPDATE leased_queues SET paused_at = NULL WHERE queue_name = :queue_name AND paused_at IS NOT NULL;
 
 -- name: paused_queues
 SELECT queue_name, leased_now() - paused_at AS seconds FROM leased_queues
