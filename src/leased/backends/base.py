@@ -220,7 +220,8 @@ class Backend(Protocol):
         failed in their expired worker's rows of leased_throughput)."""
 
     def listener(self) -> Listener | None:
-        """A source of wake-ups (queue names of jobs that became due), or None: poll only."""
+        """A source of wake-ups (queue names of jobs that became due), or None: poll only (a backend
+        may then say why in a line, as its `polling_reason`)."""
 
     def wake(self, queue_names: Iterable[str]) -> None:
         """Tell workers that `queue_names` have jobs due now, after a commit the backend did not
