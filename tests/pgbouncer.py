@@ -66,8 +66,10 @@ class PgBouncer:
         self.directory = Path(tempfile.mkdtemp(prefix="leased-pgbouncer-"))
         database = server.get("dbname", "test")
         (self.directory / "users.txt").write_text(f'"{role}" ""\n')
-        # pool_size: two workers hold 2 pooled connections each, producers, CLI and dashboard a few
-        # more; a pool smaller than the clients is the point of transaction pooling.
+        # Transaction pooling's point is a pool smaller than its clients (two workers, the producer,
+        # the CLI and the dashboard open more than 4); in session mode each client holds its server
+        # connection until it leaves, so the pool must be as large as the clients.
+        pool_size = 4 if pool_mode == "transaction" else 60
         (self.directory / "pgbouncer.ini").write_text(f"""\
 [databases]
 {database} = host={server.get('host', '127.0.0.1')} port={server.get('port', '5432')} dbname={database}
@@ -81,7 +83,7 @@ logfile = {self.directory}/pgbouncer.log
 auth_type = trust
 auth_file = {self.directory}/users.txt
 pool_mode = {pool_mode}
-default_pool_size = 4
+default_pool_size = {pool_size}
 max_client_conn = 200
 """)
         self.url = f"postgresql://{role}@127.0.0.1:{self.port}/{database}"
