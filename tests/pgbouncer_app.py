@@ -10,5 +10,7 @@ app = Leased(os.environ["LEASED_DATABASE_URL"])
 
 @app.task(name="bounce", lease=1.0)
 def bounce(n: int) -> int:
-    time.sleep(0.002)  # long enough that a killed worker dies with jobs in hand
+    if n < 0 and os.environ.get("PGBOUNCER_APP_HANG") == "1":
+        time.sleep(3600)  # the job this worker is sure to hold when it is killed
+    time.sleep(0.002)  # long enough that a killed worker dies with more jobs in hand
     return n
