@@ -125,6 +125,27 @@ def _reaches_pooler(connection: psycopg.Connection) -> bool:
     return connection.info.backend_pid != server_pid
 
 
+def _parsed(url: str, what: str) -> dict[str, Any]:
+    try:
+        return conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        raise ConfigurationError(f"invalid {what}: {_first_line(error)}") from None
+
+
+def _described(params: dict[str, Any]) -> str:
+    """A database named without the password, for messages and repr."""
+    host = params.get("host") or "the default host"
+    return f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {host}" + (
+        f":{params['port']}" if params.get("port") else "")
+
+
+def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+    if "connect_timeout" not in params:
+        kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+    return kwargs
+
+
 def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
@@ -137,23 +158,15 @@ class PostgresBackend(SQLBackend):
                 f"need 0 <= min_connections <= max_connections and max_connections >= 1, "
                 f"got {min_connections} and {max_connections}")
         url, own = _own_parameters(url)
-        try:
-            params = conninfo_to_dict(url)
-            if "listen_url" in own:
-                conninfo_to_dict(own["listen_url"])
-        except psycopg.ProgrammingError as error:
-            raise ConfigurationError(f"invalid PostgreSQL URL: {_first_line(error)}") from None
+        params = _parsed(url, "PostgreSQL URL")
+        self._where = _described(params)
         # A direct connection for LISTEN, when the URL goes through a pooler.
         self._listen_url = own.get("listen_url")
-        # Named without the password, for messages and repr.
-        host = params.get("host") or "the default host"
-        self._where = f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {host}" + (
-            f":{params['port']}" if params.get("port") else "")
-        connect_kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
-        if "connect_timeout" not in params:
-            connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
-
-        self._url, self._connect_kwargs = url, connect_kwargs
+        if self._listen_url is not None:
+            listen_params = _parsed(self._listen_url, "listen_url in the PostgreSQL URL")
+            self._listen_where = f"{_described(listen_params)} (listen_url)"
+            self._listen_kwargs = _connect_kwargs(listen_params)
+        self._url, self._connect_kwargs = url, _connect_kwargs(params)
         self._sizes = (min_connections, max_connections)
         self._pool: ConnectionPool | None = None
         # Claims get connections of their own, set up once for them (see claim_settings in
@@ -278,14 +291,11 @@ class PostgresBackend(SQLBackend):
 
     def listener(self) -> Listener | None:
         if not self._pooled():
-            return Listener(self._url, self._direct_kwargs(), QUERIES["wake_channel"], self._where)
+            return Listener(self._url, self._connect_kwargs, QUERIES["wake_channel"], self._where)
         if self._listen_url is None:
             return None  # see polling_reason
-        return Listener(self._listen_url, self._direct_kwargs(), QUERIES["wake_channel"], "listen_url's database",
+        return Listener(self._listen_url, self._listen_kwargs, QUERIES["wake_channel"], self._listen_where,
                         expected=self._reached, identity_query=QUERIES["connection_identity"])
-
-    def _direct_kwargs(self) -> dict[str, Any]:
-        return {key: value for key, value in self._connect_kwargs.items() if key != "prepare_threshold"}
 
     @property
     def polling_reason(self) -> str | None:
