@@ -1,6 +1,6 @@
 """Enqueue-to-start latency through PgBouncer beside a direct connection, on this machine.
 
-    python bench/pgbouncer_latency.py [--probes 200] [--rounds 2]
+    PYTHONPATH=src python bench/pgbouncer_latency.py [--probes 200] [--rounds 2] [--ways direct,transaction]
 
 Starts Debian's pgbouncer (tests/pgbouncer.py: a role and schema of its own, a temporary directory)
 in front of the test PostgreSQL ($LEASED_TEST_POSTGRES_URL, default postgresql://postgres@127.0.0.1:5432/test)
@@ -36,9 +36,15 @@ LINE = re.compile(r"^(enqueue call|wake-up|enqueue to start)\s+p50\s+([\d.]+) ms
 
 
 def run_latency_parts(url: str, probes: int) -> dict[str, tuple[float, float]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])}
-    output = subprocess.run([sys.executable, str(HERE / "latency_parts.py"), "--database", url, "--probes", str(probes)],
-                            env=env, capture_output=True, text=True, check=True).stdout
+    # As latency_parts.py: PYTHONPATH measures another checkout; without it, this one. Made absolute,
+    # since latency_parts.py starts its worker in bench/.
+    path = os.environ.get("PYTHONPATH") or str(HERE.parent / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(Path(entry).resolve()) for entry in path.split(os.pathsep))}
+    run = subprocess.run([sys.executable, str(HERE / "latency_parts.py"), "--database", url, "--probes", str(probes)],
+                         env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"latency_parts.py failed on {url}:\n{run.stderr}")
+    output = run.stdout
     return {label: (float(p50), float(p99)) for label, p50, p99 in LINE.findall(output)}
 
 
@@ -46,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--probes", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--ways", default="direct,transaction,session,polling", help="which of them, comma-separated")
     options = parser.parse_args()
     problem = pgbouncer.missing()
     if problem:
@@ -56,10 +63,13 @@ def main() -> None:
         session = stack.enter_context(pgbouncer.running(SERVER_URL, "session"))
         direct = (f"postgresql://{transaction.role}@{server.get('host', '127.0.0.1')}:"
                   f"{server.get('port', 5432)}/{server.get('dbname', 'test')}")
-        ways = [("direct", direct, options.probes),
-                ("PgBouncer transaction, listen_url direct", f"{transaction.url}?listen_url={direct}", options.probes),
-                ("PgBouncer session, listen_url itself", f"{session.url}?listen_url={session.url}", options.probes),
-                ("PgBouncer transaction, polling (1 s)", transaction.url, max(10, options.probes // 5))]
+        every_way = {"direct": ("direct", direct, options.probes),
+                     "transaction": ("PgBouncer transaction, listen_url direct", f"{transaction.url}?listen_url={direct}",
+                                     options.probes),
+                     "session": ("PgBouncer session, listen_url itself", f"{session.url}?listen_url={session.url}",
+                                 options.probes),
+                     "polling": ("PgBouncer transaction, polling (1 s)", transaction.url, max(10, options.probes // 5))}
+        ways = [every_way[key] for key in options.ways.split(",")]
         results: dict[str, list[dict[str, tuple[float, float]]]] = {name: [] for name, _, _ in ways}
         for round_number in range(options.rounds):
             for name, url, probes in ways if round_number % 2 == 0 else reversed(ways):
