@@ -29,7 +29,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import pgbouncer  # noqa: E402  (tests/pgbouncer.py)
-from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
 SERVER_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 LINE = re.compile(r"^(enqueue call|wake-up|enqueue to start)\s+p50\s+([\d.]+) ms\s+p99\s+([\d.]+) ms$", re.M)
@@ -57,15 +56,13 @@ def main() -> None:
     problem = pgbouncer.missing()
     if problem:
         sys.exit(problem)
-    server = conninfo_to_dict(SERVER_URL)
     with ExitStack() as stack:
         transaction = stack.enter_context(pgbouncer.running(SERVER_URL, "transaction"))
         session = stack.enter_context(pgbouncer.running(SERVER_URL, "session"))
-        direct = (f"postgresql://{transaction.role}@{server.get('host', '127.0.0.1')}:"
-                  f"{server.get('port', 5432)}/{server.get('dbname', 'test')}")
+        direct = transaction.direct_url
         every_way = {"direct": ("direct", direct, options.probes),
-                     "transaction": ("PgBouncer transaction, listen_url direct", f"{transaction.url}?listen_url={direct}",
-                                     options.probes),
+                     "transaction": ("PgBouncer transaction, listen_url direct",
+                                     f"{transaction.url}?listen_url={direct}", options.probes),
                      "session": ("PgBouncer session, listen_url itself", f"{session.url}?listen_url={session.url}",
                                  options.probes),
                      "polling": ("PgBouncer transaction, polling (1 s)", transaction.url, max(10, options.probes // 5))}

@@ -87,6 +87,9 @@ default_pool_size = {pool_size}
 max_client_conn = 200
 """)
         self.url = f"postgresql://{role}@127.0.0.1:{self.port}/{database}"
+        # The same role and database straight to PostgreSQL (the role's search_path picks the schema).
+        self.direct_url = (f"postgresql://{role}@{server.get('host', '127.0.0.1')}:{server.get('port', '5432')}"
+                           f"/{database}")
         self._process: subprocess.Popen | None = None
 
     def start(self) -> "PgBouncer":

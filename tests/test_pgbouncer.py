@@ -32,7 +32,8 @@ JOBS = 2_000
 _PROBLEM = _POSTGRES_PROBLEM or pgbouncer.missing()
 if _PROBLEM:
     if os.environ.get("LEASED_REQUIRE_PGBOUNCER") == "1" or (REQUIRE_POSTGRES and _POSTGRES_PROBLEM):
-        raise RuntimeError(f"{_PROBLEM}, and LEASED_REQUIRE_PGBOUNCER=1 (or LEASED_REQUIRE_POSTGRES=1) forbids skipping")
+        raise RuntimeError(f"{_PROBLEM}, and LEASED_REQUIRE_PGBOUNCER=1 (or LEASED_REQUIRE_POSTGRES=1) "
+                           "forbids skipping")
     pytest.skip(_PROBLEM, allow_module_level=True)
 
 
@@ -46,12 +47,6 @@ def bouncer(request) -> Iterator[pgbouncer.PgBouncer]:
 def transaction_bouncer() -> Iterator[pgbouncer.PgBouncer]:
     with pgbouncer.running(POSTGRES_URL, "transaction") as running:
         yield running
-
-
-def direct_url(bouncer: pgbouncer.PgBouncer) -> str:
-    """The same role and database, straight to PostgreSQL (the role's search_path picks the schema)."""
-    server = psycopg.conninfo.conninfo_to_dict(POSTGRES_URL)
-    return f"postgresql://{bouncer.role}@{server.get('host', '127.0.0.1')}:{server.get('port', 5432)}/test"
 
 
 def start_worker(url: str, log: Path, **env: str) -> subprocess.Popen:
@@ -85,7 +80,7 @@ def test_two_workers_and_a_kill_through_pgbouncer_lose_nothing(bouncer, tmp_path
     bounce = producer.task(name="bounce", lease=1.0)(lambda n: n)
     # Push through the pooler needs a session: the first worker LISTENs on a listen_url (direct; in
     # session mode the pooler's own URL serves), the second polls and says so.
-    listen_url = direct_url(bouncer) if bouncer.pool_mode == "transaction" else bouncer.url
+    listen_url = bouncer.direct_url if bouncer.pool_mode == "transaction" else bouncer.url
     pushed = start_worker(f"{bouncer.url}?listen_url={listen_url}", tmp_path / "pushed.log", PGBOUNCER_APP_HANG="1")
     polling = None
     try:
@@ -135,7 +130,7 @@ def test_two_workers_and_a_kill_through_pgbouncer_lose_nothing(bouncer, tmp_path
 
 
 def test_the_pooler_is_found_and_a_direct_connection_is_not(transaction_bouncer):
-    through, direct = Leased(transaction_bouncer.url), Leased(direct_url(transaction_bouncer))
+    through, direct = Leased(transaction_bouncer.url), Leased(transaction_bouncer.direct_url)
     try:
         through.migrate()
         assert (through.backend.behind_pooler, direct.backend.behind_pooler) == (True, False)

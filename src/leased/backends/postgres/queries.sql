@@ -88,9 +88,11 @@ SELECT set_config('jit', 'off', false);
 -- window needs one) past the threshold where PostgreSQL would spend seconds compiling it.
 -- Behind a pooler (PgBouncer) the session is not ours to set: each claim's transaction sets them
 -- for itself (for_transaction, SET LOCAL), in the same round trip as the claim.
-SELECT set_config('enable_sort', 'off', %(for_transaction)s), set_config('enable_bitmapscan', 'off', %(for_transaction)s),
+SELECT set_config('enable_sort', 'off', %(for_transaction)s),
+       set_config('enable_bitmapscan', 'off', %(for_transaction)s),
        set_config('enable_seqscan', 'off', %(for_transaction)s),
-       set_config('synchronous_commit', 'off', %(for_transaction)s), set_config('jit', 'off', %(for_transaction)s);
+       set_config('synchronous_commit', 'off', %(for_transaction)s),
+       set_config('jit', 'off', %(for_transaction)s);
 
 -- name: claim
 -- Jobs without a key in queues without a limit; claim_limited takes the others (see there).
