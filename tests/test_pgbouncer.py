@@ -106,15 +106,14 @@ def test_two_workers_and_a_kill_through_pgbouncer_lose_nothing(bouncer, tmp_path
         assert json.loads(stats.stdout)
         listed = cli("jobs", "--database", bouncer.url, "--status", "done", "--limit", "5")
         assert listed.returncode == 0 and len(listed.stdout.splitlines()) >= 5, listed.stderr
-        if os.environ.get("LEASED_NO_WEB") != "1":
-            from starlette.testclient import TestClient
+        from starlette.testclient import TestClient
 
-            from leased.web import dashboard
+        from leased.web import dashboard
 
-            client = TestClient(dashboard(producer))
-            job_id = producer.list_jobs(limit=1)[0].id
-            for page in ["/", "/jobs", "/jobs?status=done", f"/jobs/{job_id}", "/schedules", "/metrics"]:
-                assert client.get(page).status_code == 200, page
+        client = TestClient(dashboard(producer))
+        job_id = producer.list_jobs(limit=1)[0].id
+        for page in ["/", "/jobs", "/jobs?status=done", f"/jobs/{job_id}", "/schedules", "/metrics"]:
+            assert client.get(page).status_code == 200, page
     finally:
         for process in filter(None, (pushed, polling)):
             process.kill()
