@@ -185,3 +185,18 @@ def test_leased_url_parameters_are_taken_out_and_the_rest_kept_byte_for_byte():
     assert _own_parameters(url) == ("postgresql://u@h:6432/db?options=-c%20a%3Db+c&sslmode=disable",
                                     {"listen_url": "postgresql://u@d/db"})
     assert _own_parameters("postgresql://u@h/db?sslmode=disable") == ("postgresql://u@h/db?sslmode=disable", {})
+
+
+def test_a_producers_own_connection_through_the_pooler_enqueues_in_its_transaction(transaction_bouncer):
+    """Enqueues on a caller's connection through PgBouncer (opened with prepare_threshold=None, as
+    any psycopg connection through transaction pooling must be) are written at its commit only."""
+    app = Leased(transaction_bouncer.url)
+    task = app.task(name="bounce")(lambda n: n)
+    try:
+        with psycopg.connect(transaction_bouncer.url, prepare_threshold=None) as connection:
+            for n in range(10):  # past psycopg's prepare threshold
+                task.using(connection=connection).enqueue(n)
+            assert app.counts().get("default", {}).get("pending", 0) == 0  # not committed yet
+        assert app.counts()["default"]["pending"] == 10
+    finally:
+        app.close()
