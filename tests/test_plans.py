@@ -55,7 +55,7 @@ def _postgres_claim_plan(app, status_sql: str, *, analyze: bool) -> str:
         if analyze:
             connection.execute("ANALYZE leased_jobs")
         with connection.transaction():
-            connection.execute(POSTGRES["claim_settings"])
+            connection.execute(POSTGRES["claim_settings"], {"for_transaction": True})
             return "\n".join(row[0] for row in connection.execute(  # EXPLAIN alone runs nothing
                 "EXPLAIN " + POSTGRES["claim"], {"worker_id": "w", "task_names": ["t"], "queue_names": None,
                                                  "limit": 10}))

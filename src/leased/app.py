@@ -314,8 +314,8 @@ class Leased:
     def worker(self, *, concurrency: int = 8, queues: list[str] | None = None, poll_interval: float = 1.0,
                shutdown_grace: float = 30.0, worker_id: str | None = None, push: bool = True,
                prune: bool = True) -> Worker:
-        """A worker for this app's tasks. `push=False` turns off LISTEN/NOTIFY wake-ups (needed
-        behind a transaction-pooling proxy such as PgBouncer, where LISTEN does not work).
+        """A worker for this app's tasks. `push=False` turns off LISTEN/NOTIFY wake-ups (behind
+        PgBouncer they need a direct `listen_url=` in the URL; without one the worker polls anyway).
         `prune=False`: this worker deletes no finished jobs (prune with `leased prune` instead)."""
         if not self.tasks:
             raise ConfigurationError("no tasks registered: decorate handlers with @app.task before starting a worker")

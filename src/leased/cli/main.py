@@ -108,7 +108,8 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
               help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT/metrics (needs leased[web]).")
 @click.option("--no-push", is_flag=True,
-              help="Poll only: no LISTEN/NOTIFY wake-ups (behind PgBouncer in transaction pooling mode).")
+              help="Poll only: no LISTEN/NOTIFY wake-ups (behind PgBouncer without a listen_url= in the URL, "
+                   "the worker polls anyway).")
 @click.option("--no-prune", is_flag=True, help="Delete no finished jobs (when `leased prune` runs from cron).")
 def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
            log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool) -> None:
