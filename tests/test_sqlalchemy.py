@@ -32,7 +32,7 @@ def engine_options(database_url: str, driver: str) -> tuple[str, dict]:
 
 SYNC_DRIVERS = {"sqlite": ["pysqlite"], "postgres": ["psycopg"], "mariadb": ["mysqldb"]}
 ASYNC_DRIVERS = {"sqlite": ["aiosqlite"], "postgres": ["psycopg", "asyncpg"]}
-# An AsyncSession needs an async driver: none is claimed on MariaDB (its aenqueue runs mysqlclient on a thread).
+# An AsyncSession needs an async driver: none is claimed on MariaDB (its aenqueue runs the sync driver on a thread).
 with_async_drivers = pytest.mark.parametrize("backend_name", list(ASYNC_DRIVERS), indirect=True)
 
 
