@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from conftest import _mariadb_connection
-from leased import Leased
 from leased.backends.base import AttemptEnd, ClaimRequest
 from leased.backends.mariadb import driver
 from leased.backends.mariadb.backend import connect_arguments
