@@ -105,7 +105,7 @@ def _chosen() -> Driver:
     return drivers[0]
 
 
-DRIVER = _chosen()  # what leased's own connections use
+DRIVER = _chosen()  # what leased's own connections use; read at each connect (the bench and tests swap it)
 _DRIVERS = installed_drivers()
 _BY_CONNECTION_CLASS = {driver.connection_class: driver for driver in _DRIVERS}
 
@@ -124,21 +124,20 @@ InterfaceError = _classes("InterfaceError")  # PyMySQL's answer to a query on a 
 
 
 def connection_driver(connection: Any) -> Driver | None:
-    """The installed driver `connection` belongs to, or None for anything else."""
+    """The installed driver `connection` belongs to, or None for anything else (by its class first:
+    every query of the backend asks)."""
     return _BY_CONNECTION_CLASS.get(type(connection)) or next(
         (driver for driver in _DRIVERS if isinstance(connection, driver.connection_class)), None)
 
 
 def dict_cursor(connection: Any) -> Any:
     """A cursor giving rows as dicts, of the connection's own driver."""
-    driver = _BY_CONNECTION_CLASS.get(type(connection)) or connection_driver(connection) or DRIVER
-    return connection.cursor(driver.dict_cursor_class)
+    return connection.cursor((connection_driver(connection) or DRIVER).dict_cursor_class)
 
 
 def tuple_cursor(connection: Any) -> Any:
     """A cursor giving rows as tuples, of the connection's own driver."""
-    driver = _BY_CONNECTION_CLASS.get(type(connection)) or connection_driver(connection) or DRIVER
-    return connection.cursor(driver.cursor_class)
+    return connection.cursor((connection_driver(connection) or DRIVER).cursor_class)
 
 
 def pose_as_mysqldb() -> None:
