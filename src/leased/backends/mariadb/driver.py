@@ -101,7 +101,7 @@ def _chosen() -> Driver:
         return load_driver(name)
     drivers = installed_drivers()
     if not drivers:
-        raise ImportError(f"no MariaDB driver is installed: {INSTALL_HINT}")
+        raise ModuleNotFoundError(f"no MariaDB driver is installed: {INSTALL_HINT}", name="pymysql")
     return drivers[0]
 
 
