@@ -19,7 +19,7 @@ from leased.backends.mariadb.backend import connect_arguments
 from leased.errors import DatabaseUnavailable, InvalidTransition
 from leased.jobs import Outcome
 
-pytestmark = pytest.mark.parametrize("backend_name", ["mariadb"], indirect=True)
+on_mariadb = pytest.mark.parametrize("backend_name", ["mariadb"], indirect=True)
 DRIVERS = {installed.name: installed for installed in driver.installed_drivers()}
 ROOT = Path(__file__).parent.parent
 
@@ -31,14 +31,14 @@ def on_driver(request, monkeypatch):
     return DRIVERS[request.param]
 
 
-def test_the_extra_installs_pymysql_and_the_suite_has_it(backend_name):
+def test_the_extra_installs_pymysql_and_the_suite_has_it():
     # A fresh machine builds nothing for `pip install 'leased[mariadb]'`: its driver is a wheel.
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert [requirement.split(">")[0] for requirement in extras["mariadb"]] == ["PyMySQL"]
     assert "PyMySQL" in DRIVERS
 
 
-def test_pyproject_and_the_readme_agree_that_mysql_is_refused(backend_name):
+def test_pyproject_and_the_readme_agree_that_mysql_is_refused():
     # The code refuses a MySQL server (server_problem); no extra or comment may say it works.
     pyproject, readme = (ROOT / "pyproject.toml").read_text(), (ROOT / "README.md").read_text()
     assert "mysql" not in tomllib.loads(pyproject)["project"]["optional-dependencies"]
@@ -46,6 +46,7 @@ def test_pyproject_and_the_readme_agree_that_mysql_is_refused(backend_name):
     assert "**MySQL is not supported.**" in readme
 
 
+@on_mariadb
 def test_jobs_run_end_to_end_on_each_driver(app, on_driver):
     @app.task(name="double")
     def double(n: int) -> int:
@@ -57,6 +58,7 @@ def test_jobs_run_end_to_end_on_each_driver(app, on_driver):
     assert type(app.backend._connection()) is on_driver.connection_class
 
 
+@on_mariadb
 def test_the_drivers_errors_become_leased_errors(app, on_driver):
     @app.task(name="keyed")
     def keyed() -> None: ...
@@ -74,6 +76,7 @@ def test_the_drivers_errors_become_leased_errors(app, on_driver):
     assert app.backend._is_missing_table(raised.value) or app.backend._is_missing_table(raised.value.__cause__)
 
 
+@on_mariadb
 def test_a_killed_connection_is_unavailable_once_then_opened_again(app, on_driver):
     @app.task(name="t")
     def t() -> None: ...
@@ -95,6 +98,7 @@ def test_a_killed_connection_is_unavailable_once_then_opened_again(app, on_drive
     assert app.backend.finish([AttemptEnd(claimed[0].lease, Outcome.DONE, "null")]) == [True]
 
 
+@on_mariadb
 @pytest.mark.parametrize("callers_driver", sorted(DRIVERS))
 def test_a_callers_connection_of_either_driver_takes_the_job_in_its_transaction(app, on_driver, callers_driver):
     # Django's connection may be mysqlclient's while leased's own are PyMySQL's, or the reverse.
