@@ -276,7 +276,8 @@ class MariaDBBackend(SQLBackend):
     def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[tuple[Job, bool]]:
         if connection is not None:
             if driver.connection_driver(connection) is None:
-                raise ConfigurationError(wrong_connection(connection, "pymysql.Connection or MySQLdb.Connection", "MariaDB"))
+                raise ConfigurationError(
+                    wrong_connection(connection, "pymysql.Connection or MySQLdb.Connection", "MariaDB"))
             self._check_server(connection)
             with self._translated():  # the caller's transaction: we never commit it
                 self._set_clock(connection)
