@@ -36,8 +36,7 @@ def connect(url: str) -> Backend:
     if scheme in ("mariadb", "mysql"):
         try:
             from leased.backends.mariadb import MariaDBBackend
-        except ImportError as error:
-            raise ConfigurationError(
-                f"MariaDB needs mysqlclient: pip install 'leased[mariadb]' ({error})") from None
+        except ImportError as error:  # no driver: the error says which to install
+            raise ConfigurationError(f"cannot use MariaDB: {error}") from None
         return MariaDBBackend(url)
     raise ConfigurationError(f"unsupported database URL scheme {scheme!r} in {url!r}: {URL_HELP}")
