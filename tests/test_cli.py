@@ -472,3 +472,10 @@ def test_pause_resume_stats_and_prune(cli, app):
     assert cli.run("prune", "--database", cli.url, "--older-than", "1ms").stdout.startswith("deleted 1 done")
     assert app.counts() == {}
     assert "'soon' is not a duration" in cli.run("prune", APP, "--older-than", "soon", code=2).stderr
+
+
+def test_python_dash_m_leased_runs_the_command(sqlite_cli):
+    result = subprocess.run([sys.executable, "-m", "leased", "--help"], cwd=sqlite_cli.cwd, env=sqlite_cli.env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: leased [OPTIONS] COMMAND")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from dataclasses import FrozenInstanceError, fields
 from datetime import datetime, timedelta, timezone
@@ -196,6 +197,16 @@ def test_invalid_database_urls_are_named(tmp_path):
     for url in ["nonsense", "oracle://x/y", "sqlite://"]:
         with pytest.raises(ConfigurationError, match="database URL"):
             Leased(url).backend
+
+
+@pytest.mark.parametrize("url, message", [
+    ("mongodb://x", "unsupported database URL scheme 'mongodb' in 'mongodb://x': use sqlite:///"),
+    ("sqlite:jobs.db", "invalid database URL 'sqlite:jobs.db': use sqlite:///path/to/jobs.db, postgresql://"),
+    ("sqlite:///:memory:", "SQLite needs a file"),
+])
+def test_a_bad_database_url_is_refused_at_construction_without_connecting(url, message):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        Leased(url)
 
 
 def test_enqueue_many_writes_every_job_in_one_go(app, notify):

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any, Callable, ParamSpec, TypeVar, overload
 
 from leased.admin import WORKER_SILENT_AFTER, Overview, QueueSummary, WorkerInfo
-from leased.backends import connect
+from leased.backends import connect, parse_database_url
 from leased.backends.base import Backend, JobFilter, NewJob, PruneRule, Throughput
 from leased.backoff import Backoff
 from leased.counts import JobCounts
@@ -45,6 +45,7 @@ class Leased:
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  retention: Retention | dict[str, Any] | None = Retention()):
         self.database_url = database_url or os.environ.get("LEASED_DATABASE_URL") or DEFAULT_DATABASE_URL
+        parse_database_url(self.database_url)  # a malformed URL fails here, not at the first use
         self.auto_migrate = migrate
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task] = {}
