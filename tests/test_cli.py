@@ -479,3 +479,13 @@ def test_python_dash_m_leased_runs_the_command(sqlite_cli):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Usage: leased [OPTIONS] COMMAND")
+
+
+def test_every_time_shown_names_its_zone(sqlite_cli):
+    sqlite_cli.env["TZ"] = "Asia/Tokyo"  # the viewer's zone: not UTC, so a time without its zone would mislead
+    job = int(sqlite_cli.run("enqueue", APP, "add", "[1, 2]").stdout.split()[1])
+    row = sqlite_cli.run("jobs", APP).stdout.splitlines()[1]
+    assert row.split()[5:8][-1] == "JST", row
+    shown = sqlite_cli.run("show", APP, str(job)).stdout
+    assert [line.split()[-1] for line in shown.splitlines() if line.strip().startswith(("created", "run after"))] \
+        == ["JST", "JST"]

@@ -392,14 +392,14 @@ def _time_limit_of_running(facts: JobFacts, current: Attempt | None) -> list[Rea
 
 
 # Written by the worker into a timed-out attempt's error (engine/timelimits.py) when the handler's
-# thread was still running as the attempt ended.
-_THREAD_OUTLIVED = "handler thread still runs"
+# thread was still running as the attempt ended; the second is what workers before 2026-12 wrote.
+_THREAD_OUTLIVED = ("handler thread was still running then", "handler thread still runs")
 
 
 def _handler_stuck(facts: JobFacts) -> list[Reason]:
     """A timed-out last attempt whose thread outlived it, on a worker that still reports stuck threads."""
     last = _last_attempt(facts.job)
-    if last is None or last.outcome is not Outcome.TIMEOUT or _THREAD_OUTLIVED not in (last.error_message or ""):
+    if last is None or last.outcome is not Outcome.TIMEOUT or not any(words in (last.error_message or "") for words in _THREAD_OUTLIVED):
         return []
     worker = next((w for w in facts.workers if w.id == last.worker_id and w.alive), None)
     if worker is None or not worker.stuck_handlers:

@@ -276,7 +276,9 @@ def describe_job(job: Job) -> str:
     parts += ["", "attempts", output.table(["#", "WORKER", "STARTED", "DURATION", "OUTCOME", "ERROR"], rows,
                                            right=[0, 3], shrink=5, width=output.terminal_width(), indent="  ")]
     # Earlier tracebacks are usually the same story; the last failure's is the one to read.
-    failed = [attempt for attempt in job.history if attempt.outcome == Outcome.ERROR and attempt.traceback]
+    # A timed-out sync handler's is where its thread was at the limit: where it hung.
+    failed = [attempt for attempt in job.history
+              if attempt.outcome in (Outcome.ERROR, Outcome.TIMEOUT) and attempt.traceback]
     if failed:
         parts += ["", f"traceback of attempt {failed[-1].number}",
                   "\n".join("  " + line for line in failed[-1].traceback.rstrip().splitlines())]

@@ -46,7 +46,10 @@ def timeout_end(job: ClaimedJob, backoff: Backoff, thread_id: int | None) -> Att
     message = f"attempt {job.attempt} ran past its time limit of {job.timeout_seconds:g}s"
     stack = None
     if thread_id is not None:
-        message += "; its handler thread still runs, and what it returns will be discarded"
+        # Written at the limit and read long after, so in the past tense: what was true at the limit. A
+        # handler that then stops at its check of the context is not "still running" when anyone reads it.
+        message += ("; its handler thread was still running then and was told to stop (context.cancelled); "
+                    "anything it returns later is discarded")
         stack = _where(thread_id)
     if retry:
         log.warning("job %d (%s): %s; retrying in %.1fs", job.id, job.task_name, message, delay)
