@@ -7,8 +7,10 @@ the inspection commands, and by `leased worker` where it is about the worker.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -221,7 +223,8 @@ def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
     assert [app.get_job(job.id).result for job in jobs[:5]] == [0, 2, 4, 6, 8]
     assert app.get_job(jobs[5].id).status == "failed"
     text = log.read_text()
-    assert "INFO    worker" in text and " started: concurrency 2" in text and " stopped: " in text
+    assert "INFO    worker" in text and " started: concurrency 2" in text
+    assert " stopped: 5 done, 1 failed, 0 retried (of 6 claimed)\n" in text  # a sentence, not WorkerStats(...)
     assert "ERROR   job" in text and "failed for good: ValueError: kaboom" in text
     assert "Traceback" not in text
 
@@ -278,11 +281,18 @@ def test_why_explains_a_job_in_words_and_as_json(cli, app):
     text = cli.run("why", APP, str(failed.id)).stdout.splitlines()
     assert text == [f"Job {failed.id} (boom on queue default) has failed.",
                     "It used its only attempt, which failed with ValueError: kaboom.",
-                    f"`leased retry APP {failed.id}` (or Retry on the dashboard) puts it back to pending, due now, "
-                    f"with one more attempt (attempt 2 of 2)."]
+                    f"`leased retry {APP} {failed.id}` (or Retry on the dashboard) puts it back to pending, due "
+                    f"now, with one more attempt (attempt 2 of 2)."]  # the APP the user typed, not "APP"
+    by_url = cli.run("why", "--database", cli.url, str(failed.id)).stdout
+    assert f"`leased retry --database {shlex.quote(cli.url)} {failed.id}`" in by_url
+    from_environment = subprocess.run(cli.command("why", str(failed.id)), cwd=cli.cwd, capture_output=True, text=True,
+                                      env={**cli.env, "LEASED_DATABASE_URL": cli.url}, timeout=60).stdout
+    assert f"`leased retry {failed.id}`" in from_environment
     explained = cli.json("why", "--database", cli.url, str(waiting.id))
     assert (explained["job_id"], explained["status"]) == (waiting.id, "pending")
     assert [reason["code"] for reason in explained["reasons"]] == ["no_workers"]
+    assert explained["reasons"][0]["message"].endswith("`leased worker APP`.")  # a URL alone has no handlers
+    assert cli.json("why", APP, str(waiting.id))["reasons"][0]["message"].endswith(f"`leased worker {APP}`.")
     assert set(explained["reasons"][0]) == {"code", "message", "data"}
     assert cli.error("why", APP, "999999") == "error: no job with id 999999"
 
@@ -429,10 +439,28 @@ def test_a_failed_demo_email_succeeds_when_retried(database_url, monkeypatch):
         demo_app.close()
 
 
+def test_the_demos_closing_hints_name_what_failed(tmp_path):
+    from leased.cli import demo
+
+    demo_app = demo.make_app(f"sqlite:///{tmp_path / 'demo.db'}")
+    try:
+        charge = demo_app.get_task("demo.charge_card").enqueue("ord_0001", 500, demo.DECLINED_CARD)
+        demo_app.run_until_empty()
+        failed = demo_app.list_jobs(status="failed")
+        assert [job.id for job in failed] == [charge.id]
+        assert "email" not in demo.what_to_retry(failed) and "card charge" in demo.what_to_retry(failed)
+        shown = io.StringIO()
+        demo.summarize(demo_app, demo_app.database_url, [charge.id], 0, 1.0, shown)
+        worker_hint = shown.getvalue().splitlines()[-1]
+        assert worker_hint.endswith("# runs it again: the card is declined again; Ctrl-C stops"), worker_hint
+    finally:
+        demo_app.close()
+
+
 def test_queue_limits_are_set_listed_shown_and_cleared(cli):
     assert cli.run("limits", APP).stdout.strip() == "no queue has a limit"
-    assert cli.run("limit", APP, "billing", "--concurrency", "5", "--rate", "100/m").stdout.strip() == (
-        "queue billing: concurrency 5, rate 100/m")
+    assert cli.run("limit", APP, "billing", "--concurrency", "5", "--rate", "100/m", "--force").stdout.strip() == (
+        "queue billing: concurrency 5, rate 100/m")  # no task or job uses it yet: forced
     assert cli.json("limits", "--database", cli.url) == {"billing": {"concurrency": 5, "rate_limit": "100/m"}}
     stats = cli.run("stats", APP).stdout.splitlines()
     assert stats[-2].split() == ["QUEUE", "CONCURRENCY", "RATE"] and stats[-1].split() == ["billing", "5", "100/m"]
@@ -441,9 +469,9 @@ def test_queue_limits_are_set_listed_shown_and_cleared(cli):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["limit", APP, "billing", "--concurrency", "0"], "invalid concurrency 0: use a whole number >= 1"),
-    (["limit", APP, "billing", "--rate", "100/x"], "invalid rate_limit '100/x'"),
-    (["limit", APP, "billing", "--rate", "0/m"], "invalid rate_limit '0/m'"),
+    (["limit", APP, "default", "--concurrency", "0"], "invalid --concurrency 0: use a whole number >= 1"),
+    (["limit", APP, "default", "--rate", "100/x"], "invalid rate_limit '100/x'"),
+    (["limit", APP, "default", "--rate", "0/m"], "invalid rate_limit '0/m'"),
     (["limit", APP, "billing"], "give --concurrency N and/or --rate N/UNIT, or --clear alone"),
     (["limit", APP, "billing", "--clear", "--concurrency", "2"], "or --clear alone"),
 ])
@@ -472,6 +500,18 @@ def test_pause_resume_stats_and_prune(cli, app):
     assert cli.run("prune", "--database", cli.url, "--older-than", "1ms").stdout.startswith("deleted 1 done")
     assert app.counts() == {}
     assert "'soon' is not a duration" in cli.run("prune", APP, "--older-than", "soon", code=2).stderr
+
+
+def test_queue_typos_are_refused_alike_with_words_that_fit_the_command(sqlite_cli):
+    resume = sqlite_cli.error("resume", APP, "zzz")
+    assert resume.startswith("error: unknown queue 'zzz': no task or job uses it (known queues: default)")
+    assert resume.endswith("so it is not paused") and "force" not in resume  # --force is pause's
+    limit = sqlite_cli.error("limit", APP, "defualt", "--concurrency", "5")  # as `pause` refuses it
+    assert limit.startswith("error: unknown queue 'defualt' (did you mean 'default'?)") and limit.endswith("use --force")
+    assert sqlite_cli.run("limit", APP, "later", "--concurrency", "5", "--force").stdout.strip() == \
+        "queue later: concurrency 5"
+    assert sqlite_cli.error("limit", APP, "default", "--concurrency", "0") == \
+        "error: invalid --concurrency 0: use a whole number >= 1 (--clear removes the limits)"
 
 
 def test_python_dash_m_leased_runs_the_command(sqlite_cli):

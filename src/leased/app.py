@@ -26,6 +26,7 @@ from leased.limits import QueueLimit, check_concurrency, parse_rate
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.retention import Retention, app_retention, period
 from leased.schedules import Schedule, ScheduleInfo, describe_schedules, make_schedule, tick_handler
+from leased.suggest import did_you_mean
 from leased.tasks import _UNSET, Task, check_queue_name
 from leased.waiting import JobEndSignals, JobWait
 
@@ -355,12 +356,14 @@ class Leased:
     def pause(self, queue_name: str, *, force: bool = False) -> bool:
         """Stop every worker claiming the queue's jobs (running ones finish; enqueue still works).
         False if it was paused already. An unknown queue is an error unless `force=True`."""
-        self._check_known_queue(queue_name, force)
+        check_queue_name(queue_name)
+        if not force:
+            self.check_known_queue(queue_name, "pause")
         return self.backend.pause_queue(queue_name)
 
     def resume(self, queue_name: str) -> bool:
         """Let workers claim the queue's jobs again, and wake them. False if it was not paused."""
-        self._check_known_queue(queue_name, False)
+        self.check_known_queue(queue_name, "resume")
         resumed = self.backend.resume_queue(queue_name)
         self._wake_workers()
         return resumed
@@ -368,15 +371,20 @@ class Leased:
     def paused_queues(self) -> list[str]:
         return list(self.backend.paused_queues())
 
-    def _check_known_queue(self, queue_name: str, force: bool) -> None:
+    def check_known_queue(self, queue_name: str, verb: str) -> None:
+        """Refuse to `verb` ("pause", "resume", "limit") a queue that no task or job of this app
+        uses, most likely a typo; pause(force=True) and `leased limit --force` skip this check,
+        while nothing can resume such a queue, since it was never paused. (app.limit() does not
+        check: it is called at start-up, before the tasks of a queue may be registered.)"""
         check_queue_name(queue_name)
-        if force:
-            return
         known = self.known_queue_names()
         if queue_name not in known:
             listed = ", ".join(sorted(known)) or "none yet"
-            raise ConfigurationError(f"unknown queue {queue_name!r}: no task or job uses it (known queues: {listed}); "
-                                     "to pause it before its first job, use force=True (--force)")
+            fix = {"resume": "so it is not paused",
+                   "pause": "to pause it before its first job, use force=True (--force)"}.get(
+                verb, f"to {verb} it before its first job, use --force")
+            raise ConfigurationError(f"unknown queue {queue_name!r}{did_you_mean(queue_name, known)}: no task or job "
+                                     f"uses it (known queues: {listed}); {fix}")
 
     def throughput(self, window: timedelta = timedelta(hours=1), *, by_task: bool = True) -> list[Throughput]:
         """Done and failed jobs per minute, queue and task over `window`, pruned jobs included; with

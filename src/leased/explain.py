@@ -17,7 +17,8 @@ Adding a reason takes three steps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Callable
 
@@ -94,6 +95,26 @@ class Explanation:
     def text(self) -> str:
         """The summary, then one line per reason."""
         return "\n".join([self.summary, *(reason.message for reason in self.reasons)])
+
+    def naming_app(self, app: str | None, database: str | None = None) -> Explanation:
+        """The reasons with the commands they suggest written as the user would type them: `app`
+        (the APP they gave) for the placeholder APP, else `database` (e.g. "--database URL") for the
+        commands that need no handlers, else nothing for those (the URL is in the environment)."""
+        def command(match: re.Match) -> str:
+            verb, after = match[1], match[2]
+            if verb in _NEEDS_HANDLERS:
+                words = app or "APP"  # only an APP has the handlers: the placeholder stays
+            else:
+                words = app or database
+            return f"`leased {verb} {words}{after}" if words else f"`leased {verb}{after}"
+
+        reasons = tuple(replace(reason, message=_APP_COMMAND.sub(command, reason.message)) for reason in self.reasons)
+        return replace(self, reasons=reasons)
+
+
+# A command a reason suggests, with the placeholder APP (see Explanation.naming_app).
+_APP_COMMAND = re.compile(r"`leased (\w+) APP([ `])")
+_NEEDS_HANDLERS = {"worker"}
 
 
 def explain(facts: JobFacts) -> Explanation:

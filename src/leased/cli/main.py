@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shlex
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from leased.cli import operations, output
 from leased.cli.loading import Failure, load_app, open_app
@@ -293,7 +295,9 @@ def describe_job(job: Job) -> str:
 def why(ctx: click.Context, target: tuple[str, ...], database: str | None, as_json: bool) -> None:
     """Say why a job is waiting, running, failed, done or cancelled, and what would change it."""
     app_spec, job_id = job_target(target)
-    explanation = open_app(ctx, app_spec, database).why(job_id)
+    explicit_database = ctx.get_parameter_source("database") is not ParameterSource.ENVIRONMENT
+    explanation = open_app(ctx, app_spec, database).why(job_id).naming_app(
+        app_spec, shlex.join(["--database", database]) if database and explicit_database else None)
     if as_json:
         click.echo(output.to_json(dataclasses.asdict(explanation)))
         return

@@ -46,6 +46,13 @@ class WorkerStats:
     failed: int = 0
     abandoned: int = 0  # lease lost, cancelled by a user, or released at shutdown
 
+    def __str__(self) -> str:
+        """What the worker's last log line says: '5 done, 1 failed, 2 retried (of 8 claimed)'."""
+        text = f"{self.done} done, {self.failed} failed, {self.retried} retried (of {self.claimed} claimed)"
+        if self.abandoned:
+            text += f", {self.abandoned} given up (lease lost, cancelled by a user or released at shutdown)"
+        return text
+
 
 class ClaimedAttempts:
     def __init__(self, backend: Backend, handlers: Mapping[str, Handler], concurrency: int, *, executor: Executor,
