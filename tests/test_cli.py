@@ -514,6 +514,21 @@ def test_queue_typos_are_refused_alike_with_words_that_fit_the_command(sqlite_cl
         "error: invalid --concurrency 0: use a whole number >= 1 (--clear removes the limits)"
 
 
+def test_typos_in_enqueue_and_jobs_are_named(sqlite_cli):
+    mistyped = sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--queue", "defualt")
+    assert mistyped.stdout.startswith("job ")  # still enqueued: a new queue may be meant
+    assert mistyped.stderr.strip() == (
+        "warning: queue 'defualt' (did you mean 'default'?) is new: no task, schedule, worker or job of this app "
+        "uses it (known queues: default); the job waits there until a worker serves it")
+    assert sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--queue", "default").stderr == ""
+    assert sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--queue", "defualt").stderr == ""  # it has a job now
+    assert sqlite_cli.run("jobs", APP, "--task", "ad").stdout.strip() == \
+        "no jobs match: unknown task 'ad' (did you mean 'add'?)"
+    assert sqlite_cli.run("jobs", APP, "--task", "boom").stdout.strip() == "no jobs match"  # known, just no jobs
+    assert sqlite_cli.run("jobs", APP, "--queue", "zzz").stdout.strip() == "no jobs match: unknown queue 'zzz'"
+    assert "unknown task 'ad' (did you mean 'add'?); known tasks: add, boom" in sqlite_cli.error("enqueue", APP, "ad")
+
+
 def test_python_dash_m_leased_runs_the_command(sqlite_cli):
     result = subprocess.run([sys.executable, "-m", "leased", "--help"], cwd=sqlite_cli.cwd, env=sqlite_cli.env,
                             capture_output=True, text=True, timeout=60)

@@ -155,7 +155,8 @@ class Leased:
             return self.tasks[name]
         except KeyError:
             known = ", ".join(sorted(self.tasks)) or "none registered"
-            raise ConfigurationError(f"unknown task {name!r}; known tasks: {known}") from None
+            raise ConfigurationError(f"unknown task {name!r}{did_you_mean(name, self.tasks)}; known tasks: {known}") \
+                from None
 
     # The producer interface (leased.tasks.Producer) tasks write their jobs through.
     def enqueue_jobs(self, jobs: list[NewJob], connection: Any) -> list[Job]:

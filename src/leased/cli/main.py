@@ -24,6 +24,7 @@ from leased.cli.options import Duration, database_option
 from leased.app import Leased
 from leased.errors import LeasedError
 from leased.jobs import Job, JobStatus, Outcome
+from leased.suggest import did_you_mean
 
 
 class LeasedGroup(click.Group):
@@ -150,6 +151,17 @@ def warn_about_unknown_queues(app: Leased, queue_names: list[str] | None) -> Non
                 ", ".join(sorted(known)) or "none")
 
 
+def warn_about_new_queue(app: Leased, queue_name: str) -> None:
+    """`enqueue --queue mial` would file the job where no worker looks, without a word: say so
+    (the job is still enqueued: a new queue may be meant), as `leased worker --queues` does."""
+    known = app.known_queue_names() | {queue for worker in app.workers() if worker.alive
+                                       for queue in worker.queues or ()}
+    if queue_name not in known:
+        click.echo(f"warning: queue {queue_name!r}{did_you_mean(queue_name, known)} is new: no task, schedule, "
+                   f"worker or job of this app uses it (known queues: {', '.join(sorted(known)) or 'none'}); "
+                   "the job waits there until a worker serves it", err=True)
+
+
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), stream=sys.stderr, datefmt="%Y-%m-%d %H:%M:%S",
                         format="%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s")
@@ -188,7 +200,10 @@ def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, k
         options["queue_name"] = queue_name
     if priority is not None:
         options["priority"] = priority
-    job = app.get_task(task_name).using(**options).enqueue(*args, **kwargs)
+    task = app.get_task(task_name)
+    if queue_name is not None:
+        warn_about_new_queue(app, queue_name)
+    job = task.using(**options).enqueue(*args, **kwargs)
     if as_json:
         click.echo(output.to_json(output.job_to_dict(job)))
         return
@@ -222,11 +237,26 @@ def jobs(ctx: click.Context, app_spec: str | None, database: str | None, status:
         click.echo(output.to_json([output.job_to_dict(job) for job in found]))
         return
     if not found:
-        click.echo("no jobs" + (" match" if status or queue_name or task_name or before_id else ""))
+        click.echo("no jobs" + (" match" if status or queue_name or task_name or before_id else "")
+                   + unknown_filters(app, task_name, queue_name))
         return
     click.echo(output.jobs_table(found))
     if len(found) == limit:
         click.echo(f"(first {limit}; next page: --before-id {found[-1].id})", err=True)
+
+
+def unknown_filters(app: Leased, task_name: str | None, queue_name: str | None) -> str:
+    """When nothing matched: a --task or --queue that nothing is named, most likely a typo."""
+    notes = []
+    if task_name is not None:
+        known = set(app.task_names()) | set(app.tasks)
+        if task_name not in known:
+            notes.append(f"unknown task {task_name!r}{did_you_mean(task_name, known)}")
+    if queue_name is not None:
+        known = app.known_queue_names()
+        if queue_name not in known:
+            notes.append(f"unknown queue {queue_name!r}{did_you_mean(queue_name, known)}")
+    return f": {'; '.join(notes)}" if notes else ""
 
 
 @cli.command()
