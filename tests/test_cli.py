@@ -227,6 +227,32 @@ def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
     assert " stopped: 5 done, 1 failed, 0 retried (of 6 claimed)\n" in text  # a sentence, not WorkerStats(...)
     assert "ERROR   job" in text and "failed for good: ValueError: kaboom" in text
     assert "Traceback" not in text
+    assert ": done in " not in text  # quiet by default: no line per job (see --log-jobs)
+
+
+def test_worker_log_jobs_logs_a_line_per_attempt_at_info(sqlite_cli, tmp_path):
+    app = Leased(sqlite_cli.url)
+    register_tasks(app)
+    jobs = [app.get_task("add").enqueue(n, n) for n in range(3)] + [app.get_task("boom").enqueue()]
+    log = tmp_path / "worker.log"
+    with log.open("w") as stderr:
+        worker = subprocess.Popen(sqlite_cli.command("worker", APP, "--log-jobs", "--poll-interval", "100ms"),
+                                  cwd=sqlite_cli.cwd, env=sqlite_cli.env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        wait_for(lambda: all(app.get_job(job.id).is_finished for job in jobs) or worker.poll() is not None,
+                 message="the worker to finish every job")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        app.close()
+    lines = [line for line in log.read_text().splitlines() if ": done in " in line]
+    assert sorted(int(line.split(" job ")[1].split()[0]) for line in lines) == [job.id for job in jobs[:3]]
+    assert all(" INFO    job " in line and "(add) attempt 1: done in " in line for line in lines), lines
+    boom = [line for line in log.read_text().splitlines() if f"job {jobs[3].id} " in line]
+    assert len(boom) == 1 and "failed for good" in boom[0]  # a failure is logged once, by the worker
 
 
 def test_demo_runs_to_completion_and_replays_with_a_seed(tmp_path):

@@ -23,6 +23,7 @@ from leased.cli.loading import Failure, load_app, open_app
 from leased.cli.options import Duration, database_option
 from leased.app import Leased
 from leased.errors import LeasedError
+from leased.events import AttemptEnded, Event
 from leased.jobs import Job, JobStatus, Outcome
 from leased.suggest import did_you_mean
 
@@ -113,8 +114,10 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
 @click.option("--no-push", is_flag=True,
               help="Poll only: no LISTEN/NOTIFY wake-ups (behind PgBouncer in transaction pooling mode).")
 @click.option("--no-prune", is_flag=True, help="Delete no finished jobs (when `leased prune` runs from cron).")
+@click.option("--log-jobs", is_flag=True,
+              help="Log a line at INFO for every attempt that ends (failures are logged anyway).")
 def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
-           log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool) -> None:
+           log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool) -> None:
     """Run jobs until SIGINT or SIGTERM.
 
     On the first signal no new jobs are claimed and running ones may finish within the grace
@@ -124,6 +127,8 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
     app = load_app(app_spec)
     queue_names = [name.strip() for name in queues.split(",") if name.strip()] if queues else None
     warn_about_unknown_queues(app, queue_names)
+    if log_jobs:
+        app.events.subscribe(log_attempt_end)
     if metrics_port is not None:
         try:
             from leased.metrics import serve_worker_metrics
@@ -139,6 +144,17 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
                    shutdown_grace=shutdown_grace, push=not no_push, prune=not no_prune).run()
     finally:
         app.close()
+
+
+def log_attempt_end(event: Event) -> None:
+    """--log-jobs: a line per attempt. Off by default: at 10,000 jobs a second a line each would cost
+    more than the job, and a log nobody reads. Failures and timeouts are logged anyway, at WARNING
+    or ERROR by the worker, so only the other ends are logged here."""
+    log = logging.getLogger("leased.worker")
+    if (isinstance(event, AttemptEnded) and event.outcome not in (Outcome.ERROR, Outcome.TIMEOUT)
+            and log.isEnabledFor(logging.INFO)):
+        log.info("job %d (%s) attempt %d: %s in %s", event.job_id, event.task_name, event.attempt, event.outcome,
+                 output.format_duration(event.seconds))
 
 
 def warn_about_unknown_queues(app: Leased, queue_names: list[str] | None) -> None:
