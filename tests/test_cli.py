@@ -203,12 +203,10 @@ def test_usage_errors_exit_2_without_traceback(sqlite_cli):
     assert "missing JOB_ID" in sqlite_cli.run("show", APP, code=2).stderr
 
 
-def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
-    register_tasks(app)
-    jobs = [app.get_task("add").enqueue(n, n) for n in range(5)] + [app.get_task("boom").enqueue()]
-    log = tmp_path / "worker.log"
+def run_worker_until_finished(cli: Cli, app: Leased, jobs: list, log: Path, *options: str) -> str:
+    """`leased worker APP *options` until every job has finished, then SIGTERM; its log."""
     with log.open("w") as stderr:
-        worker = subprocess.Popen(cli.command("worker", APP, "--concurrency", "2", "--poll-interval", "100ms"),
+        worker = subprocess.Popen(cli.command("worker", APP, "--poll-interval", "100ms", *options),
                                   cwd=cli.cwd, env=cli.env, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         wait_for(lambda: all(app.get_job(job.id).is_finished for job in jobs) or worker.poll() is not None,
@@ -220,9 +218,15 @@ def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+    return log.read_text()
+
+
+def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
+    register_tasks(app)
+    jobs = [app.get_task("add").enqueue(n, n) for n in range(5)] + [app.get_task("boom").enqueue()]
+    text = run_worker_until_finished(cli, app, jobs, tmp_path / "worker.log", "--concurrency", "2")
     assert [app.get_job(job.id).result for job in jobs[:5]] == [0, 2, 4, 6, 8]
     assert app.get_job(jobs[5].id).status == "failed"
-    text = log.read_text()
     assert "INFO    worker" in text and " started: concurrency 2" in text
     assert " stopped: 5 done, 1 failed, 0 retried (of 6 claimed)\n" in text  # a sentence, not WorkerStats(...)
     assert "ERROR   job" in text and "failed for good: ValueError: kaboom" in text
@@ -234,24 +238,14 @@ def test_worker_log_jobs_logs_a_line_per_attempt_at_info(sqlite_cli, tmp_path):
     app = Leased(sqlite_cli.url)
     register_tasks(app)
     jobs = [app.get_task("add").enqueue(n, n) for n in range(3)] + [app.get_task("boom").enqueue()]
-    log = tmp_path / "worker.log"
-    with log.open("w") as stderr:
-        worker = subprocess.Popen(sqlite_cli.command("worker", APP, "--log-jobs", "--poll-interval", "100ms"),
-                                  cwd=sqlite_cli.cwd, env=sqlite_cli.env, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
-        wait_for(lambda: all(app.get_job(job.id).is_finished for job in jobs) or worker.poll() is not None,
-                 message="the worker to finish every job")
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=30) == 0, log.read_text()
+        text = run_worker_until_finished(sqlite_cli, app, jobs, tmp_path / "worker.log", "--log-jobs")
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
         app.close()
-    lines = [line for line in log.read_text().splitlines() if ": done in " in line]
+    lines = [line for line in text.splitlines() if ": done in " in line]
     assert sorted(int(line.split(" job ")[1].split()[0]) for line in lines) == [job.id for job in jobs[:3]]
     assert all(" INFO    job " in line and "(add) attempt 1: done in " in line for line in lines), lines
-    boom = [line for line in log.read_text().splitlines() if f"job {jobs[3].id} " in line]
+    boom = [line for line in text.splitlines() if f"job {jobs[3].id} " in line]
     assert len(boom) == 1 and "failed for good" in boom[0]  # a failure is logged once, by the worker
 
 
