@@ -413,8 +413,8 @@ def _time_limit_of_running(facts: JobFacts, current: Attempt | None) -> list[Rea
 
 
 # Written by the worker into a timed-out attempt's error (engine/timelimits.py) when the handler's
-# thread was still running as the attempt ended; the second is what workers before 2026-12 wrote.
-_THREAD_OUTLIVED = ("handler thread was still running then", "handler thread still runs")
+# thread was still running after the grace; the second is what workers before 2026-12 wrote.
+_THREAD_OUTLIVED = ("handler thread was still running", "handler thread still runs")
 
 
 def _handler_stuck(facts: JobFacts) -> list[Reason]:
