@@ -171,14 +171,17 @@ class TaskCall(Generic[P, R]):
     def _new_jobs(self, calls: Iterable[tuple[tuple, dict[str, Any]]]) -> list[NewJob]:
         task, check, limit = self.task, self.task.check_arguments, self.task.app.max_payload_bytes
         # Looked up once: this loop is most of a bulk enqueue's Python.
-        typed = task.argument_types if task.argument_types.checks_at_enqueue else None
+        typed = task.argument_types if task.argument_types else None
+        check_scalars = task.argument_types.check_scalars  # None when no parameter is annotated with one
         name, queue_name, priority, max_attempts = task.name, self.queue_name, self.priority, self.max_attempts
         lease, key, timeout, key_limit = self.lease_seconds, self.idempotency_key, self.timeout_seconds, task.key_limit
         run_at, delay = schedule(self.run_after)
         jobs = []
         for args, kwargs in calls:
             check(args, kwargs)
-            if typed is not None:  # scalars checked; dataclass and pydantic arguments validated, stored as JSON
+            if check_scalars is not None:  # order_id: int refuses "one"
+                check_scalars(args, kwargs)
+            if typed is not None:  # dataclass and pydantic arguments: validated, then stored as plain JSON
                 args, kwargs = typed.to_json(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
             job = NewJob(name, queue_name, args_json, kwargs_json, priority, max_attempts, lease, run_at, delay, key,

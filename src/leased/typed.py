@@ -249,7 +249,8 @@ class ArgumentTypes:
                     self.scalars_by_position.append((len(self.by_position) - 1, parameter.name, allowed))
                 if parameter.kind is not inspect.Parameter.POSITIONAL_ONLY:
                     self.scalars_by_name[parameter.name] = allowed
-        self.checks_at_enqueue = bool(self.by_name or self.scalars_by_name or self.scalars_by_position)
+        self.check_scalars = (self._check_scalars if self.scalars_by_position or self.scalars_by_name
+                              else None)  # called at enqueue (Task), before to_json
 
     def __bool__(self) -> bool:
         """Whether stored arguments need decoding (dataclass and pydantic parameters)."""
@@ -297,10 +298,9 @@ class ArgumentTypes:
             raise PayloadError(f"{self.task_name}: {field}: {error.problem}") from None
 
     def to_json(self, args: tuple | list, kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        """Validate typed arguments and make them plain JSON values; PayloadError names the field."""
-        if self.scalars_by_position or self.scalars_by_name:
-            self._check_scalars(args, kwargs)
-        return self._convert(args, kwargs, stored=False) if self.by_name else (args, kwargs)
+        """Validate typed arguments and make them plain JSON values; PayloadError names the field.
+        (Scalar parameters are checked by check_scalars, which enqueue calls first.)"""
+        return self._convert(args, kwargs, stored=False)
 
     def from_json(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """Stored JSON back into the handler's types; PayloadError if it no longer fits them."""
