@@ -61,7 +61,7 @@ def timeout_end(job: ClaimedJob, backoff: Backoff, *, stopped_after: float | Non
                       traceback=stack, retry_in_seconds=delay)
 
 
-def _where(thread_id: int) -> str | None:
+def _where(thread_id: int, when: str) -> str | None:
     """The handler thread's stack now, from the handler's own frame down (the pool's frames are noise)."""
     frame = sys._current_frames().get(thread_id)
     if frame is None:
@@ -69,7 +69,7 @@ def _where(thread_id: int) -> str | None:
     frames = traceback.extract_stack(frame)
     while frames and (frames[0].filename == threading.__file__ or frames[0].filename.startswith(_ENGINE_FOLDER)):
         frames.pop(0)
-    return clean_text(f"Handler thread {STUCK_AFTER_SECONDS:g}s past its time limit (most recent call last):\n"
+    return clean_text(f"Handler thread {when} (most recent call last):\n"
                       + "".join(traceback.format_list(frames)), MAX_STACK)
 
 
@@ -84,6 +84,7 @@ class _Overrun:
     limit_at: float  # loop time of the limit
     backoff: Backoff
     finish: Callable[[AttemptEnd], None] | None  # writes the attempt's end; None once it was called
+    stack_at_limit: str | None  # where the thread was when told: the traceback of one that then stops
     stuck: bool = False
     report: asyncio.TimerHandle | None = field(default=None, repr=False)
 
@@ -142,7 +143,8 @@ class TimeLimits:
         """On the loop: the attempt reached its limit while its sync handler runs, and its handler
         was told. `finish(end)` is called once the end can say what happened: when the handler
         returns (it stopped when told), or STUCK_AFTER_SECONDS later (it is stuck)."""
-        overrun = self._overruns[attempt] = _Overrun(attempt.job, self._loop.time(), attempt.handler.backoff, finish)
+        overrun = self._overruns[attempt] = _Overrun(attempt.job, self._loop.time(), attempt.handler.backoff, finish,
+                                                     _where(attempt.thread_id, "at its time limit"))
         overrun.report = self._loop.call_later(STUCK_AFTER_SECONDS, self._report, attempt)
 
     @staticmethod
@@ -159,7 +161,7 @@ class TimeLimits:
         if overrun.report is not None:
             overrun.report.cancel()
         if overrun.finish is not None:  # within the grace: it stopped when told
-            self._write_end(overrun, timeout_end(overrun.job, overrun.backoff,
+            self._write_end(overrun, timeout_end(overrun.job, overrun.backoff, stack=overrun.stack_at_limit,
                                                  stopped_after=self._loop.time() - overrun.limit_at))
         if overrun.stuck:
             job, past = overrun.job, self._loop.time() - overrun.limit_at
@@ -177,7 +179,8 @@ class TimeLimits:
         if overrun.finish is not None:  # the end, written now, says where the thread hangs
             thread_id = attempt.thread_id
             self._write_end(overrun, timeout_end(job, overrun.backoff, stuck_after=past,
-                                                 stack=None if thread_id is None else _where(thread_id)))
+                                                 stack=None if thread_id is None else _where(
+                                                     thread_id, f"{format_duration(past)} past its time limit")))
         log.warning("job %d (%s) attempt %d: sync handler still running %.1fs past its time limit of %gs; its "
                     "thread keeps a slot until it returns (check context.cancelled in the handler)",
                     job.id, job.task_name, job.attempt, past, job.timeout_seconds)
