@@ -547,6 +547,11 @@ def test_typos_in_enqueue_and_jobs_are_named(sqlite_cli):
     assert sqlite_cli.run("jobs", APP, "--task", "boom").stdout.strip() == "no jobs match"  # known, just no jobs
     assert sqlite_cli.run("jobs", APP, "--queue", "zzz").stdout.strip() == "no jobs match: unknown queue 'zzz'"
     assert "unknown task 'ad' (did you mean 'add'?); known tasks: add, boom" in sqlite_cli.error("enqueue", APP, "ad")
+    as_json = sqlite_cli.run("jobs", APP, "--task", "ad", "--json")
+    assert (as_json.stdout.strip(), as_json.stderr.strip()) == ("[]", "no jobs match: unknown task 'ad' (did you mean "
+                                                                      "'add'?)")
+    assert sqlite_cli.run("retry", APP, "--failed", "--task", "bom").stdout.strip() == (
+        "no failed jobs (task bom): nothing to retry; unknown task 'bom' (did you mean 'boom'?)")
 
 
 def test_python_dash_m_leased_runs_the_command(sqlite_cli):

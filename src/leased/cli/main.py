@@ -251,10 +251,13 @@ def jobs(ctx: click.Context, app_spec: str | None, database: str | None, status:
                           before_id=before_id)
     if as_json:
         click.echo(output.to_json([output.job_to_dict(job) for job in found]))
+        if not found and (unknown := unknown_filters(app, task_name, queue_name)):
+            click.echo(f"no jobs match: {unknown}", err=True)  # stdout stays the JSON a script reads
         return
     if not found:
+        unknown = unknown_filters(app, task_name, queue_name)
         click.echo("no jobs" + (" match" if status or queue_name or task_name or before_id else "")
-                   + unknown_filters(app, task_name, queue_name))
+                   + (f": {unknown}" if unknown else ""))
         return
     click.echo(output.jobs_table(found))
     if len(found) == limit:
@@ -272,7 +275,7 @@ def unknown_filters(app: Leased, task_name: str | None, queue_name: str | None) 
         known = app.known_queue_names()
         if queue_name not in known:
             notes.append(f"unknown queue {queue_name!r}{did_you_mean(queue_name, known)}")
-    return f": {'; '.join(notes)}" if notes else ""
+    return "; ".join(notes)
 
 
 @cli.command()
@@ -429,7 +432,8 @@ def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | N
     count = app.count_jobs(status=status, task_name=task_name, queue_name=queue_name)
     what = f"{output.plural(count, f'{status} job')}{bulk_scope(task_name, queue_name)}"
     if count == 0:
-        click.echo(f"no {status} jobs{bulk_scope(task_name, queue_name)}: nothing to {verb}")
+        click.echo(f"no {status} jobs{bulk_scope(task_name, queue_name)}: nothing to {verb}"
+                   + (f"; {unknown}" if (unknown := unknown_filters(app, task_name, queue_name)) else ""))
         return False
     if yes:
         return True
