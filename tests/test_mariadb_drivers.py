@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import _mariadb_connection
-from leased.backends.base import AttemptEnd, ClaimRequest
+from leased.backends.ports import AttemptEnd, ClaimRequest
 from leased.backends.mariadb import driver
 from leased.backends.mariadb.backend import connect_arguments
 from leased.errors import DatabaseUnavailable, InvalidTransition
