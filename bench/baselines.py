@@ -5,7 +5,7 @@
 - one psycopg connection inserting a row and committing, in a loop (a commit per job is the
   floor of an enqueue-one-at-a-time API);
 - SQLite in WAL mode, a row and a commit per loop, synchronous=NORMAL and FULL;
-- one MySQLdb connection to MariaDB inserting a small row and committing, in a loop for a fixed time
+- one connection (leased's MariaDB driver) to MariaDB inserting a small row and committing, in a loop for a fixed time
   (InnoDB with the server's own durability settings, reported beside them).
 """
 

@@ -56,12 +56,11 @@ def soak(backend: str, options: argparse.Namespace, folder: Path) -> chaos.Resul
 
 def soak_mariadb(options: argparse.Namespace, log_dir: Path, settings: dict) -> chaos.Result:
     """The soak in a database of its own (MariaDB has no schemas inside a database), dropped afterwards."""
-    import MySQLdb
-
     from leased.backends.mariadb.backend import connect_arguments
+    from leased.backends.mariadb.driver import DRIVER
 
     database = f"leased_chaos_{uuid.uuid4().hex[:8]}"
-    server = MySQLdb.connect(**connect_arguments(options.mariadb_url)[0])
+    server = DRIVER.connect(**connect_arguments(options.mariadb_url)[0])
     try:
         server.cursor().execute(f"CREATE DATABASE `{database}`")
         url = f"{options.mariadb_url.rsplit('/', 1)[0]}/{database}"

@@ -56,13 +56,11 @@ MARIADB_HOST, MARIADB_PORT, MARIADB_USER = "127.0.0.1", 3306, "root"
 
 
 def mariadb_connect(database: str | None = None):
-    """A MySQLdb connection to the MariaDB server (root, empty password), autocommitting."""
-    import MySQLdb
+    """A connection to the MariaDB server (root, empty password), autocommitting, by leased's driver."""
+    from leased.backends.mariadb.driver import DRIVER
 
-    connection = MySQLdb.connect(host=MARIADB_HOST, port=MARIADB_PORT, user=MARIADB_USER,
-                                 **({"database": database} if database else {}))
-    connection.autocommit(True)
-    return connection
+    return DRIVER.connect(host=MARIADB_HOST, port=MARIADB_PORT, user=MARIADB_USER, autocommit=True,
+                          **({"database": database} if database else {}))
 
 
 def recreate_mariadb_database(name: str) -> str:

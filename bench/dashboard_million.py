@@ -321,9 +321,9 @@ def other_database(options: argparse.Namespace) -> None:
         path = f"{tempfile.gettempdir()}/{name}.db"
         url, drop = f"sqlite:///{path}", lambda: os.remove(path)
     else:
-        import MySQLdb
+        from leased.backends.mariadb.driver import DRIVER
 
-        server = MySQLdb.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
+        server = DRIVER.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
         server.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
         url, drop = f"{MARIADB_URL}/{name}", lambda: server.cursor().execute(f"DROP DATABASE `{name}`")
     try:

@@ -109,7 +109,7 @@ def render(results: dict) -> str:
                        ("psycopg_insert", "psycopg INSERT + commit, 1 connection (rows/s)"),
                        ("sqlite_normal", "SQLite WAL, synchronous=NORMAL, INSERT + commit (rows/s)"),
                        ("sqlite_full", "SQLite WAL, synchronous=FULL, INSERT + commit (rows/s)"),
-                       ("mariadb_insert", "MariaDB (MySQLdb) INSERT + commit, 1 connection (commits/s)"),
+                       ("mariadb_insert", "MariaDB INSERT + commit, 1 connection (commits/s)"),
                        *CEILINGS]:
         summary = median_range(results["baselines"].get(key, []))
         if summary is None and key.startswith("ceiling_"):

@@ -122,7 +122,7 @@ class _Recorder:
                     self._pg = None
 
     def _record_mariadb(self, job_id: int, attempt: int, worker_id: str) -> None:
-        import MySQLdb
+        from leased.backends.mariadb import driver
 
         with self._lock:
             for tries in range(3):
@@ -131,7 +131,7 @@ class _Recorder:
                         self._pg = connections.connect(self.url, autocommit=True)
                     connections.execute(self._pg, RECORD_MARIADB, (job_id, attempt, worker_id))
                     return
-                except MySQLdb.OperationalError:
+                except driver.OperationalError:
                     if tries == 2:
                         raise
                     self._pg = None

@@ -106,12 +106,11 @@ def postgres_schema() -> Iterator[str]:
 
 
 def _mariadb_connection(url: str = MARIADB_URL):
-    import MySQLdb
-
     from leased.backends.mariadb.backend import connect_arguments
+    from leased.backends.mariadb.driver import DRIVER
 
     arguments, _ = connect_arguments(url)
-    return MySQLdb.connect(**{**arguments, "connect_timeout": 3})
+    return DRIVER.connect(**{**arguments, "connect_timeout": 3})
 
 
 def _mariadb_problem() -> str | None:
@@ -264,7 +263,7 @@ def running_worker(app: Leased, worker: Worker | None = None, **options) -> Iter
 
 def callers_connection(app: Leased, autocommit: bool = False):
     """A connection of the caller's own to the app's database, of its driver's kind (sqlite3, psycopg,
-    MySQLdb): what a user hands to `task.using(connection=...)`, or an operator's SQL shell."""
+    the MariaDB driver): what a user hands to `task.using(connection=...)`, or an operator's SQL shell."""
     return connections.connect(app.database_url, autocommit)
 
 

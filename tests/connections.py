@@ -1,5 +1,6 @@
 """Connections of a program's own to a leased database, of the driver its URL names (sqlite3, psycopg,
-MySQLdb): what a user hands to `task.using(connection=...)`, what an operator's SQL shell is, and
+or the MariaDB driver leased.backends.mariadb.driver picks): what a user hands to
+`task.using(connection=...)`, what an operator's SQL shell is, and
 what the test programs (chaos.py, limits_app.py) record their own rows with. Imports no pytest."""
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ def connect(url: str, autocommit: bool = False, **options: Any) -> Any:
 
         return sqlite3.connect(sqlite_path(url), isolation_level=None if autocommit else "DEFERRED", **options)
     if is_mariadb(url):
-        import MySQLdb
-
         from leased.backends.mariadb.backend import connect_arguments
+        from leased.backends.mariadb.driver import DRIVER
 
         arguments, _ = connect_arguments(url)
-        connection = MySQLdb.connect(**{**arguments, "autocommit": autocommit, **options})
+        connection = DRIVER.connect(**{**arguments, "autocommit": autocommit, **options})
         connection.cursor().execute("SET SESSION time_zone = '+00:00'")
         return connection
     import psycopg

@@ -61,9 +61,9 @@ def alembic(project: Path, url: str, *args: str) -> str:
 
 
 def _sqlalchemy_url(url: str) -> str:
-    """The same database as SQLAlchemy names it, with the driver leased uses."""
+    """The same database as SQLAlchemy names it, with the driver `leased[mariadb]` installs."""
     for leased_scheme, sqlalchemy_scheme in (("postgresql://", "postgresql+psycopg://"),
-                                             ("mariadb://", "mysql+mysqldb://")):
+                                             ("mariadb://", "mysql+pymysql://")):
         if url.startswith(leased_scheme):
             return sqlalchemy_scheme + url[len(leased_scheme):]
     return url

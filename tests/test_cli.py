@@ -7,8 +7,10 @@ the inspection commands, and by `leased worker` where it is about the worker.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -201,12 +203,10 @@ def test_usage_errors_exit_2_without_traceback(sqlite_cli):
     assert "missing JOB_ID" in sqlite_cli.run("show", APP, code=2).stderr
 
 
-def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
-    register_tasks(app)
-    jobs = [app.get_task("add").enqueue(n, n) for n in range(5)] + [app.get_task("boom").enqueue()]
-    log = tmp_path / "worker.log"
+def run_worker_until_finished(cli: Cli, app: Leased, jobs: list, log: Path, *options: str) -> str:
+    """`leased worker APP *options` until every job has finished, then SIGTERM; its log."""
     with log.open("w") as stderr:
-        worker = subprocess.Popen(cli.command("worker", APP, "--concurrency", "2", "--poll-interval", "100ms"),
+        worker = subprocess.Popen(cli.command("worker", APP, "--poll-interval", "100ms", *options),
                                   cwd=cli.cwd, env=cli.env, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         wait_for(lambda: all(app.get_job(job.id).is_finished for job in jobs) or worker.poll() is not None,
@@ -218,12 +218,35 @@ def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+    return log.read_text()
+
+
+def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
+    register_tasks(app)
+    jobs = [app.get_task("add").enqueue(n, n) for n in range(5)] + [app.get_task("boom").enqueue()]
+    text = run_worker_until_finished(cli, app, jobs, tmp_path / "worker.log", "--concurrency", "2")
     assert [app.get_job(job.id).result for job in jobs[:5]] == [0, 2, 4, 6, 8]
     assert app.get_job(jobs[5].id).status == "failed"
-    text = log.read_text()
-    assert "INFO    worker" in text and " started: concurrency 2" in text and " stopped: " in text
+    assert "INFO    worker" in text and " started: concurrency 2" in text
+    assert " stopped: 5 done, 1 failed, 0 retried (of 6 claimed)\n" in text  # a sentence, not WorkerStats(...)
     assert "ERROR   job" in text and "failed for good: ValueError: kaboom" in text
     assert "Traceback" not in text
+    assert ": done in " not in text  # quiet by default: no line per job (see --log-jobs)
+
+
+def test_worker_log_jobs_logs_a_line_per_attempt_at_info(sqlite_cli, tmp_path):
+    app = Leased(sqlite_cli.url)
+    register_tasks(app)
+    jobs = [app.get_task("add").enqueue(n, n) for n in range(3)] + [app.get_task("boom").enqueue()]
+    try:
+        text = run_worker_until_finished(sqlite_cli, app, jobs, tmp_path / "worker.log", "--log-jobs")
+    finally:
+        app.close()
+    lines = [line for line in text.splitlines() if ": done in " in line]
+    assert sorted(int(line.split(" job ")[1].split()[0]) for line in lines) == [job.id for job in jobs[:3]]
+    assert all(" INFO    job " in line and "(add) attempt 1: done in " in line for line in lines), lines
+    boom = [line for line in text.splitlines() if f"job {jobs[3].id} " in line]
+    assert len(boom) == 1 and "failed for good" in boom[0]  # a failure is logged once, by the worker
 
 
 def test_demo_runs_to_completion_and_replays_with_a_seed(tmp_path):
@@ -278,11 +301,18 @@ def test_why_explains_a_job_in_words_and_as_json(cli, app):
     text = cli.run("why", APP, str(failed.id)).stdout.splitlines()
     assert text == [f"Job {failed.id} (boom on queue default) has failed.",
                     "It used its only attempt, which failed with ValueError: kaboom.",
-                    f"`leased retry APP {failed.id}` (or Retry on the dashboard) puts it back to pending, due now, "
-                    f"with one more attempt (attempt 2 of 2)."]
+                    f"`leased retry {APP} {failed.id}` (or Retry on the dashboard) puts it back to pending, due "
+                    f"now, with one more attempt (attempt 2 of 2)."]  # the APP the user typed, not "APP"
+    by_url = cli.run("why", "--database", cli.url, str(failed.id)).stdout
+    assert f"`leased retry --database {shlex.quote(cli.url)} {failed.id}`" in by_url
+    from_environment = subprocess.run(cli.command("why", str(failed.id)), cwd=cli.cwd, capture_output=True, text=True,
+                                      env={**cli.env, "LEASED_DATABASE_URL": cli.url}, timeout=60).stdout
+    assert f"`leased retry {failed.id}`" in from_environment
     explained = cli.json("why", "--database", cli.url, str(waiting.id))
     assert (explained["job_id"], explained["status"]) == (waiting.id, "pending")
     assert [reason["code"] for reason in explained["reasons"]] == ["no_workers"]
+    assert explained["reasons"][0]["message"].endswith("`leased worker APP`.")  # a URL alone has no handlers
+    assert cli.json("why", APP, str(waiting.id))["reasons"][0]["message"].endswith(f"`leased worker {APP}`.")
     assert set(explained["reasons"][0]) == {"code", "message", "data"}
     assert cli.error("why", APP, "999999") == "error: no job with id 999999"
 
@@ -429,10 +459,28 @@ def test_a_failed_demo_email_succeeds_when_retried(database_url, monkeypatch):
         demo_app.close()
 
 
+def test_the_demos_closing_hints_name_what_failed(tmp_path):
+    from leased.cli import demo
+
+    demo_app = demo.make_app(f"sqlite:///{tmp_path / 'demo.db'}")
+    try:
+        charge = demo_app.get_task("demo.charge_card").enqueue("ord_0001", 500, demo.DECLINED_CARD)
+        demo_app.run_until_empty()
+        failed = demo_app.list_jobs(status="failed")
+        assert [job.id for job in failed] == [charge.id]
+        assert "email" not in demo.what_to_retry(failed) and "card charge" in demo.what_to_retry(failed)
+        shown = io.StringIO()
+        demo.summarize(demo_app, demo_app.database_url, [charge.id], 0, 1.0, shown)
+        worker_hint = shown.getvalue().splitlines()[-1]
+        assert worker_hint.endswith("# runs it again: the card is declined again; Ctrl-C stops"), worker_hint
+    finally:
+        demo_app.close()
+
+
 def test_queue_limits_are_set_listed_shown_and_cleared(cli):
     assert cli.run("limits", APP).stdout.strip() == "no queue has a limit"
-    assert cli.run("limit", APP, "billing", "--concurrency", "5", "--rate", "100/m").stdout.strip() == (
-        "queue billing: concurrency 5, rate 100/m")
+    assert cli.run("limit", APP, "billing", "--concurrency", "5", "--rate", "100/m", "--force").stdout.strip() == (
+        "queue billing: concurrency 5, rate 100/m")  # no task or job uses it yet: forced
     assert cli.json("limits", "--database", cli.url) == {"billing": {"concurrency": 5, "rate_limit": "100/m"}}
     stats = cli.run("stats", APP).stdout.splitlines()
     assert stats[-2].split() == ["QUEUE", "CONCURRENCY", "RATE"] and stats[-1].split() == ["billing", "5", "100/m"]
@@ -441,9 +489,9 @@ def test_queue_limits_are_set_listed_shown_and_cleared(cli):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["limit", APP, "billing", "--concurrency", "0"], "invalid concurrency 0: use a whole number >= 1"),
-    (["limit", APP, "billing", "--rate", "100/x"], "invalid rate_limit '100/x'"),
-    (["limit", APP, "billing", "--rate", "0/m"], "invalid rate_limit '0/m'"),
+    (["limit", APP, "default", "--concurrency", "0"], "invalid --concurrency 0: use a whole number >= 1"),
+    (["limit", APP, "default", "--rate", "100/x"], "invalid rate_limit '100/x'"),
+    (["limit", APP, "default", "--rate", "0/m"], "invalid rate_limit '0/m'"),
     (["limit", APP, "billing"], "give --concurrency N and/or --rate N/UNIT, or --clear alone"),
     (["limit", APP, "billing", "--clear", "--concurrency", "2"], "or --clear alone"),
 ])
@@ -485,3 +533,52 @@ def test_without_the_schema_every_command_says_to_migrate_and_the_worker_exits_a
         assert missing in line and "run `leased migrate" in line, (command, line)
     cli.run("migrate", "unmigrated_app:app")  # what the line says; then the same commands work
     assert json.loads(cli.run("enqueue", "unmigrated_app:app", "add", "[1, 2]", "--json").stdout)["status"] == "pending"
+
+
+def test_queue_typos_are_refused_alike_with_words_that_fit_the_command(sqlite_cli):
+    resume = sqlite_cli.error("resume", APP, "zzz")
+    assert resume.startswith("error: unknown queue 'zzz': no task or job uses it (known queues: default)")
+    assert resume.endswith("so it is not paused") and "force" not in resume  # --force is pause's
+    limit = sqlite_cli.error("limit", APP, "defualt", "--concurrency", "5")  # as `pause` refuses it
+    assert limit.startswith("error: unknown queue 'defualt' (did you mean 'default'?)") and limit.endswith("use --force")
+    assert sqlite_cli.run("limit", APP, "later", "--concurrency", "5", "--force").stdout.strip() == \
+        "queue later: concurrency 5"
+    assert sqlite_cli.error("limit", APP, "default", "--concurrency", "0") == \
+        "error: invalid --concurrency 0: use a whole number >= 1 (--clear removes the limits)"
+
+
+def test_typos_in_enqueue_and_jobs_are_named(sqlite_cli):
+    mistyped = sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--queue", "defualt")
+    assert mistyped.stdout.startswith("job ")  # still enqueued: a new queue may be meant
+    assert mistyped.stderr.strip() == (
+        "warning: queue 'defualt' (did you mean 'default'?) is new: no task, schedule, worker or job of this app "
+        "uses it (known queues: default); the job waits there until a worker serves it")
+    assert sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--queue", "default").stderr == ""
+    assert sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--queue", "defualt").stderr == ""  # it has a job now
+    assert sqlite_cli.run("jobs", APP, "--task", "ad").stdout.strip() == \
+        "no jobs match: unknown task 'ad' (did you mean 'add'?)"
+    assert sqlite_cli.run("jobs", APP, "--task", "boom").stdout.strip() == "no jobs match"  # known, just no jobs
+    assert sqlite_cli.run("jobs", APP, "--queue", "zzz").stdout.strip() == "no jobs match: unknown queue 'zzz'"
+    assert "unknown task 'ad' (did you mean 'add'?); known tasks: add, boom" in sqlite_cli.error("enqueue", APP, "ad")
+    as_json = sqlite_cli.run("jobs", APP, "--task", "ad", "--json")
+    assert (as_json.stdout.strip(), as_json.stderr.strip()) == ("[]", "no jobs match: unknown task 'ad' (did you mean "
+                                                                      "'add'?)")
+    assert sqlite_cli.run("retry", APP, "--failed", "--task", "bom").stdout.strip() == (
+        "no failed jobs (task bom): nothing to retry; unknown task 'bom' (did you mean 'boom'?)")
+
+
+def test_python_dash_m_leased_runs_the_command(sqlite_cli):
+    result = subprocess.run([sys.executable, "-m", "leased", "--help"], cwd=sqlite_cli.cwd, env=sqlite_cli.env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: leased [OPTIONS] COMMAND")
+
+
+def test_every_time_shown_names_its_zone(sqlite_cli):
+    sqlite_cli.env["TZ"] = "Asia/Tokyo"  # the viewer's zone: not UTC, so a time without its zone would mislead
+    job = int(sqlite_cli.run("enqueue", APP, "add", "[1, 2]").stdout.split()[1])
+    row = sqlite_cli.run("jobs", APP).stdout.splitlines()[1]
+    assert row.split()[5:8][-1] == "JST", row
+    shown = sqlite_cli.run("show", APP, str(job)).stdout
+    assert [line.split()[-1] for line in shown.splitlines() if line.strip().startswith(("created", "run after"))] \
+        == ["JST", "JST"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from dataclasses import FrozenInstanceError, fields
 from datetime import datetime, timedelta, timezone
@@ -198,6 +199,16 @@ def test_invalid_database_urls_are_named(tmp_path):
             Leased(url).backend
 
 
+@pytest.mark.parametrize("url, message", [
+    ("mongodb://x", "unsupported database URL scheme 'mongodb' in 'mongodb://x': use sqlite:///"),
+    ("sqlite:jobs.db", "invalid database URL 'sqlite:jobs.db': use sqlite:///path/to/jobs.db, postgresql://"),
+    ("sqlite:///:memory:", "SQLite needs a file"),
+])
+def test_a_bad_database_url_is_refused_at_construction_without_connecting(url, message):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        Leased(url)
+
+
 def test_enqueue_many_writes_every_job_in_one_go(app, notify):
     jobs = notify.using(queue_name="mail").enqueue_many([("p-1",), ["p-2", True], {"proposal_id": "p-3"}])
     assert [(job.args, job.kwargs, job.queue_name) for job in jobs] == [
@@ -322,7 +333,7 @@ def test_a_batch_wakes_each_queue_with_a_due_job_once(app, notify, backend_name)
                                                      wake_port=listener.port))
         else:
             listener.wait(0.01)  # connects and listens
-        batch = [notify.using(queue_name=queue, run_after=delay).new_job((n,), {})
+        batch = [notify.using(queue_name=queue, run_after=delay).new_job((f"p-{n}",), {})
                  for n, (queue, delay) in enumerate([("mail", None), ("sms", None), ("mail", None),
                                                      ("later", timedelta(hours=1)), ("sms", None)])]
         app.backend.enqueue(batch)
@@ -376,12 +387,12 @@ def test_a_batch_larger_than_one_statement_keeps_order_and_keys(app, notify, mon
     monkeypatch.setattr("leased.backends.enqueueing.INSERT_BATCH", 3)
     held = notify.using(idempotency_key="held").enqueue("pending")
     keys = [None, "k", None, "held", None, None, None, "k", "m", None]
-    batch = [notify.using(idempotency_key=key).new_job((n,), {}) for n, key in enumerate(keys)]
+    batch = [notify.using(idempotency_key=key).new_job((f"p-{n}",), {}) for n, key in enumerate(keys)]
     results = app.backend.enqueue(batch)
     assert [created for _, created in results] == [True, True, True, False, True, True, True, False, True, True]
     jobs = [job for job, _ in results]
     assert jobs[3] == held and jobs[7] == jobs[1]
-    assert [job.args for job, created in results if created] == [[n] for n in (0, 1, 2, 4, 5, 6, 8, 9)]
+    assert [job.args for job, created in results if created] == [[f"p-{n}"] for n in (0, 1, 2, 4, 5, 6, 8, 9)]
     assert all(app.get_job(job.id) == job for job in jobs)
 
 
@@ -404,3 +415,16 @@ def test_the_argument_mismatch_of_a_context_task_lists_only_what_the_caller_pass
     with pytest.raises(PayloadError) as error:
         mail.enqueue()
     assert str(error.value) == "arguments do not match mail(to, subject='hi'): missing a required argument: 'to'"
+
+
+def test_an_unexpected_keyword_is_named_with_the_nearest_parameter(app):
+    @app.task(name="send_order_email")
+    def send_order_email(order_id: int, email: str, *, locale: str = "en") -> None: ...
+
+    with pytest.raises(PayloadError) as error:
+        send_order_email.enqueue(1, emial="ada@example.com")  # not "missing a required argument: 'email'"
+    assert str(error.value) == ("arguments do not match send_order_email(order_id, email, *, locale='en'): "
+                                "unexpected keyword argument 'emial' (did you mean 'email'?)")
+    with pytest.raises(PayloadError, match=r"unexpected keyword argument 'colour'$"):
+        send_order_email.enqueue(1, "ada@example.com", colour="red")
+    assert app.list_jobs() == []

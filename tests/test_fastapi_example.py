@@ -40,6 +40,8 @@ def test_orders_and_their_jobs_commit_together_and_the_lifespan_worker_runs_them
                 refused = await client.post("/orders", json={"order_id": 2, "email": "bob@example.com",
                                                              "in_stock": False})
                 assert refused.status_code == 409
+                again = await client.post("/orders", json={"order_id": 1, "email": "eve@example.com"})
+                assert (again.status_code, again.json()) == (409, {"detail": "order 1 was placed already"})
                 job = await shop.jobs.wait_async(placed.json()["job_id"], timeout=60)  # run by the lifespan's worker
                 assert job.result == "receipt for order 1 sent to ada@example.com"
                 assert (await client.get("/jobs/")).status_code == 401
@@ -50,8 +52,8 @@ def test_orders_and_their_jobs_commit_together_and_the_lifespan_worker_runs_them
 
     placed = asyncio.run(scenario())
     app = shop.jobs
-    assert raw_scalar(app, "SELECT count(*) FROM orders") == 1  # the refused order rolled back ...
-    assert app.count_jobs() == 1  # ... and so did its job
+    assert raw_scalar(app, "SELECT count(*) FROM orders") == 1  # the refused orders rolled back ...
+    assert app.count_jobs() == 1  # ... and so did their jobs
     assert raw_scalar(app, "SELECT email FROM receipts WHERE order_id = 1") == "ada@example.com"
     assert app.workers() == []  # the lifespan's end stopped the worker, which signed off
     assert app.get_job(placed["job_id"]).status == "done"

@@ -77,7 +77,7 @@ def _postgres_rows(app) -> int:
 def _mariadb_reads(app) -> int:
     """Rows the limited claim's reads (all its statements) cost, as the server's handler counters
     count them."""
-    from MySQLdb.cursors import DictCursor
+    from leased.backends.mariadb import driver
 
     from conftest import callers_connection
 
@@ -88,7 +88,7 @@ def _mariadb_reads(app) -> int:
     params = {"worker_id": "w", "task_names": json.dumps(TASKS), "queue_names": None, "limit": 10}
     connection = callers_connection(app)
     try:
-        cursor = connection.cursor(DictCursor)
+        cursor = driver.dict_cursor(connection)
         cursor.execute("ANALYZE TABLE leased_jobs")
         cursor.fetchall()
         before = reads(cursor)
@@ -131,7 +131,7 @@ def test_claim_limited_reads_indexes_not_the_table(app, backend_name):
         assert any("leased_jobs_keyed_due" in line for line in plan), plan
         return
     if backend_name == "mariadb":
-        from MySQLdb.cursors import DictCursor
+        from leased.backends.mariadb import driver
 
         from conftest import callers_connection
         from leased.backends.mariadb.backend import QUERIES as MARIADB
@@ -146,7 +146,7 @@ def test_claim_limited_reads_indexes_not_the_table(app, backend_name):
                       ("waiting_key_level", {**filters, "limit_key": "busy", "below": 0, "room": 10})]
         connection = callers_connection(app, autocommit=True)
         try:
-            cursor = connection.cursor(DictCursor)
+            cursor = driver.dict_cursor(connection)
             cursor.execute("ANALYZE TABLE leased_jobs")
             cursor.fetchall()
             for name, params in statements:

@@ -1,5 +1,5 @@
 """MariaDB breaks off transactions to settle conflicts (a deadlock, a lock wait timeout): the claim
-runs again, and a conflict that does not go away is DatabaseConflict, never a MySQLdb error.
+runs again, and a conflict that does not go away is DatabaseConflict, never a driver's error.
 
 Two real connections: the claim's, on a thread, and the test's own, which holds row locks. Where
 the claim waits is read from the server (information_schema.INNODB_TRX), not guessed by sleeping.
@@ -13,13 +13,13 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import pytest
-from MySQLdb.cursors import DictCursor
 
 from conftest import callers_connection, wait_for
 from leased import Leased
 from leased.backends.ports import ClaimRequest
 from leased.backends import sql_backend
 from leased.backends.mariadb import backend as mariadb
+from leased.backends.mariadb import driver
 from leased.errors import DatabaseConflict
 
 pytestmark = pytest.mark.parametrize("backend_name", ["mariadb"], indirect=True)
@@ -89,7 +89,7 @@ def test_a_claim_chosen_as_a_deadlock_victim_runs_again_and_claims(app):
     first, second = _two_keyed_jobs(app)
     conflicts = _count_conflicts(app)
     holder = callers_connection(app)
-    cursor = holder.cursor(DictCursor)
+    cursor = driver.dict_cursor(holder)
     deadlocks_before = _deadlocks(cursor)
     # The holder's transaction weighs more (many undo records) than the claim's: InnoDB rolls
     # back the lighter one, the claim.

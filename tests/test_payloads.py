@@ -89,6 +89,22 @@ def test_the_first_argument_that_cannot_be_stored_is_named(args, kwargs, message
         encode_arguments(args, kwargs, 1000)
 
 
+def test_a_dict_key_that_is_not_a_str_is_refused_at_enqueue_not_stored_as_one(app):
+    echo = app.task(name="echo")(lambda *args, **kwargs: None)
+    with pytest.raises(PayloadError) as error:
+        echo.enqueue({1: "a"})  # json would store {"1": "a"}, and the handler would get another dict
+    assert str(error.value) == ("argument 0 has the key 1 (int), but JSON objects have str keys only: it would "
+                                "arrive as '1'; make the keys strings, or pass a list of pairs")
+    with pytest.raises(PayloadError, match=r"^keyword argument 'rows'\[0\]\['by_day'\] has the key None \(NoneType\)"
+                                           r".* it would arrive as 'null';"):
+        echo.enqueue(rows=[{"by_day": {None: 1}}])
+    with pytest.raises(PayloadError, match=r"^argument 1 has the key True"):
+        echo.enqueue_many([("fine", {"{": 1}), ("x", {True: 1})])  # a brace in a str is no object
+    assert app.list_jobs() == []
+    job = echo.enqueue({"1": "a"}, note="{not an object}")
+    assert app.get_job(job.id).args == [{"1": "a"}]
+
+
 def test_arguments_encode_compactly_and_keep_unicode():
     encoded = encode_arguments((1, "é", [None, True]), {"k": {"x": 1.5}}, 1000)
     assert encoded == ('[1,"é",[null,true]]', '{"k":{"x":1.5}}')

@@ -55,7 +55,7 @@ def _postgres_claim_plan(app, status_sql: str, *, analyze: bool) -> str:
         if analyze:
             connection.execute("ANALYZE leased_jobs")
         with connection.transaction():
-            connection.execute(POSTGRES["claim_settings"])
+            connection.execute(POSTGRES["claim_settings"], {"for_transaction": True})
             return "\n".join(row[0] for row in connection.execute(  # EXPLAIN alone runs nothing
                 "EXPLAIN " + POSTGRES["claim"], {"worker_id": "w", "task_names": ["t"], "queue_names": None,
                                                  "limit": 10}))
@@ -75,12 +75,12 @@ def test_sqlite_finish_looks_each_job_up_by_id(app, backend_name):
 def _mariadb_history(app, pending_every: int):
     """A cursor on HISTORY analysed rows, one in `pending_every` pending, the others done."""
     from conftest import _mariadb_connection
-    from MySQLdb.cursors import DictCursor
+    from leased.backends.mariadb import driver
 
     app.counts()
     connection = _mariadb_connection(app.database_url)
     try:
-        cursor = connection.cursor(DictCursor)
+        cursor = driver.dict_cursor(connection)
         cursor.execute(
             "INSERT INTO leased_jobs (task_name, queue_name, status, args, kwargs, max_attempts, lease_seconds, "
             f"run_after, created_at, finished_at) SELECT 't', 'default', IF(seq %% {pending_every} = 0, 'pending', "
@@ -295,11 +295,11 @@ def test_a_filtered_page_of_jobs_reads_about_a_page(app, backend_name):
     page = {"search": None, "search_id": None, "before_id": None, "after_id": None, "limit": 50}
     if backend_name == "mariadb":
         from conftest import _mariadb_connection
-        from MySQLdb.cursors import DictCursor
+        from leased.backends.mariadb import driver
 
         connection = _mariadb_connection(app.database_url)
         try:
-            cursor = connection.cursor(DictCursor)
+            cursor = driver.dict_cursor(connection)
             cursor.execute(history.format(task="concat('t', seq %% 4)", queue="concat('q', seq %% 5)",
                                           status="IF(seq %% 10 = 3, 'failed', 'done')", t="0",
                                           rows="seq_1_to_%s") % HISTORY)

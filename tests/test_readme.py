@@ -192,3 +192,44 @@ def test_the_idempotency_example_catches_the_handler_that_is_not(tmp_path):
     assert "3 failed, 3 passed" in run.stdout, run.stdout + run.stderr
     failed = re.findall(r"FAILED test_emails.py::test_a_welcome_email_is_sent_once\[(\w+)-(\w+)\]", run.stdout)
     assert sorted(failed) == [("concurrently", "register"), ("lost_ack", "register"), ("twice", "register")]
+
+
+def fresh_machine_commands() -> tuple[str, str]:
+    """The two commands of "Two commands on a fresh machine": the demo's, then the test suite's."""
+    section = README.read_text().split("## Two commands on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    demo, tests = re.findall(r"```sh\n(.+?)\n```", section, re.S)
+    return demo, tests
+
+
+def test_ci_runs_the_readmes_test_command_word_for_word_and_installs_nothing_it_builds_against():
+    # CI proves the README's command on a fresh machine only if it runs that command, after
+    # installing no more than the optional tools the README names (a C header installed first
+    # would hide an install that needs it).
+    _, tests = fresh_machine_commands()
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert tests in ci.splitlines()
+    installed = " ".join(re.findall(r'missing="\$missing ([^"]+)"', ci))
+    assert set(installed.split()) <= {"faketime", "chromium", "pgbouncer"}, installed
+    assert "-dev" not in ci and "pkg-config" not in ci
+
+
+def test_the_two_commands_one_after_the_other_leave_one_working_venv(tmp_path):
+    # Their venv steps, in the README's order, in one clone: the test command's Python must be the
+    # venv's python and its pip's alike (not the demo's 3.11 python beside 3.12's pip).
+    demo, tests = fresh_machine_commands()
+    interpreters = [command.split(" -m venv")[0].split()[-1] for command in (demo, tests)]
+    missing = [name for name in interpreters if subprocess.run(["bash", "-c", f"command -v {name}"],
+                                                               capture_output=True).returncode]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not on PATH")
+    for command in (demo, tests):
+        venv_step = command.split(" && ")[0]
+        subprocess.run(["bash", "-c", venv_step], cwd=tmp_path, check=True, timeout=300)
+    python = subprocess.run([".venv/bin/python", "-c", "import sys; print(*sys.version_info[:2])"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True).stdout.split()
+    pip = subprocess.run([".venv/bin/pip", "--version"], cwd=tmp_path, capture_output=True, text=True,
+                         check=True).stdout
+    version = " -c 'import sys; print(*sys.version_info[:2])'"
+    expected = subprocess.run(["bash", "-c", tests.split(" -m venv")[0] + version], capture_output=True, text=True,
+                              check=True).stdout.split()
+    assert python == expected and f"(python {'.'.join(expected)})" in pip, (python, pip)

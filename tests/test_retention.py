@@ -195,13 +195,13 @@ def test_a_prune_batch_reads_the_finished_index_not_the_table(app, backend_name)
 
 def _mariadb_prune_plan(app: Leased) -> dict:
     """The prune batch's access to leased_jobs over 20,000 rows of recent history."""
-    from MySQLdb.cursors import DictCursor
+    from leased.backends.mariadb import driver
 
     from leased.backends.mariadb.backend import QUERIES
 
     connection = callers_connection(app, autocommit=True)
     try:
-        cursor = connection.cursor(DictCursor)
+        cursor = driver.dict_cursor(connection)
         cursor.execute("INSERT INTO leased_jobs (task_name, queue_name, status, args, kwargs, max_attempts, "
                        "lease_seconds, run_after, created_at, finished_at) SELECT 't', 'default', 'done', '[]', "
                        "'{}', 3, 30, 0, 0, UNIX_TIMESTAMP(NOW(6)) FROM seq_1_to_20000")

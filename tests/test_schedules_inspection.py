@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -64,7 +65,8 @@ def ticked(app, database_url):
 
 def test_leased_schedules_lists_next_run_last_job_and_skips(ticked, database_url, tmp_path):
     (tmp_path / "sched_app.py").write_text(APP_SOURCE)
-    env = {**os.environ, "TEST_APP_URL": database_url, "PYTHONPATH": os.pathsep.join([str(SRC), str(tmp_path)])}
+    env = {**os.environ, "TEST_APP_URL": database_url, "PYTHONPATH": os.pathsep.join([str(SRC), str(tmp_path)]),
+           "TZ": "UTC"}  # the viewer's zone, which every time names; a schedule's own zone is shown beside
 
     def run(*arguments: str) -> str:
         done = subprocess.run([sys.executable, "-m", "leased.cli.main", "schedules", *arguments], cwd=tmp_path,
@@ -77,6 +79,8 @@ def test_leased_schedules_lists_next_run_last_job_and_skips(ticked, database_url
     assert table.splitlines()[0].split()[:4] == ["NAME", "SCHEDULE", "TIMEZONE", "NEXT"]
     assert "*/5 * * * *" in lines["digest"] and "Europe/Paris" in lines["digest"] and " done " in lines["digest"]
     assert " 1 (last " in lines["digest"]  # one skipped tick, and when
+    assert re.search(r"\d\d:\d\d:\d\d UTC \((\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d CES?T in Europe/Paris\)",
+                     lines["digest"]), lines["digest"]
     assert "removed from the code" in lines["gone"]
     assert "every 60s" in lines["beat"]
     listed = {item["name"]: item for item in json.loads(run("--database", database_url, "--json"))}

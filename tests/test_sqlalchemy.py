@@ -30,9 +30,10 @@ def engine_options(database_url: str, driver: str) -> tuple[str, dict]:
     return base, {"options": f"-csearch_path={schema}"}
 
 
-SYNC_DRIVERS = {"sqlite": ["pysqlite"], "postgres": ["psycopg"], "mariadb": ["mysqldb"]}
+# MariaDB: PyMySQL, the driver leased[mariadb] installs (SQLAlchemy's mysql+mysqldb needs mysqlclient).
+SYNC_DRIVERS = {"sqlite": ["pysqlite"], "postgres": ["psycopg"], "mariadb": ["pymysql"]}
 ASYNC_DRIVERS = {"sqlite": ["aiosqlite"], "postgres": ["psycopg", "asyncpg"]}
-# An AsyncSession needs an async driver: none is claimed on MariaDB (its aenqueue runs mysqlclient on a thread).
+# An AsyncSession needs an async driver: none is claimed on MariaDB (its aenqueue runs the sync driver on a thread).
 with_async_drivers = pytest.mark.parametrize("backend_name", list(ASYNC_DRIVERS), indirect=True)
 
 

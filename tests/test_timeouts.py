@@ -70,6 +70,14 @@ def test_cooperative_sync_handler_ends_at_its_limit_as_timeout(app):
     assert causes == [CancelReason.TIMEOUT]
     assert [a.outcome for a in failed.history] == [Outcome.TIMEOUT]
     assert failed.result is None and failed.history[0].error_type == "TimeLimitExceeded"
+    # The end is written once the handler stopped, and says so (unless it stopped before the worker
+    # looked, a race the message then leaves out): nothing says a stopped handler still runs.
+    if "stopped when told" in failed.last_error:  # where it was when told
+        assert "context.cancelled.wait(60)" in failed.history[0].traceback
+        assert "traceback of attempt 1\n  Handler thread at its time limit" in describe_job(failed)
+    assert re.fullmatch(r"TimeLimitExceeded: attempt 1 ran past its time limit of 0\.2s"
+                        r"(; its handler stopped when told \(context\.cancelled\), \w+ after it)?",
+                        failed.last_error), failed.last_error
 
 
 def test_sync_handler_that_ignores_its_limit_is_stuck_holds_its_slot_and_its_late_return_is_dropped(app, caplog):
@@ -100,9 +108,13 @@ def test_sync_handler_that_ignores_its_limit_is_stuck_holds_its_slot_and_its_lat
         wait_for(lambda: app.get_job(stuck_job.id).status is JobStatus.FAILED, message="attempt to time out")
         timed_out = app.get_job(stuck_job.id)
         assert [a.outcome for a in timed_out.history] == [Outcome.TIMEOUT]
-        assert "its handler thread still runs" in timed_out.last_error
+        assert re.search(r"; its handler thread was still running [\w.]+ after it and keeps its slot until it "
+                         r"returns; anything it returns is discarded$", timed_out.last_error), timed_out.last_error
         where = timed_out.history[0].traceback  # where the thread hangs, from the handler's frame down
         assert where.splitlines()[1].strip().endswith("in ignores_limit") and "release.wait(60)" in where
+        shown = describe_job(timed_out)  # `leased show` prints it, as the dashboard does
+        assert re.search(r"traceback of attempt 1\n  Handler thread 1\.\ds past its time limit", shown), shown
+        assert "release.wait(60)" in shown
         # Visible while it runs: the worker's metrics, its announced row, its log.
         wait_for(lambda: stuck_gauge() == 1, message="the stuck gauge")
         wait_for(lambda: [w.stuck_handlers for w in app.workers()] == [1], message="the worker's row to say stuck")

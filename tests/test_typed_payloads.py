@@ -197,3 +197,26 @@ def test_untyped_and_plain_annotated_parameters_are_left_alone(app):
     assert not plain.argument_types
     job = plain.enqueue(1, {"k": [1]}, {"not": "checked"}, x="y")
     assert raw_scalar(app, f"SELECT count(*) FROM leased_jobs WHERE id = {job.id}") == 1
+
+
+def test_parameters_annotated_with_a_json_scalar_are_checked_at_enqueue(app):
+    @app.task(name="send_order_email")
+    def send_order_email(order_id: int, email: str, amount: float = 0.0, note: str | None = None,
+                         urgent: bool = False) -> None: ...
+
+    refused = [
+        (lambda: send_order_email.enqueue("one", "ada@example.com"),  # '["one", ...]' from the command line
+         "send_order_email: argument 'order_id' (int): got str 'one'"),
+        (lambda: send_order_email.enqueue(True, "ada@example.com"), "argument 'order_id' (int): got bool True"),
+        (lambda: send_order_email.enqueue(1, email=7), "argument 'email' (str): got int 7"),
+        (lambda: send_order_email.enqueue(1, "a", "9.5"), "argument 'amount' (float): got str '9.5'"),
+        (lambda: send_order_email.enqueue(1, "a", note=3), "argument 'note' (str | None): got int 3"),
+        (lambda: send_order_email.enqueue_many([(1, "a"), ("2", "b")]), "argument 'order_id' (int): got str '2'"),
+    ]
+    for call, message in refused:
+        with pytest.raises(PayloadError) as error:
+            call()
+        assert str(error.value).endswith(message), str(error.value)
+    assert app.list_jobs() == []
+    fitting = send_order_email.enqueue(1, "ada@example.com", 9, note=None, urgent=True)  # an int is a float
+    assert (fitting.args, fitting.kwargs) == ([1, "ada@example.com", 9], {"note": None, "urgent": True})

@@ -370,6 +370,8 @@ def test_a_failed_job_whose_handler_is_stuck_past_its_time_limit(app):
     try:
         with running_worker(app, concurrency=1) as worker:
             wait_for(lambda: [w.stuck_handlers for w in app.workers()] == [1], message="the worker's row to say stuck")
+            # The attempt's end is written as the handler is found stuck, apart from the worker's row.
+            wait_for(lambda: app.get_job(job.id).status is JobStatus.FAILED, message="the attempt's end")
             failed, stuck, retry = app.why(job.id).reasons
             waiting = next_in_line.enqueue()
             busy = reasons(app.why(waiting.id))["workers_busy"]

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import pydantic
 from fastapi import FastAPI, HTTPException
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from leased import Leased
@@ -64,8 +65,11 @@ class OrderIn(pydantic.BaseModel):
 @api.post("/orders", status_code=201)
 async def place_order(order: OrderIn) -> dict:
     async with AsyncSession(engine) as session, session.begin():
-        await session.execute(text("INSERT INTO orders (id, email) VALUES (:id, :email)"),
-                              {"id": order.order_id, "email": order.email})
+        try:
+            await session.execute(text("INSERT INTO orders (id, email) VALUES (:id, :email)"),
+                                  {"id": order.order_id, "email": order.email})
+        except IntegrityError:  # the order's id is the primary key: this order was placed before
+            raise HTTPException(409, f"order {order.order_id} was placed already") from None
         job = await send_receipt.using(connection=session).aenqueue(OrderPlaced(order_id=order.order_id,
                                                                                 email=order.email))
         if not order.in_stock:  # the transaction rolls back: no order, and no receipt job

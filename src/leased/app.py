@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any, Callable, ParamSpec, TypeVar, overload
 
 from leased.admin import WORKER_SILENT_AFTER, Overview, QueueSummary, WorkerInfo
-from leased.backends import connect
+from leased.backends import connect, parse_database_url
 from leased.backends.ports import Backend, JobFilter, NewJob, PruneRule, Throughput
 from leased.backoff import Backoff
 from leased.counts import JobCounts
@@ -26,6 +26,7 @@ from leased.limits import QueueLimit, check_concurrency, parse_rate
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.retention import Retention, app_retention, period
 from leased.schedules import Schedule, ScheduleInfo, describe_schedules, make_schedule, tick_handler
+from leased.suggest import did_you_mean
 from leased.tasks import _UNSET, Task, check_queue_name
 from leased.waiting import JobEndSignals, JobWait
 
@@ -45,6 +46,7 @@ class Leased:
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  retention: Retention | dict[str, Any] | None = Retention()):
         self.database_url = database_url or os.environ.get("LEASED_DATABASE_URL") or DEFAULT_DATABASE_URL
+        parse_database_url(self.database_url)  # a malformed URL fails here, not at the first use
         self.auto_migrate = migrate
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task] = {}
@@ -173,7 +175,8 @@ class Leased:
             return self.tasks[name]
         except KeyError:
             known = ", ".join(sorted(self.tasks)) or "none registered"
-            raise ConfigurationError(f"unknown task {name!r}; known tasks: {known}") from None
+            raise ConfigurationError(f"unknown task {name!r}{did_you_mean(name, self.tasks)}; known tasks: {known}") \
+                from None
 
     # The producer interface (leased.tasks.Producer) tasks write their jobs through.
     def enqueue_jobs(self, jobs: list[NewJob], connection: Any) -> list[Job]:
@@ -314,8 +317,8 @@ class Leased:
     def worker(self, *, concurrency: int = 8, queues: list[str] | None = None, poll_interval: float = 1.0,
                shutdown_grace: float = 30.0, worker_id: str | None = None, push: bool = True,
                prune: bool = True) -> Worker:
-        """A worker for this app's tasks. `push=False` turns off LISTEN/NOTIFY wake-ups (needed
-        behind a transaction-pooling proxy such as PgBouncer, where LISTEN does not work).
+        """A worker for this app's tasks. `push=False` turns off LISTEN/NOTIFY wake-ups (behind
+        PgBouncer they need a direct `listen_url=` in the URL; without one the worker polls anyway).
         `prune=False`: this worker deletes no finished jobs (prune with `leased prune` instead)."""
         if not self.tasks:
             raise ConfigurationError("no tasks registered: decorate handlers with @app.task before starting a worker")
@@ -374,12 +377,14 @@ class Leased:
     def pause(self, queue_name: str, *, force: bool = False) -> bool:
         """Stop every worker claiming the queue's jobs (running ones finish; enqueue still works).
         False if it was paused already. An unknown queue is an error unless `force=True`."""
-        self._check_known_queue(queue_name, force)
+        check_queue_name(queue_name)
+        if not force:
+            self.check_known_queue(queue_name, "pause")
         return self.backend.pause_queue(queue_name)
 
     def resume(self, queue_name: str) -> bool:
         """Let workers claim the queue's jobs again, and wake them. False if it was not paused."""
-        self._check_known_queue(queue_name, False)
+        self.check_known_queue(queue_name, "resume")
         resumed = self.backend.resume_queue(queue_name)
         self.wake_workers()
         return resumed
@@ -387,15 +392,20 @@ class Leased:
     def paused_queues(self) -> list[str]:
         return list(self.backend.paused_queues())
 
-    def _check_known_queue(self, queue_name: str, force: bool) -> None:
+    def check_known_queue(self, queue_name: str, verb: str) -> None:
+        """Refuse to `verb` ("pause", "resume", "limit") a queue that no task or job of this app
+        uses, most likely a typo; pause(force=True) and `leased limit --force` skip this check,
+        while nothing can resume such a queue, since it was never paused. (app.limit() does not
+        check: it is called at start-up, before the tasks of a queue may be registered.)"""
         check_queue_name(queue_name)
-        if force:
-            return
         known = self.known_queue_names()
         if queue_name not in known:
             listed = ", ".join(sorted(known)) or "none yet"
-            raise ConfigurationError(f"unknown queue {queue_name!r}: no task or job uses it (known queues: {listed}); "
-                                     "to pause it before its first job, use force=True (--force)")
+            fix = {"resume": "so it is not paused",
+                   "pause": "to pause it before its first job, use force=True (--force)"}.get(
+                verb, f"to {verb} it before its first job, use --force")
+            raise ConfigurationError(f"unknown queue {queue_name!r}{did_you_mean(queue_name, known)}: no task or job "
+                                     f"uses it (known queues: {listed}); {fix}")
 
     def throughput(self, window: timedelta = timedelta(hours=1), *, by_task: bool = True) -> list[Throughput]:
         """Done and failed jobs per minute, queue and task over `window`, pruned jobs included; with

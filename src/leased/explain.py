@@ -17,7 +17,8 @@ Adding a reason takes three steps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Callable
 
@@ -51,6 +52,26 @@ class Explanation:
     def text(self) -> str:
         """The summary, then one line per reason."""
         return "\n".join([self.summary, *(reason.message for reason in self.reasons)])
+
+    def naming_app(self, app: str | None, database: str | None = None) -> Explanation:
+        """The reasons with the commands they suggest written as the user would type them: `app`
+        (the APP they gave) for the placeholder APP, else `database` (e.g. "--database URL") for the
+        commands that need no handlers, else nothing for those (the URL is in the environment)."""
+        def command(match: re.Match) -> str:
+            verb, after = match[1], match[2]
+            if verb in _NEEDS_HANDLERS:
+                words = app or "APP"  # only an APP has the handlers: the placeholder stays
+            else:
+                words = app or database
+            return f"`leased {verb} {words}{after}" if words else f"`leased {verb}{after}"
+
+        reasons = tuple(replace(reason, message=_APP_COMMAND.sub(command, reason.message)) for reason in self.reasons)
+        return replace(self, reasons=reasons)
+
+
+# A command a reason suggests, with the placeholder APP (see Explanation.naming_app).
+_APP_COMMAND = re.compile(r"`leased (\w+) APP([ `])")
+_NEEDS_HANDLERS = {"worker"}
 
 
 def explain(facts: JobFacts) -> Explanation:
@@ -349,14 +370,14 @@ def _time_limit_of_running(facts: JobFacts, current: Attempt | None) -> list[Rea
 
 
 # Written by the worker into a timed-out attempt's error (engine/timelimits.py) when the handler's
-# thread was still running as the attempt ended.
-_THREAD_OUTLIVED = "handler thread still runs"
+# thread was still running after the grace; the second is what workers before 2026-12 wrote.
+_THREAD_OUTLIVED = ("handler thread was still running", "handler thread still runs")
 
 
 def _handler_stuck(facts: JobFacts) -> list[Reason]:
     """A timed-out last attempt whose thread outlived it, on a worker that still reports stuck threads."""
     last = _last_attempt(facts.job)
-    if last is None or last.outcome is not Outcome.TIMEOUT or _THREAD_OUTLIVED not in (last.error_message or ""):
+    if last is None or last.outcome is not Outcome.TIMEOUT or not any(words in (last.error_message or "") for words in _THREAD_OUTLIVED):
         return []
     worker = next((w for w in facts.workers if w.id == last.worker_id and w.alive), None)
     if worker is None or not worker.stuck_handlers:

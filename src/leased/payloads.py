@@ -62,6 +62,34 @@ def _check_each(args: tuple | list, kwargs: dict[str, Any]) -> None:
         _check_json(value, f"keyword argument {name!r} ({type(value).__name__})")
 
 
+def _non_str_key(value: Any) -> tuple[list[Any], Any] | None:
+    """(path, key) of the first dict key in `value` that is not a str, or None."""
+    pending: list[tuple[list[Any], Any]] = [([], value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return path, key
+                pending.append(([*path, key], inner))
+        elif isinstance(item, (list, tuple)):
+            pending.extend(([*path, index], inner) for index, inner in enumerate(item))
+    return None
+
+
+def _check_keys(args: tuple | list, kwargs: dict[str, Any]) -> None:
+    for where, value in [*((f"argument {position}", value) for position, value in enumerate(args)),
+                         *((f"keyword argument {name!r}", value) for name, value in kwargs.items())]:
+        found = _non_str_key(value)
+        if found is not None:
+            path, key = found
+            inside = "".join(f"[{part!r}]" for part in path)
+            arrives_as = next(iter(json.loads(_dumps({key: None}))))
+            raise PayloadError(f"{where}{inside} has the key {key!r} ({type(key).__name__}), but JSON objects have "
+                               f"str keys only: it would arrive as {arrives_as!r}; make the keys strings, or pass "
+                               "a list of pairs")
+
+
 def encode_arguments(args: tuple | list, kwargs: dict[str, Any], limit: int) -> tuple[str, str]:
     """Encode arguments as two JSON documents, naming the first argument that cannot be stored."""
     # Valid arguments, the common case, are encoded once; each value is looked at on its own only
@@ -73,6 +101,10 @@ def encode_arguments(args: tuple | list, kwargs: dict[str, Any], limit: int) -> 
         raise
     if kwargs and not all(isinstance(name, str) for name in kwargs):  # json turns a name 1 into "1"
         _check_each(args, kwargs)
+    # json also turns a key 1 into "1" inside a value, so {1: "a"} would arrive as {"1": "a"}. Only
+    # payloads with an object in them are walked: the scan of the text is cheap, the walk is not.
+    if "{" in args_json or kwargs_json.find("{", 1) != -1:
+        _check_keys(args, kwargs)
     size = len(args_json.encode()) + len(kwargs_json.encode())
     if size > limit:
         raise PayloadError(

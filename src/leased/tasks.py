@@ -17,6 +17,7 @@ from leased.jobs import Job, JobStatus
 from leased.limits import KeyLimit, check_key, key_limit
 from leased.payloads import encode_arguments
 from leased.retention import task_retention
+from leased.suggest import did_you_mean
 from leased.typed import ArgumentTypes
 
 P = ParamSpec("P")
@@ -171,12 +172,15 @@ class TaskCall(Generic[P, R]):
         task, check, limit = self.task, self.task.check_arguments, self.task.app.max_payload_bytes
         # Looked up once: this loop is most of a bulk enqueue's Python.
         typed = task.argument_types if task.argument_types else None
+        check_scalars = task.argument_types.check_scalars  # None when no parameter is annotated with one
         name, queue_name, priority, max_attempts = task.name, self.queue_name, self.priority, self.max_attempts
         lease, key, timeout, key_limit = self.lease_seconds, self.idempotency_key, self.timeout_seconds, task.key_limit
         run_at, delay = schedule(self.run_after)
         jobs = []
         for args, kwargs in calls:
             check(args, kwargs)
+            if check_scalars is not None:  # order_id: int refuses "one"
+                check_scalars(args, kwargs)
             if typed is not None:  # dataclass and pydantic arguments: validated, then stored as plain JSON
                 args, kwargs = typed.to_json(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
@@ -268,7 +272,20 @@ class Task(Generic[P, R]):
         try:
             self.signature.bind(*leading, *args, **kwargs)
         except TypeError as error:
-            raise PayloadError(f"arguments do not match {self.name}{self.call_shape}: {error}") from None
+            # bind() names a missing `email` before an unexpected `emial`: the typo is what to fix.
+            raise PayloadError(f"arguments do not match {self.name}{self.call_shape}: "
+                               f"{self._unexpected_keyword(kwargs) or error}") from None
+
+    def _unexpected_keyword(self, kwargs: dict[str, Any]) -> str | None:
+        parameters = list(self.signature.parameters.values())[1 if self.takes_context else 0:]
+        if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+            return None
+        names = [parameter.name for parameter in parameters if parameter.kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+        unexpected = [name for name in kwargs if name not in names]
+        if not unexpected:
+            return None
+        return f"unexpected keyword argument {unexpected[0]!r}{did_you_mean(unexpected[0], names)}"
 
     def handler_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """A stored job's arguments as the handler takes them: typed parameters decoded (PayloadError

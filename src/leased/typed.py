@@ -8,12 +8,15 @@ worker fails at once, without retrying, and `leased why` explains.
 pydantic is optional: models are recognised only if it is importable. Dataclasses need nothing;
 their fields are checked for presence, for unknown names, for nested dataclasses, and for the
 JSON scalar types (str, int, float, bool). Other field types are stored as given (plain JSON).
+A parameter annotated with a JSON scalar itself (`order_id: int`, `note: str | None`) is checked
+at enqueue too, so that '["one"]' from the command line is refused rather than run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import sys
 import types
 import typing
@@ -178,6 +181,29 @@ def codec_for(hint: Any, hints: Callable[[type], dict[str, Any]]) -> Codec | Non
     return None
 
 
+def _scalar_types(hint: Any, default: Any) -> tuple[type, ...] | None:
+    """The types a parameter annotated with a JSON scalar accepts (`int | None`: int or None; a
+    default of None is accepted too); None for any other annotation."""
+    parts = (typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,))
+    scalars = [part for part in parts if part is not type(None)]
+    if len(scalars) != 1 or scalars[0] not in _SCALARS:
+        return None
+    takes_none = len(parts) > 1 or default is None
+    return _SCALARS[scalars[0]] + ((type(None),) if takes_none else ())
+
+
+def _fits(value: Any, allowed: tuple[type, ...]) -> bool:
+    """Whether a value whose type is not one of `allowed` fits a scalar parameter anyway (a
+    subclass); a value JSON cannot store (a set, an object, NaN) is left to the encoder, whose error
+    says to pass plain JSON values."""
+    if isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed):
+        return True
+    return not isinstance(value, _JSON_TYPES) or (isinstance(value, float) and not math.isfinite(value))
+
+
+_JSON_TYPES = (str, int, float, bool, type(None), list, tuple, dict)
+
+
 def _hints(owner: Any) -> dict[str, Any]:
     """Resolved annotations, one by one: one that cannot be resolved (a name imported only under
     TYPE_CHECKING, a class local to a function) is left out, so its parameter is plain JSON."""
@@ -205,6 +231,10 @@ class ArgumentTypes:
         self.by_name: dict[str, Codec] = {}
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         self.by_position: list[tuple[str, Codec | None]] = []
+        # Parameters annotated with a JSON scalar (order_id: int): checked at enqueue only, since
+        # they are stored and passed on as they are.
+        self.scalars_by_position: list[tuple[int, str, tuple[type, ...]]] = []
+        self.scalars_by_name: dict[str, tuple[type, ...]] = {}
         for parameter in parameters:
             hint = resolved.get(parameter.name)
             codec = None if hint is None else codec_for(hint, _hints)
@@ -212,9 +242,36 @@ class ArgumentTypes:
                 self.by_position.append((parameter.name, codec))
             if codec is not None and parameter.kind is not inspect.Parameter.VAR_POSITIONAL:
                 self.by_name[parameter.name] = codec
+            allowed = _scalar_types(hint, parameter.default)
+            if allowed is not None and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                                              inspect.Parameter.VAR_KEYWORD):
+                if parameter.kind in positional:
+                    self.scalars_by_position.append((len(self.by_position) - 1, parameter.name, allowed))
+                if parameter.kind is not inspect.Parameter.POSITIONAL_ONLY:
+                    self.scalars_by_name[parameter.name] = allowed
+        self.check_scalars = (self._check_scalars if self.scalars_by_position or self.scalars_by_name
+                              else None)  # called at enqueue (Task), before to_json
 
     def __bool__(self) -> bool:
+        """Whether stored arguments need decoding (dataclass and pydantic parameters)."""
         return bool(self.by_name)
+
+    def _check_scalars(self, args: tuple | list, kwargs: dict[str, Any]) -> None:
+        count = len(args)
+        for position, name, allowed in self.scalars_by_position:  # `type() in` first: the cost of most calls
+            if position < count and type(args[position]) not in allowed and not _fits(args[position], allowed):
+                self._refuse(name, allowed, args[position])
+        if kwargs:
+            for name, value in kwargs.items():
+                allowed = self.scalars_by_name.get(name)
+                if allowed is not None and type(value) not in allowed and not _fits(value, allowed):
+                    self._refuse(name, allowed, value)
+
+    def _refuse(self, name: str, allowed: tuple[type, ...], value: Any) -> None:
+        expected = " | ".join(dict.fromkeys("None" if kind is type(None) else kind.__name__
+                                            for kind in allowed if kind is not int or float not in allowed))
+        raise PayloadError(f"{self.task_name}: argument {name!r} ({expected}): got {type(value).__name__} "
+                           f"{value!r:.80}")
 
     def _convert(self, args: tuple | list, kwargs: dict[str, Any], stored: bool) -> tuple[list[Any], dict[str, Any]]:
         converted_args = list(args)
@@ -241,7 +298,8 @@ class ArgumentTypes:
             raise PayloadError(f"{self.task_name}: {field}: {error.problem}") from None
 
     def to_json(self, args: tuple | list, kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        """Validate typed arguments and make them plain JSON values; PayloadError names the field."""
+        """Validate typed arguments and make them plain JSON values; PayloadError names the field.
+        (Scalar parameters are checked by check_scalars, which enqueue calls first.)"""
         return self._convert(args, kwargs, stored=False)
 
     def from_json(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 
@@ -32,3 +34,24 @@ def test_the_django_example_runs(tmp_path):
     assert manage("shell", "-c", "from shop.tasks import send_confirmation as t; "
                                  "print(t.get_result('1').return_value)").strip().endswith("confirmed order 1 to ada@example.com")
     manage("makemigrations", "--check", "--dry-run")  # leased's models match its hand-written migration
+
+
+def test_the_django_examples_admin_is_served_with_its_css(tmp_path):
+    # runserver serves static files only with django.contrib.staticfiles and STATIC_URL: without
+    # them the admin's pages load and their stylesheets answer 404 (an unstyled admin).
+    from servers import free_port, get, serving
+
+    env = {**os.environ, "EXAMPLE_DATABASE": str(tmp_path / "db.sqlite3"), "DJANGO_SETTINGS_MODULE": "mysite.settings",
+           "PYTHONPATH": os.pathsep.join([str(SOURCE), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=EXAMPLE, env=env, check=True,
+                   timeout=120)
+    base = f"http://127.0.0.1:{free_port()}"
+    with serving([sys.executable, "manage.py", "runserver", "--noreload", base.removeprefix("http://")], EXAMPLE, env,
+                 base + "/admin/login/", tmp_path / "runserver.log"):
+        status, _, page = get(base + "/admin/login/")
+        assert status == 200, page
+        stylesheets = re.findall(r'<link rel="stylesheet" href="([^"]+)"', page)
+        assert stylesheets, page
+        for href in stylesheets:  # as a browser resolves them
+            status, content_type, _ = get(urljoin(base + "/admin/login/", href))
+            assert (status, content_type.split(";")[0]) == (200, "text/css"), href

@@ -9,6 +9,8 @@ DEBUG = True
 USE_TZ = True
 ROOT_URLCONF = "mysite.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "static"  # where `manage.py collectstatic` gathers them for a web server
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -16,6 +18,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",  # the admin's CSS and JavaScript, served by runserver while DEBUG
     "leased.contrib.django",  # leased's tables (a migration), manage.py leased_worker, the admin pages
     "shop",
 ]

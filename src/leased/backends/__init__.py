@@ -2,42 +2,62 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from leased.backends.ports import Backend
 from leased.errors import ConfigurationError
 
 URL_HELP = "use sqlite:///path/to/jobs.db, postgresql://user@host/dbname or mariadb://user@host/dbname"
+SCHEMES = {"sqlite": "sqlite", "postgresql": "postgres", "postgres": "postgres", "mariadb": "mariadb",
+           "mysql": "mariadb"}
+
+
+class DatabaseUrl(NamedTuple):
+    kind: str  # "sqlite", "postgres" or "mariadb"
+    url: str
+    sqlite_path: str | None = None
+
+
+def parse_database_url(url: object) -> DatabaseUrl:
+    """Which backend a URL names, without connecting: a mistake is refused where it was written
+    (Leased(...)), not at the first enqueue."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(f"invalid database URL {url!r}: {URL_HELP}")
+    scheme = urlsplit(url).scheme.lower()
+    kind = SCHEMES.get(scheme)
+    if kind is None:
+        raise ConfigurationError(f"unsupported database URL scheme {scheme!r} in {url!r}: {URL_HELP}")
+    if kind != "sqlite":
+        return DatabaseUrl(kind, url)
+    path = url[len("sqlite://"):]
+    if path.startswith("/"):
+        path = path[1:]  # sqlite:///jobs.db is relative, sqlite:////var/jobs.db absolute
+    if not path or path == ":memory:":
+        raise ConfigurationError(
+            f"invalid database URL {url!r}: SQLite needs a file that every worker and thread can open "
+            "(e.g. sqlite:///jobs.db, or a temporary file in tests)")
+    return DatabaseUrl(kind, url, path)
 
 
 def connect(url: str) -> Backend:
     """Open the backend a database URL names. Imports a driver only when its backend is used."""
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"invalid database URL {url!r}: {URL_HELP}")
-    scheme = urlsplit(url).scheme.lower()
-    if scheme == "sqlite":
+    parsed = parse_database_url(url)
+    if parsed.kind == "sqlite":
         from leased.backends.sqlite import SQLiteBackend
 
-        path = url[len("sqlite://"):]
-        if path.startswith("/"):
-            path = path[1:]  # sqlite:///jobs.db is relative, sqlite:////var/jobs.db absolute
-        if not path or path == ":memory:":
-            raise ConfigurationError(
-                f"invalid database URL {url!r}: SQLite needs a file that every worker and thread can open "
-                "(e.g. sqlite:///jobs.db, or a temporary file in tests)")
-        return SQLiteBackend(path)
-    if scheme in ("postgresql", "postgres"):
+        return SQLiteBackend(parsed.sqlite_path)
+    if parsed.kind == "postgres":
         try:
             from leased.backends.postgres import PostgresBackend
         except ImportError as error:
             raise ConfigurationError(
                 f"PostgreSQL needs psycopg: pip install 'leased[postgres]' ({error})") from None
         return PostgresBackend(url)
-    if scheme in ("mariadb", "mysql"):
+    if parsed.kind == "mariadb":
         try:
             from leased.backends.mariadb import MariaDBBackend
-        except ImportError as error:
-            raise ConfigurationError(
-                f"MariaDB needs mysqlclient: pip install 'leased[mariadb]' ({error})") from None
+        except ImportError as error:  # no driver: the error says which to install
+            raise ConfigurationError(f"cannot use MariaDB: {error}") from None
         return MariaDBBackend(url)
-    raise ConfigurationError(f"unsupported database URL scheme {scheme!r} in {url!r}: {URL_HELP}")
+    raise AssertionError(f"no backend for {parsed.kind!r}")

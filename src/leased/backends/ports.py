@@ -234,7 +234,8 @@ class WorkerPort(Protocol):
         that ran out, when a renewal finds a lease gone."""
 
     def listener(self) -> Listener | None:
-        """A source of wake-ups (queue names of jobs that became due), or None: poll only."""
+        """A source of wake-ups (queue names of jobs that became due), or None: poll only (a backend
+        may then say why in a line, as its `polling_reason`)."""
 
     def register_worker(self, worker: WorkerRecord) -> None:
         """Insert or refresh the worker's row (its heartbeat), and forget workers silent for a day.

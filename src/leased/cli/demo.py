@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from leased import Backoff, Leased, PermanentError, TaskContext
+from leased import Backoff, Job, Leased, PermanentError, TaskContext
 from leased.cli import output
 from leased.engine.worker import Worker
 
@@ -222,14 +222,28 @@ def serve_dashboard(app: Leased, port: int, concurrency: int, out: TextIO) -> No
     worker = app.worker(concurrency=concurrency, queues=[QUEUE], poll_interval=0.5, shutdown_grace=5)
     thread = threading.Thread(target=worker.run, name="leased-demo-worker", daemon=True)
     thread.start()
-    print(f"\ndashboard on {server.url(sock)} with a worker behind it: open it, retry a failed email "
-          "(the relay is back), watch it run; Ctrl-C stops", file=out, flush=True)
+    print(f"\ndashboard on {server.url(sock)} with a worker behind it: open it, "
+          f"{what_to_retry(app.list_jobs(status='failed', queue_name=QUEUE, limit=1000))}; Ctrl-C stops",
+          file=out, flush=True)
     try:
         with sock:
             server.run(asgi_app, sock)
     finally:
         worker.stop()
         thread.join(timeout=15)
+
+
+def what_to_retry(failed: list[Job]) -> str:
+    """The closing hint names what did fail: a failed email succeeds when retried (the relay is
+    back), a declined card fails again."""
+    tasks = {job.task_name for job in failed}
+    if "demo.send_email" in tasks:
+        return "retry a failed email (the relay is back) and watch it run"
+    if "demo.charge_card" in tasks:
+        return "retry the failed card charge and watch it fail again (a declined card stays declined)"
+    if failed:
+        return f"retry the failed {failed[0].task_name} job and watch it run"
+    return "watch the jobs (none failed this time)"
 
 
 def summarize(app: Leased, url: str, job_ids: list[int], retries: int, elapsed: float, out: TextIO,
@@ -253,6 +267,7 @@ def summarize(app: Leased, url: str, job_ids: list[int], retries: int, elapsed: 
     database = shlex.quote(url)
     # A failed email succeeds when retried (the relay is back); a declined card fails again.
     emails = [job.id for job in failed if job.task_name == "demo.send_email"]
+    declined = {job.id for job in failed if job.task_name == "demo.charge_card"}
     example = emails[0] if emails else failed[0].id if failed else job_ids[0]
     print("\ntry next", file=out)
     commands = ["leased demo --dashboard   # the same, then the web dashboard (pip install 'leased[web]')",
@@ -262,5 +277,6 @@ def summarize(app: Leased, url: str, job_ids: list[int], retries: int, elapsed: 
         worker = "leased worker leased.cli.demo:app"
         if url != DEFAULT_URL:
             worker = f"LEASED_DATABASE_URL={database} {worker}"
-        commands += [f"leased retry --database {database} {example}", f"{worker}   # runs it again; Ctrl-C stops"]
+        again = "runs it again" if emails or example not in declined else "runs it again: the card is declined again"
+        commands += [f"leased retry --database {database} {example}", f"{worker}   # {again}; Ctrl-C stops"]
     print("\n".join("  " + command for command in commands), file=out, flush=True)

@@ -14,6 +14,7 @@ import click
 from click.core import ParameterSource
 
 from leased.app import Leased
+from leased.backends import parse_database_url
 from leased.cli import output
 
 
@@ -105,9 +106,6 @@ def open_app(ctx: click.Context, app_spec: str | None, database: str | None, *, 
 
 def _check_sqlite_exists(url: str) -> None:
     # Opening a SQLite URL creates the file, so a typo would show an empty, brand-new database.
-    if not url.lower().startswith("sqlite://"):
-        return
-    path = url[len("sqlite://"):]
-    path = path[1:] if path.startswith("/") else path  # the same rule as leased.backends.connect
-    if path and path != ":memory:" and not Path(path).exists():
+    path = parse_database_url(url).sqlite_path
+    if path is not None and not Path(path).exists():
         raise Failure(f"no SQLite database at {path!r} (create one with: leased migrate --database {url})")

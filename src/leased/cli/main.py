@@ -10,18 +10,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shlex
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from leased.cli import operations, output
 from leased.cli.loading import Failure, load_app, open_app
 from leased.cli.options import Duration, database_option
 from leased.app import Leased
 from leased.errors import LeasedError
+from leased.events import AttemptEnded, Event
 from leased.jobs import Job, JobStatus, Outcome
+from leased.suggest import did_you_mean
 
 
 class LeasedGroup(click.Group):
@@ -108,10 +112,13 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
               help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT/metrics (needs leased[web]).")
 @click.option("--no-push", is_flag=True,
-              help="Poll only: no LISTEN/NOTIFY wake-ups (behind PgBouncer in transaction pooling mode).")
+              help="Poll only: no LISTEN/NOTIFY wake-ups (behind PgBouncer without a listen_url= in the URL, "
+                   "the worker polls anyway).")
 @click.option("--no-prune", is_flag=True, help="Delete no finished jobs (when `leased prune` runs from cron).")
+@click.option("--log-jobs", is_flag=True,
+              help="Log a line at INFO for every attempt that ends (failures are logged anyway).")
 def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
-           log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool) -> None:
+           log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool) -> None:
     """Run jobs until SIGINT or SIGTERM.
 
     On the first signal no new jobs are claimed and running ones may finish within the grace
@@ -121,6 +128,8 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
     app = load_app(app_spec)
     queue_names = [name.strip() for name in queues.split(",") if name.strip()] if queues else None
     warn_about_unknown_queues(app, queue_names)
+    if log_jobs:
+        app.events.subscribe(log_attempt_end)
     if metrics_port is not None:
         try:
             from leased.metrics import serve_worker_metrics
@@ -138,6 +147,17 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
         app.close()
 
 
+def log_attempt_end(event: Event) -> None:
+    """--log-jobs: a line per attempt. Off by default: at 10,000 jobs a second a line each would cost
+    more than the job, and a log nobody reads. Failures and timeouts are logged anyway, at WARNING
+    or ERROR by the worker, so only the other ends are logged here."""
+    log = logging.getLogger("leased.worker")
+    if (isinstance(event, AttemptEnded) and event.outcome not in (Outcome.ERROR, Outcome.TIMEOUT)
+            and log.isEnabledFor(logging.INFO)):
+        log.info("job %d (%s) attempt %d: %s in %s", event.job_id, event.task_name, event.attempt, event.outcome,
+                 output.format_duration(event.seconds))
+
+
 def warn_about_unknown_queues(app: Leased, queue_names: list[str] | None) -> None:
     """A typo in --queues would leave the worker idle without a word: name what was never seen."""
     known = app.known_queue_names() if queue_names else set()
@@ -146,6 +166,17 @@ def warn_about_unknown_queues(app: Leased, queue_names: list[str] | None) -> Non
             logging.getLogger("leased.worker").warning(
                 "queue %r has no jobs and no task of this app uses it (a typo?); known queues: %s", name,
                 ", ".join(sorted(known)) or "none")
+
+
+def warn_about_new_queue(app: Leased, queue_name: str) -> None:
+    """`enqueue --queue mial` would file the job where no worker looks, without a word: say so
+    (the job is still enqueued: a new queue may be meant), as `leased worker --queues` does."""
+    known = app.known_queue_names() | {queue for worker in app.workers() if worker.alive
+                                       for queue in worker.queues or ()}
+    if queue_name not in known:
+        click.echo(f"warning: queue {queue_name!r}{did_you_mean(queue_name, known)} is new: no task, schedule, "
+                   f"worker or job of this app uses it (known queues: {', '.join(sorted(known)) or 'none'}); "
+                   "the job waits there until a worker serves it", err=True)
 
 
 def configure_logging(level: str) -> None:
@@ -186,7 +217,10 @@ def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, k
         options["queue_name"] = queue_name
     if priority is not None:
         options["priority"] = priority
-    job = app.get_task(task_name).using(**options).enqueue(*args, **kwargs)
+    task = app.get_task(task_name)
+    if queue_name is not None:
+        warn_about_new_queue(app, queue_name)
+    job = task.using(**options).enqueue(*args, **kwargs)
     if as_json:
         click.echo(output.to_json(output.job_to_dict(job)))
         return
@@ -218,13 +252,31 @@ def jobs(ctx: click.Context, app_spec: str | None, database: str | None, status:
                           before_id=before_id)
     if as_json:
         click.echo(output.to_json([output.job_to_dict(job) for job in found]))
+        if not found and (unknown := unknown_filters(app, task_name, queue_name)):
+            click.echo(f"no jobs match: {unknown}", err=True)  # stdout stays the JSON a script reads
         return
     if not found:
-        click.echo("no jobs" + (" match" if status or queue_name or task_name or before_id else ""))
+        unknown = unknown_filters(app, task_name, queue_name)
+        click.echo("no jobs" + (" match" if status or queue_name or task_name or before_id else "")
+                   + (f": {unknown}" if unknown else ""))
         return
     click.echo(output.jobs_table(found))
     if len(found) == limit:
         click.echo(f"(first {limit}; next page: --before-id {found[-1].id})", err=True)
+
+
+def unknown_filters(app: Leased, task_name: str | None, queue_name: str | None) -> str:
+    """When nothing matched: a --task or --queue that nothing is named, most likely a typo."""
+    notes = []
+    if task_name is not None:
+        known = set(app.task_names()) | set(app.tasks)
+        if task_name not in known:
+            notes.append(f"unknown task {task_name!r}{did_you_mean(task_name, known)}")
+    if queue_name is not None:
+        known = app.known_queue_names()
+        if queue_name not in known:
+            notes.append(f"unknown queue {queue_name!r}{did_you_mean(queue_name, known)}")
+    return "; ".join(notes)
 
 
 @cli.command()
@@ -276,7 +328,9 @@ def describe_job(job: Job) -> str:
     parts += ["", "attempts", output.table(["#", "WORKER", "STARTED", "DURATION", "OUTCOME", "ERROR"], rows,
                                            right=[0, 3], shrink=5, width=output.terminal_width(), indent="  ")]
     # Earlier tracebacks are usually the same story; the last failure's is the one to read.
-    failed = [attempt for attempt in job.history if attempt.outcome == Outcome.ERROR and attempt.traceback]
+    # A timed-out sync handler's is where its thread was at the limit: where it hung.
+    failed = [attempt for attempt in job.history
+              if attempt.outcome in (Outcome.ERROR, Outcome.TIMEOUT) and attempt.traceback]
     if failed:
         parts += ["", f"traceback of attempt {failed[-1].number}",
                   "\n".join("  " + line for line in failed[-1].traceback.rstrip().splitlines())]
@@ -291,7 +345,9 @@ def describe_job(job: Job) -> str:
 def why(ctx: click.Context, target: tuple[str, ...], database: str | None, as_json: bool) -> None:
     """Say why a job is waiting, running, failed, done or cancelled, and what would change it."""
     app_spec, job_id = job_target(target)
-    explanation = open_app(ctx, app_spec, database).why(job_id)
+    explicit_database = ctx.get_parameter_source("database") is not ParameterSource.ENVIRONMENT
+    explanation = open_app(ctx, app_spec, database).why(job_id).naming_app(
+        app_spec, shlex.join(["--database", database]) if database and explicit_database else None)
     if as_json:
         click.echo(output.to_json(dataclasses.asdict(explanation)))
         return
@@ -377,7 +433,8 @@ def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | N
     count = app.count_jobs(status=status, task_name=task_name, queue_name=queue_name)
     what = f"{output.plural(count, f'{status} job')}{bulk_scope(task_name, queue_name)}"
     if count == 0:
-        click.echo(f"no {status} jobs{bulk_scope(task_name, queue_name)}: nothing to {verb}")
+        click.echo(f"no {status} jobs{bulk_scope(task_name, queue_name)}: nothing to {verb}"
+                   + (f"; {unknown}" if (unknown := unknown_filters(app, task_name, queue_name)) else ""))
         return False
     if yes:
         return True

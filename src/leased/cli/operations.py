@@ -69,13 +69,19 @@ def schedules(ctx: click.Context, app_spec: str | None, database: str | None, as
 @click.option("--concurrency", type=int, metavar="N", help="At most N of the queue's jobs running at once.")
 @click.option("--rate", "rate_limit", metavar="N/UNIT", help="At most N starts per second, minute or hour: 100/m.")
 @click.option("--clear", is_flag=True, help="Remove the queue's limits.")
+@click.option("--force", is_flag=True, help="Limit a queue that no task or job uses yet.")
 @click.pass_context
 def limit(ctx: click.Context, app_spec: str, queue_name: str, concurrency: int | None, rate_limit: str | None,
-          clear: bool) -> None:
+          clear: bool, force: bool) -> None:
     """Set a queue's limits (replacing any before), or --clear them."""
     if clear == (concurrency is not None or rate_limit is not None):
         raise Failure("give --concurrency N and/or --rate N/UNIT, or --clear alone")
-    queue_limit = open_app(ctx, app_spec, None).limit(queue_name, concurrency=concurrency, rate_limit=rate_limit)
+    if concurrency is not None and concurrency < 1:  # the library's own message names None, not a flag
+        raise Failure(f"invalid --concurrency {concurrency}: use a whole number >= 1 (--clear removes the limits)")
+    app = open_app(ctx, app_spec, None)
+    if not force:
+        app.check_known_queue(queue_name, "limit")  # as `leased pause` does: a typo is named, not stored
+    queue_limit = app.limit(queue_name, concurrency=concurrency, rate_limit=rate_limit)
     click.echo(f"queue {queue_name}: " + ("no limits" if clear else queue_limit.describe()))
 
 

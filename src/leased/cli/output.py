@@ -10,6 +10,7 @@ import json
 import shutil
 from datetime import datetime, timedelta
 from typing import Any, Collection, Iterable, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from leased.counts import format_count
 from leased.durations import format_duration, parse_duration  # noqa: F401  (re-exported for the commands)
@@ -21,10 +22,26 @@ ELLIPSIS = "..."  # ASCII: some terminals and log collectors mangle the Unicode 
 
 # Times and durations.
 def local_time(value: datetime | None) -> str:
-    """2026-11-29 13:40:02 in the viewer's time zone (the database stores UTC)."""
+    """2026-11-29 13:40:02 CET: in the viewer's time zone (the database stores UTC), named, since a
+    time without its zone reads as any of them."""
     if value is None:
         return NONE
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def zoned_time(value: datetime, zone: str) -> str:
+    """local_time(), and beside it the time in `zone` (a schedule's) when that reads differently:
+    '2026-11-29 13:00:00 UTC (08:00:00 EST in America/New_York)', the date too when it differs."""
+    shown = local_time(value)
+    try:
+        there = value.astimezone(ZoneInfo(zone))
+    except (ZoneInfoNotFoundError, ValueError):
+        return shown
+    here = value.astimezone()
+    if there.utcoffset() == here.utcoffset() and there.tzname() == here.tzname():
+        return shown
+    when = there.strftime("%H:%M:%S %Z" if there.date() == here.date() else "%Y-%m-%d %H:%M:%S %Z")
+    return f"{shown} ({when} in {zone})"
 
 
 def plural(count: int, noun: str) -> str:
@@ -120,9 +137,9 @@ def schedules_table(found: list[Any], now: datetime, indent: str = "") -> str:
         if info.registered is False:
             next_run = "removed from the code"
         elif info.next_run_at is not None and info.next_run_at < now:
-            next_run = f"overdue since {local_time(info.next_run_at)}"
+            next_run = f"overdue since {zoned_time(info.next_run_at, info.timezone)}"
         else:
-            next_run = local_time(info.next_run_at)
+            next_run = NONE if info.next_run_at is None else zoned_time(info.next_run_at, info.timezone)
         last_job = NONE if info.last_job_id is None else f"{info.last_job_id} {info.last_job_status or 'deleted'}"
         skipped = str(info.skipped_ticks) + (f" (last {local_time(info.last_skipped_at)})" if info.skipped_ticks else "")
         rows.append((info.name, info.expression, info.timezone, next_run, last_job, local_time(info.last_success_at),

@@ -46,6 +46,13 @@ class WorkerStats:
     failed: int = 0
     abandoned: int = 0  # lease lost, cancelled by a user, or released at shutdown
 
+    def __str__(self) -> str:
+        """What the worker's last log line says: '5 done, 1 failed, 2 retried (of 8 claimed)'."""
+        text = f"{self.done} done, {self.failed} failed, {self.retried} retried (of {self.claimed} claimed)"
+        if self.abandoned:
+            text += f", {self.abandoned} given up (lease lost, cancelled by a user or released at shutdown)"
+        return text
+
 
 class ClaimedAttempts:
     def __init__(self, backend: RuntimePort, handlers: Mapping[str, Handler], concurrency: int, *, executor: Executor,
@@ -119,7 +126,7 @@ class ClaimedAttempts:
             if end is None:  # cancelled, or a sync handler returning after its attempt ended
                 reason = attempt.context.cancel_reason
                 if reason is CancelReason.TIMEOUT:
-                    self._time_limits.returned(attempt)  # its end was written at the limit
+                    self._time_limits.returned(attempt)  # writes its end, unless written once it was stuck
                 elif not attempt.closed:
                     self._abandon(attempt, reason, closing)
             elif result is True:
@@ -205,9 +212,10 @@ class ClaimedAttempts:
         if attempt.task is not None:
             attempt.task.cancel()  # the task's end reports it
         elif reason is CancelReason.TIMEOUT:  # a sync handler (limits are armed as handlers start) runs on
-            thread_id = attempt.thread_id
-            self._time_limits.overran(attempt)
-            self._completer.finish(attempt, timeout_end(attempt.job, attempt.handler.backoff, thread_id))
+            if attempt.thread_id is None:  # it returned as it was told, just now
+                self._completer.finish(attempt, timeout_end(attempt.job, attempt.handler.backoff))
+            else:  # its end says what it did: written when it returns, or once it is stuck
+                self._time_limits.overran(attempt, lambda end: self._completer.finish(attempt, end))
         else:
             # Waiting, it never starts now. Running, a sync handler learns it from its context and
             # keeps its slot until it returns, but its attempt is over: given back now, not when a

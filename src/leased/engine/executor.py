@@ -123,7 +123,7 @@ class Executor:
     def _async_end(self, attempt: Attempt, task: asyncio.Task) -> AttemptEnd | None:
         context = attempt.context
         if context.cancel_reason is CancelReason.TIMEOUT:  # whatever it did after its limit, it ended there
-            return timeout_end(attempt.job, attempt.handler.backoff, None)
+            return timeout_end(attempt.job, attempt.handler.backoff)
         if context.is_cancelled:
             return None
         if task.cancelled():  # not by the worker: an error like any other

@@ -4,9 +4,10 @@ At a job's limit the worker cancels its handler with the cause "timeout" (first 
 with a lost lease), and the attempt ends as `timeout`: retried by the task's backoff, `failed`
 when out of attempts. An async handler is cancelled for real. A sync handler runs in a thread,
 and Python cannot stop a thread from outside: it is told through its context and its attempt is
-over, so whatever it returns later is discarded. Until that thread returns it keeps its slot,
-since it truly occupies one; past a short grace it counts as stuck: logged (again every minute),
-counted in the worker's metrics and announced on the worker's row.
+over, so whatever it returns later is discarded. Its end is written when it returns (it stopped
+when told) or after a short grace (it is stuck), so that the stored error says which. Until that
+thread returns it keeps its slot, since it truly occupies one; past the grace it counts as stuck:
+logged (again every minute), counted in the worker's metrics and announced on the worker's row.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Callable
 
 from leased.backends.ports import AttemptEnd
 from leased.backoff import Backoff
+from leased.durations import format_duration
 from leased.engine.threads import LoopInbox
 from leased.events import Event, HandlerStuck
 from leased.jobs import ClaimedJob, Lease, Outcome
@@ -38,16 +40,19 @@ STUCK_REPORT_SECONDS = 60.0  # while stuck, log it again this often
 MAX_STACK = 32_000
 
 
-def timeout_end(job: ClaimedJob, backoff: Backoff, thread_id: int | None) -> AttemptEnd:
-    """The end of an attempt that ran past its limit, whatever its handler did after it. For a sync
-    handler whose thread still runs (`thread_id`), the traceback is where that thread is: where it hangs."""
+def timeout_end(job: ClaimedJob, backoff: Backoff, *, stopped_after: float | None = None,
+                stuck_after: float | None = None, stack: str | None = None) -> AttemptEnd:
+    """The end of an attempt that ran past its limit, in words that stay true when read later: a
+    sync handler that stopped when told (`stopped_after` seconds past the limit), or one still
+    running `stuck_after` seconds past it, whose `stack` is where its thread hangs."""
     retry = job.attempt < job.max_attempts
     delay = backoff.delay(job.attempt) if retry else None
     message = f"attempt {job.attempt} ran past its time limit of {job.timeout_seconds:g}s"
-    stack = None
-    if thread_id is not None:
-        message += "; its handler thread still runs, and what it returns will be discarded"
-        stack = _where(thread_id)
+    if stopped_after is not None:
+        message += f"; its handler stopped when told (context.cancelled), {format_duration(stopped_after)} after it"
+    elif stuck_after is not None:
+        message += (f"; its handler thread was still running {format_duration(stuck_after)} after it and keeps its "
+                    "slot until it returns; anything it returns is discarded")
     if retry:
         log.warning("job %d (%s): %s; retrying in %.1fs", job.id, job.task_name, message, delay)
     else:
@@ -56,7 +61,7 @@ def timeout_end(job: ClaimedJob, backoff: Backoff, thread_id: int | None) -> Att
                       traceback=stack, retry_in_seconds=delay)
 
 
-def _where(thread_id: int) -> str | None:
+def _where(thread_id: int, when: str) -> str | None:
     """The handler thread's stack now, from the handler's own frame down (the pool's frames are noise)."""
     frame = sys._current_frames().get(thread_id)
     if frame is None:
@@ -64,7 +69,7 @@ def _where(thread_id: int) -> str | None:
     frames = traceback.extract_stack(frame)
     while frames and (frames[0].filename == threading.__file__ or frames[0].filename.startswith(_ENGINE_FOLDER)):
         frames.pop(0)
-    return clean_text("Handler thread at its time limit (most recent call last):\n"
+    return clean_text(f"Handler thread {when} (most recent call last):\n"
                       + "".join(traceback.format_list(frames)), MAX_STACK)
 
 
@@ -77,6 +82,9 @@ class _Overrun:
 
     job: ClaimedJob
     limit_at: float  # loop time of the limit
+    backoff: Backoff
+    finish: Callable[[AttemptEnd], None] | None  # writes the attempt's end; None once it was called
+    stack_at_limit: str | None  # where the thread was when told: the traceback of one that then stops
     stuck: bool = False
     report: asyncio.TimerHandle | None = field(default=None, repr=False)
 
@@ -131,10 +139,19 @@ class TimeLimits:
             attempt.time_limit.cancel()
             attempt.time_limit = None
 
-    def overran(self, attempt: Attempt) -> None:
-        """On the loop: the attempt ended at its limit while its sync handler still runs."""
-        overrun = self._overruns[attempt] = _Overrun(attempt.job, self._loop.time())
+    def overran(self, attempt: Attempt, finish: Callable[[AttemptEnd], None]) -> None:
+        """On the loop: the attempt reached its limit while its sync handler runs, and its handler
+        was told. `finish(end)` is called once the end can say what happened: when the handler
+        returns (it stopped when told), or STUCK_AFTER_SECONDS later (it is stuck)."""
+        overrun = self._overruns[attempt] = _Overrun(attempt.job, self._loop.time(), attempt.handler.backoff, finish,
+                                                     _where(attempt.thread_id, "at its time limit"))
         overrun.report = self._loop.call_later(STUCK_AFTER_SECONDS, self._report, attempt)
+
+    @staticmethod
+    def _write_end(overrun: _Overrun, end: AttemptEnd) -> None:
+        finish, overrun.finish = overrun.finish, None
+        if finish is not None:
+            finish(end)
 
     def returned(self, attempt: Attempt) -> None:
         """On the loop: the handler of an attempt that ended at its limit has returned."""
@@ -143,6 +160,9 @@ class TimeLimits:
             return
         if overrun.report is not None:
             overrun.report.cancel()
+        if overrun.finish is not None:  # within the grace: it stopped when told
+            self._write_end(overrun, timeout_end(overrun.job, overrun.backoff, stack=overrun.stack_at_limit,
+                                                 stopped_after=self._loop.time() - overrun.limit_at))
         if overrun.stuck:
             job, past = overrun.job, self._loop.time() - overrun.limit_at
             log.warning("job %d (%s) attempt %d: sync handler returned %.1fs past its time limit; its result was "
@@ -156,6 +176,11 @@ class TimeLimits:
         if overrun is None:
             return
         job, past = overrun.job, self._loop.time() - overrun.limit_at
+        if overrun.finish is not None:  # the end, written now, says where the thread hangs
+            thread_id = attempt.thread_id
+            self._write_end(overrun, timeout_end(job, overrun.backoff, stuck_after=past,
+                                                 stack=None if thread_id is None else _where(
+                                                     thread_id, f"{format_duration(past)} past its time limit")))
         log.warning("job %d (%s) attempt %d: sync handler still running %.1fs past its time limit of %gs; its "
                     "thread keeps a slot until it returns (check context.cancelled in the handler)",
                     job.id, job.task_name, job.attempt, past, job.timeout_seconds)

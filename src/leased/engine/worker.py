@@ -153,6 +153,9 @@ class Worker:
         self._claimed.open(self._loop)
         self._lease_keeper.start()
         listener = self.backend.listener() if self.push else None
+        if self.push and listener is None:  # e.g. PostgreSQL behind PgBouncer without a listen_url
+            log.warning("worker %s: wake-ups fall back to polling every %gs: %s", self.id, self.poll_interval,
+                        getattr(self.backend, "polling_reason", None) or "this database gives none")
         services = [self._service("lease watchdog", self._lease_keeper.watch()),
                     self._service("completer", self._completer.run()),
                     self._service("announcer", self._announcer.run(getattr(listener, "port", None)))]

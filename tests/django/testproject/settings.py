@@ -73,6 +73,10 @@ if os.environ.get("LEASED_DJANGO_POSTGRES") == "1":
 if os.environ.get("LEASED_DJANGO_MARIADB") == "1":
     from urllib.parse import unquote, urlsplit
 
+    from leased.backends.mariadb.driver import pose_as_mysqldb
+
+    pose_as_mysqldb()  # Django imports MySQLdb: PyMySQL (leased[mariadb]'s driver) stands in without mysqlclient
+
     _mariadb = urlsplit(os.environ.get("LEASED_TEST_MARIADB_URL", "mariadb://root@127.0.0.1:3306/test"))
     DATABASES["mariadb"] = {
         "ENGINE": "django.db.backends.mysql",

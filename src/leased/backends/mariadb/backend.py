@@ -1,4 +1,4 @@
-"""MariaDB (10.6+): many workers on many hosts, through mysqlclient (the C driver, MySQLdb).
+"""MariaDB (10.6+): many workers on many hosts, through the driver driver.py names (PyMySQL or mysqlclient).
 
 Every transaction runs in READ COMMITTED: REPEATABLE READ's gap locks make concurrent claims
 deadlock on the due index. Claims lock their rows with FOR UPDATE SKIP LOCKED, so workers never
@@ -21,14 +21,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 from urllib.parse import unquote, urlsplit
 
-import MySQLdb
-from MySQLdb.constants import CLIENT
-from MySQLdb.cursors import Cursor, DictCursor
-
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob
 from leased.backends.callers import not_ours, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
+from leased.backends.mariadb import driver
 from leased.backends.mariadb.limited import pick_limited
 from leased.backends.params import ends_json, finished_counts, leases_json
 from leased.backends.sql import load_migrations, load_queries, schema_problem, statements
@@ -76,7 +73,7 @@ def _errno(error: BaseException) -> int | None:
 
 
 def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
-    """MySQLdb.connect's arguments for a mariadb:// or mysql:// URL, and the database's name for messages."""
+    """driver.DRIVER.connect()'s arguments for a mariadb:// or mysql:// URL, and the database's name for messages."""
     parts = urlsplit(url)
     database = parts.path.lstrip("/")
     if not database:
@@ -85,10 +82,6 @@ def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
         "host": parts.hostname or "127.0.0.1", "port": parts.port or 3306, "user": unquote(parts.username or "root"),
         "password": unquote(parts.password or ""), "database": database, "charset": "utf8mb4",
         "connect_timeout": CONNECT_TIMEOUT_SECONDS, "autocommit": True,
-        "client_flag": CLIENT.FOUND_ROWS,  # rowcount counts rows matched, as on the other databases
-        # One statement per call: a second one (a stray semicolon) would leave a result unread and the
-        # connection out of sync; without this it is a syntax error at once.
-        "multi_statements": False,
     }
     return arguments, f"MariaDB database {database!r} on {arguments['host']}:{arguments['port']}"
 
@@ -129,17 +122,17 @@ class MariaDBBackend(SQLBackend):
     def __repr__(self) -> str:
         return f"MariaDBBackend({self._where})"
 
-    # Connections: one per thread (a MySQLdb connection must not be used by two threads at once).
+    # Connections: one per thread (a driver's connection must not be used by two threads at once).
     def _connection(self) -> Any:
         connection = getattr(self._local, "connection", None)
         if connection is None:
             try:
-                connection = MySQLdb.connect(**self._arguments)
+                connection = driver.DRIVER.connect(**self._arguments)
                 with connection.cursor() as cursor:
                     cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                     cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}")
                     cursor.execute("SET SESSION time_zone = '+00:00'")
-            except MySQLdb.OperationalError as error:
+            except driver.OperationalError as error:
                 raise DatabaseUnavailable(f"cannot connect to {self._where}: {error.args[-1]}") from None
             try:
                 self._check_server(connection)
@@ -200,15 +193,18 @@ class MariaDBBackend(SQLBackend):
                     self._connections.remove(connection)
             try:
                 connection.close()
-            except MySQLdb.Error:
+            except driver.Error:
                 pass
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
-        """MySQLdb's errors stop here, as leased errors."""
+        """The driver's errors stop here, as leased errors."""
         try:
             yield
-        except MySQLdb.OperationalError as error:
+        except driver.InterfaceError as error:  # PyMySQL, on a connection it closed when the server went
+            self._forget_connection()
+            raise DatabaseUnavailable(f"lost the connection to {self._where} (the driver closed it)") from error
+        except driver.OperationalError as error:
             number = _errno(error)
             if number in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT):
                 raise DatabaseConflict(f"{self._where}: {error.args[-1]}; nothing was written") from error
@@ -216,13 +212,13 @@ class MariaDBBackend(SQLBackend):
                 self._forget_connection()  # the next call connects again
                 raise DatabaseUnavailable(f"lost the connection to {self._where}: {error.args[-1]}") from error
             raise
-        except MySQLdb.ProgrammingError as error:
+        except driver.ProgrammingError as error:
             if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
                 raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
             raise
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
-        with self._translated(), self._connection().cursor(DictCursor) as cursor:
+        with self._translated(), driver.dict_cursor(self._connection()) as cursor:
             cursor.execute(QUERIES[name], params)
             return list(cursor.fetchall())
 
@@ -239,12 +235,12 @@ class MariaDBBackend(SQLBackend):
             except BaseException:
                 try:
                     connection.rollback()
-                except MySQLdb.Error:
+                except driver.Error:
                     pass
                 raise
 
     def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
-        cursor = connection.cursor(DictCursor)
+        cursor = driver.dict_cursor(connection)
         cursor.execute(QUERIES[name], params)
         return cursor
 
@@ -257,7 +253,7 @@ class MariaDBBackend(SQLBackend):
             for connection in self._connections:
                 try:
                     connection.close()
-                except MySQLdb.Error:
+                except driver.Error:
                     pass
             self._connections.clear()
         self._local = threading.local()
@@ -280,8 +276,9 @@ class MariaDBBackend(SQLBackend):
     # Runtime.
     def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[tuple[Job, bool]]:
         if connection is not None:
-            if not isinstance(connection, MySQLdb.connections.Connection):
-                raise ConfigurationError(wrong_connection(connection, "MySQLdb.Connection", "MariaDB"))
+            if driver.connection_driver(connection) is None:
+                raise ConfigurationError(
+                    wrong_connection(connection, "pymysql.Connection or MySQLdb.Connection", "MariaDB"))
             self._check_server(connection)
             self._check_reach(connection)
             with self._translated():  # the caller's transaction: we never commit it
@@ -292,12 +289,12 @@ class MariaDBBackend(SQLBackend):
         return results
 
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
-        with connection.cursor(Cursor) as cursor:
+        with driver.tuple_cursor(connection) as cursor:
             cursor.execute(QUERIES["insert_jobs"], {"jobs": jobs_json(jobs, _epoch)})
             return list(cursor.fetchall())
 
     def _pending_with_key(self, connection: Any, key: str) -> dict[str, Any] | None:
-        with connection.cursor(DictCursor) as cursor:
+        with driver.dict_cursor(connection) as cursor:
             cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": key})
             return cursor.fetchone()
 
@@ -376,7 +373,6 @@ class MariaDBBackend(SQLBackend):
 
         return self._transact(work)
 
-    # Inspection and administration.
     @contextmanager
     def _snapshot(self) -> Iterator[Callable[..., list[dict[str, Any]]]]:
         with self._translated():
@@ -427,8 +423,8 @@ class MariaDBBackend(SQLBackend):
                 cursor.execute(statement)
 
     def _is_duplicate_key(self, error: BaseException) -> bool:
-        return isinstance(error, MySQLdb.IntegrityError) and _errno(error) == ER_DUP_ENTRY
+        return isinstance(error, driver.IntegrityError) and _errno(error) == ER_DUP_ENTRY
 
     def _is_missing_table(self, error: BaseException) -> bool:
-        return (isinstance(error, MySQLdb.ProgrammingError) and _errno(error) == ER_NO_SUCH_TABLE
+        return (isinstance(error, driver.ProgrammingError) and _errno(error) == ER_NO_SUCH_TABLE
                 and ".leased_" in str(error))  # "Table 'test.leased_jobs' doesn't exist"

@@ -4,6 +4,10 @@ Claims use FOR UPDATE SKIP LOCKED, so workers never wait on each other's rows. E
 statement on an autocommit connection: a job and its attempt record change together through
 data-modifying CTEs, which keeps each round trip a transaction of its own. Times come from now()
 on the server, so the clocks of worker hosts never decide a lease.
+
+Behind a pooler (PgBouncer), found by the first connection (see `_reaches_pooler`), nothing may
+outlive a transaction: no prepared statements, no session settings, no session-level advisory
+lock, no LISTEN except on the direct `listen_url` the URL may name.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors
@@ -87,7 +92,57 @@ def _set_up(connection: psycopg.Connection) -> None:
 
 
 def _set_up_for_claims(connection: psycopg.Connection) -> None:
-    connection.execute(QUERIES["claim_settings"])
+    connection.execute(QUERIES["claim_settings"], {"for_transaction": False})
+
+
+# Options of leased's own in a postgresql:// URL's query, taken out before libpq reads it (libpq
+# refuses parameters it does not know).
+OWN_URL_PARAMETERS = ("listen_url",)
+
+
+def _own_parameters(url: str) -> tuple[str, dict[str, str]]:
+    """The URL without leased's parameters, and those parameters. The rest of the query is passed
+    on byte for byte: decoding and encoding it again could change what libpq reads."""
+    parts = urlsplit(url)
+    kept, ours = [], {}
+    for piece in parts.query.split("&") if parts.query else ():
+        key, _, value = piece.partition("=")
+        if unquote(key) in OWN_URL_PARAMETERS:
+            ours[unquote(key)] = unquote(value)
+        else:
+            kept.append(piece)
+    return (urlunsplit(parts._replace(query="&".join(kept))) if ours else url), ours
+
+
+def _reaches_pooler(connection: psycopg.Connection) -> bool:
+    """Whether the connection goes through a pooler such as PgBouncer. A pooler hands its clients
+    a cancel key of its own (it must route their cancel requests), so the process id the client was
+    told differs from the server process that runs its statements; a direct connection, or a TCP
+    proxy that forwards bytes, is told the real one. Asking costs one round trip per backend."""
+    with connection.cursor(row_factory=tuple_row) as cursor:
+        server_pid = cursor.execute("SELECT pg_backend_pid()").fetchone()[0]
+    return connection.info.backend_pid != server_pid
+
+
+def _parsed(url: str, what: str) -> dict[str, Any]:
+    try:
+        return conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        raise ConfigurationError(f"invalid {what}: {_first_line(error)}") from None
+
+
+def _described(params: dict[str, Any]) -> str:
+    """A database named without the password, for messages and repr."""
+    host = params.get("host") or "the default host"
+    return f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {host}" + (
+        f":{params['port']}" if params.get("port") else "")
+
+
+def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+    if "connect_timeout" not in params:
+        kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+    return kwargs
 
 
 def _first_line(error: Exception) -> str:
@@ -101,19 +156,16 @@ class PostgresBackend(SQLBackend):
             raise ConfigurationError(
                 f"need 0 <= min_connections <= max_connections and max_connections >= 1, "
                 f"got {min_connections} and {max_connections}")
-        try:
-            params = conninfo_to_dict(url)
-        except psycopg.ProgrammingError as error:
-            raise ConfigurationError(f"invalid PostgreSQL URL: {_first_line(error)}") from None
-        # Named without the password, for messages and repr.
-        host = params.get("host") or "the default host"
-        self._where = f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {host}" + (
-            f":{params['port']}" if params.get("port") else "")
-        connect_kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
-        if "connect_timeout" not in params:
-            connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
-
-        self._url, self._connect_kwargs = url, connect_kwargs
+        url, own = _own_parameters(url)
+        params = _parsed(url, "PostgreSQL URL")
+        self._where = _described(params)
+        # A direct connection for LISTEN, when the URL goes through a pooler.
+        self._listen_url = own.get("listen_url")
+        if self._listen_url is not None:
+            listen_params = _parsed(self._listen_url, "listen_url in the PostgreSQL URL")
+            self._listen_where = f"{_described(listen_params)} (listen_url)"
+            self._listen_kwargs = _connect_kwargs(listen_params)
+        self._url, self._connect_kwargs = url, _connect_kwargs(params)
         self._sizes = (min_connections, max_connections)
         self._pool: ConnectionPool | None = None
         # Claims get connections of their own, set up once for them (see claim_settings in
@@ -126,6 +178,8 @@ class PostgresBackend(SQLBackend):
         # serializes claims of limited jobs. The plain claim is safe whatever this says: it takes no
         # limited job. A short plain claim and the once-a-second reclaim look again.
         self._limits_in_use = False
+        # Whether the URL reaches the server through a pooler: None until the first connection tells.
+        self.behind_pooler: bool | None = None
         self.clock = Clock()  # leased_now()'s offset for this backend's sessions (see leased.clock)
 
     def _open_pool(self) -> ConnectionPool:
@@ -141,15 +195,26 @@ class PostgresBackend(SQLBackend):
                 self._claims_pool = self._new_pool("leased-claims", 1, 2, _set_up_for_claims)
             return self._claims_pool
 
+    def _pooled(self) -> bool:
+        """Whether the URL goes through a pooler; the first call connects to find out."""
+        if self.behind_pooler is None:
+            self._open_pool()
+        return bool(self.behind_pooler)
+
     def _new_pool(self, name: str, min_connections: int, max_connections: int,
                   configure: Callable[[psycopg.Connection], None] | None = None) -> ConnectionPool:
         url, connect_kwargs = self._url, self._connect_kwargs
         # One plain connection first: it fails at once with libpq's reason (refused, bad password,
         # no such database), where the pool would retry quietly until its wait timed out.
         try:
-            psycopg.connect(url, **connect_kwargs).close()
+            with psycopg.connect(url, **connect_kwargs) as connection:
+                if self.behind_pooler is None:
+                    self._found_pooler(_reaches_pooler(connection))
         except psycopg.OperationalError as error:
             raise DatabaseUnavailable(f"cannot connect to {self._where}: {_first_line(error)}") from None
+        if self.behind_pooler:
+            # A session setting would stay with whichever server connection ran it, the next client's.
+            configure = None
         pool = ConnectionPool(url, min_size=min_connections, max_size=max_connections, kwargs=connect_kwargs,
                               configure=configure, timeout=POOL_TIMEOUT_SECONDS, name=name, open=True)
         try:
@@ -159,6 +224,14 @@ class PostgresBackend(SQLBackend):
             raise DatabaseUnavailable(
                 f"cannot connect to {self._where}: no connection within {CONNECT_TIMEOUT_SECONDS} s") from None
         return pool
+
+    def _found_pooler(self, pooled: bool) -> None:
+        self.behind_pooler = pooled
+        if pooled:
+            # psycopg prepares a statement it ran 5 times, on the server connection it then had:
+            # through a transaction pooler the next run meets another ("does not exist"), or a
+            # prepared one by that name ("already exists"). PgBouncer 1.18 cannot track them.
+            self._connect_kwargs["prepare_threshold"] = None
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self._where})"
@@ -192,6 +265,10 @@ class PostgresBackend(SQLBackend):
         """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
         offset = self.clock.interval()
         if _CLOCK_SET.get(connection, "") != offset:
+            if self.behind_pooler:
+                raise ConfigurationError(
+                    f"the clock seam (leased.testing.advance) sets a session's clock, and {self._where} is reached "
+                    "through a pooler that shares sessions: move the clock on a direct connection's URL")
             connection.execute(QUERIES["set_clock_offset"], {"offset": offset})
             _CLOCK_SET[connection] = offset
 
@@ -215,8 +292,27 @@ class PostgresBackend(SQLBackend):
                     pool.close()
             self._pool = self._claims_pool = None
 
-    def listener(self) -> Listener:
-        return Listener(self._url, self._connect_kwargs, QUERIES["wake_channel"], self._where)
+    def listener(self) -> Listener | None:
+        if not self._pooled():
+            return Listener(self._url, self._connect_kwargs, QUERIES["wake_channel"], self._where)
+        if self._listen_url is None:
+            return None  # see polling_reason
+        return Listener(self._listen_url, self._listen_kwargs, QUERIES["wake_channel"], self._listen_where,
+                        expected=self._reached, identity_query=QUERIES["connection_identity"])
+
+    @property
+    def polling_reason(self) -> str | None:
+        """Why this backend gives no wake-ups (listener() is None), in a line; None when it does."""
+        if self._pooled() and self._listen_url is None:
+            return (f"{self._where} is reached through a pooler (PgBouncer?), where LISTEN cannot work; "
+                    "add listen_url=<a direct URL> to the database URL for push wake-ups")
+        return None
+
+    def _reached(self) -> callers.Identity:
+        """What our own connections reach (the listener's must reach the same jobs table)."""
+        if self._identity is None:
+            self._identity = tuple(self._fetch_one("connection_identity").values())
+        return self._identity
 
     # Runtime.
     def enqueue(self, jobs: Sequence[NewJob], connection: psycopg.Connection | None = None) -> list[tuple[Job, bool]]:
@@ -287,22 +383,32 @@ class PostgresBackend(SQLBackend):
                         rows += self._claim_limited(connection, {**params, "limit": request.limit - len(rows)}, False)
         return self._claimed(rows)
 
+    @contextmanager
+    def _claim_transaction(self, connection: psycopg.Connection) -> Iterator[None]:
+        """A claim's statements as one transaction and one round trip. Behind a pooler the claim
+        settings come first, scoped to the transaction: the session they would be set on is not ours."""
+        with connection.pipeline(), connection.transaction():
+            if self.behind_pooler:
+                connection.execute(QUERIES["claim_settings"], {"for_transaction": True})
+            yield
+
     def _claim_plain(self, connection: psycopg.Connection, params: dict[str, Any], reclaim: bool
                      ) -> tuple[list[dict[str, Any]], bool | None]:
-        """The claim of jobs no limit holds; with reclaim, also whether limited jobs wait."""
-        if not reclaim:
+        """The claim of jobs no limit holds; with reclaim (once a second), also whether limited jobs wait."""
+        if not reclaim and not self.behind_pooler:
             return connection.execute(QUERIES["claim"], params).fetchall(), None
-        with connection.pipeline(), connection.transaction():  # once a second: one round trip
-            connection.execute(QUERIES["reclaim_expired"])
+        with self._claim_transaction(connection):
+            if reclaim:
+                connection.execute(QUERIES["reclaim_expired"])
             claimed = connection.execute(QUERIES["claim"], params)
-            in_use = connection.execute(QUERIES["limits_in_use"])
-        return claimed.fetchall(), in_use.fetchone()["in_use"]
+            in_use = connection.execute(QUERIES["limits_in_use"]) if reclaim else None
+        return claimed.fetchall(), None if in_use is None else in_use.fetchone()["in_use"]
 
     def _claim_limited(self, connection: psycopg.Connection, params: dict[str, Any], reclaim: bool
                        ) -> list[dict[str, Any]]:
         """Claim limited and plain jobs alike, in claim order, under the lock that serializes
         claims of limited jobs (see queries.sql); one round trip."""
-        with connection.pipeline(), connection.transaction():
+        with self._claim_transaction(connection):
             if reclaim:
                 connection.execute(QUERIES["reclaim_expired"])
             connection.execute(QUERIES["limited_claim_lock"])
@@ -374,9 +480,9 @@ class PostgresBackend(SQLBackend):
         """A caller's connection must reach our jobs table; ours is read again before blaming theirs
         (a server restart changes its start time)."""
         for fresh in (False, True):
-            if fresh or self._identity is None:
-                self._identity = tuple(self._fetch_one("connection_identity").values())
-            problem = callers.mismatch(theirs, self._identity, self._where)
+            if fresh:
+                self._identity = None
+            problem = callers.mismatch(theirs, self._reached(), self._where)
             if problem is None:
                 return
         raise ConfigurationError(problem)
@@ -416,8 +522,14 @@ class PostgresBackend(SQLBackend):
 
     @contextmanager
     def pruning(self) -> Iterator[bool]:
-        """Holds the pruners' advisory lock on a connection of its own while the pass runs."""
+        """Holds the pruners' advisory lock on a connection of its own while the pass runs. Behind a
+        pooler a session lock would stay with a server connection that is not ours: the lock is then
+        the transaction's, held open (taking no snapshot, so holding back no vacuum) for the pass."""
         with self._connection() as connection:
+            if self._pooled():
+                with connection.transaction():
+                    yield connection.execute(QUERIES["try_prune_lock_in_transaction"]).fetchone()["locked"]
+                return
             locked = connection.execute(QUERIES["try_prune_lock"]).fetchone()["locked"]
             try:
                 yield locked

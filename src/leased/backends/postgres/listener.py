@@ -3,24 +3,32 @@
 Polling stays the fallback: a missed notification costs at most one poll interval. A connection
 that died quietly (no RST from a vanished host) would simply stop delivering, so the listener
 pings it after a stretch of silence and reconnects when that fails.
+
+Behind a pooler the listener has a direct URL of its own (`listen_url`), which must reach the
+jobs table the pooled connections write: it is checked on every connect, since a wrong one would
+only ever be silent.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import tuple_row
 
-from leased.errors import DatabaseUnavailable
+from leased.errors import ConfigurationError, DatabaseUnavailable
 
 PING_AFTER_SILENT_SECONDS = 10.0
 
 
 class Listener:
-    def __init__(self, url: str, connect_kwargs: dict[str, Any], channel_query: str, where: str):
+    def __init__(self, url: str, connect_kwargs: dict[str, Any], channel_query: str, where: str, *,
+                 expected: Callable[[], tuple] | None = None, identity_query: str = ""):
         self._url = url
+        self._expected = expected  # what connection_identity (identity_query) must read, if checked
+        self._identity_query = identity_query
         self._connect_kwargs = connect_kwargs
         self._channel_query = channel_query
         self._where = where
@@ -48,6 +56,16 @@ class Listener:
 
     def _connect(self) -> psycopg.Connection:
         connection = psycopg.connect(self._url, **self._connect_kwargs)
+        if self._expected is not None:
+            with connection.cursor(row_factory=tuple_row) as cursor:
+                reached = tuple(cursor.execute(self._identity_query).fetchone())
+            if reached != self._expected():
+                connection.close()
+                raise ConfigurationError(
+                    f"listen_url reaches another database, schema or server than the database URL (its "
+                    f"search_path finds {'no' if reached[3] is None else 'another'} leased_jobs table, or port "
+                    f"{reached[1]}, database {reached[2]!r}): wake-ups would never come. Give listen_url the same "
+                    "database, user and search_path, connecting directly instead of through the pooler")
         channel = connection.execute(self._channel_query).fetchone()["channel"]
         connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         self._connection = connection

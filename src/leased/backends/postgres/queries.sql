@@ -86,9 +86,13 @@ SELECT set_config('jit', 'off', false);
 -- the fence. That is at-least-once, as always; enqueues and results still wait for the flush.
 -- JIT never pays for a claim, and ruling out sorts inflates claim_limited's estimated cost (its
 -- window needs one) past the threshold where PostgreSQL would spend seconds compiling it.
-SELECT set_config('enable_sort', 'off', false), set_config('enable_bitmapscan', 'off', false),
-       set_config('enable_seqscan', 'off', false), set_config('synchronous_commit', 'off', false),
-       set_config('jit', 'off', false);
+-- Behind a pooler (PgBouncer) the session is not ours to set: each claim's transaction sets them
+-- for itself (for_transaction, SET LOCAL), in the same round trip as the claim.
+SELECT set_config('enable_sort', 'off', %(for_transaction)s),
+       set_config('enable_bitmapscan', 'off', %(for_transaction)s),
+       set_config('enable_seqscan', 'off', %(for_transaction)s),
+       set_config('synchronous_commit', 'off', %(for_transaction)s),
+       set_config('jit', 'off', %(for_transaction)s);
 
 -- name: claim
 -- Jobs without a key in queues without a limit; claim_limited takes the others (see there).
@@ -707,6 +711,11 @@ WHERE paused_at IS NOT NULL ORDER BY queue_name;
 -- One pruner at a time per schema; a session lock, released by prune_unlock or when the session
 -- ends (a killed worker's included).
 SELECT pg_try_advisory_lock(1818583405, hashtext(current_schema())) AS locked;
+
+-- name: try_prune_lock_in_transaction
+-- try_prune_lock behind a pooler, where a session lock would outlive our use of the session: the
+-- same lock, released when the pass's transaction ends (or its client's connection does).
+SELECT pg_try_advisory_xact_lock(1818583405, hashtext(current_schema())) AS locked;
 
 -- name: prune_unlock
 SELECT pg_advisory_unlock(1818583405, hashtext(current_schema()));

@@ -20,7 +20,8 @@ _LIBPQ_OPTIONS = ("options", "sslmode", "sslrootcert", "sslcert", "sslkey", "con
 
 
 def raw_connection(alias: str) -> Any:
-    """The driver's connection under Django's connection `alias` (sqlite3, psycopg 3 or MySQLdb)."""
+    """The driver's connection under Django's connection `alias` (sqlite3, psycopg 3, or MySQLdb:
+    mysqlclient, or PyMySQL posing as it)."""
     connection = connections[alias]
     connection.ensure_connection()
     return connection.connection

@@ -74,7 +74,7 @@ def _mariadb(raw: Any, up_to: int) -> None:
 
     # DDL commits on its own here (Django runs this migration outside a transaction): as `leased
     # migrate`, concurrent migrators take turns under a named lock, and each version is recorded
-    # once applied. One statement per call: MySQLdb runs no more.
+    # once applied. One statement per call: the driver runs no more.
     with raw.cursor() as cursor:
         cursor.execute(QUERIES["migration_lock"])
         if not cursor.fetchone()[0]:
