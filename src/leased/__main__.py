@@ -2,4 +2,5 @@
 
 from leased.cli.main import main
 
-main()
+if __name__ == "__main__":  # importing the module (pkgutil.walk_packages, a docs tool) runs nothing
+    main()
