@@ -83,7 +83,8 @@ def installed_drivers() -> list[Driver]:
 
 
 def load_driver(name: str) -> Driver:
-    """The driver named `name` (pymysql or mysqlclient); ImportError if it is not installed."""
+    """The driver named `name` (pymysql or mysqlclient); ModuleNotFoundError (naming the missing
+    module, as for the other optional drivers) if it is not installed."""
     try:
         load = _LOADERS[name.lower()]
     except KeyError:
@@ -91,8 +92,8 @@ def load_driver(name: str) -> Driver:
     try:
         return load()
     except ImportError as error:
-        raise ImportError(f"{CHOICE_VARIABLE}={name} names a driver that is not installed ({error}): "
-                          f"{INSTALL_HINT}") from None
+        raise ModuleNotFoundError(f"{CHOICE_VARIABLE}={name} names a driver that is not installed ({error}): "
+                                  f"{INSTALL_HINT}", name=getattr(error, "name", None) or name) from None
 
 
 def _chosen() -> Driver:
