@@ -302,10 +302,13 @@ class MariaDBBackend(SQLBackend):
         params = {"worker_id": request.worker_id, "task_names": json.dumps(list(request.task_names)),
                   "queue_names": None if request.queue_names is None else json.dumps(list(request.queue_names)),
                   "limit": request.limit}
-        if request.reclaim_expired:
-            self.reclaim_expired()
-        rows = self._transact(lambda connection: self._lease(connection, self._all(connection, "claim_ids", **params),
-                                                             request.worker_id))
+
+        def claim_plain(connection: Any) -> list[dict[str, Any]]:
+            if request.reclaim_expired:  # in the claim's transaction, as the port promises: one, not two
+                self._reclaim(connection)
+            return self._lease(connection, self._all(connection, "claim_ids", **params), request.worker_id)
+
+        rows = self._transact(claim_plain)
         if len(rows) < request.limit and self._rows("limits_in_use")[0]["in_use"]:
             rows += self._claim_limited({**params, "limit": request.limit - len(rows)})
         return self._claimed(rows)
