@@ -30,7 +30,7 @@ from leased.engine.claimed import ClaimedAttempt
 from leased.engine.context import CancelReason, JobCancelled
 from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
-from leased.errors import PayloadError, PermanentError
+from leased.errors import ArgumentsMismatch, PayloadError, PermanentError, ResultNotStored
 from leased.jobs import ClaimedJob, Outcome
 from leased.payloads import clean_text, encode_result
 
@@ -55,7 +55,7 @@ class Executor:
         try:
             args, kwargs = self._arguments(attempt)
         except PayloadError as error:
-            return error_end(job, error, retry=False) if context.finish() else None
+            return error_end(job, _found_as(ArgumentsMismatch, error), retry=False) if context.finish() else None
         attempt.thread_id = threading.get_ident()
         attempt.started = time.monotonic()
         if job.timeout_seconds is not None:
@@ -79,7 +79,8 @@ class Executor:
         try:
             args, kwargs = self._arguments(attempt)
         except PayloadError as error:
-            ended(attempt, error_end(attempt.job, error, retry=False) if context.finish() else None)
+            ended(attempt, error_end(attempt.job, _found_as(ArgumentsMismatch, error), retry=False)
+                  if context.finish() else None)
             return
         handler = attempt.handler
         attempt.started = time.monotonic()
@@ -120,9 +121,14 @@ class Executor:
         try:
             result_json = encode_result(result, self.max_payload_bytes)
         except PayloadError as error:
-            return error_end(job, error, retry=False)
+            return error_end(job, _found_as(ResultNotStored, error), retry=False)
         log.debug("job %d (%s) attempt %d done", job.id, job.task_name, job.attempt)
         return AttemptEnd(attempt.lease, Outcome.DONE, result_json=result_json)
+
+
+def _found_as(kind: type[PayloadError], error: PayloadError) -> PayloadError:
+    """`error` as the step it was found in (`kind`), with its message and traceback."""
+    return kind(str(error)).with_traceback(error.__traceback__)
 
 
 class _Escaped(Exception):
