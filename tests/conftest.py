@@ -16,12 +16,10 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
-from urllib.parse import quote
 
 import pytest
 
@@ -91,18 +89,11 @@ def pytest_configure(config) -> None:
 
 @contextmanager
 def postgres_schema() -> Iterator[str]:
-    """A URL whose search_path is a schema of its own, dropped afterwards."""
-    import psycopg
+    """A URL whose search_path is a schema of its own, dropped afterwards (as the plugin's fixture makes one)."""
+    from leased.testing.plugin import postgres_schema as throwaway_schema
 
-    schema = f"leased_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        connection.execute(f'CREATE SCHEMA "{schema}"')
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    try:
-        yield f"{POSTGRES_URL}{separator}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with throwaway_schema(POSTGRES_URL) as url:
+        yield url
 
 
 def _mariadb_connection(url: str = MARIADB_URL):
@@ -126,28 +117,11 @@ _MARIADB_PROBLEM = _mariadb_problem()
 
 @contextmanager
 def mariadb_database() -> Iterator[str]:
-    """A URL of a database of its own on the MariaDB server, dropped afterwards."""
-    name = f"leased_test_{uuid.uuid4().hex[:12]}"
-    connection = _mariadb_connection()
-    connection.cursor().execute(f"CREATE DATABASE `{name}`")
-    connection.close()
-    try:
-        yield MARIADB_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        # A connection of its own (the test may have restarted the server). A session left in a
-        # transaction (a failed test's caller connection, a killed worker's not yet noticed by the
-        # server) holds a metadata lock that DROP DATABASE would wait on for ever.
-        connection = _mariadb_connection()
-        cursor = connection.cursor()
-        cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
-                       (name,))
-        for (session,) in cursor.fetchall():
-            try:
-                cursor.execute(f"KILL CONNECTION {int(session)}")
-            except Exception:  # it ended meanwhile
-                pass
-        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        connection.close()
+    """A URL of a database of its own on the MariaDB server, dropped afterwards (as the plugin's fixture makes one)."""
+    from leased.testing.plugin import mariadb_database as throwaway_database
+
+    with throwaway_database(MARIADB_URL) as url:
+        yield url
 
 
 # MariaDB shows no application name: the workers of the fault tests connect as a user of their own,

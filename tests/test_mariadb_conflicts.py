@@ -1,5 +1,6 @@
 """MariaDB breaks off transactions to settle conflicts (a deadlock, a lock wait timeout): the claim
-runs again, and a conflict that does not go away is DatabaseConflict, never a driver's error.
+runs again, and a conflict that does not go away is DatabaseConflict, never a driver's error; a claim
+broken off after its reclaim wrote nothing of either.
 
 Two real connections: the claim's, on a thread, and the test's own, which holds row locks. Where
 the claim waits is read from the server (information_schema.INNODB_TRX), not guessed by sleeping.
@@ -130,3 +131,29 @@ def test_a_conflict_that_persists_is_database_conflict_after_the_retries(app, mo
     holder.rollback()  # the conflict gone, the next claim takes both jobs, the limited-claim lock free
     assert len(app.backend.claim(CLAIM)) == 2
     holder.close()
+
+
+def test_a_claim_that_reclaims_does_both_in_one_transaction(app):
+    """The port's promise (ClaimRequest.reclaim_expired): the reclaim is part of the claim's
+    transaction. Broken off after the reclaim (the one method overridden fails), the claim leaves
+    the expired lease as it was, its attempt not yet closed: nothing of it was written."""
+    from leased.errors import DatabaseUnavailable
+    from leased.jobs import JobStatus
+    from leased.testing.conformance import claim, enqueue, new_job
+
+    backend = app.backend
+    (written,) = enqueue(backend, new_job(lease_seconds=5))
+    claim(backend, "w1")
+    backend.clock.advance(6)
+
+    def cut_off(*args: Any, **kwargs: Any) -> Any:
+        raise DatabaseUnavailable("cut off between the reclaim and the lease")
+
+    backend._lease = cut_off
+    with pytest.raises(DatabaseUnavailable, match="cut off"):
+        claim(backend, "w2", reclaim_expired=True)
+    del backend._lease
+    still = backend.get_job(written.id)
+    assert (still.status, still.lease_owner, still.history[-1].outcome) == (JobStatus.RUNNING, "w1", None)
+    (again,) = claim(backend, "w2", reclaim_expired=True)  # whole, the claim reclaims and takes it
+    assert (again.id, again.attempt) == (written.id, 2)

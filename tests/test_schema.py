@@ -8,6 +8,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -106,18 +107,42 @@ def test_a_migration_merged_later_into_a_gap_is_still_applied(database_url):
 
     app = Leased(database_url, migrate=False)
     backend_class = type(connect(database_url))  # the class, unopened: the schema is not there yet
-    migrations = backend_class._migrations
+    migrator = backend_class._migrator
+    migrations = migrator.migrations
     last = migrations[-1].version
     early = Migration(last + 2, "merged_early", "CREATE TABLE leased_merged_early (id integer);")
     late = Migration(last + 1, "merged_late", "CREATE TABLE leased_merged_late (id integer);")
     try:
-        backend_class._migrations = [*migrations, early]
+        backend_class._migrator = replace(migrator, migrations=[*migrations, early])
         assert app.migrate() == [m.version for m in migrations] + [early.version]
-        backend_class._migrations = [*migrations, late, early]
+        backend_class._migrator = replace(migrator, migrations=[*migrations, late, early])
         assert app.migrate() == [late.version]
         assert app.migrate() == []
     finally:
-        backend_class._migrations = migrations
+        backend_class._migrator = migrator
+        app.close()
+
+
+def test_the_runner_migrates_a_callers_connection_up_to_a_version_and_leaves_the_rest(database_url):
+    """What Django's migrations do: the one runner (leased.backends.migrate) on a connection of the
+    caller's, in its transaction, up to one version; `leased migrate` then applies only the rest."""
+    from connections import connect as callers_connect
+    from leased.backends import migrator, parse_database_url
+
+    runner = migrator(parse_database_url(database_url).kind)
+    first_two = [version for version in EVERY_VERSION if version <= 2]
+    connection = callers_connect(database_url)  # in a transaction until its commit
+    try:
+        assert runner.apply(connection, up_to=2) == first_two
+        assert runner.apply(connection, up_to=2) == []
+        connection.commit()
+    finally:
+        connection.close()
+    app = Leased(database_url, migrate=False)
+    try:
+        assert app.migrate() == [version for version in EVERY_VERSION if version > 2]
+        assert app.migrate() == []
+    finally:
         app.close()
 
 
@@ -128,12 +153,12 @@ def test_the_upgrade_to_counted_finishes_carries_over_what_was_counted(database_
 
     app = Leased(database_url, migrate=False)
     backend_class = type(connect(database_url))  # the class, unopened: the schema is not there yet
-    migrations = backend_class._migrations
+    migrator = backend_class._migrator
     try:
-        backend_class._migrations = [migration for migration in migrations if migration.version < 11]
+        backend_class._migrator = replace(migrator, migrations=[m for m in migrator.migrations if m.version < 11])
         app.migrate()
     finally:
-        backend_class._migrations = migrations
+        backend_class._migrator = migrator
     minute = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=5)
     at = time_literal(app, minute + timedelta(seconds=30))
     for status, finished in (("done", at), ("done", at), ("failed", at), ("cancelled", at), ("pending", "NULL")):

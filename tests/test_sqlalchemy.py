@@ -180,3 +180,22 @@ def test_wrong_kinds_of_sqlalchemy_objects_are_one_line_errors(shop, engine, bac
     with pytest.raises(ConfigurationError, match=r"^connection= needs a .*got builtins.str"):
         confirm.using(connection="postgresql://elsewhere").enqueue(1)
     assert shop.count_jobs() == 0
+
+
+def test_the_core_never_imports_contrib():
+    """Unwrapping a Session is the core's (leased.backends.sqlalchemy_sessions, imported when one is
+    given): contrib builds on the core, never the other way round."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).parent.parent / "src" / "leased"
+    reaching = []
+    for path in sorted(package.rglob("*.py")):
+        if "contrib" in path.relative_to(package).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            reaching += [f"{path.relative_to(package)}:{node.lineno} {name}" for name in names
+                         if name.startswith("leased.contrib")]
+    assert reaching == []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _POSTGRES_PROBLEM, POSTGRES_URL, running_worker, wait_for
+from conftest import _MARIADB_PROBLEM, _POSTGRES_PROBLEM, MARIADB_URL, POSTGRES_URL, running_worker, wait_for
 from leased import Backoff, ConfigurationError, JobStatus, Outcome, PermanentError, TaskContext
 from leased.testing import advance, assert_enqueued, assert_not_enqueued, enqueued, run_jobs
 
@@ -230,18 +230,46 @@ def test_advancing_the_clock_expires_a_running_jobs_lease(app):
     assert app.get_job(job.id).history[0].outcome is Outcome.EXPIRED
 
 
-@pytest.mark.parametrize("database", ["sqlite", "postgres"])
-def test_the_plugin_is_declared_and_gives_users_its_fixtures(tmp_path, database):
-    if database == "postgres" and _POSTGRES_PROBLEM:
-        pytest.skip(_POSTGRES_PROBLEM)
-    env = {**os.environ, "LEASED_TEST_DATABASE_URL": POSTGRES_URL} if database == "postgres" else dict(os.environ)
+def _still_there(url: str) -> bool:
+    """Whether the throwaway schema (PostgreSQL) or database (MariaDB) a plugin's URL names exists."""
+    from connections import connect, execute, is_mariadb
+
+    if is_mariadb(url):
+        name, server = url.rsplit("/", 1)[1], MARIADB_URL
+        query = "SELECT 1 FROM information_schema.schemata WHERE schema_name = ?"
+    else:
+        name, server = url.rsplit("search_path%3D", 1)[1], POSTGRES_URL
+        query = "SELECT 1 FROM pg_namespace WHERE nspname = ?"
+    connection = connect(server, autocommit=True)
+    try:
+        return bool(execute(connection, query, (name,)))
+    finally:
+        connection.close()
+
+
+# Each database the plugin knows, named by $LEASED_TEST_DATABASE_URL or the leased_database_url ini option.
+@pytest.mark.parametrize(("database", "named_by"), [("sqlite", None), ("postgres", "environment"),
+                                                     ("mariadb", "environment"), ("mariadb", "ini")])
+def test_the_plugin_is_declared_and_gives_users_its_fixtures(tmp_path, database, named_by):
+    problem = {"postgres": _POSTGRES_PROBLEM, "mariadb": _MARIADB_PROBLEM}.get(database)
+    if problem:
+        pytest.skip(problem)
+    server = {"postgres": POSTGRES_URL, "mariadb": MARIADB_URL}.get(database)
+    env = {key: value for key, value in os.environ.items() if key != "LEASED_TEST_DATABASE_URL"}
+    if named_by == "environment":
+        env["LEASED_TEST_DATABASE_URL"] = server
+    elif named_by == "ini":
+        (tmp_path / "pytest.ini").write_text(f"[pytest]\nleased_database_url = {server}\n")
     entry_points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
     assert entry_points == {"leased": "leased.testing.plugin"}
+    used = tmp_path / "used_url"
     (tmp_path / "test_users_suite.py").write_text(f'''
+from pathlib import Path
+
 from leased import PermanentError
 
 def test_fixtures(leased_app, run_jobs, assert_enqueued, enqueued, advance):
-    assert leased_app.database_url.startswith("{database}")
+    Path({str(used)!r}).write_text(leased_app.database_url)
     sent = []
 
     @leased_app.task(name="send")
@@ -259,3 +287,7 @@ def test_fixtures(leased_app, run_jobs, assert_enqueued, enqueued, advance):
                          cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout
+    url = used.read_text()
+    assert url.startswith({"sqlite": "sqlite:///", "postgres": "postgresql://", "mariadb": "mariadb://"}[database])
+    if server is not None:
+        assert url != server and not _still_there(url), "a throwaway schema or database of its own, dropped after"

@@ -123,7 +123,7 @@ def test_a_stored_payload_that_no_longer_fits_fails_at_once_and_says_why(app, da
         assert ran == [] and (stats.failed, stats.retried) == (1, 0)  # no silent retries
         failed = deployed.get_job(job.id)
         assert failed.status == JobStatus.FAILED and failed.attempt == 1
-        assert failed.last_error.startswith("PayloadError: stored arguments no longer fit charge: argument "
+        assert failed.last_error.startswith("ArgumentsMismatch: stored arguments no longer fit charge: argument "
                                             "'customer' (CustomerAfterDeploy), field 'plan': Field required")
         why = deployed.why(job.id)
         assert why.reasons[0].code == "arguments_mismatch" and "field 'plan'" in why.text

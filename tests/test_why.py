@@ -442,6 +442,39 @@ def test_stored_arguments_that_no_longer_fit_the_handler(app):
     assert failed.message.endswith("so attempt 1 of 3 failed it at once, without retrying.")
 
 
+def test_a_payload_error_the_handler_raises_is_its_own_error_not_a_result_left_unstored(app):
+    """The explainer reads what the worker recorded the attempt as (its error_type), not the words
+    of its message: a PayloadError raised by the handler's own code (here its own bad enqueue) is
+    an error like any other, retried by the task's policy; neither stored arguments that no longer
+    fit nor a result that could not be stored."""
+    from leased import PayloadError
+
+    @app.task(name="notify", max_attempts=2, backoff=Backoff(base=0))
+    def notify():
+        raise PayloadError("notify: argument 'user_id' (int): got str 'u-1'")
+
+    job = notify.enqueue()
+    app.run_until_empty()
+    failed = app.why(job.id).reasons[0]
+    assert (failed.code, failed.message) == (
+        "attempts_exhausted", "It used all 2 attempts; the last failed with PayloadError: notify: argument "
+                              "'user_id' (int): got str 'u-1'.")
+
+
+def test_a_result_that_cannot_be_stored_fails_the_job_at_once(app):
+    @app.task(name="report", max_attempts=3)
+    def report():
+        return object()  # not JSON
+
+    job = report.enqueue()
+    app.run_until_empty()
+    failed = app.get_job(job.id)
+    (reason, _) = app.why(job.id).reasons
+    assert failed.attempt == 1 and reason.code == "result_not_stored"
+    assert reason.message.startswith("The handler's result could not be stored (") and reason.message.endswith(
+        "so attempt 1 of 3 failed it at once, without retrying.")
+
+
 def test_done_says_when_and_after_how_many_attempts(app):
     @app.task(name="add")
     def add(a, b):

@@ -181,7 +181,7 @@ class Leased:
     # The producer interface (leased.tasks.Producer) tasks write their jobs through.
     def enqueue_jobs(self, jobs: list[NewJob], connection: Any) -> list[Job]:
         if _is_sqlalchemy(connection):  # a Session or Connection: write in its open transaction
-            from leased.contrib.sqlalchemy import driver_connection
+            from leased.backends.sqlalchemy_sessions import driver_connection
 
             connection = driver_connection(connection)
         results = (self._backend or self._open(connection)).enqueue(jobs, connection)
@@ -191,7 +191,7 @@ class Leased:
 
     async def enqueue_jobs_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
         if _is_sqlalchemy(connection):
-            from leased.contrib.sqlalchemy import driver_connection_async
+            from leased.backends.sqlalchemy_sessions import driver_connection_async
 
             connection = await driver_connection_async(connection)
         # A first use checks the schema on the caller's connection where it can: a sqlite3 one (see _open).
@@ -439,6 +439,7 @@ def _job_status(value: JobStatus | str) -> JobStatus:
 
 
 def _is_sqlalchemy(connection: Any) -> bool:
+    """A SQLAlchemy object (Session, Connection, ...), found without importing sqlalchemy."""
     return connection is not None and type(connection).__module__.startswith("sqlalchemy.")
 
 

@@ -18,6 +18,18 @@ class PayloadError(LeasedError, TypeError):
     """Job arguments or a result cannot be stored as JSON, or are too large."""
 
 
+# What the worker records an attempt as when leased itself failed it at once, without retrying,
+# by where it found a PayloadError (engine/executor.py): the error_type leased.explain reads. A
+# PayloadError the handler's own code raises is recorded as what it is, and retried as any error.
+class ArgumentsMismatch(PayloadError):
+    """A stored job's arguments do not fit its handler (any more: a deploy changed it), so its
+    handler was not called."""
+
+
+class ResultNotStored(PayloadError):
+    """The handler returned a value that cannot be stored as JSON, or is too large."""
+
+
 class JobNotFound(LeasedError, LookupError):
     def __init__(self, job_id: int):
         super().__init__(f"no job with id {job_id}")

@@ -24,13 +24,12 @@ from typing import Any, Callable
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.durations import format_duration
+from leased.errors import ArgumentsMismatch, PermanentError, ResultNotStored
 from leased.facts import AHEAD_LIMIT, JobFacts, LimitFact
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.limits import Rate
 
 DEFAULT_POLL_INTERVAL = 1.0  # Leased.worker's default; a worker's own setting is not recorded
-PERMANENT_ERROR = "PermanentError"
-PAYLOAD_ERROR = "PayloadError"
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,14 +438,15 @@ def _why_failed(job: Job) -> Reason:
     if last is None or last.outcome not in (Outcome.ERROR, Outcome.EXPIRED):
         return Reason("failed", f"It failed at {at}: {job.last_error or 'no error was recorded'}.", data)
     data.update(error_type=last.error_type, error_message=last.error_message, outcome=last.outcome.value)
+    # What the worker recorded the attempt as (engine/executor.py), not the words of its message.
     message = last.error_message or ""
-    if last.error_type == PAYLOAD_ERROR and message.startswith(("arguments do not match", "stored arguments")):
+    if last.error_type == ArgumentsMismatch.__name__:
         return Reason("arguments_mismatch", f"Its stored arguments no longer fit the handler ({message}), so {at} "
                                             f"failed it at once, without retrying.", data)
-    if last.error_type == PAYLOAD_ERROR:
+    if last.error_type == ResultNotStored.__name__:
         return Reason("result_not_stored", f"The handler's result could not be stored ({message}), so {at} failed "
                                            f"it at once, without retrying.", data)
-    if last.error_type == PERMANENT_ERROR:
+    if last.error_type == PermanentError.__name__:
         return Reason("permanent_error", f"{_upper_first(at)} raised {_error(last)}, and a PermanentError fails "
                                          f"the job at once, without retrying.", data)
     if last.outcome is Outcome.EXPIRED:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from leased.backends.ports import Backend
 from leased.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from leased.backends.migrate import Migrator
 
 URL_HELP = "use sqlite:///path/to/jobs.db, postgresql://user@host/dbname or mariadb://user@host/dbname"
 SCHEMES = {"sqlite": "sqlite", "postgresql": "postgres", "postgres": "postgres", "mariadb": "mariadb",
@@ -61,3 +64,19 @@ def connect(url: str) -> Backend:
             raise ConfigurationError(f"cannot use MariaDB: {error}") from None
         return MariaDBBackend(url)
     raise AssertionError(f"no backend for {parsed.kind!r}")
+
+
+def migrator(kind: str) -> Migrator:
+    """The migration runner of a kind of database ("sqlite", "postgres" or "mariadb"; or a URL
+    scheme, or Django's vendor name, such as "postgresql" and "mysql"), to apply leased's schema on
+    a connection of the caller's, as Django's migrations do. Imports that backend's driver."""
+    backend = SCHEMES.get(kind, kind)
+    if backend == "sqlite":
+        from leased.backends.sqlite.backend import MIGRATOR
+    elif backend == "postgres":
+        from leased.backends.postgres.backend import MIGRATOR
+    elif backend == "mariadb":
+        from leased.backends.mariadb.backend import MIGRATOR
+    else:
+        raise ConfigurationError(f"leased supports SQLite, PostgreSQL and MariaDB, not {kind}")
+    return MIGRATOR

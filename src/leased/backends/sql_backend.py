@@ -1,10 +1,12 @@
 """The body every SQL backend shares; a dialect supplies hooks, its queries.sql and its migrations.
 
 What is the same on every database lives here once: the enqueue algorithm (through
-leased.backends.enqueueing, on the sync and the async path), the migration runner, the reads that
-only turn rows into values, and how a refused transition is explained. A dialect provides:
+leased.backends.enqueueing, on the sync and the async path), migrate() (over the one runner,
+leased.backends.migrate), the reads that only turn rows into values, and how a refused transition
+is explained. A dialect provides:
 
-- `_queries`, `_migrations`: its named queries and numbered migrations;
+- `_migrator`: its numbered migrations and how the one migration runner (leased.backends.migrate)
+  applies them, and `_migration_connection()`, the connection of its own that migrate() runs it on;
 - `_to_time`, `_from_json`: how its driver returns times and JSON; `_time_in`: how it takes a time;
 - `_rows(name, **params)`: one named query on a connection of its own, its rows as mappings;
 - `_transaction(wait_seconds=None)`: a connection of its own in a write transaction, committed at
@@ -15,8 +17,7 @@ only turn rows into values, and how a refused transition is explained. A dialect
 - `_insert_rows(connection, jobs)`, `_pending_with_key(connection, key)`: the two steps of enqueue;
   optionally their `_async` twins for a driver with async connections of the caller's;
 - `_list_param(values)`: a list as its queries take one (a JSON array, or an array);
-- for migrations: `_migration_transaction()`, `_run_script(connection, sql)`, `_is_missing_table(error)`
-  and `_now_sql`.
+- `_is_missing_table(error)`: a query met no leased table (no schema yet, or dropped).
 
 The write verbs are written here once, each as the named statements of one transaction; each
 dialect's queries.sql defines those names. A dialect that does a verb in one statement
@@ -42,13 +43,14 @@ from leased.backends.params import (CANCELLED_BY_A_USER, expired_failures, filte
                                     queue_limit_params, released_records, running_records, worker_params)
 from leased.backends.ports import JobFilter, NewJob, PruneRule, WorkerRecord
 from leased.backends.rows import claimed_from_rows, history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
-from leased.backends.sql import Migration, schema_problem
+from leased.backends.sql import schema_problem
 from leased.backends.ticks import ScheduleStore
 from leased.errors import DatabaseConflict, InvalidTransition, JobNotFound, SchemaNotReady
 from leased.jobs import Attempt, ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 
 if TYPE_CHECKING:
+    from leased.backends.migrate import Migrator
     from leased.backends.wakeups import Waker
 
 T = TypeVar("T")
@@ -59,9 +61,7 @@ CONFLICT_RETRIES = 5
 
 
 class SQLBackend(InspectionReads, ScheduleStore):
-    _queries: dict[str, str]
-    _migrations: list[Migration]
-    _now_sql: str  # the database's now in a literal script, for migration_sql()
+    _migrator: Migrator
     _where: str  # the database, named for messages (never with a password)
     # Datagrams to the live workers on this host, where the database has no NOTIFY (SQLite, MariaDB).
     _waker: Waker | None = None
@@ -95,12 +95,9 @@ class SQLBackend(InspectionReads, ScheduleStore):
     def _is_duplicate_key(self, error: BaseException) -> bool:
         raise NotImplementedError
 
-    def _migration_transaction(self) -> AbstractContextManager[Any]:
-        """A connection in a transaction that no other migrator runs at the same time."""
-        raise NotImplementedError
-
-    def _run_script(self, connection: Any, script: str) -> None:
-        raise NotImplementedError
+    def _migration_connection(self) -> AbstractContextManager[Any]:
+        """A connection of ours to migrate on: in a write transaction, where DDL takes part in one."""
+        return self._transaction()
 
     def _is_missing_table(self, error: BaseException) -> bool:
         raise NotImplementedError
@@ -349,33 +346,20 @@ class SQLBackend(InspectionReads, ScheduleStore):
 
     def check_schema(self, callers_connection: Any = None) -> None:
         """Raises SchemaNotReady unless the schema is exactly what this code runs on (no lock taken)."""
-        problem = schema_problem(self._applied_versions(), self._migrations, self._where)
+        problem = schema_problem(self._applied_versions(), self._migrator.migrations, self._where)
         if problem:
             raise SchemaNotReady(problem)
 
     def migrate(self, callers_connection: Any = None) -> list[int]:
         """Apply what is missing. Finding the schema current takes no lock; a newer one is refused."""
+        migrations = self._migrator.migrations
         applied = self._applied_versions()
-        if applied - {migration.version for migration in self._migrations}:
-            raise SchemaNotReady(schema_problem(applied, self._migrations, self._where))
-        if all(migration.version in applied for migration in self._migrations):
+        if applied - {migration.version for migration in migrations}:
+            raise SchemaNotReady(schema_problem(applied, migrations, self._where))
+        if all(migration.version in applied for migration in migrations):
             return []
-        applied = []
-        with self._migration_transaction() as connection:
-            # Migrators take turns (see _migration_transaction): the second reads what the first recorded.
-            self._execute(connection, "create_version_table")
-            done = {row["version"] for row in self._execute(connection, "applied_versions").fetchall()}
-            for migration in self._migrations:  # every one not applied yet: a branch merged late fills a gap
-                if migration.version not in done:
-                    self._run_script(connection, migration.sql)
-                    self._execute(connection, "record_version", version=migration.version)
-                    applied.append(migration.version)
-        return applied
+        with self._migration_connection() as connection:
+            return self._migrator.apply(connection)
 
     def migration_sql(self) -> str:
-        parts = [self._queries["create_version_table"] + ";"]
-        for migration in self._migrations:
-            parts.append(f"-- {migration.version:04d}_{migration.name}\n{migration.sql.strip()}")
-            parts.append(f"INSERT INTO leased_schema_version (version, applied_at) "
-                         f"VALUES ({migration.version}, {self._now_sql});")
-        return "\n\n".join(parts) + "\n"
+        return self._migrator.script()

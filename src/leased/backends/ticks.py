@@ -22,8 +22,6 @@ TICKS_KEPT = 100  # tick rows kept per schedule; older ones are pruned as new on
 
 
 class ScheduleStore:
-    _queries: dict[str, str]
-
     def _rows(self, name: str, **params: Any) -> Sequence[Any]:
         raise NotImplementedError
 

@@ -19,7 +19,8 @@ from typing import Callable, Mapping
 from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.engine.completer import Completer, Recorded
 from leased.engine.context import CancelReason, TaskContext
-from leased.engine.executor import Attempt, Executor, Handler
+from leased.engine.claimed import ClaimedAttempt, Handler
+from leased.engine.executor import Executor
 from leased.engine.heartbeat import Heartbeat
 from leased.engine.retrying import is_transient, one_line
 from leased.engine.slots import Slots
@@ -69,11 +70,11 @@ class ClaimedAttempts:
         self._emit = emit
         self._worker_id = worker_id
         self._closed = closed  # attempts closed: with nothing left, stop_when_idle looks again
-        self._threads: HandlerThreads[Attempt] = HandlerThreads(self._run_on_thread, thread_failed)
-        self._to_loop: LoopInbox[Attempt] = LoopInbox(self._start_on_loop)
+        self._threads: HandlerThreads[ClaimedAttempt] = HandlerThreads(self._run_on_thread, thread_failed)
+        self._to_loop: LoopInbox[ClaimedAttempt] = LoopInbox(self._start_on_loop)
         self.slots = Slots(concurrency, run_on_thread=self._threads.run, run_on_loop=self._to_loop.put,
                            freed=slot_freed)
-        self._by_lease: dict[Lease, Attempt] = {}  # claimed, until the attempt's end is written
+        self._by_lease: dict[Lease, ClaimedAttempt] = {}  # claimed, until the attempt's end is written
         self._all_closed = asyncio.Event()
         self._all_closed.set()
         self._giving_back: set[asyncio.Task] = set()
@@ -96,7 +97,7 @@ class ClaimedAttempts:
         """On the loop: jobs just claimed wait for a slot, in claim order."""
         attempts = []
         for job in jobs:
-            attempt = Attempt(job, TaskContext(job, self._worker_id), self._handlers[job.task_name])
+            attempt = ClaimedAttempt(job, TaskContext(job, self._worker_id), self._handlers[job.task_name])
             self._by_lease[attempt.lease] = attempt
             attempts.append(attempt)
         self._heartbeat.track([(attempt.lease, attempt.job.lease_seconds) for attempt in attempts], claimed_at)
@@ -105,23 +106,23 @@ class ClaimedAttempts:
             self._all_closed.clear()
         self.slots.add(attempts)
 
-    def _run_on_thread(self, attempt: Attempt) -> Attempt | None:
+    def _run_on_thread(self, attempt: ClaimedAttempt) -> ClaimedAttempt | None:
         """On a handler thread: run it, hand its end on, and return the next attempt for this thread."""
         self._completer.finish(attempt, self._executor.run_sync(attempt))  # raising here is the engine's bug
         return self.slots.ended(attempt, on_thread=True)
 
-    def _start_on_loop(self, attempts: list[Attempt]) -> None:
+    def _start_on_loop(self, attempts: list[ClaimedAttempt]) -> None:
         for attempt in attempts:
             self._executor.start_async(attempt, self._async_ended)
 
-    def _async_ended(self, attempt: Attempt, end: AttemptEnd | None) -> None:
+    def _async_ended(self, attempt: ClaimedAttempt, end: AttemptEnd | None) -> None:
         self._completer.finish(attempt, end)
         self.slots.ended(attempt, on_thread=False)
 
-    def recorded(self, batch: list[tuple[Attempt, AttemptEnd | None]], results: list[Recorded]) -> None:
+    def recorded(self, batch: list[tuple[ClaimedAttempt, AttemptEnd | None]], results: list[Recorded]) -> None:
         """On the loop, from the completer: how a batch of attempts ended, and whether their ends
         were written."""
-        closing: list[tuple[Attempt, Outcome | None, bool]] = []
+        closing: list[tuple[ClaimedAttempt, Outcome | None, bool]] = []
         for (attempt, end), result in zip(batch, results):
             if end is None:  # cancelled, or a sync handler returning after its attempt ended
                 reason = attempt.context.cancel_reason
@@ -144,7 +145,7 @@ class ClaimedAttempts:
                 closing.append((attempt, None, False))
         self._close(closing)
 
-    def _close(self, closing: list[tuple[Attempt, Outcome | None, bool]]) -> None:
+    def _close(self, closing: list[tuple[ClaimedAttempt, Outcome | None, bool]]) -> None:
         if not closing:
             return
         now = time.monotonic()
@@ -161,8 +162,8 @@ class ClaimedAttempts:
             self._all_closed.set()
         self._closed()
 
-    def _abandon(self, attempt: Attempt, reason: CancelReason | None,
-                 closing: list[tuple[Attempt, Outcome | None, bool]]) -> None:
+    def _abandon(self, attempt: ClaimedAttempt, reason: CancelReason | None,
+                 closing: list[tuple[ClaimedAttempt, Outcome | None, bool]]) -> None:
         """Close an attempt that ended without a written end. A lease lost is given back first."""
         if reason is None:  # the handler raised JobCancelled uncancelled: its lease expires
             closing.append((attempt, None, False))
@@ -176,7 +177,7 @@ class ClaimedAttempts:
         self._giving_back.add(giving_back)
         giving_back.add_done_callback(self._giving_back.discard)
 
-    async def _give_back(self, attempt: Attempt) -> None:
+    async def _give_back(self, attempt: ClaimedAttempt) -> None:
         # If the lease was taken over, this writes nothing. If this worker gave up on its own
         # (it could not renew), the job goes back to the pool now rather than at expiry.
         cause = attempt.lapse_cause
@@ -221,7 +222,7 @@ class ClaimedAttempts:
             # keeps its slot until it returns, but its attempt is over: given back now, not when a
             # handler that ignores its context returns (shutdown must not wait for that either).
             self.slots.withdraw(attempt)
-            closing: list[tuple[Attempt, Outcome | None, bool]] = []
+            closing: list[tuple[ClaimedAttempt, Outcome | None, bool]] = []
             self._abandon(attempt, reason, closing)
             self._close(closing)
 
@@ -244,7 +245,7 @@ class ClaimedAttempts:
             except Exception as error:
                 log.error("worker %s: could not release leases (%s); they return when they expire", self._worker_id,
                           one_line(error))
-            closing: list[tuple[Attempt, Outcome | None, bool]] = []
+            closing: list[tuple[ClaimedAttempt, Outcome | None, bool]] = []
             for attempt in leftovers:
                 if attempt.task is not None:
                     attempt.task.cancel()  # recorded when its task ends

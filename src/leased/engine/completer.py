@@ -19,7 +19,7 @@ from leased.engine.threads import LoopInbox
 from leased.jobs import Lease
 
 if TYPE_CHECKING:
-    from leased.engine.executor import Attempt
+    from leased.engine.claimed import ClaimedAttempt
 
 log = logging.getLogger("leased.worker")
 
@@ -32,23 +32,23 @@ Recorded = Union[bool, None, BaseException]
 
 class Completer:
     def __init__(self, backend: RuntimePort, overdue: Callable[[float], Iterable[Lease]], worker_id: str,
-                 recorded: Callable[[list[tuple[Attempt, AttemptEnd | None]], list[Recorded]], None]):
+                 recorded: Callable[[list[tuple[ClaimedAttempt, AttemptEnd | None]], list[Recorded]], None]):
         self._backend = backend
         self._overdue = overdue  # leases that may run out before the next renewal lands
         self._worker_id = worker_id
         self._recorded = recorded  # on the loop, once per batch
-        self._inbox: LoopInbox[tuple[Attempt, AttemptEnd | None]] = LoopInbox(self._arrived)
-        self._ends: list[tuple[Attempt, AttemptEnd | None]] = []
+        self._inbox: LoopInbox[tuple[ClaimedAttempt, AttemptEnd | None]] = LoopInbox(self._arrived)
+        self._ends: list[tuple[ClaimedAttempt, AttemptEnd | None]] = []
         self._ready = asyncio.Event()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._inbox.start(loop)
 
-    def finish(self, attempt: Attempt, end: AttemptEnd | None) -> None:
+    def finish(self, attempt: ClaimedAttempt, end: AttemptEnd | None) -> None:
         """From any thread: the attempt's handler is over; write its end, if it has one."""
         self._inbox.put((attempt, end))
 
-    def _arrived(self, ends: list[tuple[Attempt, AttemptEnd | None]]) -> None:
+    def _arrived(self, ends: list[tuple[ClaimedAttempt, AttemptEnd | None]]) -> None:
         self._ends += ends
         self._ready.set()
 

@@ -22,14 +22,15 @@ import os
 import threading
 import time
 import traceback
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from leased.backends.ports import AttemptEnd
 from leased.backoff import Backoff
-from leased.engine.context import CancelReason, JobCancelled, TaskContext
+from leased.engine.claimed import ClaimedAttempt
+from leased.engine.context import CancelReason, JobCancelled
 from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
-from leased.errors import PayloadError, PermanentError
+from leased.errors import ArgumentsMismatch, PayloadError, PermanentError, ResultNotStored
 from leased.jobs import ClaimedJob, Outcome
 from leased.payloads import clean_text, encode_result
 
@@ -39,45 +40,12 @@ MAX_ERROR_MESSAGE = 4_000
 MAX_TRACEBACK = 32_000
 
 
-class Handler(Protocol):
-    """What the engine needs of a task (leased.tasks.Task is one): a function and how to call it."""
-
-    func: Callable[..., Any]
-    takes_context: bool
-    is_async: bool
-    backoff: Backoff
-
-    def check_arguments(self, args: tuple | list, kwargs: dict[str, Any]) -> None: ...
-
-    def handler_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]: ...
-
-
-class Attempt:
-    """One claimed attempt, from its claim until its end is written or its lease given back."""
-
-    __slots__ = ("job", "lease", "context", "handler", "is_async", "task", "started", "thread_id", "time_limit",
-                 "lapse_cause", "closed")
-
-    def __init__(self, job: ClaimedJob, context: TaskContext, handler: Handler):
-        self.job = job
-        self.lease = job.lease
-        self.context = context
-        self.handler = handler
-        self.is_async = handler.is_async
-        self.task: asyncio.Task | None = None  # an async handler's, once started
-        self.started = 0.0  # monotonic, when its handler was called
-        self.thread_id: int | None = None  # a sync handler's thread, while the handler runs
-        self.time_limit: asyncio.TimerHandle | None = None
-        self.lapse_cause: str | None = None  # why this worker let the lease lapse, when it knows (e.g. a write lock)
-        self.closed = False  # its end is recorded (or given up): a thread returning late changes nothing
-
-
 class Executor:
     def __init__(self, time_limits: TimeLimits, max_payload_bytes: int):
         self.time_limits = time_limits
         self.max_payload_bytes = max_payload_bytes
 
-    def run_sync(self, attempt: Attempt) -> AttemptEnd | None:
+    def run_sync(self, attempt: ClaimedAttempt) -> AttemptEnd | None:
         """On a handler thread: run the handler once. None means it was cancelled and nothing is to
         be written."""
         context = attempt.context
@@ -87,7 +55,7 @@ class Executor:
         try:
             args, kwargs = self._arguments(attempt)
         except PayloadError as error:
-            return error_end(job, error, retry=False) if context.finish() else None
+            return error_end(job, _found_as(ArgumentsMismatch, error), retry=False) if context.finish() else None
         attempt.thread_id = threading.get_ident()
         attempt.started = time.monotonic()
         if job.timeout_seconds is not None:
@@ -101,7 +69,7 @@ class Executor:
         attempt.thread_id = None
         return end if end is not None and context.finish() else None
 
-    def start_async(self, attempt: Attempt, ended: Callable[[Attempt, AttemptEnd | None], None]) -> None:
+    def start_async(self, attempt: ClaimedAttempt, ended: Callable[[ClaimedAttempt, AttemptEnd | None], None]) -> None:
         """On the loop: start the handler as a task; `ended(attempt, end)` is called when it is done
         (end None: cancelled, nothing to write)."""
         context = attempt.context
@@ -111,7 +79,8 @@ class Executor:
         try:
             args, kwargs = self._arguments(attempt)
         except PayloadError as error:
-            ended(attempt, error_end(attempt.job, error, retry=False) if context.finish() else None)
+            ended(attempt, error_end(attempt.job, _found_as(ArgumentsMismatch, error), retry=False)
+                  if context.finish() else None)
             return
         handler = attempt.handler
         attempt.started = time.monotonic()
@@ -120,7 +89,7 @@ class Executor:
         self.time_limits.arm(attempt)
         attempt.task.add_done_callback(lambda task: ended(attempt, self._async_end(attempt, task)))
 
-    def _async_end(self, attempt: Attempt, task: asyncio.Task) -> AttemptEnd | None:
+    def _async_end(self, attempt: ClaimedAttempt, task: asyncio.Task) -> AttemptEnd | None:
         context = attempt.context
         if context.cancel_reason is CancelReason.TIMEOUT:  # whatever it did after its limit, it ended there
             return timeout_end(attempt.job, attempt.handler.backoff)
@@ -134,12 +103,12 @@ class Executor:
             end = self._result_end(attempt, task.result())
         return end if end is not None and context.finish() else None
 
-    def _arguments(self, attempt: Attempt) -> tuple[list[Any], dict[str, Any]]:
+    def _arguments(self, attempt: ClaimedAttempt) -> tuple[list[Any], dict[str, Any]]:
         job, handler = attempt.job, attempt.handler
         handler.check_arguments(job.args, job.kwargs)
         return handler.handler_arguments(job.args, job.kwargs)  # typed parameters decoded
 
-    def _error_end(self, attempt: Attempt, error: BaseException) -> AttemptEnd | None:
+    def _error_end(self, attempt: ClaimedAttempt, error: BaseException) -> AttemptEnd | None:
         job = attempt.job
         if isinstance(error, JobCancelled):
             return None
@@ -147,14 +116,19 @@ class Executor:
             return error_end(job, error, retry=False)
         return error_end(job, error, retry=job.attempt < job.max_attempts, backoff=attempt.handler.backoff)
 
-    def _result_end(self, attempt: Attempt, result: Any) -> AttemptEnd:
+    def _result_end(self, attempt: ClaimedAttempt, result: Any) -> AttemptEnd:
         job = attempt.job
         try:
             result_json = encode_result(result, self.max_payload_bytes)
         except PayloadError as error:
-            return error_end(job, error, retry=False)
+            return error_end(job, _found_as(ResultNotStored, error), retry=False)
         log.debug("job %d (%s) attempt %d done", job.id, job.task_name, job.attempt)
         return AttemptEnd(attempt.lease, Outcome.DONE, result_json=result_json)
+
+
+def _found_as(kind: type[PayloadError], error: PayloadError) -> PayloadError:
+    """`error` as the step it was found in (`kind`), with its message and traceback."""
+    return kind(str(error)).with_traceback(error.__traceback__)
 
 
 class _Escaped(Exception):

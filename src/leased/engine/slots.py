@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:
-    from leased.engine.executor import Attempt
+    from leased.engine.claimed import ClaimedAttempt
 
 PREFETCH_SECONDS = 0.05  # claim ahead the jobs the slots will start within this, or within two claims' time
 CLAIM_TIME_WEIGHT = 0.3  # how much the latest claim counts in the running mean of how long claims take
@@ -25,8 +25,8 @@ MAX_UNWRITTEN_ENDS = 1_000
 
 
 class Slots:
-    def __init__(self, concurrency: int, *, run_on_thread: Callable[[Attempt], None],
-                 run_on_loop: Callable[[Attempt], None], freed: Callable[[], None],
+    def __init__(self, concurrency: int, *, run_on_thread: Callable[[ClaimedAttempt], None],
+                 run_on_loop: Callable[[ClaimedAttempt], None], freed: Callable[[], None],
                  clock: Callable[[], float] = time.monotonic):
         self.concurrency = concurrency
         self._run_on_thread = run_on_thread  # a sync attempt, to a handler thread (from any thread)
@@ -34,8 +34,8 @@ class Slots:
         self._freed = freed  # a handler ended: the claimer may want to claim more (from any thread)
         self._clock = clock
         self._lock = threading.Lock()
-        self._waiting: collections.deque[Attempt] = collections.deque()
-        self._holding: set[Attempt] = set()  # attempts given a slot whose handler has not returned
+        self._waiting: collections.deque[ClaimedAttempt] = collections.deque()
+        self._holding: set[ClaimedAttempt] = set()  # attempts given a slot whose handler has not returned
         self._ends: collections.deque[tuple[float, float]] = collections.deque()  # recent ends: when, how long it ran
         self._claim_seconds = 0.0  # how long a claim takes lately (a running mean)
 
@@ -49,14 +49,14 @@ class Slots:
         """Claimed attempts waiting for a slot or in their handler."""
         return len(self._holding) + len(self._waiting)
 
-    def add(self, attempts: Iterable[Attempt]) -> None:
+    def add(self, attempts: Iterable[ClaimedAttempt]) -> None:
         """Claimed attempts wait in line; as many start as slots are free."""
         with self._lock:
             self._waiting.extend(attempts)
             starting = self._take_free()
         self._start(starting)
 
-    def ended(self, attempt: Attempt, on_thread: bool) -> Attempt | None:
+    def ended(self, attempt: ClaimedAttempt, on_thread: bool) -> ClaimedAttempt | None:
         """The attempt's handler returned (`attempt.started` is 0 if it never ran). On its thread: the
         next waiting attempt, if it is sync, for that thread to run in the same slot; otherwise None,
         and the slot goes to whoever is next in line."""
@@ -74,7 +74,7 @@ class Slots:
         self._freed()
         return following
 
-    def withdraw(self, attempt: Attempt) -> bool:
+    def withdraw(self, attempt: ClaimedAttempt) -> bool:
         """Take an attempt out of the line before it starts; False if it has started."""
         with self._lock:
             try:
@@ -83,7 +83,7 @@ class Slots:
                 return False
         return True
 
-    def _take_free(self) -> list[Attempt]:
+    def _take_free(self) -> list[ClaimedAttempt]:
         starting = []
         while len(self._holding) < self.concurrency and self._waiting:
             attempt = self._waiting.popleft()
@@ -91,7 +91,7 @@ class Slots:
             starting.append(attempt)
         return starting
 
-    def _start(self, attempts: Iterable[Attempt]) -> None:
+    def _start(self, attempts: Iterable[ClaimedAttempt]) -> None:
         for attempt in attempts:
             (self._run_on_loop if attempt.is_async else self._run_on_thread)(attempt)
 

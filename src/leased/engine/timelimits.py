@@ -31,7 +31,7 @@ from leased.jobs import ClaimedJob, Lease, Outcome
 from leased.payloads import clean_text
 
 if TYPE_CHECKING:
-    from leased.engine.executor import Attempt
+    from leased.engine.claimed import ClaimedAttempt
 
 log = logging.getLogger("leased.worker")
 
@@ -99,9 +99,9 @@ class TimeLimits:
         self._on_limit = on_limit
         self._emit = emit
         self._on_stuck_change = on_stuck_change
-        self._overruns: dict[Attempt, _Overrun] = {}
+        self._overruns: dict[ClaimedAttempt, _Overrun] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._to_arm: LoopInbox[Attempt] = LoopInbox(self._arm_all)
+        self._to_arm: LoopInbox[ClaimedAttempt] = LoopInbox(self._arm_all)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -117,7 +117,7 @@ class TimeLimits:
         """Of those, the ones past the grace: what the worker announces and metrics show."""
         return sum(overrun.stuck for overrun in self._overruns.values())
 
-    def arm(self, attempt: Attempt) -> None:
+    def arm(self, attempt: ClaimedAttempt) -> None:
         """On the loop: call on_limit(the attempt's lease) once its handler has run for the job's limit."""
         limit = attempt.job.timeout_seconds
         if limit is None or attempt.closed:
@@ -125,21 +125,21 @@ class TimeLimits:
         attempt.time_limit = self._loop.call_later(max(0.0, attempt.started + limit - time.monotonic()),
                                                    self._on_limit, attempt.job.lease)
 
-    def arm_soon(self, attempt: Attempt) -> None:
+    def arm_soon(self, attempt: ClaimedAttempt) -> None:
         """From a handler thread, as its handler starts: arm() on the loop."""
         self._to_arm.put(attempt)
 
-    def _arm_all(self, attempts: list[Attempt]) -> None:
+    def _arm_all(self, attempts: list[ClaimedAttempt]) -> None:
         for attempt in attempts:
             self.arm(attempt)
 
     @staticmethod
-    def disarm(attempt: Attempt) -> None:
+    def disarm(attempt: ClaimedAttempt) -> None:
         if attempt.time_limit is not None:
             attempt.time_limit.cancel()
             attempt.time_limit = None
 
-    def overran(self, attempt: Attempt, finish: Callable[[AttemptEnd], None]) -> None:
+    def overran(self, attempt: ClaimedAttempt, finish: Callable[[AttemptEnd], None]) -> None:
         """On the loop: the attempt reached its limit while its sync handler runs, and its handler
         was told. `finish(end)` is called once the end can say what happened: when the handler
         returns (it stopped when told), or STUCK_AFTER_SECONDS later (it is stuck)."""
@@ -153,7 +153,7 @@ class TimeLimits:
         if finish is not None:
             finish(end)
 
-    def returned(self, attempt: Attempt) -> None:
+    def returned(self, attempt: ClaimedAttempt) -> None:
         """On the loop: the handler of an attempt that ended at its limit has returned."""
         overrun = self._overruns.pop(attempt, None)
         if overrun is None:
@@ -171,7 +171,7 @@ class TimeLimits:
                                     returned=True))
             self._on_stuck_change()
 
-    def _report(self, attempt: Attempt) -> None:
+    def _report(self, attempt: ClaimedAttempt) -> None:
         overrun = self._overruns.get(attempt)
         if overrun is None:
             return

@@ -33,7 +33,8 @@ from leased.engine.attempts import ClaimedAttempts, WorkerStats
 from leased.engine.claimer import Claimer
 from leased.engine.completer import Completer
 from leased.engine.context import CancelReason
-from leased.engine.executor import Executor, Handler
+from leased.engine.claimed import Handler
+from leased.engine.executor import Executor
 from leased.engine.lease_keeper import LeaseKeeper
 from leased.engine.listening import ListenerService
 from leased.engine.scheduler import ScheduledTicks, Scheduler

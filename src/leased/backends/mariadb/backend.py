@@ -28,7 +28,8 @@ from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.mariadb import driver
 from leased.backends.mariadb.limited import pick_limited
 from leased.backends.params import ends_json, finished_counts, leases_json
-from leased.backends.sql import load_migrations, load_queries, schema_problem, statements
+from leased.backends.migrate import Migrator
+from leased.backends.sql import load_migrations, load_queries, schema_problem
 from leased.backends.sql_backend import SQLBackend
 from leased.backends.wakeups import DatagramListener, Waker
 from leased.clock import Clock
@@ -70,6 +71,32 @@ def _epoch(value: Any) -> float:
 def _errno(error: BaseException) -> int | None:
     args = getattr(error, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
+
+
+def _run_statement(connection: Any, statement: str) -> list[tuple]:
+    """One statement (the driver runs no more per call), its rows as tuples, on a connection of
+    either driver: ours, or Django's."""
+    with driver.tuple_cursor(connection) as cursor:
+        cursor.execute(statement)
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+@contextmanager
+def _migration_lock(connection: Any) -> Iterator[None]:
+    """DDL commits on its own in MariaDB, so migrators take turns under a named lock rather than in
+    one transaction (and each version is recorded once applied)."""
+    ((locked,),) = _run_statement(connection, QUERIES["migration_lock"])
+    if not locked:
+        raise DatabaseConflict("another migrator held leased's migration lock for 60 s")
+    try:
+        yield
+    finally:
+        _run_statement(connection, QUERIES["migration_unlock"])
+
+
+MIGRATOR = Migrator(MIGRATIONS, QUERIES["create_version_table"], QUERIES["applied_versions"],
+                    now_sql="UNIX_TIMESTAMP(NOW(6))",  # the schema's own clock, not leased_now()'s seam
+                    run=_run_statement, lock=_migration_lock)
 
 
 def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
@@ -302,10 +329,13 @@ class MariaDBBackend(SQLBackend):
         params = {"worker_id": request.worker_id, "task_names": json.dumps(list(request.task_names)),
                   "queue_names": None if request.queue_names is None else json.dumps(list(request.queue_names)),
                   "limit": request.limit}
-        if request.reclaim_expired:
-            self.reclaim_expired()
-        rows = self._transact(lambda connection: self._lease(connection, self._all(connection, "claim_ids", **params),
-                                                             request.worker_id))
+
+        def claim_plain(connection: Any) -> list[dict[str, Any]]:
+            if request.reclaim_expired:  # in the claim's transaction, as the port promises: one, not two
+                self._reclaim(connection)
+            return self._lease(connection, self._all(connection, "claim_ids", **params), request.worker_id)
+
+        rows = self._transact(claim_plain)
         if len(rows) < request.limit and self._rows("limits_in_use")[0]["in_use"]:
             rows += self._claim_limited({**params, "limit": request.limit - len(rows)})
         return self._claimed(rows)
@@ -402,25 +432,14 @@ class MariaDBBackend(SQLBackend):
                 with self._translated():
                     self._execute(connection, "prune_unlock")
 
-    # Schema: the shared runner. DDL commits on its own in MariaDB, so migrators take turns under
-    # a named lock rather than in one transaction, and each version is recorded once applied.
-    _queries, _migrations, _now_sql = QUERIES, MIGRATIONS, "UNIX_TIMESTAMP(NOW(6))"  # the schema's own clock
+    # Schema: the shared runner (MIGRATOR), under its named lock, on a connection of ours that
+    # autocommits: a transaction would not hold DDL.
+    _migrator = MIGRATOR
 
     @contextmanager
-    def _migration_transaction(self) -> Iterator[Any]:
+    def _migration_connection(self) -> Iterator[Any]:
         with self._translated():
-            connection = self._connection()
-            if not self._execute(connection, "migration_lock").fetchone()["locked"]:
-                raise DatabaseConflict(f"{self._where}: another migrator held the migration lock for 60 s")
-            try:
-                yield connection
-            finally:
-                self._execute(connection, "migration_unlock")
-
-    def _run_script(self, connection: Any, script: str) -> None:
-        for statement in statements(script):
-            with connection.cursor() as cursor:
-                cursor.execute(statement)
+            yield self._connection()
 
     def _is_duplicate_key(self, error: BaseException) -> bool:
         return isinstance(error, driver.IntegrityError) and _errno(error) == ER_DUP_ENTRY

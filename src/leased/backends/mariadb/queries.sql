@@ -338,9 +338,6 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
     applied_at DOUBLE NOT NULL
 ) ENGINE = InnoDB;
 
--- name: record_version
-INSERT INTO leased_schema_version (version, applied_at) VALUES (%(version)s, UNIX_TIMESTAMP(NOW(6)));
-
 -- Explaining one job (`leased why`): read in one consistent snapshot.
 
 -- name: why_snapshot

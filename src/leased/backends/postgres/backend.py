@@ -31,6 +31,7 @@ from leased.backends.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import jobs_json
 from leased.backends.postgres import callers
+from leased.backends.migrate import Migrator
 from leased.backends.postgres.listener import Listener
 from leased.backends.sql import load_migrations, load_queries, schema_problem
 from leased.backends.sql_backend import SQLBackend
@@ -78,6 +79,27 @@ def _insert_query(jobs: Sequence[NewJob]) -> tuple[str, dict[str, Any]]:
         "idempotency_key": job.idempotency_key, "timeout_seconds": job.timeout_seconds,
         "concurrency_key": job.concurrency_key, "key_concurrency": job.key_concurrency,
         "key_rate_count": job.key_rate_count, "key_rate_seconds": job.key_rate_seconds}
+
+
+def _run_statement(connection: psycopg.Connection, statement: str) -> list[tuple]:
+    """A statement, or a script (no parameters: sent as one multi-statement query), its rows as
+    tuples on any connection (ours return dicts, Django's tuples)."""
+    with connection.cursor(row_factory=tuple_row) as cursor:
+        cursor.execute(statement)
+        return cursor.fetchall() if cursor.description else []
+
+
+@contextmanager
+def _migration_lock(connection: psycopg.Connection) -> Iterator[None]:
+    """A transaction-scoped advisory lock: held until the connection's transaction (ours, or
+    Django's migration's) ends. It comes before CREATE TABLE IF NOT EXISTS, which is not safe
+    against a concurrent twin; the second migrator then reads the versions the first committed."""
+    _run_statement(connection, QUERIES["migration_lock"])
+    yield
+
+
+MIGRATOR = Migrator(MIGRATIONS, QUERIES["create_version_table"], QUERIES["applied_versions"], now_sql="now()",
+                    run=_run_statement, lock=_migration_lock, whole_scripts=True)
 
 
 def _is_connection_failure(error: psycopg.OperationalError) -> bool:
@@ -537,21 +559,10 @@ class PostgresBackend(SQLBackend):
                 if locked:
                     connection.execute(QUERIES["prune_unlock"])
 
-    # Schema: the shared runner, serialized by an advisory lock. A caller's open transaction
-    # (`callers_connection`) holds no lock of ours, so a missing schema is created meanwhile on a
-    # connection of our own.
-    _queries, _migrations, _now_sql = QUERIES, MIGRATIONS, "now()"
-
-    @contextmanager
-    def _migration_transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        with self._transaction() as connection:
-            # The lock comes before CREATE TABLE IF NOT EXISTS, which is not safe against a
-            # concurrent twin; the second migrator then reads the versions the first committed.
-            connection.execute(QUERIES["migration_lock"])
-            yield connection
-
-    def _run_script(self, connection: psycopg.Connection, script: str) -> None:
-        connection.execute(script)  # no parameters: sent as one multi-statement script
+    # Schema: the shared runner (MIGRATOR), serialized by an advisory lock, in a transaction of
+    # ours. A caller's open transaction (`callers_connection`) holds no lock of ours, so a missing
+    # schema is created meanwhile on a connection of our own.
+    _migrator = MIGRATOR
 
     def _execute(self, connection: psycopg.Connection, name: str, /, **params: Any) -> psycopg.Cursor:
         return connection.execute(QUERIES[name], params)

@@ -374,9 +374,6 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
--- name: record_version
-INSERT INTO leased_schema_version (version, applied_at) VALUES (%(version)s, now());
-
 -- name: oldest_due
 -- Through the due set's partial indexes, as count_active: no index on all of status is needed.
 SELECT queue_name, extract(epoch FROM leased_now() - min(run_after))::float8 AS seconds FROM (

@@ -24,7 +24,8 @@ from leased.backends.async_drivers import enqueue_aiosqlite
 from leased.backends.callers import not_ours, type_name, wrong_connection
 from leased.backends.enqueueing import due_queue_names, jobs_json
 from leased.backends.params import ends_json, finished_counts, leases_json
-from leased.backends.sql import MIGRATE_HINT, load_migrations, load_queries, schema_problem, statements
+from leased.backends.migrate import Migrator
+from leased.backends.sql import MIGRATE_HINT, load_migrations, load_queries, schema_problem
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.wakeups import DatagramListener, Waker
 from leased.backends.sql_backend import SQLBackend
@@ -43,6 +44,21 @@ _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
 MIGRATIONS = load_migrations(_HERE / "migrations")
 BUSY_TIMEOUT_MS = 30_000
+
+
+def _run_statement(connection: sqlite3.Connection, statement: str) -> list[tuple]:
+    """One statement in the connection's transaction (executescript would commit it), its rows as tuples."""
+    cursor = connection.cursor()
+    cursor.row_factory = None  # on the cursor: a caller's connection (Django's) may use any row factory
+    cursor.execute(statement)
+    return cursor.fetchall()
+
+
+# The migration runner's hooks. No lock of its own: a migration runs in a write transaction (ours
+# is BEGIN IMMEDIATE), and SQLite has one writer. Recorded by SQL's clock, not leased_now(): the
+# function exists only on connections leased prepared, and a caller's (Django's) need not be one.
+MIGRATOR = Migrator(MIGRATIONS, QUERIES["create_version_table"], QUERIES["applied_versions"],
+                    now_sql="(julianday('now') - 2440587.5) * 86400.0", run=_run_statement)
 
 
 def _time(value: float | None) -> datetime | None:
@@ -129,7 +145,7 @@ class SQLiteBackend(SQLBackend):
         """sqlite3's errors stop here: a lock held past the wait and disk I/O errors, which the
         engine retries as it retries a lost server, and a missing table, which it does not."""
         if _is_missing_table(error):
-            return SchemaNotReady(schema_problem(set(), self._migrations, self._where))
+            return SchemaNotReady(schema_problem(set(), self._migrator.migrations, self._where))
         if is_lock_error(error):
             return DatabaseLocked(lock_message(self.path, "read"))
         return DatabaseUnavailable(f"SQLite database {self.path!r}: {error}")
@@ -283,8 +299,8 @@ class SQLiteBackend(SQLBackend):
     def pruning(self) -> Iterator[bool]:
         yield True  # the write lock already serializes pruners batch by batch
 
-    # Schema: the shared runner, serialized by BEGIN IMMEDIATE.
-    _queries, _migrations, _now_sql = QUERIES, MIGRATIONS, "unixepoch()"
+    # Schema: the shared runner (MIGRATOR), serialized by BEGIN IMMEDIATE.
+    _migrator = MIGRATOR
 
     def migrate(self, callers_connection: sqlite3.Connection | None = None) -> list[int]:
         """Finding the schema current takes no lock: a first use inside a caller's transaction,
@@ -294,7 +310,7 @@ class SQLiteBackend(SQLBackend):
         if callers_connection is not None:
             self._check_reach(_callers(callers_connection))  # before the schema: theirs may have none
         if callers_connection is not None and callers_connection.in_transaction:
-            known = {migration.version for migration in self._migrations}
+            known = {migration.version for migration in self._migrator.migrations}
             if known - _applied_versions(callers_connection):
                 raise SchemaNotReady(
                     f"the leased schema is missing or behind in SQLite database {self.path!r}, and this first "
@@ -309,7 +325,7 @@ class SQLiteBackend(SQLBackend):
     def check_schema(self, callers_connection: sqlite3.Connection | None = None) -> None:
         if callers_connection is not None:  # inside the caller's transaction: a connection of ours would wait on it
             self._check_reach(_callers(callers_connection))
-            problem = schema_problem(_applied_versions(callers_connection), self._migrations, self._where)
+            problem = schema_problem(_applied_versions(callers_connection), self._migrator.migrations, self._where)
             if problem:
                 raise SchemaNotReady(problem)
             return
@@ -319,13 +335,6 @@ class SQLiteBackend(SQLBackend):
             raise SchemaNotReady(f"SQLite database {self.path!r} does not exist (a typo in the path?): "
                                  f"{MIGRATE_HINT} to create it there")
         super().check_schema()
-
-    def _migration_transaction(self) -> Any:
-        return self._transaction()
-
-    def _run_script(self, connection: sqlite3.Connection, script: str) -> None:
-        for statement in statements(script):  # executescript would commit our transaction
-            connection.execute(statement)
 
     def _execute(self, connection: sqlite3.Connection, name: str, /, **params: Any) -> sqlite3.Cursor:
         return connection.execute(QUERIES[name], params)

@@ -308,9 +308,6 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
     applied_at REAL NOT NULL
 );
 
--- name: record_version
-INSERT INTO leased_schema_version (version, applied_at) VALUES (:version, leased_now());
-
 -- Explaining one job (`leased why`): read in one read transaction with get_job, get_history and
 -- list_workers.
 

@@ -119,7 +119,7 @@ class LeasedBackend(BaseTaskBackend):
     def check(self, **kwargs: Any) -> list:
         from leased.contrib.django.checks import backend_problems
 
-        return backend_problems(self)
+        return backend_problems(self.alias, self.database)
 
     # leased's side.
     @property

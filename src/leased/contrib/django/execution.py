@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from traceback import format_exception
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from django.db import close_old_connections, reset_queries
 from django.tasks import task_backends
@@ -19,12 +19,20 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
+from leased.app import Leased
 from leased.contrib.django.results import class_path, new_result, task_as_enqueued, task_result
 from leased.engine.context import TaskContext
 from leased.errors import PermanentError
 
-if TYPE_CHECKING:
-    from leased.contrib.django.backend import LeasedBackend
+
+class TaskBackend(Protocol):
+    """What running a task needs of its backend (leased.contrib.django.backend.LeasedBackend, the
+    signals' sender): its TASKS alias, and the Leased app on its database."""
+
+    alias: str
+
+    @property
+    def app(self) -> Leased: ...
 
 
 def handler_for(alias: str, task: Task) -> Callable[..., Any]:
@@ -50,7 +58,7 @@ def handler_for(alias: str, task: Task) -> Callable[..., Any]:
     return run
 
 
-def _run(backend: LeasedBackend, task: Task, leased_context: TaskContext, args: tuple, kwargs: dict) -> Any:
+def _run(backend: TaskBackend, task: Task, leased_context: TaskContext, args: tuple, kwargs: dict) -> Any:
     job, sender = leased_context.job, type(backend)
     result = _running_result(backend, task, leased_context, list(args), kwargs)
     task_started.send(sender=sender, task_result=result)
@@ -75,7 +83,7 @@ def _run(backend: LeasedBackend, task: Task, leased_context: TaskContext, args: 
     return value
 
 
-def _running_result(backend: LeasedBackend, task: Task, leased_context: TaskContext, args: list,
+def _running_result(backend: TaskBackend, task: Task, leased_context: TaskContext, args: list,
                     kwargs: dict) -> TaskResult:
     job, now = leased_context.job, timezone.now()
     enqueued = task_as_enqueued(task, job, backend.alias)

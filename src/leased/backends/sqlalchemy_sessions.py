@@ -4,6 +4,7 @@ transaction the Session or Connection has open, and commits or rolls back with i
 Sync: a Session or Connection on SQLite (pysqlite) or PostgreSQL (psycopg). Async, with aenqueue():
 an AsyncSession or AsyncConnection on PostgreSQL (psycopg or asyncpg) or SQLite (aiosqlite).
 What we write with is the driver connection under the transaction, so the insert is part of it.
+Imported by leased.app only when connection= is a SQLAlchemy object: sqlalchemy stays optional.
 """
 
 from __future__ import annotations

@@ -1,0 +1,46 @@
+"""A claimed attempt as the engine holds it (ClaimedAttempt), and what it needs of the task it runs
+(Handler). The value every service of the engine passes on: the slots, the executor, the time
+limits, the completer and the claimed attempts (engine/attempts.py), none of which it imports.
+Not leased.jobs.Attempt, the record of an attempt that the database keeps and inspection shows."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Protocol
+
+from leased.backoff import Backoff
+from leased.engine.context import TaskContext
+from leased.jobs import ClaimedJob
+
+
+class Handler(Protocol):
+    """What the engine needs of a task (leased.tasks.Task is one): a function and how to call it."""
+
+    func: Callable[..., Any]
+    takes_context: bool
+    is_async: bool
+    backoff: Backoff
+
+    def check_arguments(self, args: tuple | list, kwargs: dict[str, Any]) -> None: ...
+
+    def handler_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]: ...
+
+
+class ClaimedAttempt:
+    """One claimed attempt, from its claim until its end is written or its lease given back."""
+
+    __slots__ = ("job", "lease", "context", "handler", "is_async", "task", "started", "thread_id", "time_limit",
+                 "lapse_cause", "closed")
+
+    def __init__(self, job: ClaimedJob, context: TaskContext, handler: Handler):
+        self.job = job
+        self.lease = job.lease
+        self.context = context
+        self.handler = handler
+        self.is_async = handler.is_async
+        self.task: asyncio.Task | None = None  # an async handler's, once started
+        self.started = 0.0  # monotonic, when its handler was called
+        self.thread_id: int | None = None  # a sync handler's thread, while the handler runs
+        self.time_limit: asyncio.TimerHandle | None = None
+        self.lapse_cause: str | None = None  # why this worker let the lease lapse, when it knows (e.g. a write lock)
+        self.closed = False  # its end is recorded (or given up): a thread returning late changes nothing
