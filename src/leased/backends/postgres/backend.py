@@ -12,7 +12,9 @@ lock, no LISTEN except on the direct `listen_url` the URL may name.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -32,6 +34,8 @@ from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import jobs_json
 from leased.backends.postgres import callers
 from leased.backends.postgres.listener import Listener
+from leased.backends.postgres.outages import OwnPoolWarnings, described, first_line, is_connection_failure, is_outage, \
+    is_stale, reason
 from leased.backends.sql import load_migrations, load_queries, schema_problem
 from leased.backends.sql_backend import SQLBackend
 from leased.clock import Clock
@@ -43,7 +47,17 @@ _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
 MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
-POOL_TIMEOUT_SECONDS = 30  # how long a call waits for a free connection
+# How long a call waits for a free connection while the pool is sound: well below a lease, since a
+# claim or a renewal that waited longer would be worth little.
+POOL_TIMEOUT_SECONDS = 5
+# Once a connection was lost, a call waits only this long for a pooled one, then connects directly:
+# it reaches the new primary as soon as that answers, where the pool retries on its own time.
+OUTAGE_POOL_WAIT_SECONDS = 0.05
+# How long the pool keeps retrying to replace a lost connection (psycopg_pool backs off 1, 2, 4, 8 s
+# for up to 5 minutes): after a second it gives up, and the next call that waits asks again at once.
+RECONNECT_SECONDS = 1.0
+OWN_POOLS = OwnPoolWarnings(("leased", "leased-claims"))
+logging.getLogger("psycopg.pool").addFilter(OWN_POOLS)
 # The clock offset each session has, ours and callers' (the clock seam); absent: none.
 _CLOCK_SET: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
@@ -78,13 +92,6 @@ def _insert_query(jobs: Sequence[NewJob]) -> tuple[str, dict[str, Any]]:
         "idempotency_key": job.idempotency_key, "timeout_seconds": job.timeout_seconds,
         "concurrency_key": job.concurrency_key, "key_concurrency": job.key_concurrency,
         "key_rate_count": job.key_rate_count, "key_rate_seconds": job.key_rate_seconds}
-
-
-def _is_connection_failure(error: psycopg.OperationalError) -> bool:
-    # OperationalError also covers serialization failures, deadlocks and cancelled queries, which
-    # are not an unreachable database: only client-side failures and SQLSTATE 08/57P0x are.
-    state = error.sqlstate
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 def _set_up(connection: psycopg.Connection) -> None:
@@ -128,14 +135,17 @@ def _parsed(url: str, what: str) -> dict[str, Any]:
     try:
         return conninfo_to_dict(url)
     except psycopg.ProgrammingError as error:
-        raise ConfigurationError(f"invalid {what}: {_first_line(error)}") from None
+        raise ConfigurationError(f"invalid {what}: {first_line(error)}") from None
 
 
 def _described(params: dict[str, Any]) -> str:
-    """A database named without the password, for messages and repr."""
-    host = params.get("host") or "the default host"
-    return f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {host}" + (
-        f":{params['port']}" if params.get("port") else "")
+    """A database named without the password, for messages and repr; a multi-host URL's hosts each
+    with its port (a single port serves them all)."""
+    hosts = (params.get("host") or "the default host").split(",")
+    ports = str(params.get("port") or "").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports
+    where = ", ".join(f"{host}:{port}" if port else host for host, port in zip(hosts, ports))
+    return f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {where}"
 
 
 def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
@@ -143,10 +153,6 @@ def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     if "connect_timeout" not in params:
         kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
     return kwargs
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 class PostgresBackend(SQLBackend):
@@ -173,6 +179,9 @@ class PostgresBackend(SQLBackend):
         # claim cost a transaction block and more time than the claim itself.
         self._claims_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
+        # Set when a connection was found lost (a crash, a failover), until a pooled one works again:
+        # meanwhile calls connect directly whenever the pool has no connection ready.
+        self._reconnecting = False
         self._identity: callers.Identity | None = None  # what connection_identity reads on ours
         # Whether limited jobs may wait, as last seen: while they do, every claim takes the lock that
         # serializes claims of limited jobs. The plain claim is safe whatever this says: it takes no
@@ -211,12 +220,18 @@ class PostgresBackend(SQLBackend):
                 if self.behind_pooler is None:
                     self._found_pooler(_reaches_pooler(connection))
         except psycopg.OperationalError as error:
-            raise DatabaseUnavailable(f"cannot connect to {self._where}: {_first_line(error)}") from None
-        if self.behind_pooler:
-            # A session setting would stay with whichever server connection ran it, the next client's.
-            configure = None
+            raise DatabaseUnavailable(f"cannot connect to {self._where}: {described(error)}") from None
+
+        def set_up(connection: psycopg.Connection) -> None:
+            OWN_POOLS.adopt(connection)
+            # Behind a pooler a session setting would stay with whichever server connection ran it,
+            # the next client's.
+            if configure is not None and not self.behind_pooler:
+                configure(connection)
+
         pool = ConnectionPool(url, min_size=min_connections, max_size=max_connections, kwargs=connect_kwargs,
-                              configure=configure, timeout=POOL_TIMEOUT_SECONDS, name=name, open=True)
+                              configure=set_up, timeout=POOL_TIMEOUT_SECONDS, name=name,
+                              reconnect_timeout=RECONNECT_SECONDS, open=True)
         try:
             pool.wait(timeout=CONNECT_TIMEOUT_SECONDS)
         except PoolTimeout:
@@ -239,27 +254,71 @@ class PostgresBackend(SQLBackend):
     @contextmanager
     def _connection(self, for_claims: bool = False) -> Iterator[psycopg.Connection[dict[str, Any]]]:
         if for_claims:
-            pool = self._claims_pool or self._open_claims_pool()
+            pool, configure = self._claims_pool or self._open_claims_pool(), _set_up_for_claims
         else:
-            pool = self._pool or self._open_pool()
+            pool, configure = self._pool or self._open_pool(), _set_up
         try:
-            with pool.connection() as connection:
+            with self._checked_out(pool, configure) as connection:
                 self._set_clock(connection)
                 yield connection
-        except PoolTimeout:
-            raise DatabaseUnavailable(
-                f"no connection to {self._where} within {POOL_TIMEOUT_SECONDS} s "
-                f"(all {self._sizes[1]} busy, or the database is unreachable)") from None
         except (errors.DeadlockDetected, errors.SerializationFailure) as error:
-            raise DatabaseConflict(f"{self._where}: {_first_line(error)}; nothing was written") from error
+            raise DatabaseConflict(f"{self._where}: {first_line(error)}; nothing was written") from error
         except errors.UndefinedTable as error:
             if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
                 raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
             raise
-        except psycopg.OperationalError as error:
-            if _is_connection_failure(error):
-                raise DatabaseUnavailable(f"lost the connection to {self._where}: {_first_line(error)}") from error
+        except psycopg.Error as error:
+            if not is_outage(error):
+                raise
+            if is_connection_failure(error):
+                raise DatabaseUnavailable(f"lost the connection to {self._where}: {reason(error)}") from error
+            raise DatabaseUnavailable(f"{self._where} refused a write: {described(error)}") from error
+
+    @contextmanager
+    def _checked_out(self, pool: ConnectionPool, configure: Callable[[psycopg.Connection], None]
+                     ) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """A pooled connection; after a lost one, a direct one whenever the pool has none ready."""
+        connection = self._from_pool(pool)
+        if connection is None:
+            try:
+                direct = psycopg.connect(self._url, **self._connect_kwargs)
+            except psycopg.OperationalError as error:
+                raise DatabaseUnavailable(f"cannot connect to {self._where}: {described(error)}") from None
+            with direct:
+                if not self.behind_pooler:
+                    configure(direct)
+                yield direct
+            return
+        try:
+            with connection:  # as pool.connection() does: the pool's own connection stays open
+                yield connection
+        except psycopg.Error as error:
+            if is_connection_failure(error):
+                self._reconnecting = True
             raise
+        else:
+            self._reconnecting = False
+        finally:
+            pool.putconn(connection)
+
+    def _from_pool(self, pool: ConnectionPool) -> psycopg.Connection[dict[str, Any]] | None:
+        """A pooled connection its server has not closed; None if the pool has none ready in time
+        (POOL_TIMEOUT_SECONDS; after a lost connection, OUTAGE_POOL_WAIT_SECONDS). A closed one is given back (the pool replaces it) at no round trip,
+        before it can fail a call: the first enqueue after a failover, say."""
+        for _ in range(pool.max_size + 1):
+            try:
+                connection = pool.getconn(OUTAGE_POOL_WAIT_SECONDS if self._reconnecting else None)
+            except PoolTimeout:
+                # Every connection busy for that long, or the database unreachable: a direct
+                # connection tells which (one line with each host's reason), and serves meanwhile.
+                self._reconnecting = True
+                return None
+            if not is_stale(connection):
+                return connection
+            self._reconnecting = True  # its server closed it: the others are likely gone too
+            connection.close()
+            pool.putconn(connection)
+        return None
 
     def _set_clock(self, connection: Any) -> None:
         """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
@@ -298,7 +357,7 @@ class PostgresBackend(SQLBackend):
         if self._listen_url is None:
             return None  # see polling_reason
         return Listener(self._listen_url, self._listen_kwargs, QUERIES["wake_channel"], self._listen_where,
-                        expected=self._reached, identity_query=QUERIES["connection_identity"])
+                        expected=self._reached_now, identity_query=QUERIES["connection_identity"])
 
     @property
     def polling_reason(self) -> str | None:
@@ -313,6 +372,11 @@ class PostgresBackend(SQLBackend):
         if self._identity is None:
             self._identity = tuple(self._fetch_one("connection_identity").values())
         return self._identity
+
+    def _reached_now(self) -> callers.Identity:
+        """Read again: a failover or a restart changes the server's start time."""
+        self._identity = None
+        return self._reached()
 
     # Runtime.
     def enqueue(self, jobs: Sequence[NewJob], connection: psycopg.Connection | None = None) -> list[tuple[Job, bool]]:
@@ -371,6 +435,9 @@ class PostgresBackend(SQLBackend):
                   "queue_names": None if request.queue_names is None else list(request.queue_names),
                   "limit": request.limit}
         with self._connection(for_claims=True) as connection:
+            # The lease runs from the claim statement, not from the call: the wait for a connection
+            # (through a failover, seconds) must not eat into it (see ClaimedJob.lease_from).
+            lease_from = time.monotonic()
             if self._limits_in_use:
                 rows = self._claim_limited(connection, params, request.reclaim_expired)
             else:
@@ -381,7 +448,10 @@ class PostgresBackend(SQLBackend):
                     self._limits_in_use = True
                     if len(rows) < request.limit:
                         rows += self._claim_limited(connection, {**params, "limit": request.limit - len(rows)}, False)
-        return self._claimed(rows)
+        jobs = self._claimed(rows)
+        for job in jobs:
+            job.lease_from = lease_from
+        return jobs
 
     @contextmanager
     def _claim_transaction(self, connection: psycopg.Connection) -> Iterator[None]:
