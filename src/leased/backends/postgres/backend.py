@@ -5,6 +5,10 @@ statement on an autocommit connection: a job and its attempt record change toget
 data-modifying CTEs, which keeps each round trip a transaction of its own. Times come from now()
 on the server, so the clocks of worker hosts never decide a lease.
 
+Connections come from two pools (calls, claims); a call gets one that its server has not closed,
+and through an outage a direct one (checkout.py), so that a promoted standby is reached as soon as
+it answers. What counts as an outage, and its one-line reason, is outages.py's.
+
 Behind a pooler (PgBouncer), found by the first connection (see `_reaches_pooler`), nothing may
 outlive a transaction: no prepared statements, no session settings, no session-level advisory
 lock, no LISTEN except on the direct `listen_url` the URL may name.
@@ -34,8 +38,9 @@ from leased.backends.callers import type_name, wrong_connection
 from leased.backends.enqueueing import jobs_json
 from leased.backends.postgres import callers
 from leased.backends.postgres.listener import Listener
+from leased.backends.postgres.checkout import POOL_TIMEOUT_SECONDS, Checkout
 from leased.backends.postgres.outages import OwnPoolWarnings, described, first_line, is_connection_failure, is_outage, \
-    is_stale, reason
+    reason
 from leased.backends.sql import load_migrations, load_queries, schema_problem
 from leased.backends.sql_backend import SQLBackend
 from leased.clock import Clock
@@ -47,12 +52,6 @@ _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
 MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
-# How long a call waits for a free connection while the pool is sound: well below a lease, since a
-# claim or a renewal that waited longer would be worth little.
-POOL_TIMEOUT_SECONDS = 5
-# Once a connection was lost, a call waits only this long for a pooled one, then connects directly:
-# it reaches the new primary as soon as that answers, where the pool retries on its own time.
-OUTAGE_POOL_WAIT_SECONDS = 0.05
 # How long the pool keeps retrying to replace a lost connection (psycopg_pool backs off 1, 2, 4, 8 s
 # for up to 5 minutes): after a second it gives up, and the next call that waits asks again at once.
 RECONNECT_SECONDS = 1.0
@@ -179,9 +178,7 @@ class PostgresBackend(SQLBackend):
         # claim cost a transaction block and more time than the claim itself.
         self._claims_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
-        # Set when a connection was found lost (a crash, a failover), until a pooled one works again:
-        # meanwhile calls connect directly whenever the pool has no connection ready.
-        self._reconnecting = False
+        self._checkout = Checkout(url, self._connect_kwargs, self._where)  # pooled, or direct through an outage
         self._identity: callers.Identity | None = None  # what connection_identity reads on ours
         # Whether limited jobs may wait, as last seen: while they do, every claim takes the lock that
         # serializes claims of limited jobs. The plain claim is safe whatever this says: it takes no
@@ -258,7 +255,7 @@ class PostgresBackend(SQLBackend):
         else:
             pool, configure = self._pool or self._open_pool(), _set_up
         try:
-            with self._checked_out(pool, configure) as connection:
+            with self._checkout.connection(pool, None if self.behind_pooler else configure) as connection:
                 self._set_clock(connection)
                 yield connection
         except (errors.DeadlockDetected, errors.SerializationFailure) as error:
@@ -273,52 +270,6 @@ class PostgresBackend(SQLBackend):
             if is_connection_failure(error):
                 raise DatabaseUnavailable(f"lost the connection to {self._where}: {reason(error)}") from error
             raise DatabaseUnavailable(f"{self._where} refused a write: {described(error)}") from error
-
-    @contextmanager
-    def _checked_out(self, pool: ConnectionPool, configure: Callable[[psycopg.Connection], None]
-                     ) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        """A pooled connection; after a lost one, a direct one whenever the pool has none ready."""
-        connection = self._from_pool(pool)
-        if connection is None:
-            try:
-                direct = psycopg.connect(self._url, **self._connect_kwargs)
-            except psycopg.OperationalError as error:
-                raise DatabaseUnavailable(f"cannot connect to {self._where}: {described(error)}") from None
-            with direct:
-                if not self.behind_pooler:
-                    configure(direct)
-                yield direct
-            return
-        try:
-            with connection:  # as pool.connection() does: the pool's own connection stays open
-                yield connection
-        except psycopg.Error as error:
-            if is_connection_failure(error):
-                self._reconnecting = True
-            raise
-        else:
-            self._reconnecting = False
-        finally:
-            pool.putconn(connection)
-
-    def _from_pool(self, pool: ConnectionPool) -> psycopg.Connection[dict[str, Any]] | None:
-        """A pooled connection its server has not closed; None if the pool has none ready in time
-        (POOL_TIMEOUT_SECONDS; after a lost connection, OUTAGE_POOL_WAIT_SECONDS). A closed one is given back (the pool replaces it) at no round trip,
-        before it can fail a call: the first enqueue after a failover, say."""
-        for _ in range(pool.max_size + 1):
-            try:
-                connection = pool.getconn(OUTAGE_POOL_WAIT_SECONDS if self._reconnecting else None)
-            except PoolTimeout:
-                # Every connection busy for that long, or the database unreachable: a direct
-                # connection tells which (one line with each host's reason), and serves meanwhile.
-                self._reconnecting = True
-                return None
-            if not is_stale(connection):
-                return connection
-            self._reconnecting = True  # its server closed it: the others are likely gone too
-            connection.close()
-            pool.putconn(connection)
-        return None
 
     def _set_clock(self, connection: Any) -> None:
         """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
