@@ -9,6 +9,7 @@ as that answers. The first pooled connection that works again ends that.
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -23,6 +24,8 @@ from leased.errors import DatabaseUnavailable
 POOL_TIMEOUT_SECONDS = 5
 # Through an outage, how long a call waits for a pooled connection before connecting directly.
 OUTAGE_POOL_WAIT_SECONDS = 0.05
+
+log = logging.getLogger("leased.postgres")
 
 
 class Checkout:
@@ -56,7 +59,9 @@ class Checkout:
                 self.reconnecting = True
             raise
         else:
-            self.reconnecting = False
+            if self.reconnecting:
+                self.reconnecting = False
+                log.info("pooled connections to %s work again", self._where)
         finally:
             pool.putconn(connection)
 
@@ -70,11 +75,16 @@ class Checkout:
             except PoolTimeout:
                 # Every connection busy for that long, or the database unreachable: a direct
                 # connection tells which (one line with each host's reason), and serves meanwhile.
-                self.reconnecting = True
+                if not self.reconnecting:
+                    self.reconnecting = True
+                    log.warning("no pooled connection to %s within %g s: connecting directly meanwhile",
+                                self._where, POOL_TIMEOUT_SECONDS)
                 return None
             if not is_stale(connection):
                 return connection
-            self.reconnecting = True  # its server closed it: the others are likely gone too
+            if not self.reconnecting:  # its server closed it: the others are likely gone too
+                self.reconnecting = True
+                log.warning("%s closed pooled connections (a restart, a failover?): connecting anew", self._where)
             connection.close()
             pool.putconn(connection)
         return None
