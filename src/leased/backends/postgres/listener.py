@@ -2,8 +2,9 @@
 
 Polling stays the fallback: a missed notification costs at most one poll interval. A lost
 connection, or a server in recovery that refuses the LISTEN, is an outage the worker waits out
-while the listener reconnects (once a second at most). A connection that died quietly (no RST from a vanished host) would simply stop delivering, so the listener
-pings it after a stretch of silence and reconnects when that fails.
+while the listener reconnects (once a second at most). A connection that died quietly (no RST
+from a vanished host) would simply stop delivering, so the listener pings it after a stretch of
+silence and reconnects when that fails.
 
 Behind a pooler the listener has a direct URL of its own (`listen_url`), which must reach the
 jobs table the pooled connections write: it is checked on every connect, since a wrong one would
