@@ -98,11 +98,14 @@ class Cluster:
     def postmaster_pid(self) -> int:
         return int((self.data_directory / "postmaster.pid").read_text().split()[0])
 
-    def kill_postmaster(self) -> None:
-        """kill -9 of the postmaster, as a crash does; its backends notice and exit on their own."""
+    def kill_postmaster(self, *also: int) -> None:
+        """kill -9 of the postmaster, as a crash does; its backends notice and exit on their own
+        (processes in `also`, e.g. a stopped walsender, are killed with it)."""
         pid = self.postmaster_pid()
         children = _children(pid)
         os.kill(pid, signal.SIGKILL)
+        for process in also:
+            _kill(process)
         deadline = time.monotonic() + START_TIMEOUT
         while any(_alive(child) for child in [pid, *children]):
             if time.monotonic() > deadline:

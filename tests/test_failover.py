@@ -11,6 +11,7 @@ LEASED_REQUIRE_STANDBY=1 (CI sets it) makes that a failure.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -207,3 +208,54 @@ def test_workers_and_producers_carry_on_across_a_promoted_standby(clusters, sess
                 worker.kill()
                 worker.wait()
         app.close()
+
+
+def replayed_jobs(url: str) -> int:
+    try:
+        return scalar(url, "SELECT count(*) FROM leased_jobs")
+    except psycopg.errors.UndefinedTable:  # not even the schema replayed yet
+        return 0
+
+
+def enqueue_orders(url: str, ship, count: int) -> list[int]:
+    """`count` orders, each with its job in one transaction; the job ids."""
+    job_ids = []
+    with psycopg.connect(url) as connection:
+        for _ in range(count):
+            with connection.transaction():
+                order_id = connection.execute("INSERT INTO orders DEFAULT VALUES RETURNING id").fetchone()[0]
+                job = ship.using(connection=connection).enqueue(order_id)
+                connection.execute("UPDATE orders SET job_id = %s WHERE id = %s", (job.id, order_id))
+            job_ids.append(job.id)
+    return job_ids
+
+
+def test_asynchronous_replication_loses_the_last_commits_with_their_jobs_and_hands_their_ids_out_again():
+    """What docs/reliability.md says async replication costs: the commits the standby had not
+    received when the primary died are gone, each order with its job, and the new primary hands
+    their job ids out again. The walsender is stopped (SIGSTOP) while the last orders commit, so
+    that the standby surely lacks them."""
+    with standby.primary_and_standby(synchronous=False) as (primary, replica):
+        app = Leased(primary.url)
+        app.migrate()
+        ship = app.task(name="ship")(lambda order_id: order_id)
+        with psycopg.connect(primary.url, autocommit=True) as connection:
+            connection.execute("CREATE TABLE orders (id bigserial PRIMARY KEY, job_id bigint)")
+        kept = enqueue_orders(primary.url, ship, 10)
+        wait_for(lambda: replayed_jobs(replica.url) == len(kept), message="the standby to replay the first orders")
+        walsender = scalar(primary.url, "SELECT pid FROM pg_stat_replication")
+        os.kill(walsender, signal.SIGSTOP)
+        lost = enqueue_orders(primary.url, ship, 50)  # acknowledged: asynchronous commits wait for no standby
+        app.close()
+        primary.kill_postmaster(walsender)
+        replica.promote()
+
+        promoted = Leased(replica.url)
+        with psycopg.connect(replica.url) as connection:
+            orders = dict(connection.execute("SELECT id, job_id FROM orders").fetchall())
+            jobs = {row[0] for row in connection.execute("SELECT id FROM leased_jobs")}
+        assert sorted(orders.values()) == sorted(jobs) == sorted(kept)  # gone together: no order without its job
+        promoted_ship = promoted.task(name="ship")(lambda order_id: order_id)
+        again = enqueue_orders(replica.url, promoted_ship, 50)
+        assert set(again) & set(lost), "no job id was handed out again"
+        promoted.close()
