@@ -4,7 +4,8 @@ The test makes its own primary and standby (tests/standby.py: Debian's pg_create
 pg_basebackup -R standby, synchronous replication), starts three real `leased worker` processes and
 a producer that enqueues inside its own transactions at a steady rate, all on one multi-host URL;
 kills the primary's postmaster with SIGKILL, promotes the standby, and checks what leased promises
-(docs/reliability.md, "Failover"). Without the tools the tests skip, unless
+(docs/reliability.md, "Failover"). A last test shows what asynchronous replication loses instead.
+Without the tools the tests skip, unless
 LEASED_REQUIRE_STANDBY=1 (CI sets it) makes that a failure.
 """
 
