@@ -209,7 +209,9 @@ def _survived_the_restart(worker, tmp_path) -> None:
     worker.terminate()
     assert worker.wait(30) == 0
     log = (tmp_path / "worker-a.log").read_text()
-    assert "database unavailable" in log or "could not" in log  # the outage was noticed and said in a line
+    # The outage was noticed and said in a line: by the loops that failed, or by the checkout that
+    # found the pooled connections closed before any call could fail on them.
+    assert "database unavailable" in log or "could not" in log or "closed pooled connections" in log
     assert "Traceback" not in log
 
 

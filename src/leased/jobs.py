@@ -151,7 +151,7 @@ class ClaimedJob:
     more than running a no-op job."""
 
     __slots__ = ("id", "task_name", "queue_name", "args", "kwargs", "attempt", "max_attempts", "lease_seconds",
-                 "timeout_seconds", "lease", "_build", "_job")
+                 "timeout_seconds", "lease", "lease_from", "_build", "_job")
 
     def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job]):
         self.id: int = row["id"]
@@ -164,6 +164,9 @@ class ClaimedJob:
         self.lease_seconds: float = row["lease_seconds"]
         self.timeout_seconds: float | None = row["timeout_seconds"]  # the handler's time limit; None: no limit
         self.lease = Lease(self.id, self.attempt, row["lease_owner"])
+        # When the claim statement was sent (time.monotonic()), if the backend knows: the lease runs
+        # from no earlier. None: the engine counts it from the start of the claim call.
+        self.lease_from: float | None = None
         self._build = build
         self._job: Job | None = None
 

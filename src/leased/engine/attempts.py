@@ -140,8 +140,12 @@ class ClaimedAttempts:
                 self._abandon(attempt, CancelReason.LEASE_LOST, closing)
             else:  # the lease will expire and the job run again
                 job = attempt.job
-                log.error("job %d (%s) attempt %d: could not record its end", job.id, job.task_name, job.attempt,
-                          exc_info=result)
+                if is_transient(result):  # an outage outlasted the lease: one line, as for every outage
+                    log.warning("job %d (%s) attempt %d: could not record its end (%s); it runs again once its "
+                                "lease expires", job.id, job.task_name, job.attempt, one_line(result))
+                else:
+                    log.error("job %d (%s) attempt %d: could not record its end", job.id, job.task_name,
+                              job.attempt, exc_info=result)
                 closing.append((attempt, None, False))
         self._close(closing)
 

@@ -99,7 +99,9 @@ class Claimer:
             if outage.ended():
                 log.info("worker %s: database reachable again", self._request.worker_id)
             if jobs:
-                self._start(jobs, claimed_at)
+                # The lease runs from the claim statement; the call may have waited for a connection
+                # first, for seconds through a failover, and that wait is not the handler's to lose.
+                self._start(jobs, claimed_at if jobs[0].lease_from is None else jobs[0].lease_from)
             # A full claim means more may be due: claim again as soon as a slot frees. A short one
             # means the queue is drained, and only a wake-up or the poll brings the claimer back.
             self._needs_slots = len(jobs) == wanted

@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leased.worker")
 
-LONGEST_RETRY = 2.0  # ends wait behind the completer, and their leases may run out meanwhile
-
 # Per attempt: True, its end is written; False, its lease was lost and nothing was written; None,
 # it had no end to write (cancelled); an exception, the write failed for good.
 Recorded = Union[bool, None, BaseException]
@@ -53,7 +51,7 @@ class Completer:
         self._ready.set()
 
     async def run(self) -> None:
-        outage = Outage(LONGEST_RETRY)
+        outage = Outage()  # ends wait behind it, and their leases may run out meanwhile
         while True:
             await self._ready.wait()
             self._ready.clear()

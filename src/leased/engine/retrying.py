@@ -15,7 +15,13 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, TRANSIENT_ERRORS)
 
 
-def retry_delay(failures: int, longest: float = 30.0) -> float:
+# A retry costs one statement or one connection attempt, refused at once while the server is down;
+# waiting longer between them only delays the resume once a restarted server or a promoted standby
+# answers (leased promises to start jobs again within seconds of a failover).
+LONGEST_RETRY_SECONDS = 1.0
+
+
+def retry_delay(failures: int, longest: float = LONGEST_RETRY_SECONDS) -> float:
     """Seconds before retrying after `failures` transient errors in a row. The first few retry at
     once: after a restart every pooled connection fails once, and the next one is usually fine."""
     return 0.1 if failures <= 3 else min(longest, 0.25 * 2 ** (failures - 3))
@@ -24,7 +30,7 @@ def retry_delay(failures: int, longest: float = 30.0) -> float:
 class Outage:
     """A loop's transient failures in a row: how long to wait next, and whether one just ended."""
 
-    def __init__(self, longest: float = 30.0):
+    def __init__(self, longest: float = LONGEST_RETRY_SECONDS):
         self.failures = 0
         self.longest = longest
 

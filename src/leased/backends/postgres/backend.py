@@ -5,6 +5,10 @@ statement on an autocommit connection: a job and its attempt record change toget
 data-modifying CTEs, which keeps each round trip a transaction of its own. Times come from now()
 on the server, so the clocks of worker hosts never decide a lease.
 
+Connections come from two pools (calls, claims); a call gets one that its server has not closed,
+and through an outage a direct one (checkout.py), so that a promoted standby is reached as soon as
+it answers. What counts as an outage, and its one-line reason, is outages.py's.
+
 Behind a pooler (PgBouncer), found by the first connection (see `_reaches_pooler`), nothing may
 outlive a transaction: no prepared statements, no session settings, no session-level advisory
 lock, no LISTEN except on the direct `listen_url` the URL may name.
@@ -12,7 +16,9 @@ lock, no LISTEN except on the direct `listen_url` the URL may name.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -33,6 +39,9 @@ from leased.backends.enqueueing import jobs_json
 from leased.backends.postgres import callers
 from leased.backends.migrate import Migrator
 from leased.backends.postgres.listener import Listener
+from leased.backends.postgres.checkout import POOL_TIMEOUT_SECONDS, Checkout
+from leased.backends.postgres.outages import OwnPoolWarnings, described, first_line, is_connection_failure, is_outage, \
+    reason
 from leased.backends.sql import load_migrations, load_queries, schema_problem
 from leased.backends.sql_backend import SQLBackend
 from leased.clock import Clock
@@ -44,7 +53,11 @@ _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
 MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
-POOL_TIMEOUT_SECONDS = 30  # how long a call waits for a free connection
+# How long the pool keeps retrying to replace a lost connection (psycopg_pool backs off 1, 2, 4, 8 s
+# for up to 5 minutes): after a second it gives up, and the next call that waits asks again at once.
+RECONNECT_SECONDS = 1.0
+OWN_POOLS = OwnPoolWarnings(("leased", "leased-claims"))
+logging.getLogger("psycopg.pool").addFilter(OWN_POOLS)
 # The clock offset each session has, ours and callers' (the clock seam); absent: none.
 _CLOCK_SET: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
@@ -102,13 +115,6 @@ MIGRATOR = Migrator(MIGRATIONS, QUERIES["create_version_table"], QUERIES["applie
                     run=_run_statement, lock=_migration_lock, whole_scripts=True)
 
 
-def _is_connection_failure(error: psycopg.OperationalError) -> bool:
-    # OperationalError also covers serialization failures, deadlocks and cancelled queries, which
-    # are not an unreachable database: only client-side failures and SQLSTATE 08/57P0x are.
-    state = error.sqlstate
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
-
-
 def _set_up(connection: psycopg.Connection) -> None:
     connection.execute(QUERIES["session_settings"])
 
@@ -150,14 +156,17 @@ def _parsed(url: str, what: str) -> dict[str, Any]:
     try:
         return conninfo_to_dict(url)
     except psycopg.ProgrammingError as error:
-        raise ConfigurationError(f"invalid {what}: {_first_line(error)}") from None
+        raise ConfigurationError(f"invalid {what}: {first_line(error)}") from None
 
 
 def _described(params: dict[str, Any]) -> str:
-    """A database named without the password, for messages and repr."""
-    host = params.get("host") or "the default host"
-    return f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {host}" + (
-        f":{params['port']}" if params.get("port") else "")
+    """A database named without the password, for messages and repr; a multi-host URL's hosts each
+    with its port (a single port serves them all)."""
+    hosts = (params.get("host") or "the default host").split(",")
+    ports = str(params.get("port") or "").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports
+    where = ", ".join(f"{host}:{port}" if port else host for host, port in zip(hosts, ports))
+    return f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {where}"
 
 
 def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
@@ -165,10 +174,6 @@ def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     if "connect_timeout" not in params:
         kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
     return kwargs
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 class PostgresBackend(SQLBackend):
@@ -195,6 +200,7 @@ class PostgresBackend(SQLBackend):
         # claim cost a transaction block and more time than the claim itself.
         self._claims_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
+        self._checkout = Checkout(url, self._connect_kwargs, self._where)  # pooled, or direct through an outage
         self._identity: callers.Identity | None = None  # what connection_identity reads on ours
         # Whether limited jobs may wait, as last seen: while they do, every claim takes the lock that
         # serializes claims of limited jobs. The plain claim is safe whatever this says: it takes no
@@ -233,12 +239,18 @@ class PostgresBackend(SQLBackend):
                 if self.behind_pooler is None:
                     self._found_pooler(_reaches_pooler(connection))
         except psycopg.OperationalError as error:
-            raise DatabaseUnavailable(f"cannot connect to {self._where}: {_first_line(error)}") from None
-        if self.behind_pooler:
-            # A session setting would stay with whichever server connection ran it, the next client's.
-            configure = None
+            raise DatabaseUnavailable(f"cannot connect to {self._where}: {described(error)}") from None
+
+        def set_up(connection: psycopg.Connection) -> None:
+            OWN_POOLS.adopt(connection)
+            # Behind a pooler a session setting would stay with whichever server connection ran it,
+            # the next client's.
+            if configure is not None and not self.behind_pooler:
+                configure(connection)
+
         pool = ConnectionPool(url, min_size=min_connections, max_size=max_connections, kwargs=connect_kwargs,
-                              configure=configure, timeout=POOL_TIMEOUT_SECONDS, name=name, open=True)
+                              configure=set_up, timeout=POOL_TIMEOUT_SECONDS, name=name,
+                              reconnect_timeout=RECONNECT_SECONDS, open=True)
         try:
             pool.wait(timeout=CONNECT_TIMEOUT_SECONDS)
         except PoolTimeout:
@@ -261,27 +273,25 @@ class PostgresBackend(SQLBackend):
     @contextmanager
     def _connection(self, for_claims: bool = False) -> Iterator[psycopg.Connection[dict[str, Any]]]:
         if for_claims:
-            pool = self._claims_pool or self._open_claims_pool()
+            pool, configure = self._claims_pool or self._open_claims_pool(), _set_up_for_claims
         else:
-            pool = self._pool or self._open_pool()
+            pool, configure = self._pool or self._open_pool(), _set_up
         try:
-            with pool.connection() as connection:
+            with self._checkout.connection(pool, None if self.behind_pooler else configure) as connection:
                 self._set_clock(connection)
                 yield connection
-        except PoolTimeout:
-            raise DatabaseUnavailable(
-                f"no connection to {self._where} within {POOL_TIMEOUT_SECONDS} s "
-                f"(all {self._sizes[1]} busy, or the database is unreachable)") from None
         except (errors.DeadlockDetected, errors.SerializationFailure) as error:
-            raise DatabaseConflict(f"{self._where}: {_first_line(error)}; nothing was written") from error
+            raise DatabaseConflict(f"{self._where}: {first_line(error)}; nothing was written") from error
         except errors.UndefinedTable as error:
             if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
                 raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
             raise
-        except psycopg.OperationalError as error:
-            if _is_connection_failure(error):
-                raise DatabaseUnavailable(f"lost the connection to {self._where}: {_first_line(error)}") from error
-            raise
+        except psycopg.Error as error:
+            if not is_outage(error):
+                raise
+            if is_connection_failure(error):
+                raise DatabaseUnavailable(f"lost the connection to {self._where}: {reason(error)}") from error
+            raise DatabaseUnavailable(f"{self._where} refused a write: {described(error)}") from error
 
     def _set_clock(self, connection: Any) -> None:
         """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
@@ -320,7 +330,7 @@ class PostgresBackend(SQLBackend):
         if self._listen_url is None:
             return None  # see polling_reason
         return Listener(self._listen_url, self._listen_kwargs, QUERIES["wake_channel"], self._listen_where,
-                        expected=self._reached, identity_query=QUERIES["connection_identity"])
+                        expected=self._reached_now, identity_query=QUERIES["connection_identity"])
 
     @property
     def polling_reason(self) -> str | None:
@@ -335,6 +345,11 @@ class PostgresBackend(SQLBackend):
         if self._identity is None:
             self._identity = tuple(self._fetch_one("connection_identity").values())
         return self._identity
+
+    def _reached_now(self) -> callers.Identity:
+        """Read again: a failover or a restart changes the server's start time."""
+        self._identity = None
+        return self._reached()
 
     # Runtime.
     def enqueue(self, jobs: Sequence[NewJob], connection: psycopg.Connection | None = None) -> list[tuple[Job, bool]]:
@@ -393,6 +408,9 @@ class PostgresBackend(SQLBackend):
                   "queue_names": None if request.queue_names is None else list(request.queue_names),
                   "limit": request.limit}
         with self._connection(for_claims=True) as connection:
+            # The lease runs from the claim statement, not from the call: the wait for a connection
+            # (through a failover, seconds) must not eat into it (see ClaimedJob.lease_from).
+            lease_from = time.monotonic()
             if self._limits_in_use:
                 rows = self._claim_limited(connection, params, request.reclaim_expired)
             else:
@@ -403,7 +421,10 @@ class PostgresBackend(SQLBackend):
                     self._limits_in_use = True
                     if len(rows) < request.limit:
                         rows += self._claim_limited(connection, {**params, "limit": request.limit - len(rows)}, False)
-        return self._claimed(rows)
+        jobs = self._claimed(rows)
+        for job in jobs:
+            job.lease_from = lease_from
+        return jobs
 
     @contextmanager
     def _claim_transaction(self, connection: psycopg.Connection) -> Iterator[None]:

@@ -1,8 +1,10 @@
 """Push wake-ups: a connection of its own that LISTENs for jobs that became due.
 
-Polling stays the fallback: a missed notification costs at most one poll interval. A connection
-that died quietly (no RST from a vanished host) would simply stop delivering, so the listener
-pings it after a stretch of silence and reconnects when that fails.
+Polling stays the fallback: a missed notification costs at most one poll interval. A lost
+connection, or a server in recovery that refuses the LISTEN, is an outage the worker waits out
+while the listener reconnects (once a second at most). A connection that died quietly (no RST
+from a vanished host) would simply stop delivering, so the listener pings it after a stretch of
+silence and reconnects when that fails.
 
 Behind a pooler the listener has a direct URL of its own (`listen_url`), which must reach the
 jobs table the pooled connections write: it is checked on every connect, since a wrong one would
@@ -18,6 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
 
+from leased.backends.postgres.outages import described, is_outage
 from leased.errors import ConfigurationError, DatabaseUnavailable
 
 PING_AFTER_SILENT_SECONDS = 10.0
@@ -49,18 +52,29 @@ class Listener:
                 connection.execute("SELECT 1")
                 self._heard_at = now
             return queues
-        except psycopg.OperationalError as error:
+        except psycopg.Error as error:
+            # A standby in recovery accepts the connection and refuses the LISTEN: an outage too.
+            if not is_outage(error):
+                raise
             self.close()
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise DatabaseUnavailable(f"wake-up listener lost {self._where}: {first_line}") from None
+            raise DatabaseUnavailable(f"wake-up listener lost {self._where}: {described(error)}") from None
 
     def _connect(self) -> psycopg.Connection:
         connection = psycopg.connect(self._url, **self._connect_kwargs)
+        try:
+            self._listen(connection)
+        except BaseException:
+            connection.close()  # e.g. a standby in recovery refused the LISTEN: try a new one next time
+            raise
+        self._connection = connection
+        self._heard_at = time.monotonic()
+        return connection
+
+    def _listen(self, connection: psycopg.Connection) -> None:
         if self._expected is not None:
             with connection.cursor(row_factory=tuple_row) as cursor:
                 reached = tuple(cursor.execute(self._identity_query).fetchone())
             if reached != self._expected():
-                connection.close()
                 raise ConfigurationError(
                     f"listen_url reaches another database, schema or server than the database URL (its "
                     f"search_path finds {'no' if reached[3] is None else 'another'} leased_jobs table, or port "
@@ -68,9 +82,6 @@ class Listener:
                     "database, user and search_path, connecting directly instead of through the pooler")
         channel = connection.execute(self._channel_query).fetchone()["channel"]
         connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        self._connection = connection
-        self._heard_at = time.monotonic()
-        return connection
 
     def close(self) -> None:
         if self._connection is not None:
