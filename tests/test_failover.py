@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -80,7 +81,9 @@ class DashboardProbe(threading.Thread):
 
     def __init__(self, app: Leased):
         super().__init__(name="dashboard-probe", daemon=True)
-        from starlette.testclient import TestClient
+        with warnings.catch_warnings():  # Starlette prefers httpx2 and warns about httpx; either serves here
+            warnings.simplefilter("ignore")
+            from starlette.testclient import TestClient
 
         from leased.web import dashboard
 
