@@ -89,6 +89,16 @@ async def drive_async(steps: Steps, answer: Callable[[Step], Awaitable[Any]]) ->
         return done.value
 
 
+def needs_no_transaction(jobs: Sequence[NewJob]) -> bool:
+    """Whether enqueueing `jobs` on a connection of ours may run in autocommit: when its insert is
+    one statement (an atomic batch), and what may follow it (finding a key's holder, inserting
+    again if that holder was claimed meanwhile) concerns one job, which is written once or not at
+    all. A batch with keys, or larger than one statement, takes one transaction: all or none."""
+    if len(jobs) == 1:
+        return True
+    return len(jobs) <= INSERT_BATCH and all(job.idempotency_key is None for job in jobs)
+
+
 def due_queue_names(jobs: Sequence[NewJob], results: Sequence[tuple[Job, bool]], now: datetime) -> set[str]:
     """Queues that got a new job due at `now`: after the commit, their workers are worth waking."""
     return {job.queue_name for job, (_, created) in zip(jobs, results)
@@ -112,6 +122,20 @@ def first_of_each_key(jobs: Sequence[NewJob]) -> list[NewJob]:
                 seen.add(key)
             first.append(job)
     return first
+
+
+def insert_statement(queries: Mapping[str, str], jobs: Sequence[NewJob], run_at: Callable[[datetime], Any]
+                     ) -> tuple[str, dict[str, Any]]:
+    """The insert for `jobs` and its parameters: insert_job for one (its fields as parameters, no
+    batch to build, none for the database to parse), insert_jobs for more. Both return the columns
+    created_jobs reads; `run_at` gives an absolute time in a form the query reads."""
+    if len(jobs) > 1:
+        return queries["insert_jobs"], {"jobs": jobs_json(jobs, run_at)}
+    job = jobs[0]
+    params = job._asdict()
+    if job.run_at is not None:
+        params["run_at"] = run_at(job.run_at)
+    return queries["insert_job"], params
 
 
 def jobs_json(jobs: Sequence[NewJob], run_at: Callable[[datetime], Any]) -> str:

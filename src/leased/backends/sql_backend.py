@@ -9,9 +9,13 @@ is explained. A dialect provides:
   applies them, and `_migration_connection()`, the connection of its own that migrate() runs it on;
 - `_to_time`, `_from_json`: how its driver returns times and JSON; `_time_in`: how it takes a time;
 - `_rows(name, **params)`: one named query on a connection of its own, its rows as mappings;
-- `_transaction(wait_seconds=None)`: a connection of its own in a write transaction, committed at
-  the end (SQLite waits at most `wait_seconds` for its write lock); `_transact(work)` here runs
-  work(connection) in one, again when the database broke it off to settle a conflict;
+- `_transaction(wait_seconds=None, one_statement=False)`: a connection of its own in a write
+  transaction, committed at the end (SQLite waits at most `wait_seconds` for its write lock); with
+  `one_statement`, in autocommit instead, for work whose one statement is its own transaction (no
+  BEGIN or COMMIT to send); `_transact(work)` here runs work(connection) in one, again when the
+  database broke it off to settle a conflict;
+- `_enqueue_in(connection, jobs)`: enqueue in the caller's open transaction, on their connection
+  (checked to reach our database), leaving the commit to them;
 - `_execute(connection, name, **params)`: one named query in that transaction, its cursor (rows as
   mappings, and rowcount); `_is_duplicate_key(error)`: a unique index refused a write;
 - `_insert_rows(connection, jobs)`, `_pending_with_key(connection, key)`: the two steps of enqueue;
@@ -33,11 +37,12 @@ from __future__ import annotations
 import asyncio
 import time
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from leased.admin import WorkerInfo
-from leased.backends.enqueueing import InsertJobs, Step, created_jobs, drive, drive_async, enqueue_steps
+from leased.backends.enqueueing import (InsertJobs, Step, created_jobs, drive, drive_async, due_queue_names,
+                                       enqueue_steps, needs_no_transaction)
 from leased.backends.inspection import InspectionReads
 from leased.backends.params import (CANCELLED_BY_A_USER, expired_failures, filter_params, leases_json,
                                     queue_limit_params, released_records, running_records, worker_params)
@@ -86,7 +91,11 @@ class SQLBackend(InspectionReads, ScheduleStore):
     def _list_param(self, values: Sequence[Any]) -> Any:
         raise NotImplementedError
 
-    def _transaction(self, wait_seconds: float | None = None) -> AbstractContextManager[Any]:
+    def _transaction(self, wait_seconds: float | None = None, one_statement: bool = False
+                     ) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _enqueue_in(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
         raise NotImplementedError
 
     def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
@@ -105,12 +114,12 @@ class SQLBackend(InspectionReads, ScheduleStore):
     def _time_out(self, value: Any) -> datetime | None:
         return self._to_time(value)
 
-    def _transact(self, work: Callable[[Any], T], wait_seconds: float | None = None) -> T:
+    def _transact(self, work: Callable[[Any], T], wait_seconds: float | None = None, one_statement: bool = False) -> T:
         """work(connection) in one write transaction of ours; run again when the database broke it
         off to settle a conflict (the one such policy of every dialect: see CONFLICT_RETRIES)."""
         for attempt in range(CONFLICT_RETRIES):
             try:
-                with self._transaction(wait_seconds) as connection:
+                with self._transaction(wait_seconds, one_statement) as connection:
                     return work(connection)
             except DatabaseConflict:
                 if attempt == CONFLICT_RETRIES - 1:
@@ -132,6 +141,16 @@ class SQLBackend(InspectionReads, ScheduleStore):
         return claimed_from_rows(rows, self._to_time, self._from_json)
 
     # Enqueue: the one algorithm, answered by this dialect's two steps.
+    def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[tuple[Job, bool]]:
+        if connection is not None:
+            return self._enqueue_in(connection, jobs)
+        # Enqueue runs on the caller's request path: where its insert is one statement, that
+        # statement is its own transaction, one round trip (see needs_no_transaction).
+        results = self._transact(lambda own: self._insert(own, jobs), one_statement=needs_no_transaction(jobs))
+        if self._waker is not None:  # after the commit: the jobs are claimable now
+            self.wake(due_queue_names(jobs, results, datetime.now(UTC)))
+        return results
+
     def _insert(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
         return drive(enqueue_steps(jobs), lambda step: self._answer(connection, step))
 

@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob
 from leased.backends.callers import not_ours, wrong_connection
-from leased.backends.enqueueing import due_queue_names, jobs_json
+from leased.backends.enqueueing import insert_statement
 from leased.backends.mariadb import driver
 from leased.backends.mariadb.limited import pick_limited
 from leased.backends.params import ends_json, finished_counts, leases_json
@@ -250,11 +250,15 @@ class MariaDBBackend(SQLBackend):
             return list(cursor.fetchall())
 
     @contextmanager
-    def _transaction(self, wait_seconds: float | None = None) -> Iterator[Any]:
+    def _transaction(self, wait_seconds: float | None = None, one_statement: bool = False) -> Iterator[Any]:
         """A connection in a READ COMMITTED transaction, committed at the end (`wait_seconds` is
-        SQLite's: a row lock here waits innodb_lock_wait_timeout at most)."""
+        SQLite's: a row lock here waits innodb_lock_wait_timeout at most); with `one_statement`,
+        the connection as it is, in autocommit."""
         with self._translated():
             connection = self._connection()
+            if one_statement:
+                yield connection
+                return
             connection.begin()
             try:
                 yield connection
@@ -301,23 +305,19 @@ class MariaDBBackend(SQLBackend):
         return json.dumps(list(values))
 
     # Runtime.
-    def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[tuple[Job, bool]]:
-        if connection is not None:
-            if driver.connection_driver(connection) is None:
-                raise ConfigurationError(
-                    wrong_connection(connection, "pymysql.Connection or MySQLdb.Connection", "MariaDB"))
-            self._check_server(connection)
-            self._check_reach(connection)
-            with self._translated():  # the caller's transaction: we never commit it
-                self._set_clock(connection)
-                return self._insert(connection, jobs)
-        results = self._transact(lambda own: self._insert(own, jobs))
-        self.wake(due_queue_names(jobs, results, datetime.now(UTC)))
-        return results
+    def _enqueue_in(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        if driver.connection_driver(connection) is None:
+            raise ConfigurationError(
+                wrong_connection(connection, "pymysql.Connection or MySQLdb.Connection", "MariaDB"))
+        self._check_server(connection)
+        self._check_reach(connection)
+        with self._translated():  # the caller's transaction: we never commit it
+            self._set_clock(connection)
+            return self._insert(connection, jobs)
 
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
         with driver.tuple_cursor(connection) as cursor:
-            cursor.execute(QUERIES["insert_jobs"], {"jobs": jobs_json(jobs, _epoch)})
+            cursor.execute(*insert_statement(QUERIES, jobs, _epoch))
             return list(cursor.fetchall())
 
     def _pending_with_key(self, connection: Any, key: str) -> dict[str, Any] | None:

@@ -35,6 +35,19 @@ FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
+-- name: insert_job
+-- One job, as insert_jobs would insert it, without a batch to build and parse (see
+-- enqueueing.insert_statement): what most enqueues are. A VALUES row is a simple insert to InnoDB,
+-- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement.
+INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+                                run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
+                                key_concurrency, key_rate_count, key_rate_seconds)
+VALUES (%(task_name)s, %(queue_name)s, %(args_json)s, %(kwargs_json)s, %(priority)s, %(max_attempts)s,
+        %(lease_seconds)s, COALESCE(%(run_at)s, leased_now() + %(delay_seconds)s), leased_now(),
+        %(idempotency_key)s, %(timeout_seconds)s, %(concurrency_key)s, %(key_concurrency)s, %(key_rate_count)s,
+        %(key_rate_seconds)s)
+RETURNING id, run_after, created_at, idempotency_key;
+
 -- name: pending_with_key
 SELECT * FROM leased_jobs WHERE waiting_key = %(idempotency_key)s;
 

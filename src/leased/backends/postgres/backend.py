@@ -35,7 +35,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule
 from leased.backends.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.callers import type_name, wrong_connection
-from leased.backends.enqueueing import jobs_json
+from leased.backends.enqueueing import insert_statement
 from leased.backends.postgres import callers
 from leased.backends.migrate import Migrator
 from leased.backends.postgres.listener import Listener
@@ -79,19 +79,9 @@ def _decoded(value: Any) -> Any:
     return value  # psycopg has decoded json columns already
 
 
-def _insert_query(jobs: Sequence[NewJob]) -> tuple[str, dict[str, Any]]:
-    """insert_job for one job, insert_jobs for more; both return the columns created_jobs reads."""
+def _run_at(value: datetime) -> str:
     # astimezone(): a naive time means local time, as datetime.timestamp() reads it for SQLite.
-    if len(jobs) > 1:
-        return QUERIES["insert_jobs"], {"jobs": jobs_json(jobs, lambda run_at: run_at.astimezone(UTC).isoformat())}
-    job = jobs[0]
-    return QUERIES["insert_job"], {
-        "task_name": job.task_name, "queue_name": job.queue_name, "args": job.args_json, "kwargs": job.kwargs_json,
-        "priority": job.priority, "max_attempts": job.max_attempts, "lease_seconds": job.lease_seconds,
-        "run_at": None if job.run_at is None else job.run_at.astimezone(UTC), "delay_seconds": job.delay_seconds,
-        "idempotency_key": job.idempotency_key, "timeout_seconds": job.timeout_seconds,
-        "concurrency_key": job.concurrency_key, "key_concurrency": job.key_concurrency,
-        "key_rate_count": job.key_rate_count, "key_rate_seconds": job.key_rate_seconds}
+    return value.astimezone(UTC).isoformat()
 
 
 def _run_statement(connection: psycopg.Connection, statement: str) -> list[tuple]:
@@ -352,26 +342,19 @@ class PostgresBackend(SQLBackend):
         return self._reached()
 
     # Runtime.
-    def enqueue(self, jobs: Sequence[NewJob], connection: psycopg.Connection | None = None) -> list[tuple[Job, bool]]:
-        if connection is not None:
-            if not isinstance(connection, psycopg.Connection):
-                raise ConfigurationError(wrong_connection(connection, "psycopg.Connection", "PostgreSQL",
-                                                          "for a psycopg.AsyncConnection use aenqueue()"))
-            self._check_reach(callers.identity(connection, QUERIES["connection_identity"]))
-            self._set_clock(connection)
-            # The caller's transaction: write with their connection and leave commit to them.
-            return self._insert(connection, jobs)
-        with self._connection() as own:
-            if len(jobs) == 1:  # one statement: autocommit is its transaction, one round trip
-                return self._insert(own, jobs)
-            with own.transaction():
-                return self._insert(own, jobs)
+    def _enqueue_in(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        if not isinstance(connection, psycopg.Connection):
+            raise ConfigurationError(wrong_connection(connection, "psycopg.Connection", "PostgreSQL",
+                                                      "for a psycopg.AsyncConnection use aenqueue()"))
+        self._check_reach(callers.identity(connection, QUERIES["connection_identity"]))
+        self._set_clock(connection)
+        return self._insert(connection, jobs)
 
     # The two steps of enqueue (leased.backends.enqueueing), on our connection or the caller's;
     # the row factory goes on the cursor, since the caller's connection may use any.
     def _insert_rows(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
         with connection.cursor(row_factory=tuple_row) as cursor:
-            return cursor.execute(*_insert_query(jobs)).fetchall()
+            return cursor.execute(*insert_statement(QUERIES, jobs, _run_at)).fetchall()
 
     def _pending_with_key(self, connection: psycopg.Connection, key: str) -> dict[str, Any] | None:
         with connection.cursor(row_factory=dict_row) as cursor:
@@ -394,7 +377,7 @@ class PostgresBackend(SQLBackend):
     async def _insert_rows_async(self, connection: psycopg.AsyncConnection, jobs: Sequence[NewJob]
                                  ) -> list[tuple[Any, ...]]:
         async with connection.cursor(row_factory=tuple_row) as cursor:
-            await cursor.execute(*_insert_query(jobs))
+            await cursor.execute(*insert_statement(QUERIES, jobs, _run_at))
             return await cursor.fetchall()
 
     async def _pending_with_key_async(self, connection: psycopg.AsyncConnection, key: str
@@ -533,10 +516,16 @@ class PostgresBackend(SQLBackend):
     # Periodic jobs: the shared ScheduleStore. A tick's NOTIFY goes out when its transaction commits.
 
     @contextmanager
-    def _transaction(self, wait_seconds: float | None = None) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    def _transaction(self, wait_seconds: float | None = None, one_statement: bool = False
+                     ) -> Iterator[psycopg.Connection[dict[str, Any]]]:
         # wait_seconds bounds SQLite's wait for its one write lock; PostgreSQL has none to wait for.
-        with self._connection() as connection, connection.transaction():
-            yield connection
+        # Our connections autocommit: one statement is its own transaction.
+        with self._connection() as connection:
+            if one_statement:
+                yield connection
+            else:
+                with connection.transaction():
+                    yield connection
 
     def _time_in(self, value: datetime) -> datetime:
         return value

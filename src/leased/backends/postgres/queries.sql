@@ -51,7 +51,7 @@ SELECT job.id, job.run_after AT TIME ZONE 'UTC', job.created_at AT TIME ZONE 'UT
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds)
-VALUES (%(task_name)s, %(queue_name)s, %(args)s::json, %(kwargs)s::json, %(priority)s, %(max_attempts)s,
+VALUES (%(task_name)s, %(queue_name)s, %(args_json)s::json, %(kwargs_json)s::json, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s::float8,
         coalesce(%(run_at)s::timestamptz, leased_now() + make_interval(secs => %(delay_seconds)s::float8)),
         leased_now(), %(idempotency_key)s, %(timeout_seconds)s::float8, %(concurrency_key)s, %(key_concurrency)s::int,

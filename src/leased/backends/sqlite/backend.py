@@ -22,7 +22,7 @@ from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob
 from leased.backends.async_drivers import enqueue_aiosqlite
 from leased.backends.callers import not_ours, type_name, wrong_connection
-from leased.backends.enqueueing import due_queue_names, jobs_json
+from leased.backends.enqueueing import insert_statement
 from leased.backends.params import ends_json, finished_counts, leases_json
 from leased.backends.migrate import Migrator
 from leased.backends.sql import MIGRATE_HINT, load_migrations, load_queries, schema_problem
@@ -115,25 +115,29 @@ class SQLiteBackend(SQLBackend):
         return connection
 
     @contextmanager
-    def _transaction(self, wait_seconds: float | None = None) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, wait_seconds: float | None = None, one_statement: bool = False
+                     ) -> Iterator[sqlite3.Connection]:
         """A write transaction; waits for the write lock at most `wait_seconds` (default: the busy
-        timeout), then raises DatabaseLocked rather than SQLite's bare "database is locked"."""
+        timeout), then raises DatabaseLocked rather than SQLite's bare "database is locked".
+        `one_statement`: no BEGIN IMMEDIATE or COMMIT; the statement takes the lock and commits."""
         connection = self._connection()
         # Threads of one process queue here rather than in SQLite's busy handler, which polls
         # with sleeps of up to 100 ms; other processes still wait in the busy handler.
-        with write_lock(self._write_lock, connection, self.path, wait_seconds, BUSY_TIMEOUT_MS):
+        with write_lock(self._write_lock, connection, self.path, wait_seconds, BUSY_TIMEOUT_MS,
+                        begin=not one_statement):
             try:
                 yield connection
-                connection.execute("COMMIT")
+                if connection.in_transaction:
+                    connection.execute("COMMIT")
             except BaseException as error:
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
                 if isinstance(error, sqlite3.OperationalError) and "full" in str(error):
                     raise DatabaseFull(f"SQLite database {self.path!r} is full ({error}); nothing was written. "
                                        "Free disk space, or prune finished jobs") from None
-                if isinstance(error, sqlite3.OperationalError):
+                if isinstance(error, sqlite3.OperationalError) and not is_lock_error(error):
                     raise self._unavailable(error) from error
-                raise
+                raise  # a lock waited for past the timeout: write_lock says for how long
 
     def _rows(self, name: str, **params: Any) -> list[sqlite3.Row]:
         try:
@@ -164,17 +168,11 @@ class SQLiteBackend(SQLBackend):
         return DatagramListener()
 
     # Runtime.
-    def enqueue(self, jobs: Sequence[NewJob], connection: sqlite3.Connection | None = None) -> list[tuple[Job, bool]]:
-        if connection is not None:
-            # The caller's transaction: write with their connection and leave commit to them.
-            self._check_reach(_callers(connection))
-            prepare_connection(connection, self.clock.now)
-            with translated_lock_errors(self.path):
-                return self._insert(connection, jobs)
-        with self._transaction() as own:
-            results = self._insert(own, jobs)
-        self.wake(due_queue_names(jobs, results, datetime.now(UTC)))  # after the commit: claimable now
-        return results
+    def _enqueue_in(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        self._check_reach(_callers(connection))
+        prepare_connection(connection, self.clock.now)
+        with translated_lock_errors(self.path):
+            return self._insert(connection, jobs)
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
         """On a thread, so that waiting for the write lock does not stop the event loop; on the loop
@@ -218,7 +216,7 @@ class SQLiteBackend(SQLBackend):
     def _insert_rows(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Any]:
         cursor = connection.cursor()
         cursor.row_factory = None  # on the cursor: the caller's connection may use any row factory
-        return cursor.execute(QUERIES["insert_jobs"], {"jobs": jobs_json(jobs, _epoch)}).fetchall()
+        return cursor.execute(*insert_statement(QUERIES, jobs, _epoch)).fetchall()
 
     def _pending_with_key(self, connection: sqlite3.Connection, key: str) -> sqlite3.Row | None:
         # Our transaction holds the write lock, so no worker can claim the holder before we read

@@ -41,18 +41,19 @@ def translated_lock_errors(path: str, doing: str = "write to", started: float | 
 
 @contextmanager
 def write_lock(thread_lock: threading.Lock, connection: sqlite3.Connection, path: str,
-               wait_seconds: float | None, busy_timeout_ms: int) -> Iterator[None]:
+               wait_seconds: float | None, busy_timeout_ms: int, begin: bool = True) -> Iterator[None]:
     """This process's write lock, then SQLite's (BEGIN IMMEDIATE), waiting at most `wait_seconds`
-    for both (None: the connection's busy timeout). The caller commits or rolls back."""
+    for both (None: the connection's busy timeout). The caller commits or rolls back. Without
+    `begin`, SQLite's lock is the caller's one statement's, taken and released by it."""
     wait = busy_timeout_ms / 1000 if wait_seconds is None else max(wait_seconds, 0.0)
     started = time.monotonic()
     if not thread_lock.acquire(timeout=wait):  # another thread of ours waits for, or holds, the lock
         raise DatabaseLocked(lock_message(path, "write to", time.monotonic() - started))
     try:
         with translated_lock_errors(path, started=started):
-            if wait_seconds is None:
+            if begin and wait_seconds is None:
                 connection.execute("BEGIN IMMEDIATE")
-            else:  # a shorter (or longer) wait for this call only
+            elif begin:  # a shorter (or longer) wait for this call only
                 remaining_ms = max(int((wait - (time.monotonic() - started)) * 1000), 0)
                 connection.execute(f"PRAGMA busy_timeout = {remaining_ms}")
                 try:

@@ -26,6 +26,19 @@ ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idemp
 DO NOTHING
 RETURNING id, run_after, created_at, idempotency_key;
 
+-- name: insert_job
+-- One job, as insert_jobs would insert it, without a batch to build and parse, nor rows to sort
+-- (see enqueueing.insert_statement): what most enqueues are. leased_now() is read once.
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+                         run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
+                         key_concurrency, key_rate_count, key_rate_seconds)
+VALUES (:task_name, :queue_name, :args_json, :kwargs_json, :priority, :max_attempts, :lease_seconds,
+        coalesce(:run_at, leased_now() + :delay_seconds), leased_now(), :idempotency_key, :timeout_seconds,
+        :concurrency_key, :key_concurrency, :key_rate_count, :key_rate_seconds)
+ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
+DO NOTHING
+RETURNING id, run_after, created_at, idempotency_key;
+
 -- name: pending_with_key
 SELECT * FROM leased_jobs
 WHERE idempotency_key = :idempotency_key AND status = 'pending' AND attempt = 0;
