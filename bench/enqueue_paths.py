@@ -17,7 +17,9 @@ be on this host); the CPU figures move less than the wall clock on a loaded mach
 - copy_text, copy_binary: ids reserved from the identity's sequence (COPY writes an identity
   column's given values even when it is GENERATED ALWAYS), then COPY with psycopg 3's cursor.copy
   (write_row), then one pg_notify;
-- enqueue_many: end to end, Task.enqueue_many through leased (whichever path the checkout takes).
+- enqueue_many: end to end, Task.enqueue_many through leased (whichever path the checkout takes);
+- raw_insert_select: the floor, the same rows made by the server (generate_series), one
+  INSERT ... SELECT per batch, no client work at all.
 Every path but enqueue_many builds the NewJobs as enqueue_many would, and none builds Jobs.
 
 Then the Python of enqueue_many per job, and, unless --no-indexes: insert_jobs (or --index-path)
@@ -55,6 +57,13 @@ FROM unnest(%(t)s::text[], %(q)s::text[], %(a)s::text[], %(k)s::text[], %(p)s::i
 RETURNING id, run_after, created_at, idempotency_key
 """
 
+RAW_INSERT_SELECT = """
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+                         run_after, created_at)
+SELECT 'noop', 'default', json_build_array(n), '{}'::json, 0, 3, 300, leased_now(), leased_now()
+FROM generate_series(%s::int, %s::int) AS n
+"""
+
 
 def noop(n: int) -> None:
     pass
@@ -69,21 +78,22 @@ class Paths:
         self.connection = psycopg.connect(url, autocommit=True)
         self.app = app
         self.task = app.get_task("noop")
-        self.queries = app.backend._queries
+        from leased.backends.postgres.backend import QUERIES
+        self.queries = QUERIES
         self.new_jobs = self.task.using()._new_jobs  # the NewJob values enqueue_many would send
 
     def _jobs(self, numbers):
         return self.new_jobs(((n,), {}) for n in numbers)
 
     def insert_jobs(self, numbers) -> None:
-        from leased.backends.enqueueing import jobs_json
+        from leased.backends.sql.enqueue import jobs_json
         jobs = self._jobs(numbers)
         with self.connection.transaction():
             self.connection.execute(self.queries["insert_jobs"], {"jobs": jobs_json(jobs, lambda t: t.isoformat())}).fetchall()
 
     def insert_jobs_no_conflict(self, numbers) -> None:
         """insert_jobs without ON CONFLICT: what the speculative insertion costs for jobs without keys."""
-        from leased.backends.enqueueing import jobs_json
+        from leased.backends.sql.enqueue import jobs_json
         jobs = self._jobs(numbers)
         query = self.queries["insert_jobs"].replace(
             "ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL\n"
@@ -130,6 +140,12 @@ class Paths:
     def enqueue_many(self, numbers) -> None:
         self.task.enqueue_many([(n,) for n in numbers])
 
+    def raw_insert_select(self, numbers) -> None:
+        """The floor: the same rows made by the server itself (no client, no parameters), one
+        INSERT ... SELECT per batch into leased's own table."""
+        with self.connection.transaction():
+            self.connection.execute(RAW_INSERT_SELECT, (numbers[0], numbers[-1]))
+
 
 def server_ticks(connection, application_name: str) -> int:
     """CPU ticks used so far by the server processes of our connections (same host: /proc)."""
@@ -172,7 +188,7 @@ def client_breakdown(paths: Paths, batch: int, repeats: int = 30) -> None:
     """The Python of enqueue_many per job, without the database: the NewJobs from the calls, the
     batch's JSON, and the Jobs built from the rows insert_jobs returns (one batch's, as psycopg
     loads them, read by the backend's own time conversion)."""
-    from leased.backends.enqueueing import created_jobs, jobs_json
+    from leased.backends.sql.enqueue import created_jobs, jobs_json
     numbers = list(range(batch))
     jobs = paths._jobs(numbers)
     with paths.connection.transaction():
@@ -199,7 +215,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-indexes", action="store_true")
     parser.add_argument("--index-path", default="insert_jobs", help="the path that measures what each index costs")
-    parser.add_argument("--paths", default="insert_jobs,insert_jobs_no_conflict,unnest,copy_text,copy_binary,enqueue_many")
+    parser.add_argument("--paths", default="insert_jobs,insert_jobs_no_conflict,unnest,copy_text,copy_binary,enqueue_many,raw_insert_select")
     options = parser.parse_args()
     schema = f"leased_bench_{uuid.uuid4().hex[:8]}"
     admin = psycopg.connect(URL, autocommit=True)

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import callers_connection
 from leased import ConfigurationError, Job, JobStatus, Leased, PayloadError
-from leased.backends import enqueueing
+from leased.backends.sql import enqueue
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_a_created_job_takes_each_field_where_job_has_it():
              "max_attempts": 4, "lease_seconds": 5.0, "run_after": datetime(2030, 1, 1, tzinfo=timezone.utc),
              "created_at": datetime(2029, 1, 1, tzinfo=timezone.utc), "idempotency_key": "key",
              "timeout_seconds": 6.0, "concurrency_key": "c"}
-    job = enqueueing._created_job(**given)
+    job = enqueue._created_job(**given)
     expected = Job(**given, status=JobStatus.PENDING, attempt=0, created=True)
     assert {field.name: getattr(job, field.name) for field in fields(Job)} == {
         field.name: getattr(expected, field.name) for field in fields(Job)}
@@ -269,7 +269,7 @@ def test_a_batch_mixing_keys_gets_each_position_its_job(app, notify):
 def test_a_key_freed_before_the_lookup_is_inserted_after_all(app, notify):
     # The branch taken when a worker claims the key's holder between our insert and our lookup:
     # the first insert is answered "key held", the lookup then finds no holder, the next insert wins.
-    from leased.backends.enqueueing import InsertJobs, drive, enqueue_steps
+    from leased.backends.sql.enqueue import InsertJobs, drive, enqueue_steps
 
     new = notify.using(idempotency_key="k").new_job(("p",), {})
     app.migrate()
@@ -384,7 +384,7 @@ def test_positional_calls_are_checked_as_strictly_as_bind(tmp_path):
 
 
 def test_a_batch_larger_than_one_statement_keeps_order_and_keys(app, notify, monkeypatch):
-    monkeypatch.setattr("leased.backends.enqueueing.INSERT_BATCH", 3)
+    monkeypatch.setattr("leased.backends.sql.enqueue.INSERT_BATCH", 3)
     held = notify.using(idempotency_key="held").enqueue("pending")
     keys = [None, "k", None, "held", None, None, None, "k", "m", None]
     batch = [notify.using(idempotency_key=key).new_job((f"p-{n}",), {}) for n, key in enumerate(keys)]

@@ -17,7 +17,7 @@ import pytest
 from leased import Leased
 from schemas import apply_script, empty_database, leased_schema
 from leased.backends import connect
-from leased.backends import sql
+from leased.backends.sql import scripts
 
 BACKENDS_DIR = Path(__file__).parent.parent / "src" / "leased" / "backends"
 EVERY_VERSION = [int(path.name[:4]) for path in sorted((BACKENDS_DIR / "sqlite" / "migrations").glob("[0-9]*.sql"))]
@@ -63,9 +63,9 @@ def _shared_code_of(backend_class: type, own: str) -> str:
     """The shared body's code that this dialect runs: its public methods that the dialect does not
     override (a verb it does in one statement of its own names other queries) or calls through
     super(), and the private helpers that code, or the dialect's own, calls."""
-    from leased.backends.sql_backend import SQLBackend
+    from leased.backends.sql.store import SQLStore
 
-    shared = [cls for cls in SQLBackend.__mro__ if cls.__module__.startswith("leased.backends.")]
+    shared = [cls for cls in SQLStore.__mro__ if cls.__module__.startswith("leased.backends.")]
     inherited = {name: function for cls in reversed(shared) for name, function in vars(cls).items()
                  if callable(function) and getattr(backend_class, name, None) is function}
     # What the dialect calls through super() runs too, though the dialect overrides it.
@@ -76,14 +76,23 @@ def _shared_code_of(backend_class: type, own: str) -> str:
         code = "".join(inspect.getsource(inherited[name]) for name in sorted(reached))
         called = set(re.findall(r"self\.(_\w+)", own + code)) & set(inherited)
         if called <= reached:
-            return code
+            return code + _shared_functions_called(own + code)
         reached |= called
+
+
+def _shared_functions_called(code: str) -> str:
+    """The shared functions that name queries for a dialect (enqueue's insert_statement), where it calls them."""
+    from leased.backends.sql import enqueue
+
+    return "".join(inspect.getsource(function) for name, function in vars(enqueue).items()
+                   if inspect.isfunction(function) and function.__module__ == enqueue.__name__
+                   and re.search(rf"\b{name}\(", code))
 
 
 @pytest.mark.parametrize("backend", DIALECTS)
 def test_every_query_used_is_defined_and_every_query_defined_is_used(backend):
     folder = BACKENDS_DIR / backend
-    defined = set(sql.load_queries(folder / "queries.sql"))
+    defined = set(scripts.load_queries(folder / "queries.sql"))
     backend_class = {"sqlite": "SQLiteBackend", "postgres": "PostgresBackend", "mariadb": "MariaDBBackend"}[backend]
     own = "".join(path.read_text() for path in folder.glob("*.py"))
     code = own + _shared_code_of(getattr(importlib.import_module(f"leased.backends.{backend}"), backend_class), own)
@@ -97,13 +106,13 @@ def test_migrations_are_numbered_once_each_from_one(tmp_path):
     for name in ["0001_a.sql", "0001_b.sql"]:
         (tmp_path / name).write_text("SELECT 1;")
     with pytest.raises(ValueError, match="each once"):
-        sql.load_migrations(tmp_path)
+        scripts.load_migrations(tmp_path)
 
 
 def test_a_migration_merged_later_into_a_gap_is_still_applied(database_url):
     """Branches reserve numbers ahead (0006 while 0003-0005 are elsewhere); whichever merges last,
     a database migrated before it still gets its migration."""
-    from leased.backends.sql import Migration
+    from leased.backends.sql.scripts import Migration
 
     app = Leased(database_url, migrate=False)
     backend_class = type(connect(database_url))  # the class, unopened: the schema is not there yet
@@ -124,7 +133,7 @@ def test_a_migration_merged_later_into_a_gap_is_still_applied(database_url):
 
 
 def test_the_runner_migrates_a_callers_connection_up_to_a_version_and_leaves_the_rest(database_url):
-    """What Django's migrations do: the one runner (leased.backends.migrate) on a connection of the
+    """What Django's migrations do: the one runner (leased.backends.sql.migrate) on a connection of the
     caller's, in its transaction, up to one version; `leased migrate` then applies only the rest."""
     from connections import connect as callers_connect
     from leased.backends import migrator, parse_database_url
@@ -242,6 +251,6 @@ def _now_literal(url: str) -> str:
 def test_a_script_splits_into_statements_where_each_ends():
     script = ("-- leading comment\nCREATE TABLE a (x text DEFAULT 'a;b');\n\n-- between\nCREATE TRIGGER t AFTER "
               "INSERT ON a BEGIN\n  UPDATE a SET x = 'c;';\n  DELETE FROM a;\nEND;\n-- trailing comment\n")
-    assert sql.statements(script) == [
+    assert scripts.statements(script) == [
         "-- leading comment\nCREATE TABLE a (x text DEFAULT 'a;b')",
         "-- between\nCREATE TRIGGER t AFTER INSERT ON a BEGIN\n  UPDATE a SET x = 'c;';\n  DELETE FROM a;\nEND"]

@@ -17,6 +17,7 @@ from leased.backends.ports import Backend, JobFilter, NewJob, PruneRule, Through
 from leased.backoff import Backoff
 from leased.counts import JobCounts
 from leased.engine.pruner import Pruner, count_prunable, older_than_rules, prune, prune_rules
+from leased.engine.retrying import retry_delay
 from leased.engine.worker import Worker, WorkerStats
 from leased.errors import ConfigurationError, DatabaseLocked, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.events import Events
@@ -448,8 +449,9 @@ def _zeros() -> dict[str, int]:
 
 
 def _migrate(backend: Backend, callers_connection: Any, tries: int = 3) -> None:
-    """Migrate; a connection that dies under it (a restart, a killed session) gets two more tries.
-    A lock that stayed held does not: the wait for it was the busy timeout already."""
+    """Migrate; a connection that dies under it (a restart, a killed session) gets two more tries,
+    paced as the worker paces its own (the one retry policy, engine/retrying.py). A lock that
+    stayed held does not: the wait for it was the busy timeout already."""
     for attempt in range(1, tries + 1):
         try:
             backend.migrate(callers_connection)
@@ -458,4 +460,4 @@ def _migrate(backend: Backend, callers_connection: Any, tries: int = 3) -> None:
             if attempt == tries or not isinstance(error, DatabaseUnavailable) or isinstance(error, DatabaseLocked):
                 backend.close()
                 raise
-            time.sleep(0.2 * attempt)
+            time.sleep(retry_delay(attempt))

@@ -9,7 +9,7 @@ from leased.backends.ports import Backend
 from leased.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from leased.backends.migrate import Migrator
+    from leased.backends.sql.migrate import Migrator
 
 URL_HELP = "use sqlite:///path/to/jobs.db, postgresql://user@host/dbname or mariadb://user@host/dbname"
 SCHEMES = {"sqlite": "sqlite", "postgresql": "postgres", "postgres": "postgres", "mariadb": "mariadb",

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
-from leased.backends.callers import type_name
+from leased.backends.sql.callers import type_name
 from leased.errors import ConfigurationError
 
 _BEGIN = {Session: "`with session.begin():`", Connection: "`with engine.begin() as connection:`",

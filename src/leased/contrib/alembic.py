@@ -14,7 +14,7 @@ schema current and migrates nothing.
 
 from __future__ import annotations
 
-from leased.backends.sql import statements
+from leased.backends.sql.scripts import statements
 
 
 def run_leased_sql(script: str) -> None:

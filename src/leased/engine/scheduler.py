@@ -1,7 +1,7 @@
 """The scheduler: a worker's service that enqueues the due ticks of its periodic tasks.
 
 Every worker with periodic tasks runs one, and none leads: the database writes one job per tick
-whoever gets there first (see backends/ticks.py). It sleeps until the next tick is due by the
+whoever gets there first (see backends/sql/schedules.py). It sleeps until the next tick is due by the
 database's clock, at most a poll interval, then reads the schedules' state; only when a tick is
 due does it open a write transaction, so an idle schedule costs a read per wake-up.
 """

@@ -254,6 +254,22 @@ def an_expired_lease_returns_the_job_and_fences_its_holder(make: MakeBackend) ->
 
 
 @check
+def an_expired_lease_nobody_took_still_finishes_but_no_longer_renews(make: MakeBackend) -> None:
+    """A lease is lost when another claim, a reclaim or a cancel takes the job: until then the
+    late holder's end is the only one there can be, and it is written; renewing is refused at once."""
+    backend = make()
+    enqueue(backend, new_job(lease_seconds=5), new_job(lease_seconds=5))
+    one, two = claim(backend, "w1")
+    backend.clock.advance(6)
+    assert backend.renew([one.lease]) == set(), "an expired lease is not renewed"
+    assert backend.finish([done(one.lease, "1"), error(two.lease, retry_in_seconds=None)]) == [True, True]
+    assert (job(backend, one.id).status, job(backend, one.id).result) == (JobStatus.DONE, 1)
+    assert job(backend, two.id).status is JobStatus.FAILED
+    assert [record.outcome for record in job(backend, one.id).history] == [Outcome.DONE]
+    assert backend.reclaim_expired() == 0, "nothing left to reclaim"
+
+
+@check
 def an_expiry_at_the_attempt_cap_fails_the_job(make: MakeBackend) -> None:
     backend = make()
     enqueue(backend, new_job(max_attempts=1, lease_seconds=5))

@@ -5,7 +5,7 @@ deadlock on the due index. Claims lock their rows with FOR UPDATE SKIP LOCKED, s
 wait on each other's rows. UPDATE has no RETURNING here, so a write that must know what it changed
 locks those rows first, changes them by id and reads them back, in one transaction. A deadlock or
 a lock wait timeout rolls the transaction back as DatabaseConflict, and the shared body runs it
-again (sql_backend.CONFLICT_RETRIES). Times come from the server's clock with microseconds.
+again (sql/store.py, CONFLICT_RETRIES). Times come from the server's clock with microseconds.
 """
 
 from __future__ import annotations
@@ -22,19 +22,18 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from leased.admin import WORKER_SILENT_AFTER
-from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob
-from leased.backends.callers import not_ours, wrong_connection
-from leased.backends.enqueueing import insert_statement
+from leased.backends.ports import ClaimRequest, NewJob
+from leased.backends.sql.callers import not_ours, wrong_connection
+from leased.backends.sql.enqueue import insert_statement
 from leased.backends.mariadb import driver
 from leased.backends.mariadb.limited import pick_limited
-from leased.backends.params import ends_json, finished_counts, leases_json
-from leased.backends.migrate import Migrator
-from leased.backends.sql import load_migrations, load_queries, schema_problem
-from leased.backends.sql_backend import SQLBackend
-from leased.backends.wakeups import DatagramListener, Waker
+from leased.backends.sql.migrate import Migrator
+from leased.backends.sql.scripts import load_migrations, load_queries, schema_problem
+from leased.backends.sql.store import SQLStore
+from leased.backends.sql.wakeups import DatagramListener, Waker
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, SchemaNotReady
-from leased.jobs import ClaimedJob, Job, Lease
+from leased.jobs import ClaimedJob, Job
 from leased.payloads import decode
 
 _HERE = Path(__file__).parent
@@ -130,7 +129,7 @@ def server_problem(version: str) -> str | None:
     return None
 
 
-class MariaDBBackend(SQLBackend):
+class MariaDBBackend(SQLStore):
     def __init__(self, url: str):
         self._arguments, self._where = connect_arguments(url)
         self._local = threading.local()
@@ -367,41 +366,6 @@ class MariaDBBackend(SQLBackend):
     def pick_limited(self, connection: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
         """The limited claim's choice on `connection`, in its transaction (see limited.py)."""
         return pick_limited(lambda name, **query_params: self._all(connection, name, **query_params), params)
-
-    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
-        if not leases:
-            return set()
-        held = {"worker_id": leases[0].worker_id, "leases": leases_json(leases)}
-
-        def work(connection: Any) -> list[dict[str, Any]]:
-            self._execute(connection, "renew", **held)
-            return self._all(connection, "held_leases", **held)
-
-        return {Lease(row["id"], row["attempt"], held["worker_id"]) for row in self._transact(work)}
-
-    def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
-        if not ends:
-            return []
-
-        def work(connection: Any) -> list[bool]:
-            held: dict[tuple[int, int], dict[str, Any]] = {}
-            for worker_id in {end.lease.worker_id for end in ends}:
-                mine = [end.lease for end in ends if end.lease.worker_id == worker_id]
-                rows = self._all(connection, "held_leases", worker_id=worker_id, leases=leases_json(mine))
-                held |= {(row["id"], row["attempt"]): row for row in rows}
-            kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
-            written = [end for end, flag in zip(ends, kept) if flag]
-            if written:  # the records first: finish clears the leases they are read from
-                records, finishes = ends_json(written)
-                self._execute(connection, "record_attempts", ends=records)
-                self._execute(connection, "finish", ends=finishes)
-                rows = [held[end.lease.job_id, end.lease.attempt] for end in written]
-                self._count_finished(connection, finished_counts(
-                    (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
-                    for end, row in zip(written, rows)))
-            return kept
-
-        return self._transact(work)
 
     @contextmanager
     def _snapshot(self) -> Iterator[Callable[..., list[dict[str, Any]]]]:

@@ -15,7 +15,7 @@ SELECT VERSION();
 SET @leased_clock_offset = %(offset)s;
 
 -- name: insert_jobs
--- A batch in one statement; each job a JSON array as on SQLite (see enqueueing.jobs_json). A job
+-- A batch in one statement; each job a JSON array as on SQLite (see sql/enqueue.py, jobs_json). A job
 -- whose key a waiting job holds is skipped: IGNORE turns the unique index's refusal into no row.
 -- Rows are inserted in the batch's order, so AUTO_INCREMENT gives ids in that order.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
@@ -37,7 +37,7 @@ RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: insert_job
 -- One job, as insert_jobs would insert it, without a batch to build and parse (see
--- enqueueing.insert_statement): what most enqueues are. A VALUES row is a simple insert to InnoDB,
+-- sql/enqueue.py, insert_statement): what most enqueues are. A VALUES row is a simple insert to InnoDB,
 -- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
@@ -90,15 +90,24 @@ WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > 
 
 -- name: held_leases
 -- Of the given leases, those the worker holds unexpired: after renew, the ones it renewed.
-SELECT id, attempt, queue_name, task_name FROM leased_jobs
+SELECT id, attempt FROM leased_jobs
 WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > leased_now()
+  AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+          job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l)
+FOR UPDATE;
+
+-- name: leases_to_finish
+-- Of the given leases, those the worker still holds, expired or not (a lease is lost once another
+-- claim or a reclaim takes the job, or a user cancels it), locked: the ends that finish may write.
+SELECT id, attempt, queue_name, task_name FROM leased_jobs
+WHERE status = 'running' AND lease_owner = %(worker_id)s
   AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
           job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l)
 FOR UPDATE;
 
 -- name: finish
 -- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds];
--- each end is fenced on its lease (held_leases locked those still held, first).
+-- each end is fenced on its lease (leases_to_finish locked those still held, first).
 UPDATE leased_jobs AS job
 JOIN JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
@@ -405,7 +414,7 @@ WHERE worker_id = %(worker_id)s AND outcome = 'expired'
   AND (job_id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
           job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l);
 
--- Periodic jobs (backends/ticks.py).
+-- Periodic jobs (backends/sql/schedules.py).
 
 -- name: database_now
 SELECT CAST(leased_now() AS DOUBLE) AS now;

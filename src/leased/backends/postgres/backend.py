@@ -33,17 +33,17 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule
-from leased.backends.async_drivers import asyncpg_identity, enqueue_asyncpg
-from leased.backends.callers import type_name, wrong_connection
-from leased.backends.enqueueing import insert_statement
+from leased.backends.sql.async_drivers import asyncpg_identity, enqueue_asyncpg
+from leased.backends.sql.callers import type_name, wrong_connection
+from leased.backends.sql.enqueue import insert_statement
 from leased.backends.postgres import callers
-from leased.backends.migrate import Migrator
+from leased.backends.sql.migrate import Migrator
 from leased.backends.postgres.listener import Listener
 from leased.backends.postgres.checkout import POOL_TIMEOUT_SECONDS, Checkout
 from leased.backends.postgres.outages import OwnPoolWarnings, described, first_line, is_connection_failure, is_outage, \
     reason
-from leased.backends.sql import load_migrations, load_queries, schema_problem
-from leased.backends.sql_backend import SQLBackend
+from leased.backends.sql.scripts import load_migrations, load_queries, schema_problem
+from leased.backends.sql.store import SQLStore
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition, SchemaNotReady
 from leased.jobs import ClaimedJob, Job, Lease, Outcome
@@ -166,7 +166,7 @@ def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-class PostgresBackend(SQLBackend):
+class PostgresBackend(SQLStore):
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10):
         if not 0 <= min_connections <= max_connections or max_connections < 1:
@@ -350,7 +350,7 @@ class PostgresBackend(SQLBackend):
         self._set_clock(connection)
         return self._insert(connection, jobs)
 
-    # The two steps of enqueue (leased.backends.enqueueing), on our connection or the caller's;
+    # The two steps of enqueue (leased.backends.sql.enqueue), on our connection or the caller's;
     # the row factory goes on the cursor, since the caller's connection may use any.
     def _insert_rows(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
         with connection.cursor(row_factory=tuple_row) as cursor:

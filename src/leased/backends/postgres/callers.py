@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from leased.backends.callers import not_ours
+from leased.backends.sql.callers import not_ours
 
 Identity = tuple  # (server start time, port, database, oid of the leased_jobs the search_path finds)
 

@@ -513,7 +513,7 @@ SET last_error = 'lease expired: ' || %(message)s
 FROM explained
 WHERE job.id = explained.job_id AND job.attempt = explained.attempt AND job.status <> 'running';
 
--- Periodic jobs (backends/ticks.py).
+-- Periodic jobs (backends/sql/schedules.py).
 
 -- name: database_now
 SELECT leased_now() AS now;

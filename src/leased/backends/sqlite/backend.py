@@ -19,16 +19,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
-from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob
-from leased.backends.async_drivers import enqueue_aiosqlite
-from leased.backends.callers import not_ours, type_name, wrong_connection
-from leased.backends.enqueueing import insert_statement
-from leased.backends.params import ends_json, finished_counts, leases_json
-from leased.backends.migrate import Migrator
-from leased.backends.sql import MIGRATE_HINT, load_migrations, load_queries, schema_problem
+from leased.backends.ports import ClaimRequest, NewJob
+from leased.backends.sql.async_drivers import enqueue_aiosqlite
+from leased.backends.sql.callers import not_ours, type_name, wrong_connection
+from leased.backends.sql.enqueue import insert_statement
+from leased.backends.sql.migrate import Migrator
+from leased.backends.sql.scripts import MIGRATE_HINT, load_migrations, load_queries, schema_problem
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
-from leased.backends.wakeups import DatagramListener, Waker
-from leased.backends.sql_backend import SQLBackend
+from leased.backends.sql.wakeups import DatagramListener, Waker
+from leased.backends.sql.store import SQLStore
 from leased.clock import Clock
 from leased.errors import (
     ConfigurationError,
@@ -37,7 +36,7 @@ from leased.errors import (
     DatabaseUnavailable,
     SchemaNotReady,
 )
-from leased.jobs import ClaimedJob, Job, Lease
+from leased.jobs import ClaimedJob, Job
 from leased.payloads import decode
 
 _HERE = Path(__file__).parent
@@ -77,7 +76,7 @@ def prepare_connection(connection: sqlite3.Connection, now: Callable[[], float] 
     connection.create_function("leased_now", 0, now, deterministic=True)
 
 
-class SQLiteBackend(SQLBackend):
+class SQLiteBackend(SQLStore):
     def __init__(self, path: str):
         self.path = path
         self._where = f"SQLite database {path!r}"
@@ -242,29 +241,6 @@ class SQLiteBackend(SQLBackend):
                 connection.execute(QUERIES["record_starts"], {"job_ids": json.dumps([row["id"] for row in rows])})
                 connection.execute(QUERIES["forget_old_starts"])
         return self._claimed(rows)
-
-    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
-        if not leases:
-            return set()
-        worker_id = leases[0].worker_id
-        with self._transaction(wait_seconds) as connection:
-            rows = connection.execute(QUERIES["renew"], {"worker_id": worker_id,
-                                                         "leases": leases_json(leases)}).fetchall()
-        return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
-
-    def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
-        if not ends:
-            return []
-        records, finishes = ends_json(ends)  # before the write lock: others may be waiting for it
-        with self._transaction() as connection:
-            # The records first: both statements are fenced alike, and finish clears the lease.
-            connection.execute(QUERIES["record_attempts"], {"ends": records})
-            rows = connection.execute(QUERIES["finish"], {"ends": finishes}).fetchall()
-            written = {(row["id"], row["attempt"]): row for row in rows}
-            self._count_finished(connection, finished_counts(
-                (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
-                for end in ends if (row := written.get((end.lease.job_id, end.lease.attempt)))))
-        return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
 
     # How rows hold times and JSON (seconds since the epoch, JSON text), for the shared reads.
     _to_time = staticmethod(_time)

@@ -28,13 +28,17 @@ RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: insert_job
 -- One job, as insert_jobs would insert it, without a batch to build and parse, nor rows to sort
--- (see enqueueing.insert_statement): what most enqueues are. leased_now() is read once.
+-- (see sql/enqueue.py, insert_statement): what most enqueues are. The clock is read once, so that
+-- a job due at once has run_after = created_at, as on PostgreSQL (a deterministic function may
+-- still be called twice in one statement).
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds)
-VALUES (:task_name, :queue_name, :args_json, :kwargs_json, :priority, :max_attempts, :lease_seconds,
-        coalesce(:run_at, leased_now() + :delay_seconds), leased_now(), :idempotency_key, :timeout_seconds,
-        :concurrency_key, :key_concurrency, :key_rate_count, :key_rate_seconds)
+SELECT :task_name, :queue_name, :args_json, :kwargs_json, :priority, :max_attempts, :lease_seconds,
+       coalesce(:run_at, clock.now + :delay_seconds), clock.now, :idempotency_key, :timeout_seconds,
+       :concurrency_key, :key_concurrency, :key_rate_count, :key_rate_seconds
+FROM (SELECT leased_now() AS now) AS clock
+WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING id, run_after, created_at, idempotency_key;
@@ -67,8 +71,20 @@ RETURNING *;
 UPDATE leased_jobs
 SET lease_expires_at = leased_now() + lease_seconds
 WHERE status = 'running' AND lease_owner = :worker_id AND lease_expires_at > leased_now()
-  AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
-RETURNING id, attempt;
+  AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
+
+-- name: held_leases
+-- Of the given leases, those the worker holds unexpired: after renew, the ones it renewed.
+SELECT id, attempt FROM leased_jobs
+WHERE status = 'running' AND lease_owner = :worker_id AND lease_expires_at > leased_now()
+  AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
+
+-- name: leases_to_finish
+-- Of the given leases, those the worker still holds, expired or not (a lease is lost once another
+-- claim or a reclaim takes the job, or a user cancels it): the ends that finish may write.
+SELECT id, attempt, queue_name, task_name FROM leased_jobs
+WHERE status = 'running' AND lease_owner = :worker_id
+  AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
 -- name: finish
 -- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds];
@@ -90,8 +106,7 @@ SET status = ends.status,
 FROM ends
 -- Unary + keeps the status index out: the planner would scan every running job for each end.
 WHERE job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
-  AND +job.status = 'running'
-RETURNING id, attempt, queue_name, task_name;
+  AND +job.status = 'running';
 
 -- name: count_finished
 -- Jobs that finished (done or failed), counted by minute in their worker's own rows (migration
@@ -374,7 +389,7 @@ SET error_message = :message
 WHERE worker_id = :worker_id AND outcome = 'expired'
   AND (job_id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
--- Periodic jobs (backends/ticks.py). A tick's time is epoch seconds, as the schedule computed it.
+-- Periodic jobs (backends/sql/schedules.py). A tick's time is epoch seconds, as the schedule computed it.
 
 -- name: database_now
 SELECT leased_now() AS now;

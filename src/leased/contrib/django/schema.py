@@ -3,7 +3,7 @@
 Each Django migration applies leased's numbered migrations up to one version, on the migration's
 connection and inside its transaction (MariaDB commits DDL on its own: there Django runs it outside
 one), and records them in leased_schema_version, as `leased migrate` does: the runner is the same
-(leased.backends.migrate), the two give the same schema, and whichever runs second has nothing
+(leased.backends.sql.migrate), the two give the same schema, and whichever runs second has nothing
 left to do.
 """
 

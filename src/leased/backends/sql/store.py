@@ -1,11 +1,11 @@
 """The body every SQL backend shares; a dialect supplies hooks, its queries.sql and its migrations.
 
 What is the same on every database lives here once: the enqueue algorithm (through
-leased.backends.enqueueing, on the sync and the async path), migrate() (over the one runner,
-leased.backends.migrate), the reads that only turn rows into values, and how a refused transition
+leased.backends.sql.enqueue, on the sync and the async path), migrate() (over the one runner,
+leased.backends.sql.migrate), the reads that only turn rows into values, and how a refused transition
 is explained. A dialect provides:
 
-- `_migrator`: its numbered migrations and how the one migration runner (leased.backends.migrate)
+- `_migrator`: its numbered migrations and how the one migration runner (leased.backends.sql.migrate)
   applies them, and `_migration_connection()`, the connection of its own that migrate() runs it on;
 - `_to_time`, `_from_json`: how its driver returns times and JSON; `_time_in`: how it takes a time;
 - `_rows(name, **params)`: one named query on a connection of its own, its rows as mappings;
@@ -25,8 +25,9 @@ is explained. A dialect provides:
 
 The write verbs are written here once, each as the named statements of one transaction; each
 dialect's queries.sql defines those names. A dialect that does a verb in one statement
-(PostgreSQL's CTEs) overrides the verb and names that statement instead. The hot path's verbs
-(claim, renew, finish) are each dialect's own: there the shape of the SQL is the speed.
+(PostgreSQL's CTEs) overrides the verb and names that statement instead. Claim is each dialect's
+own: how it keeps two claims from counting the same free room under a limit is the database's
+write-lock semantics (SQLite's one writer, MariaDB's named lock, PostgreSQL's advisory lock).
 
 Driver exceptions stop at the dialect: what reaches the engine is a leased error
 (DatabaseUnavailable, DatabaseConflict, InvalidTransition, ...), never a driver's class.
@@ -41,22 +42,23 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from leased.admin import WorkerInfo
-from leased.backends.enqueueing import (InsertJobs, Step, created_jobs, drive, drive_async, due_queue_names,
+from leased.backends.sql.enqueue import (InsertJobs, Step, created_jobs, drive, drive_async, due_queue_names,
                                        enqueue_steps, needs_no_transaction)
-from leased.backends.inspection import InspectionReads
-from leased.backends.params import (CANCELLED_BY_A_USER, expired_failures, filter_params, leases_json,
-                                    queue_limit_params, released_records, running_records, worker_params)
-from leased.backends.ports import JobFilter, NewJob, PruneRule, WorkerRecord
-from leased.backends.rows import claimed_from_rows, history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
-from leased.backends.sql import schema_problem
-from leased.backends.ticks import ScheduleStore
+from leased.backends.sql.inspection import InspectionReads
+from leased.backends.sql.params import (CANCELLED_BY_A_USER, ends_json, expired_failures, filter_params,
+                                        finished_counts, leases_json, queue_limit_params, released_records,
+                                        running_records, worker_params)
+from leased.backends.ports import AttemptEnd, JobFilter, NewJob, PruneRule, WorkerRecord
+from leased.backends.sql.rows import claimed_from_rows, history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
+from leased.backends.sql.scripts import schema_problem
+from leased.backends.sql.schedules import ScheduleStore
 from leased.errors import DatabaseConflict, InvalidTransition, JobNotFound, SchemaNotReady
 from leased.jobs import Attempt, ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 
 if TYPE_CHECKING:
-    from leased.backends.migrate import Migrator
-    from leased.backends.wakeups import Waker
+    from leased.backends.sql.migrate import Migrator
+    from leased.backends.sql.wakeups import Waker
 
 T = TypeVar("T")
 # How often a transaction the database broke off to settle a conflict (a deadlock, a lock wait
@@ -65,7 +67,7 @@ T = TypeVar("T")
 CONFLICT_RETRIES = 5
 
 
-class SQLBackend(InspectionReads, ScheduleStore):
+class SQLStore(InspectionReads, ScheduleStore):
     _migrator: Migrator
     _where: str  # the database, named for messages (never with a password)
     # Datagrams to the live workers on this host, where the database has no NOTIFY (SQLite, MariaDB).
@@ -182,7 +184,44 @@ class SQLBackend(InspectionReads, ScheduleStore):
     async def _pending_with_key_async(self, connection: Any, key: str) -> Mapping[str, Any] | None:
         raise NotImplementedError
 
-    # Writes after a claim: each fenced on (job, attempt, worker).
+    # Writes after a claim: each fenced on (job, attempt, worker). The hot path's two (renew and
+    # finish) are here as the named statements of one transaction; PostgreSQL does each in one
+    # statement of its own and overrides them.
+    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
+        if not leases:
+            return set()
+        held = {"worker_id": leases[0].worker_id, "leases": leases_json(leases)}
+
+        def work(connection: Any) -> list[Any]:
+            self._execute(connection, "renew", **held)
+            return self._all(connection, "held_leases", **held)
+
+        return {Lease(row["id"], row["attempt"], held["worker_id"]) for row in self._transact(work, wait_seconds)}
+
+    def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
+        if not ends:
+            return []
+        all_ends = ends_json(ends)  # before the transaction: on SQLite, other writers wait for its lock
+
+        def work(connection: Any) -> list[bool]:
+            held: dict[tuple[int, int], Any] = {}
+            for worker_id in {end.lease.worker_id for end in ends}:
+                mine = [end.lease for end in ends if end.lease.worker_id == worker_id]
+                rows = self._all(connection, "leases_to_finish", worker_id=worker_id, leases=leases_json(mine))
+                held |= {(row["id"], row["attempt"]): row for row in rows}
+            kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
+            written = [end for end, flag in zip(ends, kept) if flag]
+            if written:  # the records first: finish clears the leases they are read from
+                records, finishes = all_ends if len(written) == len(ends) else ends_json(written)
+                self._execute(connection, "record_attempts", ends=records)
+                self._execute(connection, "finish", ends=finishes)
+                self._count_finished(connection, finished_counts(
+                    (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
+                    for end in written if (row := held[end.lease.job_id, end.lease.attempt])))
+            return kept
+
+        return self._transact(work)
+
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         if not leases:
             return

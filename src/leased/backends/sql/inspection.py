@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.ports import PruneRule, Throughput
-from leased.backends.rows import history_from_rows, job_from_row, worker_from_row
+from leased.backends.sql.rows import history_from_rows, job_from_row, worker_from_row
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts, sample_ids, tally
 from leased.facts import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick
 from leased.jobs import JobStatus

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from leased.backends.sql import Migration, statements
+from leased.backends.sql.scripts import Migration, statements
 
 
 def _no_lock(connection: Any) -> AbstractContextManager[None]:

@@ -151,6 +151,8 @@ def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time:
     A row with a key is that key's job. Rows without one go to the jobs without one in id order:
     insert_jobs assigns ids in the batch's order (see queries.sql), whatever order it returns them in.
     """
+    if not jobs:
+        return []
     keyed, keyless = {}, []
     for row in sorted(rows, key=itemgetter(0)):
         if row[3] is None:
@@ -159,9 +161,10 @@ def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time:
             keyed[row[3]] = row
     keyless_rows = iter(keyless)
     times: dict[Any, datetime] = {}  # a batch's rows mostly share their times: convert each once
-    # One loads() for the batch: for documents this small, each call's overhead outweighs the parsing.
-    args = json.loads(f"[{','.join(job.args_json for job in jobs)}]")
-    kwargs = json.loads(f"[{','.join(job.kwargs_json for job in jobs)}]")
+    # One loads() for the batch, arguments and keywords: for documents this small, each call's
+    # overhead outweighs the parsing.
+    decoded = json.loads(f"[{','.join(job.args_json for job in jobs)},{','.join(job.kwargs_json for job in jobs)}]")
+    args, kwargs = decoded[:len(jobs)], decoded[len(jobs):]
     created: list[Job | None] = []
     for job, job_args, job_kwargs in zip(jobs, args, kwargs):
         row = next(keyless_rows) if job.idempotency_key is None else keyed.get(job.idempotency_key)

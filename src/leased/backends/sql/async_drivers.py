@@ -9,8 +9,8 @@ from datetime import UTC
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from leased.backends.ports import NewJob
-from leased.backends.enqueueing import InsertJobs, Step, created_jobs, drive_async, enqueue_steps, jobs_json
-from leased.backends.rows import job_from_row
+from leased.backends.sql.enqueue import InsertJobs, Step, created_jobs, drive_async, enqueue_steps, jobs_json
+from leased.backends.sql.rows import job_from_row
 from leased.jobs import Job
 from leased.payloads import decode
 
@@ -20,7 +20,7 @@ Fetch = Callable[[str, Mapping[str, Any]], Awaitable[list[Any]]]  # (query name,
 async def enqueue_with(fetch: Fetch, jobs: Sequence[NewJob], run_at: Callable[[Any], Any],
                        to_time: Callable[[Any], Any], from_json: Callable[[Any], Any] = decode
                        ) -> list[tuple[Job, bool]]:
-    """Backend.enqueue's algorithm (backends/enqueueing.py) on the caller's async connection,
+    """Backend.enqueue's algorithm (backends/sql/enqueue.py) on the caller's async connection,
     never committed here."""
 
     async def answer(step: Step) -> Any:

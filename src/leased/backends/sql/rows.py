@@ -1,5 +1,5 @@
 """Rows to values, shared by the backends: each passes how its driver returns times and JSON.
-(Values to parameters are leased.backends.params.)"""
+(Values to parameters are leased.backends.sql.params.)"""
 
 from __future__ import annotations
 
