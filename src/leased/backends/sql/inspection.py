@@ -4,35 +4,21 @@ that must agree with each other, `_snapshot()` and how its driver returns times 
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.ports import PruneRule, Throughput
+from leased.backends.sql.dialect import Dialect, ReadRows
 from leased.backends.sql.rows import history_from_rows, job_from_row, worker_from_row
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts, sample_ids, tally
 from leased.facts import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick
 from leased.jobs import JobStatus
 from leased.limits import Rate
 
-ReadRows = Callable[..., Sequence[Any]]  # read_rows(name, **params), inside one snapshot
-
-
-class InspectionReads:
-    _to_time: Callable[[Any], Any]  # a time column as the driver returns it -> a UTC datetime
-    _from_json: Callable[[Any], Any]  # a JSON column as the driver returns it -> its value
-
-    def _rows(self, name: str, **params: Any) -> Sequence[Any]:
-        raise NotImplementedError
-
-    def _snapshot(self) -> AbstractContextManager[ReadRows]:
-        """A read-only transaction that sees one state of the database; yields read_rows."""
-        raise NotImplementedError
-
-    def _list_param(self, values: Sequence[Any]) -> Any:
-        raise NotImplementedError
+class InspectionReads(Dialect):
+    """The reads of the inspection and admin ports, over the dialect's _rows() and _snapshot()."""
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._rows("counts")}
@@ -138,4 +124,6 @@ class InspectionReads:
         return self._rows("count_prunable", **self._rule_params(rule))[0]["n"]
 
     def _rule_params(self, rule: PruneRule) -> dict[str, Any]:
-        raise NotImplementedError
+        return {"status": rule.status.value, "older_than": rule.older_than_seconds,
+                "task_names": None if rule.task_names is None else self._list_param(rule.task_names),
+                "except_task_names": self._list_param(rule.except_task_names)}

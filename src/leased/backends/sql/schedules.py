@@ -1,6 +1,5 @@
 """Periodic jobs in storage, shared by the backends: each runs the same-named queries from its own
-SQL file. A backend provides `_rows(name, **params)`, `_transaction()` (a write
-transaction's connection), `_execute(connection, name, **params)`, `_insert(connection, jobs)` and its time conversions.
+SQL file, through the dialect's hooks (dialect.py) and the store's `_insert(connection, jobs)`.
 
 Exactly one job per tick, without a leader: the tick's row in leased_schedule_ticks has a primary
 key on (schedule, tick time) and is written in the transaction that writes the job, so a second
@@ -11,36 +10,19 @@ and each plans from the last tick the previous one recorded.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Sequence
 
+from leased.backends.sql.dialect import Dialect
 from leased.backends.ports import NewJob, ScheduleState, TickOutcome, TickSource
 from leased.jobs import Job, JobStatus
 
 TICKS_KEPT = 100  # tick rows kept per schedule; older ones are pruned as new ones are written
 
 
-class ScheduleStore:
-    def _rows(self, name: str, **params: Any) -> Sequence[Any]:
-        raise NotImplementedError
-
-    def _transaction(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
-        """Run a named query on `connection`; returns a cursor with its rows."""
-        raise NotImplementedError
-
+class ScheduleStore(Dialect):
     def _insert(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
-        raise NotImplementedError
-
-    def _time_in(self, value: datetime) -> Any:
-        """A time as this backend's queries take it."""
-        raise NotImplementedError
-
-    def _time_out(self, value: Any) -> datetime | None:
-        """A time as this backend's rows hold it, as an aware UTC datetime."""
+        """The store's enqueue on `connection`, in its transaction."""
         raise NotImplementedError
 
     def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:

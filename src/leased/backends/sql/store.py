@@ -3,43 +3,22 @@
 What is the same on every database lives here once: the enqueue algorithm (through
 leased.backends.sql.enqueue, on the sync and the async path), migrate() (over the one runner,
 leased.backends.sql.migrate), the reads that only turn rows into values, and how a refused transition
-is explained. A dialect provides:
-
-- `_migrator`: its numbered migrations and how the one migration runner (leased.backends.sql.migrate)
-  applies them, and `_migration_connection()`, the connection of its own that migrate() runs it on;
-- `_to_time`, `_from_json`: how its driver returns times and JSON; `_time_in`: how it takes a time;
-- `_rows(name, **params)`: one named query on a connection of its own, its rows as mappings;
-- `_transaction(wait_seconds=None, one_statement=False)`: a connection of its own in a write
-  transaction, committed at the end (SQLite waits at most `wait_seconds` for its write lock); with
-  `one_statement`, in autocommit instead, for work whose one statement is its own transaction (no
-  BEGIN or COMMIT to send); `_transact(work)` here runs work(connection) in one, again when the
-  database broke it off to settle a conflict;
-- `_enqueue_in(connection, jobs)`: enqueue in the caller's open transaction, on their connection
-  (checked to reach our database), leaving the commit to them;
-- `_execute(connection, name, **params)`: one named query in that transaction, its cursor (rows as
-  mappings, and rowcount); `_is_duplicate_key(error)`: a unique index refused a write;
-- `_insert_rows(connection, jobs)`, `_pending_with_key(connection, key)`: the two steps of enqueue;
-  optionally their `_async` twins for a driver with async connections of the caller's;
-- `_list_param(values)`: a list as its queries take one (a JSON array, or an array);
-- `_is_missing_table(error)`: a query met no leased table (no schema yet, or dropped).
+is explained. What a dialect answers is declared in dialect.py; `_transact(work)` here runs
+work(connection) in one of its transactions, again when the database broke it off to settle a
+conflict.
 
 The write verbs are written here once, each as the named statements of one transaction; each
 dialect's queries.sql defines those names. A dialect that does a verb in one statement
 (PostgreSQL's CTEs) overrides the verb and names that statement instead. Claim is each dialect's
-own: how it keeps two claims from counting the same free room under a limit is the database's
-write-lock semantics (SQLite's one writer, MariaDB's named lock, PostgreSQL's advisory lock).
-
-Driver exceptions stop at the dialect: what reaches the engine is a leased error
-(DatabaseUnavailable, DatabaseConflict, InvalidTransition, ...), never a driver's class.
+own (see dialect.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from leased.admin import WorkerInfo
 from leased.backends.sql.enqueue import (InsertJobs, Step, created_jobs, drive, drive_async, due_queue_names,
@@ -56,10 +35,6 @@ from leased.errors import DatabaseConflict, InvalidTransition, JobNotFound, Sche
 from leased.jobs import Attempt, ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 
-if TYPE_CHECKING:
-    from leased.backends.sql.migrate import Migrator
-    from leased.backends.sql.wakeups import Waker
-
 T = TypeVar("T")
 # How often a transaction the database broke off to settle a conflict (a deadlock, a lock wait
 # given up) is run again, at once after 1, 2, 4, ... ms: nothing of it was written, and the one
@@ -68,10 +43,6 @@ CONFLICT_RETRIES = 5
 
 
 class SQLStore(InspectionReads, ScheduleStore):
-    _migrator: Migrator
-    _where: str  # the database, named for messages (never with a password)
-    # Datagrams to the live workers on this host, where the database has no NOTIFY (SQLite, MariaDB).
-    _waker: Waker | None = None
 
     # Wake-ups for jobs that a caller's transaction wrote (enqueue(jobs, connection) cannot send
     # them: the jobs exist only once the caller commits). Call it after that commit, as
@@ -82,39 +53,6 @@ class SQLStore(InspectionReads, ScheduleStore):
         if self._waker is not None:
             for queue_name in set(queue_names):
                 self._waker.wake(queue_name)
-
-    # Hooks (see the module's docstring).
-    def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> Sequence[Sequence[Any]]:
-        raise NotImplementedError
-
-    def _pending_with_key(self, connection: Any, key: str) -> Mapping[str, Any] | None:
-        raise NotImplementedError
-
-    def _list_param(self, values: Sequence[Any]) -> Any:
-        raise NotImplementedError
-
-    def _transaction(self, wait_seconds: float | None = None, one_statement: bool = False
-                     ) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _enqueue_in(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
-        raise NotImplementedError
-
-    def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
-        raise NotImplementedError
-
-    def _is_duplicate_key(self, error: BaseException) -> bool:
-        raise NotImplementedError
-
-    def _migration_connection(self) -> AbstractContextManager[Any]:
-        """A connection of ours to migrate on: in a write transaction, where DDL takes part in one."""
-        return self._transaction()
-
-    def _is_missing_table(self, error: BaseException) -> bool:
-        raise NotImplementedError
-
-    def _time_out(self, value: Any) -> datetime | None:
-        return self._to_time(value)
 
     def _transact(self, work: Callable[[Any], T], wait_seconds: float | None = None, one_statement: bool = False) -> T:
         """work(connection) in one write transaction of ours; run again when the database broke it
@@ -377,11 +315,6 @@ class SQLStore(InspectionReads, ScheduleStore):
 
     def queue_limits(self) -> list[QueueLimit]:
         return [queue_limit_from_row(row) for row in self._rows("queue_limits")]
-
-    def _rule_params(self, rule: PruneRule) -> dict[str, Any]:
-        return {"status": rule.status.value, "older_than": rule.older_than_seconds,
-                "task_names": None if rule.task_names is None else self._list_param(rule.task_names),
-                "except_task_names": self._list_param(rule.except_task_names)}
 
     def _changed_or_explain(self, row: Any, job_id: int, action: str, allowed: str) -> Job:
         """The job after a one-job action; when the action changed nothing (`row` None), why."""
