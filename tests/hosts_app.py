@@ -21,6 +21,7 @@ RETRY_IN = 2.5  # flaky's one retry is due this long after its failure, by the d
 
 @app.task(name="hold", lease=LEASE, takes_context=True, max_attempts=3)
 def hold(context, mode: str) -> str:
+    """mode "block": until cancelled, then until released; "wait": until released; else at once."""
     marker = MARKERS / f"{context.job_id}-{context.attempt}"
     marker.with_suffix(".started").write_text(f"{HOST} {context.worker_id}")
     if mode == "block" and context.attempt == 1:
