@@ -13,6 +13,10 @@ from pathlib import Path
 from leased import Backoff, Leased
 
 app = Leased(os.environ["LEASED_DATABASE_URL"])
+if os.environ.get("HOSTS_PRUNE_AT_ONCE"):  # the worker's first pruning pass as it starts, not within a minute
+    from leased.engine import pruner
+
+    pruner.FIRST_PASS_WITHIN = 0.0
 HOST = os.environ.get("HOSTS_HOST", "?")
 MARKERS = Path(os.environ.get("HOSTS_MARKERS", "."))
 LEASE = 2.0  # short, so that a cut host's jobs come back within seconds

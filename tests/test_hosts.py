@@ -70,12 +70,12 @@ class Workers:
         self.schema_url, self.markers = schema_url, markers
         self.started: list[tuple[subprocess.Popen, Path]] = []
 
-    def start(self, host: hosts.Host, *options: str, clock: str | None = None) -> subprocess.Popen:
+    def start(self, host: hosts.Host, *options: str, clock: str | None = None, **extra_env: str) -> subprocess.Popen:
         """The worker's sessions carry the application name leased-host-<host>, for pg_stat_activity."""
         url = host.url(self.schema_url)
         url += f"{'&' if '?' in url else '?'}application_name=leased-host-{host.name}"
         env = {**os.environ, "LEASED_DATABASE_URL": url, "HOSTS_HOST": host.name, "HOSTS_MARKERS": str(self.markers),
-               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")])}
+               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")]), **extra_env}
         if clock:
             env.update(faketime_env(clock))
         log = self.markers / f"{host.name}-{len(self.started)}.log"
@@ -263,10 +263,10 @@ class Peaks(threading.Thread):
 
 
 IDLE_CONNECTIONS = 3  # the main pool's one, the claims pool's one, the listener
-# The main pool grows while the worker's own writers (heartbeat, completer, announcer, scheduler,
-# pruner) happen to write at the same moment; its cap (10) and the claims pool's (2) bound it,
-# whatever the concurrency.
-MOST_CONNECTIONS = 10 + 2 + 1
+# The main pool grows while the worker's own writers (heartbeat, completer, announcer, scheduler)
+# happen to write at the same moment; its cap (10), the claims pool's (2), the listener and a
+# pruning pass's own connection bound it, whatever the concurrency.
+MOST_CONNECTIONS = 10 + 2 + 1 + 1
 
 
 def test_a_worker_holds_the_same_connections_at_concurrency_1_10_and_100(fleet, workers, schema_url, tmp_path):
@@ -274,18 +274,27 @@ def test_a_worker_holds_the_same_connections_at_concurrency_1_10_and_100(fleet, 
     app = Leased(schema_url)
     hold = app.task(name="hold", lease=LEASE, takes_context=True, max_attempts=3)(lambda context, mode: None)
     levels = dict(zip(machines, (1, 10, 100)))
-    processes = {host: workers.start(host, "--concurrency", str(level)) for host, level in levels.items()}
+    # Finished jobs past their retention, for the pruning pass each worker starts with: the one
+    # that gets the pruners' lock deletes them (a pass once grew the pool to two for good).
+    old = hold.enqueue_many([("quick",)] * 5)
+    with psycopg.connect(schema_url, autocommit=True) as connection:
+        connection.execute("UPDATE leased_jobs SET status = 'done', attempt = 1, finished_at = now() - interval '8 days'"
+                           " WHERE id = ANY(%s)", ([job.id for job in old],))
+    processes = {host: workers.start(host, "--concurrency", str(level), HOSTS_PRUNE_AT_ONCE="1")
+                 for host, level in levels.items()}
     for process in processes.values():
         worker_of(process, app)
     names = {f"leased-host-{host.name}": host for host in machines}
+    wait_for(lambda: all(app.backend.get_job(job.id) is None for job in old), message="a pruning pass")
 
-    def idle() -> bool:
+    def idle() -> dict[str, int] | bool:
         counts = connections_by_name(schema_url)
-        return all(counts.get(name) == IDLE_CONNECTIONS for name in names) and counts
+        # Every connection a host makes comes through its link, and each is one of the worker's.
+        through_links = {relay.open[host.gateway] for host in machines}
+        return all(counts.get(name) == IDLE_CONNECTIONS for name in names) and through_links == {IDLE_CONNECTIONS} \
+            and counts
 
     idle_counts = wait_for(idle, message=f"each worker to hold {IDLE_CONNECTIONS} connections")
-    # Every connection the host makes comes through its link, and each is one of the worker's.
-    assert {relay.open[host.gateway] for host in machines} == {IDLE_CONNECTIONS}, relay.open
 
     with Peaks(schema_url) as peaks:
         held = hold.enqueue_many([("wait",)] * sum(levels.values()))  # every slot of every worker busy
