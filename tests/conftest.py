@@ -278,6 +278,20 @@ def time_literal(app: Leased, when: datetime) -> str:
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
+def needs_faketime() -> None:
+    """Skip the test without libfaketime, unless LEASED_REQUIRE_FAKETIME=1 (CI sets it) fails it."""
+    if not os.path.exists(LIBFAKETIME):
+        if os.environ.get("LEASED_REQUIRE_FAKETIME") == "1":
+            pytest.fail("faketime is not installed")
+        pytest.skip("needs libfaketime (apt-get install faketime)")
+
+
+def faketime_env(clock: str) -> dict[str, str]:
+    """A worker process's clock moved (`+1h`) by libfaketime, preloaded into the worker itself so that
+    signals reach it; its monotonic clock untouched, as a skewed host's is."""
+    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": clock, "DONT_FAKE_MONOTONIC": "1"}
+
+
 @pytest.fixture
 def worker_processes(database_url, tmp_path):
     """start(script, worker_id, *args, clock=None, **env): a worker process running tests/<script>
@@ -296,8 +310,8 @@ def worker_processes(database_url, tmp_path):
         env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
                # This checkout's leased, not whichever one the virtualenv has installed.
                "PYTHONPATH": os.pathsep.join([str(here), str(here.parent / "src")]), **extra_env}
-        if clock:  # libfaketime, preloaded into the worker itself so that signals reach it
-            env.update(LD_PRELOAD=LIBFAKETIME, FAKETIME=clock, DONT_FAKE_MONOTONIC="1")
+        if clock:
+            env.update(faketime_env(clock))
         process = subprocess.Popen([sys.executable, str(here / script), worker_id, *arguments], env=env,
                                    stdout=log, stderr=subprocess.STDOUT)
         processes.append(process)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LIBFAKETIME, MARIADB_WORKER_USER, kill_mariadb_sessions, raw_scalar, raw_sql, wait_for
+from conftest import MARIADB_WORKER_USER, kill_mariadb_sessions, needs_faketime, raw_scalar, raw_sql, wait_for
 from leased import JobStatus, Outcome
 
 pytestmark = pytest.mark.slow
@@ -242,19 +242,12 @@ def _counts_or_none(app):
         return None
 
 
-def _needs_faketime():
-    if not os.path.exists(LIBFAKETIME):
-        if os.environ.get("LEASED_REQUIRE_FAKETIME") == "1":
-            pytest.fail("faketime is not installed")
-        pytest.skip("needs libfaketime (apt-get install faketime)")
-
-
 # Clock skew between hosts, run on the server databases: there the server's clock decides every lease.
 # On SQLite the clock of the process that writes decides, and every process that opens the file
 # runs on one host with one clock, so there is no skew to survive (libfaketime would fake one).
 @servers_only
 def test_worker_with_a_clock_an_hour_ahead_does_not_steal_live_leases(app, hold, spawn):
-    _needs_faketime()
+    needs_faketime()
     held = [hold.enqueue("forever") for _ in range(2)]  # both of worker-a's slots: the probe is not for it
     spawn("worker-a")
     wait_for(lambda: all(app.get_job(job.id).lease_owner == "worker-a" for job in held), message="worker-a to claim")
@@ -271,7 +264,7 @@ def test_worker_with_a_clock_an_hour_ahead_does_not_steal_live_leases(app, hold,
 
 @servers_only
 def test_worker_with_a_clock_an_hour_behind_does_not_keep_an_expired_lease(app, hold, spawn, tmp_path):
-    _needs_faketime()
+    needs_faketime()
     job = hold.enqueue("late")
     behind = spawn("worker-behind", clock="-1h")
     wait_for(lambda: (tmp_path / "started-worker-behind").exists(), message="its handler to start")

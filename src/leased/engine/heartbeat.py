@@ -53,6 +53,8 @@ class Heartbeat:
         self._sleeping_until = math.inf  # when the thread next looks at the leases, monotonic
         self._failing_since: float | None = None  # when the renewals that keep failing began, monotonic
         self._failure: BaseException | None = None  # the latest of them
+        # When the renewal under way was sent, monotonic: a network cut leaves it unanswered, not failed.
+        self._sent: float | None = None
         self._thread = threading.Thread(target=self._run, name="leased-heartbeat", daemon=True)
         self.failure: BaseException | None = None
 
@@ -103,9 +105,14 @@ class Heartbeat:
         return self._lapse("its lease")
 
     def _lapse(self, what: str) -> str | None:
-        since, failure = self._failing_since, self._failure
+        since, failure, sent = self._failing_since, self._failure, self._sent
         if since is None or failure is None:
-            return None
+            # Across a network cut a renewal neither lands nor fails: its TCP segments are
+            # retransmitted for minutes. Waiting longer than a retry step for it is the cause.
+            waited = None if sent is None else time.monotonic() - sent
+            if waited is None or waited < self.shortest_lease() / RENEWALS_PER_LEASE / 2:
+                return None
+            return f"could not renew {what} for {waited:.1f} s: no answer from the database, as across a network cut"
         why = ("another connection held the database's write lock all that time (a long transaction)"
                if isinstance(failure, DatabaseLocked) else one_line(failure))
         return f"could not renew {what} for {time.monotonic() - since:.1f} s: {why}"
@@ -143,9 +150,11 @@ class Heartbeat:
         step = shortest / RENEWALS_PER_LEASE / 2
         with self._lock:
             remaining = min((held.deadline for held in self._held.values()), default=math.inf) - sent
+        self._sent = sent
         try:  # never wait past the lease's end; once it has passed, a step at a time
             kept = self._backend.renew(leases, wait_seconds=min(step, remaining) if remaining > 0 else step)
         except BaseException as error:
+            self._sent = None
             if not self._is_transient(error):
                 raise
             self._failure = error
@@ -155,9 +164,14 @@ class Heartbeat:
             self._retry_at = time.monotonic() + (0.0 if isinstance(error, DatabaseLocked) else step)
             log.warning("%s; retrying until the lease runs out", self._lapse(f"{len(leases)} lease(s)"))
             return
+        self._sent = None
+        answered = time.monotonic()
         if self._failing_since is not None:
             log.info("renewal went through after failing for %.1f s: %d of %d lease(s) still held",
                      sent - self._failing_since, len(kept), len(leases))
+        elif answered - sent > step:  # e.g. sent into a network cut, delivered once the link came back
+            log.info("renewal answered after %.1f s: %d of %d lease(s) still held", answered - sent, len(kept),
+                     len(leases))
         self._retry_at = 0.0
         self._failing_since = self._failure = None
         with self._lock:

@@ -199,6 +199,8 @@ class PostgresBackend(SQLStore):
         # Whether the URL reaches the server through a pooler: None until the first connection tells.
         self.behind_pooler: bool | None = None
         self.clock = Clock()  # leased_now()'s offset for this backend's sessions (see leased.clock)
+        # The connection holding the pruners' session lock, for the rest of its pass on that thread.
+        self._prune_pass = threading.local()
 
     def _open_pool(self) -> ConnectionPool:
         """Connect on first use, so that e.g. printing the migration SQL needs no server."""
@@ -262,12 +264,8 @@ class PostgresBackend(SQLStore):
 
     @contextmanager
     def _connection(self, for_claims: bool = False) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        if for_claims:
-            pool, configure = self._claims_pool or self._open_claims_pool(), _set_up_for_claims
-        else:
-            pool, configure = self._pool or self._open_pool(), _set_up
         try:
-            with self._checkout.connection(pool, None if self.behind_pooler else configure) as connection:
+            with self._checked_out(for_claims) as connection:
                 self._set_clock(connection)
                 yield connection
         except (errors.DeadlockDetected, errors.SerializationFailure) as error:
@@ -282,6 +280,19 @@ class PostgresBackend(SQLStore):
             if is_connection_failure(error):
                 raise DatabaseUnavailable(f"lost the connection to {self._where}: {reason(error)}") from error
             raise DatabaseUnavailable(f"{self._where} refused a write: {described(error)}") from error
+
+    @contextmanager
+    def _checked_out(self, for_claims: bool) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        pinned = None if for_claims else getattr(self._prune_pass, "connection", None)
+        if pinned is not None:  # a pruning pass's own statements, on the connection that holds its lock
+            yield pinned
+            return
+        if for_claims:
+            pool, configure = self._claims_pool or self._open_claims_pool(), _set_up_for_claims
+        else:
+            pool, configure = self._pool or self._open_pool(), _set_up
+        with self._checkout.connection(pool, None if self.behind_pooler else configure) as connection:
+            yield connection
 
     def _set_clock(self, connection: Any) -> None:
         """The clock seam: a session whose offset is not the backend's gets it (once per change)."""
@@ -557,17 +568,30 @@ class PostgresBackend(SQLStore):
         """Holds the pruners' advisory lock on a connection of its own while the pass runs. Behind a
         pooler a session lock would stay with a server connection that is not ours: the lock is then
         the transaction's, held open (taking no snapshot, so holding back no vacuum) for the pass."""
-        with self._connection() as connection:
-            if self._pooled():
-                with connection.transaction():
-                    yield connection.execute(QUERIES["try_prune_lock_in_transaction"]).fetchone()["locked"]
-                return
-            locked = connection.execute(QUERIES["try_prune_lock"]).fetchone()["locked"]
+        if self._pooled():
+            with self._connection() as connection, connection.transaction():
+                yield connection.execute(QUERIES["try_prune_lock_in_transaction"]).fetchone()["locked"]
+            return
+        # The pass's own connection, closed after it, which its batches use too (each still its own
+        # transaction). Taken from the pool, the lock held a pooled connection for the whole pass,
+        # the pool grew beside it for the worker's other writers and kept that connection idle for
+        # 10 minutes (passes come every 5): a worker held 4 connections from its first pass on, not 3.
+        try:
+            connection = psycopg.connect(self._url, **self._connect_kwargs)
+        except psycopg.OperationalError as error:
+            raise DatabaseUnavailable(f"cannot connect to {self._where}: {described(error)}") from None
+        with connection:
+            self._prune_pass.connection = connection  # _checked_out hands it to this thread's calls
             try:
+                with self._connection() as pinned:
+                    _set_up(pinned)
+                    locked = pinned.execute(QUERIES["try_prune_lock"]).fetchone()["locked"]
                 yield locked
-            finally:
                 if locked:
-                    connection.execute(QUERIES["prune_unlock"])
+                    with self._connection() as pinned:
+                        pinned.execute(QUERIES["prune_unlock"])
+            finally:
+                self._prune_pass.connection = None
 
     # Schema: the shared runner (MIGRATOR), serialized by an advisory lock, in a transaction of
     # ours. A caller's open transaction (`callers_connection`) holds no lock of ours, so a missing
