@@ -200,7 +200,8 @@ def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     # The caller's PYTHONPATH after BENCH: run from /work/venv with PYTHONPATH=src, the workers
     # import this checkout's leased, as the parent does.
-    path = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))
+    inherited = [os.path.abspath(entry) for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    path = os.pathsep.join([str(BENCH), *inherited])
     full_env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **env}
     with open(log, "wb") as out:
         # A session of its own, so stop() can end the worker and its children by process group.
