@@ -221,6 +221,164 @@ def bytes_per_job(jobs: int) -> dict:
         drop_database(DATABASE)
 
 
+# Before and after migration 0012 (renewals HOT), side by side in one run: the same measurements on
+# a schema migrated up to 0011 and on the current one, alternating, on fresh databases.
+COMPARED = "bench_leased_long_transaction_schemas"
+# The code is the same for both (it refuses a schema older than itself): "0011" is the current
+# schema with migration 0012's two changes undone, the lease index on the expiry and fillfactor 100.
+UNDO_0012 = ("DROP INDEX leased_jobs_leases",
+             "CREATE INDEX leased_jobs_leases ON leased_jobs (lease_expires_at) WHERE status = 'running'",
+             "ALTER TABLE leased_jobs RESET (fillfactor)")
+SCHEMAS = ("0011", "current")
+
+
+def schema_database(schema: str) -> tuple[str, Leased, object]:
+    """A fresh database with the schema `schema` names, and a producer app on it."""
+    url = recreate_database(COMPARED)
+    app = Leased(url)
+    task = app.task(name="bench.noop")(lambda n: None)
+    app.task(name="bench.nap")(lambda n, seconds: time.sleep(seconds))
+    app.migrate()
+    if schema == "0011":
+        with psycopg.connect(url, autocommit=True) as connection:
+            for statement in UNDO_0012:
+                connection.execute(statement)
+    return url, app, task
+
+
+def relation_sizes(connection) -> dict:
+    return {row["relname"]: row["bytes"] for row in connection.execute(SIZES)}
+
+
+def filled_bytes(schema: str, jobs: int) -> dict:
+    """The scale bench's fill (prune_under_load.add_history: done jobs with an attempt each), VACUUM
+    ANALYZE: bytes per job of each relation."""
+    from prune_under_load import add_history
+
+    url, app, _ = schema_database(schema)
+    try:
+        add_history(app, jobs, days_old=1)
+        with psycopg.connect(url, autocommit=True, row_factory=dict_row) as connection:
+            return {name: size / jobs for name, size in relation_sizes(connection).items()}
+    finally:
+        app.close()
+        drop_database(COMPARED)
+
+
+def renewals(schema: str, jobs: int, hold: bool) -> dict:
+    """`jobs` jobs of 3 s each with a 1 s lease (renewed every third of it) on one worker with
+    concurrency 50, with (`hold`) another transaction open throughout: updates, HOT updates and dead
+    row versions of leased_jobs, and its growth, per job."""
+    url, app, _ = schema_database(schema)
+    holder = None
+    workers = None
+    try:
+        with psycopg.connect(url, autocommit=True, row_factory=dict_row) as connection:
+            nap = app.get_task("bench.nap").using(lease=1.0)
+            nap.enqueue_many([(n, 3.0) for n in range(jobs)])
+            before = relation_sizes(connection)
+            if hold:
+                holder = psycopg.connect(url, application_name=HOLDER_NAME)
+                holder.execute("SELECT txid_current()")
+            workers = Workers([spawn([venv_bin("leased"), "worker", "peers.leased:app", "--concurrency", "50",
+                                      "--log-level", "warning"], {"BENCH_LEASED_URL": url},
+                                     BENCH / "work" / "long-transaction-renewals.log")],
+                              [BENCH / "work" / "long-transaction-renewals.log"])
+            started = time.monotonic()
+            while connection.execute("SELECT count(*) AS n FROM leased_attempts").fetchone()["n"] < jobs:
+                workers.check_alive()
+                if time.monotonic() - started > 600:
+                    raise RuntimeError("the renewal jobs did not finish in 10 minutes")
+                time.sleep(0.5)
+            seconds = time.monotonic() - started
+            stats = table_stats(connection)["leased_jobs"]
+            after = relation_sizes(connection)
+            grown = {name: (after[name] - before.get(name, 0)) / jobs for name in after}
+        return {"jobs": jobs, "seconds": seconds, "updates_per_job": stats["n_tup_upd"] / jobs,
+                "hot_share": stats["n_tup_hot_upd"] / stats["n_tup_upd"] if stats["n_tup_upd"] else 0.0,
+                "dead_per_job": stats["n_dead_tup"] / jobs, "grown_bytes_per_job": grown}
+    finally:
+        if holder is not None:
+            holder.close()
+        if workers is not None:
+            workers.stop()
+        app.close()
+        drop_database(COMPARED)
+
+
+def drain_rate(schema: str, jobs: int) -> float:
+    """`jobs` no-op jobs queued in bulk, drained by one worker (concurrency 10): jobs/s from the
+    first completion to the last (common.wait_for_done)."""
+    from common import wait_for_done
+
+    url, app, task = schema_database(schema)
+    workers = None
+    try:
+        for start in range(0, jobs, 5_000):
+            task.enqueue_many([(n,) for n in range(start, min(jobs, start + 5_000))])
+        with psycopg.connect(url, autocommit=True, row_factory=dict_row) as connection:
+            connection.execute("VACUUM ANALYZE leased_jobs")
+            workers = start_worker(url, "drain")
+            count = lambda: connection.execute("SELECT count(*) AS n FROM leased_jobs WHERE status = 'done'").fetchone()["n"]  # noqa: E731
+            return wait_for_done(count, jobs, 300, workers).rate
+    finally:
+        if workers is not None:
+            workers.stop()
+        app.close()
+        drop_database(COMPARED)
+
+
+def compare(options) -> dict:
+    out: dict = {schema: {"drain": []} for schema in SCHEMAS}
+    for schema in SCHEMAS if not options.drains_only else ():
+        out[schema]["filled_bytes"] = filled_bytes(schema, options.bytes_jobs)
+        log(f"{schema}: filled bytes {json.dumps(out[schema]['filled_bytes'])}")
+    for schema in SCHEMAS if not options.drains_only else ():
+        out[schema]["renewals_held"] = renewals(schema, options.renewal_jobs, hold=True)
+        out[schema]["renewals"] = renewals(schema, options.renewal_jobs, hold=False)
+        log(f"{schema}: renewals {json.dumps(out[schema]['renewals_held'])} {json.dumps(out[schema]['renewals'])}")
+    for repeat in range(options.drain_repeats):
+        for schema in SCHEMAS:
+            out[schema]["drain"].append(drain_rate(schema, options.drain_jobs))
+            log(f"{schema}: drain {out[schema]['drain'][-1]:,.0f} jobs/s")
+    return out
+
+
+def render_compare(found: dict) -> list[str]:
+    import statistics
+
+    old, new = found["0011"], found["current"]
+    lines = ["### Before and after migration 0012 (renewals HOT, fillfactor 90)", "",
+             "The same measurements on a schema migrated up to 0011 and on the current one, on fresh databases "
+             "in one run (drains alternating).", "",
+             "| | up to 0011 | current | × |", "|---|---|---|---|"]
+
+    def row(label: str, a: float, b: float, fmt: str = "{:,.0f}") -> None:
+        lines.append(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {b / a if a else float('nan'):.2f}× |")
+
+    def total(sizes: dict, prefix: str) -> float:
+        return sum(v for k, v in sizes.items() if k.startswith(prefix))
+
+    for title, key in (("renewing jobs, another transaction open throughout", "renewals_held"),
+                       ("renewing jobs, nothing else open", "renewals")):
+        a, b = old[key], new[key]
+        row(f"{title}: updates per job", a["updates_per_job"], b["updates_per_job"], "{:.1f}")
+        row(f"{title}: HOT share of updates", a["hot_share"] * 100, b["hot_share"] * 100, "{:.0f} %")
+        row(f"{title}: dead row versions per job", a["dead_per_job"], b["dead_per_job"], "{:.1f}")
+        row(f"{title}: leased_jobs and indexes grown, bytes per job", total(a["grown_bytes_per_job"], "leased_jobs"),
+            total(b["grown_bytes_per_job"], "leased_jobs"))
+    fa, fb = old["filled_bytes"], new["filled_bytes"]
+    row("finished job (scale fill, vacuumed): leased_jobs and its indexes, bytes", total(fa, "leased_jobs"),
+        total(fb, "leased_jobs"))
+    row("finished job: with its attempt record, bytes", total(fa, "leased_"), total(fb, "leased_"))
+    row(f"drain, 1 worker, concurrency 10 (jobs/s, median of {len(old['drain'])})", statistics.median(old["drain"]),
+        statistics.median(new["drain"]))
+    lines += ["", f"Drains (jobs/s): up to 0011 {', '.join(f'{v:,.0f}' for v in old['drain'])}; current "
+              f"{', '.join(f'{v:,.0f}' for v in new['drain'])}. Renewing jobs: {old['renewals']['jobs']:,} jobs of 3 s "
+              "with a 1 s lease on one worker with concurrency 50.", ""]
+    return lines
+
+
 def _ms(value) -> str:
     return "–" if value is None else f"{value:.1f}"
 
@@ -274,6 +432,8 @@ def render(results: dict) -> str:
         lines += ["", "The tables' files hold the space their dead row versions left (a job's row is written three "
                   "times); the live rows themselves (pgstattuple's tuple_len) are "
                   + ", ".join(f"{value:,.0f} bytes per job in {table}" for table, value in live.items()) + ".", ""]
+    if "compare" in results:
+        lines += render_compare(results["compare"])
     if NOTES.exists():
         lines += [NOTES.read_text().strip(), ""]
     return "\n".join(lines)
@@ -287,6 +447,13 @@ def main() -> None:
     parser.add_argument("--after", type=float, default=120.0, help="seconds after it ends")
     parser.add_argument("--bytes-jobs", type=int, default=100_000, help="jobs for the bytes-per-job figure")
     parser.add_argument("--bytes-only", action="store_true", help="only the bytes per finished job")
+    parser.add_argument("--compare", action="store_true", help="only migration 0012's before and after: bytes "
+                        "per finished job, renewals, drain")
+    parser.add_argument("--drains-only", action="store_true", help="with --compare: only the drains")
+    parser.add_argument("--renewal-jobs", type=int, default=500)
+    parser.add_argument("--drain-jobs", type=int, default=20_000)
+    parser.add_argument("--drain-repeats", type=int, default=3)
+    parser.add_argument("--keep", action="store_true", help="keep the saved results of the parts not run now")
     parser.add_argument("--render", action="store_true", help="only re-write the report from the saved results")
     options = parser.parse_args()
     if options.render:
@@ -299,11 +466,17 @@ def main() -> None:
                                    "after": options.after, "python": platform.python_version(),
                                    "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
                                    "leased_commit": leased_commit()}}
+        if options.keep and RESULTS.exists():
+            saved = json.loads(RESULTS.read_text())
+            results = {**saved, "command": f"{saved['command']}\n{results['command']}"}
         with autovacuum_on(log):
-            results["bytes"] = bytes_per_job(options.bytes_jobs)
-            log(f"bytes per job: {json.dumps(results['bytes'])}")
-            if not options.bytes_only:
-                results["soak"] = soak(options)
+            if options.compare:
+                results["compare"] = compare(options)
+            else:
+                results["bytes"] = bytes_per_job(options.bytes_jobs)
+                log(f"bytes per job: {json.dumps(results['bytes'])}")
+                if not options.bytes_only:
+                    results["soak"] = soak(options)
         RESULTS.write_text(json.dumps(results, indent=1, default=str))
     text = render(results)
     SECTION.write_text(text)
