@@ -164,7 +164,8 @@ def soak(options) -> dict:
         for phase in phases:  # per phase, from its windows' finishes
             phase.update(phase_figures(monitor, datetime.fromisoformat(phase["started_at"]),
                                        datetime.fromisoformat(phase["ended_at"])))
-        return {"offered": producer.offered, "samples": samples, "windows": windows, "phases": phases}
+        return {"offered": producer.offered, "samples": samples, "windows": windows, "phases": phases,
+                "leased_commit": leased_commit()}
     finally:
         producer.stopping.set()
         if holder is not None:
@@ -349,12 +350,12 @@ def render_compare(found: dict) -> list[str]:
 
     old, new = found["0011"], found["current"]
     lines = ["### Before and after migration 0012 (renewals HOT, fillfactor 90)", "",
-             "The same measurements on a schema migrated up to 0011 and on the current one, on fresh databases "
-             "in one run (drains alternating).", "",
+             "The same measurements on the schema before 0012 (the current one with 0012's two changes undone) "
+             "and on the current one, with the same code, on fresh databases in one run (drains alternating).", "",
              "| | up to 0011 | current | × |", "|---|---|---|---|"]
 
     def row(label: str, a: float, b: float, fmt: str = "{:,.0f}") -> None:
-        lines.append(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {b / a if a else float('nan'):.2f}× |")
+        lines.append(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {f'{b / a:.2f}×' if a else '–'} |")
 
     def total(sizes: dict, prefix: str) -> float:
         return sum(v for k, v in sizes.items() if k.startswith(prefix))
@@ -379,6 +380,23 @@ def render_compare(found: dict) -> list[str]:
     return lines
 
 
+def phase_table(soak: dict) -> list[str]:
+    """One row per phase: figures over the phase, and the tables at its end."""
+    lines = ["| phase | finished/s | pickup p50 (ms) | pickup p99 (ms) | leased_jobs dead tuples | leased_jobs "
+             "size (MB) | dead % (pgstattuple) | leased_attempts dead | size (MB) | leased_throughput dead "
+             "% | jobs HOT updates |", "|---" * 11 + "|"]
+    for phase in soak["phases"]:
+        tables, dead = phase["tables"], phase["pgstattuple"]
+        jobs, attempts = tables["leased_jobs"], tables["leased_attempts"]
+        hot = jobs["n_tup_hot_upd"] / jobs["n_tup_upd"] if jobs["n_tup_upd"] else 0
+        lines.append(f"| {phase['phase']} | {phase['rate']:,.0f} | {_ms(phase['p50'])} | {_ms(phase['p99'])} | "
+                     f"{jobs['n_dead_tup']:,} | {jobs['total_bytes'] / 1e6:.1f} | "
+                     f"{dead['leased_jobs']['dead_tuple_percent']:.0f} | {attempts['n_dead_tup']:,} | "
+                     f"{attempts['total_bytes'] / 1e6:.1f} | "
+                     f"{dead['leased_throughput']['dead_tuple_percent']:.0f} | {hot:.0%} |")
+    return lines
+
+
 def _ms(value) -> str:
     return "–" if value is None else f"{value:.1f}"
 
@@ -395,18 +413,7 @@ def render(results: dict) -> str:
              "**The machine was shared** with other engineers' tests and benchmarks: compare phases within the run.",
              "", "```sh", results["command"], "```", ""]
     if "soak" in results:
-        lines += ["| phase | finished/s | pickup p50 (ms) | pickup p99 (ms) | leased_jobs dead tuples | leased_jobs "
-                  "size (MB) | dead % (pgstattuple) | leased_attempts dead | size (MB) | leased_throughput dead "
-                  "% | jobs HOT updates |", "|---" * 11 + "|"]
-        for phase in results["soak"]["phases"]:
-            tables, dead = phase["tables"], phase["pgstattuple"]
-            jobs, attempts = tables["leased_jobs"], tables["leased_attempts"]
-            hot = jobs["n_tup_hot_upd"] / jobs["n_tup_upd"] if jobs["n_tup_upd"] else 0
-            lines.append(f"| {phase['phase']} | {phase['rate']:,.0f} | {_ms(phase['p50'])} | {_ms(phase['p99'])} | "
-                         f"{jobs['n_dead_tup']:,} | {jobs['total_bytes'] / 1e6:.1f} | "
-                         f"{dead['leased_jobs']['dead_tuple_percent']:.0f} | {attempts['n_dead_tup']:,} | "
-                         f"{attempts['total_bytes'] / 1e6:.1f} | "
-                         f"{dead['leased_throughput']['dead_tuple_percent']:.0f} | {hot:.0%} |")
+        lines += phase_table(results["soak"])
         lines += ["", "Table figures are at the phase's end (pg_stat_user_tables; dead % by pgstattuple); HOT is "
                   "the share of leased_jobs' updates so far that were HOT. Per 10 s window (time since the start, "
                   "finished/s, pickup p50 / p99 ms, leased_jobs dead tuples):", "",
@@ -432,6 +439,10 @@ def render(results: dict) -> str:
         lines += ["", "The tables' files hold the space their dead row versions left (a job's row is written three "
                   "times); the live rows themselves (pgstattuple's tuple_len) are "
                   + ", ".join(f"{value:,.0f} bytes per job in {table}" for table, value in live.items()) + ".", ""]
+    if "soak_before_0012" in results:
+        earlier = results["soak_before_0012"]
+        lines += [f"The same soak an hour earlier, on the schema before migration 0012 (leased at "
+                  f"`{earlier['leased_commit']}`):", "", *phase_table(earlier), ""]
     if "compare" in results:
         lines += render_compare(results["compare"])
     if NOTES.exists():
@@ -468,7 +479,8 @@ def main() -> None:
                                    "leased_commit": leased_commit()}}
         if options.keep and RESULTS.exists():
             saved = json.loads(RESULTS.read_text())
-            results = {**saved, "command": f"{saved['command']}\n{results['command']}"}
+            results = {**saved, "command": f"{saved['command']}\n{results['command']}",
+                       "environment": results["environment"]}
         with autovacuum_on(log):
             if options.compare:
                 results["compare"] = compare(options)
