@@ -441,8 +441,9 @@ def render(results: dict) -> str:
                   + ", ".join(f"{value:,.0f} bytes per job in {table}" for table, value in live.items()) + ".", ""]
     if "soak_before_0012" in results:
         earlier = results["soak_before_0012"]
-        lines += [f"The same soak an hour earlier, on the schema before migration 0012 (leased at "
-                  f"`{earlier['leased_commit']}`):", "", *phase_table(earlier), ""]
+        lines += [f"The same soak with the transaction open for {earlier.get('open_minutes', '?')} min, earlier the "
+                  f"same day, on the schema before migration 0012 (leased at `{earlier['leased_commit']}`):", "",
+                  *phase_table(earlier), ""]
     if "compare" in results:
         lines += render_compare(results["compare"])
     if NOTES.exists():
