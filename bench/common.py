@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +52,66 @@ def drop_database(name: str) -> None:
 
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class _Stopped(BaseException):
+    """SIGTERM during autovacuum_on's block: unwinds it like Ctrl-C, so the setting is put back."""
+
+
+@contextmanager
+def autovacuum_on(log: Callable[[str], None] = print) -> Iterator[None]:
+    """The shared PostgreSQL server with autovacuum on for the block, as every production server
+    runs: the test machine's conf.d/90-ci.conf turns it off. ALTER SYSTEM writes
+    postgresql.auto.conf, which the server reads after every other file, so it overrides conf.d;
+    SHOW in a fresh session checks that it did. On the way out (an exception, Ctrl-C, SIGTERM) the
+    setting is put back as it was: RESET when postgresql.auto.conf did not set it before, its old
+    value there otherwise. Harmless to others using the server meanwhile: autovacuum only vacuums
+    and analyzes."""
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as connection:
+        before, source_file = connection.execute(
+            "SELECT setting, coalesce(sourcefile, '') FROM pg_settings WHERE name = 'autovacuum'").fetchone()
+        connection.execute("ALTER SYSTEM SET autovacuum = on")
+        connection.execute("SELECT pg_reload_conf()")
+    _wait_for_autovacuum("on")
+    log(f"autovacuum on (was {before}, set in {source_file or 'the defaults'})")
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+        handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        yield
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as connection:
+            if source_file.endswith("postgresql.auto.conf"):  # someone's ALTER SYSTEM before ours
+                connection.execute(f"ALTER SYSTEM SET autovacuum = {'on' if before == 'on' else 'off'}")
+            else:
+                connection.execute("ALTER SYSTEM RESET autovacuum")
+            connection.execute("SELECT pg_reload_conf()")
+        _wait_for_autovacuum(before)
+        log(f"autovacuum {before} again")
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+
+
+def _raise_stopped(signum, frame) -> None:
+    raise _Stopped(f"signal {signum}")
+
+
+def _wait_for_autovacuum(value: str, timeout: float = 10.0) -> None:
+    """pg_reload_conf() only signals the postmaster; a new session sees the file once it has read it."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as fresh:
+            shown = fresh.execute("SHOW autovacuum").fetchone()[0]
+        if shown == value:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"SHOW autovacuum says {shown!r} {timeout:g}s after the reload, not {value!r}")
+        time.sleep(0.05)
 
 
 MARIADB_HOST, MARIADB_PORT, MARIADB_USER = "127.0.0.1", 3306, "root"
@@ -136,7 +198,11 @@ class Workers:
 
 def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
-    full_env = {**os.environ, "PYTHONPATH": str(BENCH), "PYTHONUNBUFFERED": "1", **env}
+    # The caller's PYTHONPATH after BENCH: run from /work/venv with PYTHONPATH=src, the workers
+    # import this checkout's leased, as the parent does.
+    inherited = [os.path.abspath(entry) for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    path = os.pathsep.join([str(BENCH), *inherited])
+    full_env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **env}
     with open(log, "wb") as out:
         # A session of its own, so stop() can end the worker and its children by process group.
         return subprocess.Popen(argv, env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=str(BENCH),

@@ -20,7 +20,9 @@ delete and they stay. Then, on that table, in this order:
 - the dashboard: the overview page and /metrics through the ASGI app (Starlette's TestClient),
   median of 5 renders after one to warm up.
 
-Ratios are to the empty table. The issue's bar: the drain at 10^6 and 10^7 at least 0.8x the
+PostgreSQL's autovacuum is on for the run (common.autovacuum_on, put back after): the test
+machine's server has it off (conf.d/90-ci.conf), no production server does; --autovacuum-off
+leaves it as the server has it, as every figure before 2026-12-02 was taken. Ratios are to the empty table. The issue's bar: the drain at 10^6 and 10^7 at least 0.8x the
 empty table's. Writes bench/scale_results.json and the section "Scale: drain with history" in
 docs/benchmarks.md (bench/scale.md too). Timing on this 2-core machine: a repeat of empty to 10^6
 takes about 2.5 min on PostgreSQL and 2 min on SQLite (the fill of 10^6 takes 15-35 s and 12 s of
@@ -39,6 +41,7 @@ if not bench_venv.inside(bench_venv.VENV) and __name__ == "__main__":
     bench_venv.bootstrap_bench(Path(__file__).resolve())
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -47,7 +50,7 @@ import time  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 
 import report  # noqa: E402
-from common import BENCH, leased_commit, median_range  # noqa: E402
+from common import BENCH, autovacuum_on, leased_commit, median_range  # noqa: E402
 from dashboard_million import page_times  # noqa: E402
 from peers.leased import LeasedPostgres, LeasedSQLite  # noqa: E402
 from prune_under_load import add_history  # noqa: E402
@@ -181,7 +184,8 @@ def render(results: dict) -> str:
              f"enqueued one call each; those and {env['jobs'] - ENQUEUED_ONE_BY_ONE:,} more (queued in bulk) "
              f"drained by one `leased worker` process with concurrency {env['concurrency']}; the dashboard's "
              f"overview and /metrics, median of {PAGE_RENDERS} renders. Each figure is the median of the "
-             f"runs counted in the row (range in brackets), {env['date']}, {env['machine']}, Python {env['python']}, leased at "
+             f"runs counted in the row (range in brackets), {env['date']}, {env['machine']}, Python {env['python']}, "
+             f"PostgreSQL's autovacuum {env.get('autovacuum', 'off (conf.d/90-ci.conf)')}, leased at "
              f"`{env['leased_commit']}`. **The machine was shared** with other work while this ran: read "
              "ratios within about ±0.2 of 1 as flat. × is the ratio to the empty table (for latency and "
              "page times, above 1 is slower).", "",
@@ -222,6 +226,9 @@ def main() -> None:
                         "jobs, 7 ten million (default 3,4,5,6); the empty table is always measured")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs drained per measurement")
+    parser.add_argument("--autovacuum-off", action="store_true", help="leave PostgreSQL's autovacuum as the server "
+                        "has it (off on the test machine, conf.d/90-ci.conf); by default it is turned on for the "
+                        "run, as every production server runs, and put back after (common.autovacuum_on)")
     parser.add_argument("--render", action="store_true", help="only re-write the report from the saved results")
     parser.add_argument("--merge", action="store_true", help="keep the saved results of the backends and sizes "
                         "not measured now (e.g. add --decades 7 to a table of 3-6)")
@@ -249,6 +256,7 @@ def main() -> None:
                 "python": platform.python_version(),
                 "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
                 "leased_commit": leased_commit(),
+                "autovacuum": "as the server has it" if options.autovacuum_off else "on for the run",
             },
             "runs": {backend: {str(size): [] for size in sizes} for backend in backends},
         }
@@ -259,14 +267,16 @@ def main() -> None:
                                for backend, runs in saved["runs"].items()}
             results["command"] = f"{saved['command']}\n{results['command']}"
             results["environment"] = saved["environment"]  # that of the first run; each row counts its runs
-        for repeat in range(options.repeats):  # the outer loop, so that the machine's noise spreads over all
-            for backend in backends:
-                for size in sizes:
-                    log(f"repeat {repeat + 1}/{options.repeats}: {backend}, {size:,} finished jobs")
-                    found = measure_or_error(backend, size, limits)
-                    log(f"  {json.dumps(found)}")
-                    results["runs"][backend][str(size)].append(found)
-                    RESULTS.write_text(json.dumps(results, indent=1))
+        on = "postgres" in backends and not options.autovacuum_off
+        with autovacuum_on(log) if on else contextlib.nullcontext():
+            for repeat in range(options.repeats):  # the outer loop, so that the machine's noise spreads over all
+                for backend in backends:
+                    for size in sizes:
+                        log(f"repeat {repeat + 1}/{options.repeats}: {backend}, {size:,} finished jobs")
+                        found = measure_or_error(backend, size, limits)
+                        log(f"  {json.dumps(found)}")
+                        results["runs"][backend][str(size)].append(found)
+                        RESULTS.write_text(json.dumps(results, indent=1))
     text = render(results)
     SECTION.write_text(text)
     report.splice(TITLE, text)

@@ -383,3 +383,23 @@ def test_postgres_sessions_never_compile_a_statement(app, backend_name):
     for for_claims in (False, True):
         with app.backend._connection(for_claims=for_claims) as connection:
             assert connection.execute("SHOW jit").fetchone()["jit"] == "off"
+
+
+def test_postgres_renewals_change_no_indexed_column(app, backend_name):
+    """Migration 0012: a renewal rewrites only lease_expires_at, so it may be a HOT update (no index
+    entry, a dead version pruned in its page) only while no index's key, expression or predicate
+    reads that column; and leased_jobs keeps room on its pages for such updates (fillfactor)."""
+    if backend_name != "postgres":
+        return  # HOT is PostgreSQL's; InnoDB and SQLite rewrite only the indexes whose columns change
+    import psycopg
+
+    app.counts()
+    with psycopg.connect(app.database_url) as connection:
+        reading = connection.execute(
+            "SELECT i.indexrelid::regclass::text FROM pg_index AS i "
+            "WHERE i.indrelid = 'leased_jobs'::regclass AND (EXISTS (SELECT FROM pg_attribute AS a "
+            "WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) AND a.attname = 'lease_expires_at') "
+            "OR pg_get_expr(i.indpred, i.indrelid) LIKE '%lease_expires_at%' "
+            "OR pg_get_expr(i.indexprs, i.indrelid) LIKE '%lease_expires_at%')").fetchall()
+        options = connection.execute("SELECT reloptions FROM pg_class WHERE oid = 'leased_jobs'::regclass").fetchone()[0]
+    assert reading == [] and "fillfactor=90" in (options or []), (reading, options)

@@ -177,7 +177,7 @@ def test_the_upgrade_to_counted_finishes_carries_over_what_was_counted(database_
     raw_sql(app, "INSERT INTO leased_throughput (minute, queue_name, task_name, done, failed) "
                  f"VALUES ({time_literal(app, minute)}, 'q', 't', 5, 1)")
     try:
-        assert app.migrate() == [11]
+        assert app.migrate() == [version for version in EVERY_VERSION if version >= 11]
         assert [(row.minute, row.queue_name, row.task_name, row.done, row.failed)
                 for row in app.throughput(timedelta(hours=1))] == [(minute, "q", "t", 7, 2)]
         assert app.overview().queues[0].done_recently == 7

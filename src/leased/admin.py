@@ -48,3 +48,19 @@ class Overview:
     window_seconds: float
     totals: dict[str, int] = field(default_factory=dict)
     estimated: frozenset[str] = frozenset()  # statuses whose counts are estimates (leased.counts)
+    old_transactions: tuple[OldTransaction, ...] = ()  # sessions holding back vacuum (leased.horizon)
+
+
+@dataclass(frozen=True, slots=True)
+class OldTransaction:
+    """A session of the same database whose transaction has been open longer than the app's
+    old_transaction_after: while it is open, vacuum may remove no row version that died after it
+    began (PostgreSQL's pg_stat_activity; its backend_xid or backend_xmin holds the horizon back)."""
+
+    pid: int
+    user: str | None  # None where the role may not see other roles' sessions (no pg_read_all_stats)
+    application_name: str
+    client_addr: str | None  # None: a Unix socket, or not visible
+    state: str | None  # "idle in transaction", "active", ...
+    open_seconds: float  # how long its transaction has been open
+    query: str  # its current or last statement, on one line, cut short

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, ParamSpec, TypeVar, overload
 
-from leased.admin import WORKER_SILENT_AFTER, Overview, QueueSummary, WorkerInfo
+from leased.admin import WORKER_SILENT_AFTER, OldTransaction, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect, parse_database_url
 from leased.backends.ports import Backend, JobFilter, NewJob, PruneRule, Throughput
 from leased.backoff import Backoff
@@ -22,6 +22,7 @@ from leased.engine.worker import Worker, WorkerStats
 from leased.errors import ConfigurationError, DatabaseLocked, DatabaseUnavailable, InvalidTransition, JobNotFound
 from leased.events import Events
 from leased.explain import Explanation, explain
+from leased.horizon import OLD_TRANSACTION_AFTER, check_old_transaction_after
 from leased.jobs import Job, JobStatus
 from leased.limits import QueueLimit, check_concurrency, parse_rate
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
@@ -45,7 +46,8 @@ class Leased:
 
     def __init__(self, database_url: str | None = None, *, migrate: bool = True,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 retention: Retention | dict[str, Any] | None = Retention()):
+                 retention: Retention | dict[str, Any] | None = Retention(),
+                 old_transaction_after: float = OLD_TRANSACTION_AFTER):
         self.database_url = database_url or os.environ.get("LEASED_DATABASE_URL") or DEFAULT_DATABASE_URL
         parse_database_url(self.database_url)  # a malformed URL fails here, not at the first use
         self.auto_migrate = migrate
@@ -58,6 +60,8 @@ class Leased:
         self.events = Events()
         self._job_ends = JobEndSignals(self.events)  # wakes app.wait() callers in this process
         self.retention = app_retention(retention)  # workers prune finished jobs past it (see prune())
+        # `why` and the dashboard name a transaction open longer than this (seconds) that holds back vacuum.
+        self.old_transaction_after = check_old_transaction_after(old_transaction_after)
 
     def __repr__(self) -> str:
         return f"Leased({self.database_url!r})"
@@ -255,7 +259,13 @@ class Leased:
                          limits.get(queue), paused.get(queue))
             for queue in sorted(set(counts) | set(oldest) | set(limits) | set(paused))
         ]
-        return Overview(queues, self.workers(), window.total_seconds(), job_counts.totals, job_counts.estimated)
+        return Overview(queues, self.workers(), window.total_seconds(), job_counts.totals, job_counts.estimated,
+                        self.old_transactions())
+
+    def old_transactions(self) -> tuple[OldTransaction, ...]:
+        """Other sessions whose transaction, open longer than old_transaction_after, holds back vacuum
+        (PostgreSQL; none elsewhere): dead rows stay until it ends, and claims slow down."""
+        return self.backend.old_transactions(self.old_transaction_after)
 
     def workers(self) -> list[WorkerInfo]:
         """Workers that announced themselves recently; `alive` is False once one has been silent a while."""
@@ -294,6 +304,8 @@ class Leased:
         facts = self.backend.why_facts(job_id)
         if facts is None:
             raise JobNotFound(job_id)
+        if facts.job.status is JobStatus.PENDING:
+            facts = replace(facts, old_transactions=self.old_transactions())
         return facts.job, explain(facts)
 
     # Limits per queue, across all workers (limits per key are declared on tasks).

@@ -26,6 +26,7 @@ from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.durations import format_duration
 from leased.errors import ArgumentsMismatch, PermanentError, ResultNotStored
 from leased.facts import AHEAD_LIMIT, JobFacts, LimitFact
+from leased.horizon import sentence
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.limits import Rate
 
@@ -133,7 +134,16 @@ def _scheduled_by(facts: JobFacts) -> list[Reason]:
 # Pending.
 def _explain_pending(facts: JobFacts) -> list[Reason]:
     blockers = [reason for rule in PENDING_BLOCKERS for reason in rule(facts)]
-    return [*_previous_attempt(facts), *_handler_stuck(facts), *(blockers or [_should_start(facts)])]
+    return [*_previous_attempt(facts), *_handler_stuck(facts), *(blockers or [_should_start(facts)]),
+            *_old_transactions(facts)]
+
+
+def _old_transactions(facts: JobFacts) -> list[Reason]:
+    """Not a blocker: claims still happen, only slower, so it is told after what decides the wait."""
+    return [Reason("old_transaction", sentence(old),
+                   {"pid": old.pid, "user": old.user, "application_name": old.application_name,
+                    "client_addr": old.client_addr, "state": old.state, "open_seconds": old.open_seconds,
+                    "query": old.query}) for old in facts.old_transactions]
 
 
 def _is_due(facts: JobFacts) -> bool:

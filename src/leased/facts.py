@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from leased.admin import WorkerInfo
+from leased.admin import OldTransaction, WorkerInfo
 from leased.jobs import Job
 from leased.limits import Rate
 
@@ -27,6 +27,7 @@ class JobFacts:
     queue_paused_at: datetime | None = None  # when its queue was paused; None: the queue runs
     limits: tuple[LimitFact, ...] = ()  # pending jobs only: the limits of its key and of its queue
     scheduled_by: ScheduleTick | None = None  # the schedule tick that enqueued it, if one did
+    old_transactions: tuple[OldTransaction, ...] = ()  # pending jobs only: what holds back vacuum (PostgreSQL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +56,4 @@ class LimitFact:
 class ScheduleTick:
     schedule_name: str
     tick_at: datetime
+

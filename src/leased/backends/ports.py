@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, NamedTuple, Protocol, Sequence
 
-from leased.admin import WorkerInfo
+from leased.admin import OldTransaction, WorkerInfo
 from leased.clock import Clock
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
 from leased.facts import JobFacts
@@ -317,6 +317,9 @@ class InspectionPort(Protocol):
 
     def why_facts(self, job_id: int) -> JobFacts | None:
         """What leased.explain needs about one job, in one consistent read with the database's now."""
+
+    def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
+        """Other sessions of the database whose transaction, open longer than this, holds back vacuum."""
 
 
 class AdminPort(Protocol):

@@ -17,6 +17,7 @@ from markupsafe import Markup, escape
 
 from leased.counts import format_count
 from leased.durations import format_duration
+from leased.horizon import sentence
 
 
 def duration(value: float | timedelta | None) -> str:
@@ -86,4 +87,4 @@ _CODE_SPAN = re.compile(r"`([^`]+)`")
 
 def install(env: Environment) -> None:
     env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, count=count,
-                       pretty_json=pretty_json, code_spans=code_spans)
+                       pretty_json=pretty_json, code_spans=code_spans, old_transaction=sentence)

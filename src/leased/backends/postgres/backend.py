@@ -32,6 +32,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from leased.admin import OldTransaction
 from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule
 from leased.backends.sql.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.sql.callers import type_name, wrong_connection
@@ -40,6 +41,7 @@ from leased.backends.postgres import callers
 from leased.backends.sql.migrate import Migrator
 from leased.backends.postgres.listener import Listener
 from leased.backends.postgres.checkout import POOL_TIMEOUT_SECONDS, Checkout
+from leased.backends.postgres.horizon import old_transactions
 from leased.backends.postgres.outages import OwnPoolWarnings, described, first_line, is_connection_failure, is_outage, \
     reason
 from leased.backends.sql.scripts import load_migrations, load_queries, schema_problem
@@ -313,6 +315,9 @@ class PostgresBackend(SQLStore):
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
         with self._connection() as connection:
             return connection.execute(QUERIES[name], params).fetchall()
+
+    def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
+        return old_transactions(self._rows, older_than_seconds)
 
     def _fetch_one(self, name: str, **params: Any) -> dict[str, Any] | None:
         with self._connection() as connection:

@@ -824,3 +824,19 @@ ORDER BY started_at DESC LIMIT 1 OFFSET %(rate_count)s::int - 1;
 -- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.
 SELECT schedule_name, tick_at FROM leased_schedule_ticks
 WHERE schedule_name = %(task_name)s AND job_id = %(job_id)s;
+
+-- name: old_transactions
+-- Sessions of this database whose transaction has held back the vacuum horizon for longer than
+-- :older_than seconds: an xid of their own (backend_xid) or a snapshot (backend_xmin) that
+-- PostgreSQL must keep every row version newer than. Other databases' sessions hold back only the
+-- shared catalogs, not leased's tables. The clock is clock_timestamp(): the reader's own
+-- transaction may be older than the statement.
+SELECT pid, usename AS user_name, application_name, host(client_addr) AS client_addr, state,
+       extract(epoch FROM clock_timestamp() - xact_start)::float8 AS open_seconds,
+       left(regexp_replace(coalesce(query, ''), '\s+', ' ', 'g'), %(query_chars)s) AS query
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)
+  AND xact_start < clock_timestamp() - make_interval(secs => %(older_than)s::float8)
+ORDER BY xact_start
+LIMIT %(limit)s;

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from leased.admin import WORKER_SILENT_AFTER
+from leased.admin import WORKER_SILENT_AFTER, OldTransaction
 from leased.backends.ports import PruneRule, Throughput
 from leased.backends.sql.dialect import Dialect, ReadRows
 from leased.backends.sql.rows import history_from_rows, job_from_row, worker_from_row
@@ -104,6 +104,11 @@ class InspectionReads(Dialect):
                 limit = replace(limit, next_slot_at=self._to_time(slot[0]["at"]) if slot else None)
             limits.append(limit)
         return tuple(limits)
+
+    def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
+        """Sessions whose transaction holds back vacuum, open longer than this; a backend that has
+        no such horizon (SQLite) or does not read it (MariaDB) has none to name."""
+        return ()
 
     def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int:
         return self._rows("count_jobs", status=status and status.value, task_name=task_name,
