@@ -1,6 +1,6 @@
 """Drain N pre-queued no-op jobs with one worker and report jobs/s, per backend.
 
-    python bench/drain.py                      # SQLite (temp file) and the local PostgreSQL
+    python bench/drain.py                      # SQLite (temp file), the local PostgreSQL and MariaDB
     python bench/drain.py --jobs 10000 --concurrency 10 --backend sqlite
 
 A measurement, not a test: run it by hand and compare runs on the same machine. Issue 5's suite
@@ -53,24 +53,32 @@ def postgres_url() -> tuple[str, callable]:
     return f"{POSTGRES_URL}?options=-csearch_path%3D{schema}", drop
 
 
+def mariadb_url() -> tuple[str, callable]:
+    from common import drop_mariadb_database, recreate_mariadb_database
+
+    name = f"leased_bench_{uuid.uuid4().hex[:8]}"
+    return recreate_mariadb_database(name), lambda: drop_mariadb_database(name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=10)
-    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "mariadb", "all"], default="all")
     options = parser.parse_args()
     print(f"{'backend':10} {'jobs':>7} {'enqueue/s':>10} {'drain/s':>10}")
     if options.backend in ("sqlite", "all"):
         with tempfile.TemporaryDirectory() as folder:
             rates = drain(f"sqlite:///{Path(folder) / 'bench.db'}", options.jobs, options.concurrency)
         print(f"{'sqlite':10} {options.jobs:>7} {rates[0]:>10.0f} {rates[1]:>10.0f}")
-    if options.backend in ("postgres", "all"):
-        url, drop = postgres_url()
-        try:
-            rates = drain(url, options.jobs, options.concurrency)
-        finally:
-            drop()
-        print(f"{'postgres':10} {options.jobs:>7} {rates[0]:>10.0f} {rates[1]:>10.0f}")
+    for name, make_url in (("postgres", postgres_url), ("mariadb", mariadb_url)):
+        if options.backend in (name, "all"):
+            url, drop = make_url()
+            try:
+                rates = drain(url, options.jobs, options.concurrency)
+            finally:
+                drop()
+            print(f"{name:10} {options.jobs:>7} {rates[0]:>10.0f} {rates[1]:>10.0f}")
 
 
 if __name__ == "__main__":

@@ -223,6 +223,7 @@ def main() -> None:
     url = f"{URL}?application_name={schema}&options={quote(f'-csearch_path={schema}')}"
     app = Leased(url)
     app.task(name="noop")(noop)
+    app.migrate()
     try:
         paths = Paths(url, app)
         parts = batches(options.jobs, options.batch)
