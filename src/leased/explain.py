@@ -25,7 +25,7 @@ from typing import Any, Callable
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.durations import format_duration
 from leased.errors import ArgumentsMismatch, PermanentError, ResultNotStored
-from leased.facts import AHEAD_LIMIT, JobFacts, LimitFact
+from leased.facts import AHEAD_LIMIT, THREAD_OUTLIVED, THREAD_OUTLIVED_BEFORE, JobFacts, LimitFact
 from leased.horizon import sentence
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.limits import Rate
@@ -378,9 +378,7 @@ def _time_limit_of_running(facts: JobFacts, current: Attempt | None) -> list[Rea
                                       f"async handler) or gone (then its lease runs out).", data)]
 
 
-# Written by the worker into a timed-out attempt's error (engine/timelimits.py) when the handler's
-# thread was still running after the grace; the second is what workers before 2026-12 wrote.
-_THREAD_OUTLIVED = ("handler thread was still running", "handler thread still runs")
+_THREAD_OUTLIVED = (THREAD_OUTLIVED, THREAD_OUTLIVED_BEFORE)  # see leased.facts
 
 
 def _handler_stuck(facts: JobFacts) -> list[Reason]:

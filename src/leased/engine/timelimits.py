@@ -27,6 +27,7 @@ from leased.backoff import Backoff
 from leased.durations import format_duration
 from leased.engine.threads import LoopInbox
 from leased.events import Event, HandlerStuck
+from leased.facts import THREAD_OUTLIVED
 from leased.jobs import ClaimedJob, Lease, Outcome
 from leased.payloads import clean_text
 
@@ -51,7 +52,7 @@ def timeout_end(job: ClaimedJob, backoff: Backoff, *, stopped_after: float | Non
     if stopped_after is not None:
         message += f"; its handler stopped when told (context.cancelled), {format_duration(stopped_after)} after it"
     elif stuck_after is not None:
-        message += (f"; its handler thread was still running {format_duration(stuck_after)} after it and keeps its "
+        message += (f"; its {THREAD_OUTLIVED} {format_duration(stuck_after)} after it and keeps its "
                     "slot until it returns; anything it returns is discarded")
     if retry:
         log.warning("job %d (%s): %s; retrying in %.1fs", job.id, job.task_name, message, delay)
