@@ -9,7 +9,9 @@ first, on this machine), so its threads in one process take turns on one interpr
 are enqueued in bulk, then drained by a real `leased worker APP --processes P` (the same
 --concurrency per process), P = 1 and 2 interleaved in every round so that both see the same
 machine. A job returns its own start and end (time.time()); the rate is N ÷ (last end − first
-start), so worker start-up is left out; "cores" is the handlers' CPU time (each one's
+start), so worker start-up is left out. Beside each round, the "bare ratio" runs the same burn()
+jobs in plain Python processes without leased, two against one: what the machine gave a second
+process at that moment, the ceiling for leased's ratio; "cores" is the handlers' CPU time (each one's
 time.thread_time()) over that span: at most 1 for one process. The load average beside each figure says how busy the
 machine was: on a shared machine read the ratios, not the rates. A measurement, not a test.
 """
@@ -112,6 +114,17 @@ def measure(processes: int, args: argparse.Namespace, loops: int, directory: Pat
         drop()
 
 
+def bare(processes: int, jobs: int, loops: int) -> float:
+    """The machine's own answer, without leased: jobs per second of `processes` plain Python processes
+    running burn(loops) jobs ÷ processes times each, from the first one's start to the last one's end."""
+    script = BURN_SOURCE + ("import sys, time\nstarted = time.time()\nfor _ in range(int(sys.argv[1])): "
+                            "burn(int(sys.argv[2]))\nprint(started, time.time())\n")
+    running = [subprocess.Popen([sys.executable, "-c", script, str(jobs // processes), str(loops)],
+                                stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    spans = [tuple(map(float, process.communicate()[0].split())) for process in running]
+    return jobs // processes * processes / (max(end for _, end in spans) - min(start for start, _ in spans))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=400)
@@ -129,21 +142,24 @@ def main() -> None:
           f"process, {'PostgreSQL' if args.database else 'SQLite'}, {cores} cores, Python "
           f"{sys.version.split()[0]}")
     print(f"{'round':>5} {'1 process jobs/s':>17} {'cores':>5} {'load':>5} {'2 processes jobs/s':>19} {'cores':>5} "
-          f"{'load':>5} {'ratio':>6}  jobs per process")
-    ratios, rates = [], {1: [], 2: []}
+          f"{'load':>5} {'ratio':>6}  {'bare ratio':>10}  jobs per process")
+    ratios, bare_ratios, rates = [], [], {1: [], 2: []}
     with tempfile.TemporaryDirectory() as scratch:
         directory = Path(scratch)
         (directory / "bench_cpu_app.py").write_text(APP_SOURCE)
         for number in range(1, args.rounds + 1):
             one, cores_one, load_one, _ = measure(1, args, loops, directory)
             two, cores_two, load_two, split = measure(2, args, loops, directory)
+            bare_ratios.append(bare(2, args.jobs, loops) / bare(1, args.jobs, loops))
             rates[1].append(one)
             rates[2].append(two)
             ratios.append(two / one)
             print(f"{number:>5} {one:>17.1f} {cores_one:>5.2f} {load_one:>5.2f} {two:>19.1f} {cores_two:>5.2f} "
-                  f"{load_two:>5.2f} {two / one:>5.2f}x  {split}")
+                  f"{load_two:>5.2f} {two / one:>5.2f}x  {bare_ratios[-1]:>9.2f}x  {split}")
     print(f"median: 1 process {statistics.median(rates[1]):.1f}/s, 2 processes {statistics.median(rates[2]):.1f}/s, "
-          f"ratio {statistics.median(ratios):.2f}x (range {min(ratios):.2f}-{max(ratios):.2f})")
+          f"ratio {statistics.median(ratios):.2f}x (range {min(ratios):.2f}-{max(ratios):.2f}); the same jobs in bare "
+          f"processes without leased, 2 against 1: {statistics.median(bare_ratios):.2f}x "
+          f"(range {min(bare_ratios):.2f}-{max(bare_ratios):.2f})")
 
 
 if __name__ == "__main__":
