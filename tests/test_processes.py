@@ -85,11 +85,12 @@ def holding(tmp_path) -> dict[int, int]:
 
 
 def gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie its new parent has not reaped yet."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
         return True
-    return False
 
 
 @sqlite_only
@@ -138,7 +139,8 @@ def test_a_killed_process_is_restarted_and_its_job_comes_back_by_the_lease(app, 
     (killed,) = holding(tmp_path).values()
     first = wait_for(lambda: len(found := children(app, process)) == 2 and found, message="both rows")
     os.kill(killed, signal.SIGKILL)
-    wait_for(lambda: f"(pid {killed}) killed by SIGKILL; restarting it in 0.5s" in log_of(tmp_path),
+    wait_for(lambda: (f"(pid {killed}) killed by SIGKILL; restarting it in {supervisor.FIRST_BACKOFF_SECONDS:g}s"
+                      in log_of(tmp_path)),
              message="the supervisor to name the signal")
     restarted = wait_for(lambda: set(children(app, process).values()) - set(first.values()),
                          message="a new process to register")
@@ -150,6 +152,19 @@ def test_a_killed_process_is_restarted_and_its_job_comes_back_by_the_lease(app, 
     assert done.history[1].outcome is Outcome.DONE and done.result != killed
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0, log_of(tmp_path)
+
+
+@sqlite_only
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_supervisor_takes_its_processes_down_gracefully(app, hold, supervise, tmp_path):
+    process = supervise()
+    pids = set(wait_for(lambda: len(found := children(app, process)) == 2 and found, message="both rows").values())
+    process.kill()
+    process.wait()
+    wait_for(lambda: all(gone(pid) for pid in pids), message="both processes to exit")
+    text = log_of(tmp_path)
+    assert text.count(" stopping: no new jobs") == 2 and text.count(" stopped: ") == 2, text
+    assert not children(app, process)  # signed off, not left to go silent
 
 
 @sqlite_only
