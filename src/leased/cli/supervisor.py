@@ -20,7 +20,6 @@ supervisor dies without passing one on (SIGKILL, OOM), so no worker outlives it 
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import select
@@ -228,7 +227,11 @@ def _child_setup(supervisor: int):
     """Run in the child between fork and exec: its own process group, and on Linux SIGTERM when the
     supervisor dies (checked once more after asking, in case it died in between). prctl is looked
     up here, before the fork: the child only calls it."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+    prctl = None
+    if sys.platform.startswith("linux"):
+        import ctypes  # here, not at the top: every `leased` command imports this module
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
 
     def setup() -> None:
         os.setpgid(0, 0)
