@@ -98,6 +98,21 @@ def test_overview_shows_queues_counts_and_recent_activity(client, app):
     assert "default-src 'none'" in page.headers["content-security-policy"]
 
 
+def test_overview_groups_the_processes_of_a_supervisor_under_it_and_its_host(client, app):
+    from leased.backends.ports import WorkerRecord
+
+    for worker_id, pid in (("web-1:4200/4243:bbbbbbbb", 4243), ("web-1:4200/4242:aaaaaaaa", 4242),
+                           ("web-1:5000:cccccccc", 5000), ("web-2:4200/4300:dddddddd", 4300)):
+        app.backend.register_worker(WorkerRecord(worker_id, worker_id.split(":")[0], pid, 1, None, ("add",)))
+    html = client.get("/").text
+    headings = re.findall(r'<tr class="worker-group"><th colspan="7" scope="rowgroup">(.*?)</th></tr>', html, re.S)
+    assert [" ".join(heading.split()) for heading in headings] == [
+        "supervisor 4200 on web-1: 2 of 2 processes alive", "supervisor 4200 on web-2: 1 of 1 processes alive"]
+    rows = re.findall(r'<code class="worker-id">([^<]+)</code>', html)
+    assert rows == ["web-1:4200/4242:aaaaaaaa", "web-1:4200/4243:bbbbbbbb", "web-1:5000:cccccccc",
+                    "web-2:4200/4300:dddddddd"]
+
+
 def test_overview_draws_throughput_that_survives_pruning(client, app):
     html = client.get("/").text
     assert "<h2>Throughput</h2>" in html and "<svg" in html and 'class="bar-done"' in html

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from leased.limits import QueueLimit
+from leased.worker_ids import supervisor_pid
 
 WORKER_BEAT_SECONDS = 5.0
 WORKER_SILENT_AFTER = 3 * WORKER_BEAT_SECONDS  # a worker not seen for this long is shown as gone
@@ -24,6 +25,11 @@ class WorkerInfo:
     running: int
     alive: bool
     stuck_handlers: int = 0  # handler threads still running past their job's time limit, each holding a slot
+
+    @property
+    def supervisor_pid(self) -> int | None:
+        """The `leased worker --processes N` supervisor (on the same host) it runs under, read from its id."""
+        return supervisor_pid(self.id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shlex
 import sys
 from datetime import UTC, datetime, timedelta
@@ -20,12 +21,14 @@ from click.core import ParameterSource
 
 from leased.cli import operations, output
 from leased.cli.loading import Failure, load_app, open_app
-from leased.cli.options import Duration, database_option
+from leased.cli.options import Duration, ProcessCount, database_option
+from leased.cli.supervisor import CANNOT_START, Supervisor
 from leased.app import Leased
 from leased.errors import LeasedError
 from leased.events import AttemptEnded, Event
 from leased.jobs import Job, JobStatus, Outcome
 from leased.suggest import did_you_mean
+from leased.worker_ids import SUPERVISOR_VARIABLE
 
 
 class LeasedGroup(click.Group):
@@ -117,14 +120,43 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
 @click.option("--no-prune", is_flag=True, help="Delete no finished jobs (when `leased prune` runs from cron).")
 @click.option("--log-jobs", is_flag=True,
               help="Log a line at INFO for every attempt that ends (failures are logged anyway).")
+@click.option("--processes", type=ProcessCount(), default="1", show_default=True, metavar="N|auto",
+              help="Worker processes, each with these options, under a supervisor that restarts one that "
+                   "dies: for CPU-bound handlers (auto: one per core). With --metrics-port, process n "
+                   "serves on PORT+n-1.")
 def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
-           log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool) -> None:
+           log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool,
+           processes: int) -> None:
     """Run jobs until SIGINT or SIGTERM.
 
     On the first signal no new jobs are claimed and running ones may finish within the grace
     period; a second signal cancels them and gives them back at once.
     """
     configure_logging(log_level)
+    if processes > 1:
+        if metrics_port is not None and metrics_port + processes - 1 > 65535:
+            raise click.BadParameter(f"{processes} processes need ports {metrics_port} to "
+                                     f"{metrics_port + processes - 1}; choose a lower one", param_hint="'--metrics-port'")
+        arguments = [app_spec, "--concurrency", str(concurrency), "--poll-interval", f"{poll_interval!r}s",
+                     "--shutdown-grace", f"{shutdown_grace!r}s", "--log-level", log_level]
+        arguments += ["--queues", queues] if queues else []
+        arguments += [flag for flag, on in (("--no-push", no_push), ("--no-prune", no_prune),
+                                            ("--log-jobs", log_jobs)) if on]
+        sys.exit(Supervisor(arguments, processes, metrics_port).run())
+    try:
+        run_worker(app_spec, concurrency, queues, poll_interval, shutdown_grace, metrics_port, no_push, no_prune,
+                   log_jobs)
+    except (Failure, LeasedError) as error:
+        if not os.environ.get(SUPERVISOR_VARIABLE):
+            raise
+        # A process of a supervisor: the same command would fail alike, so it says not to restart it.
+        failure = error if isinstance(error, Failure) else Failure(output.one_line(str(error)))
+        failure.exit_code = CANNOT_START
+        raise failure from None
+
+
+def run_worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
+               metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool) -> None:
     app = load_app(app_spec)
     queue_names = [name.strip() for name in queues.split(",") if name.strip()] if queues else None
     warn_about_unknown_queues(app, queue_names)
@@ -483,7 +515,6 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
     With $LEASED_DASHBOARD_TOKEN set, the browser asks for it (as the password, any user name).
     """
     import importlib.util
-    import os
 
     from leased.web import MISSING_EXTRA, server
     from leased.web import dashboard as make_dashboard

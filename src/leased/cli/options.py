@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import click
 
+from leased.cli.supervisor import process_count
 from leased.durations import parse_duration
 
 
@@ -28,6 +29,20 @@ class Duration(click.ParamType):
         if self.positive and seconds <= 0:
             self.fail(f"{value!r} must be more than zero", param, ctx)
         return seconds
+
+
+class ProcessCount(click.ParamType):
+    """--processes: a whole number from 1, or `auto` (one per core this process may run on)."""
+
+    name = "processes"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return process_count(str(value))
+        except ValueError as error:
+            self.fail(f"{error}; e.g. --processes 4, or --processes auto for one per core", param, ctx)
 
 
 def database_option(function: Callable) -> Callable:

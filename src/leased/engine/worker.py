@@ -24,7 +24,6 @@ import os
 import signal
 import socket
 import threading
-import uuid
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from leased.backends.ports import ClaimRequest, RuntimePort, WorkerRecord
@@ -43,6 +42,7 @@ from leased.engine.timelimits import TimeLimits
 from leased.events import Event, Events
 from leased.jobs import Lease
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from leased.worker_ids import default_worker_id
 
 if TYPE_CHECKING:
     from leased.engine.pruner import Pruner
@@ -50,10 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["Worker", "WorkerStats", "default_worker_id"]
 
 log = logging.getLogger("leased.worker")
-
-
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class Worker:

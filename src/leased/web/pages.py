@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from leased.admin import WorkerInfo
 from leased.app import Leased
 from leased.errors import ConfigurationError, InvalidTransition, JobNotFound
 from leased.jobs import JobStatus
@@ -113,6 +114,28 @@ def jobs_page(leased: Leased, query: JobsQuery) -> dict[str, Any]:
             "first_link": query.link() if has_previous else None}
 
 
+@dataclass(frozen=True)
+class WorkerGroup:
+    """The processes of one supervisor on one host, or a worker of its own (supervisor None)."""
+
+    host: str
+    supervisor: int | None
+    workers: list[WorkerInfo]
+
+
+def worker_groups(workers: list[WorkerInfo]) -> list[WorkerGroup]:
+    """The workers table's rows: groups with a live worker first, then by host and supervisor (a worker of
+    its own by its pid); in a group, live processes first, by pid."""
+    groups: dict[tuple[str, int | None, str], list[WorkerInfo]] = {}
+    for worker in workers:
+        supervisor = worker.supervisor_pid
+        groups.setdefault((worker.host, supervisor, "" if supervisor is not None else worker.id), []).append(worker)
+    ordered = sorted(groups.items(), key=lambda item: (not any(worker.alive for worker in item[1]), item[0][0],
+                                                       item[0][1] if item[0][1] is not None else item[1][0].pid))
+    return [WorkerGroup(host, supervisor, sorted(members, key=lambda worker: (not worker.alive, worker.pid)))
+            for (host, supervisor, _), members in ordered]
+
+
 class Pages:
     def __init__(self, leased: Leased, templates: Jinja2Templates, csrf: Csrf, flash: Flash, *, read_only: bool,
                  refresh_seconds: float):
@@ -148,6 +171,7 @@ class Pages:
             "done_recently": sum(queue.done_recently for queue in overview.queues),
             "failed_recently": sum(queue.failed_recently for queue in overview.queues),
             "alive_workers": sum(1 for worker in overview.workers if worker.alive),
+            "worker_groups": worker_groups(overview.workers),
         })
 
     def jobs(self, request: Request) -> Response:
