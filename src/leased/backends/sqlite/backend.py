@@ -99,7 +99,7 @@ class SQLiteBackend(SQLStore):
                 connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                              timeout=BUSY_TIMEOUT_MS / 1000)
                 connection.row_factory = sqlite3.Row
-                connection.execute("PRAGMA journal_mode = WAL")
+                _switch_to_wal(connection)
                 connection.execute("PRAGMA synchronous = NORMAL")
                 connection.execute("PRAGMA foreign_keys = ON")
                 connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -318,6 +318,24 @@ class SQLiteBackend(SQLStore):
 
     def _is_duplicate_key(self, error: BaseException) -> bool:
         return isinstance(error, sqlite3.IntegrityError)
+
+
+def _switch_to_wal(connection: sqlite3.Connection) -> None:
+    """WAL mode, waiting within the busy timeout for the lock it takes. SQLite itself gives up at
+    once, without its busy handler, when connections opening a new file switch it together (one
+    holds the lock the other's switch would wait for, and waiting could deadlock): seen when four
+    processes migrated one new file at the same time. Once the file is in WAL mode this is a read."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.001
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if not is_lock_error(error) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)  # the other switch is a few milliseconds of work
+        pause = min(pause * 2, 0.05)
 
 
 def _is_missing_table(error: BaseException) -> bool:
