@@ -287,8 +287,7 @@ def main() -> None:
     if options.render:
         results = json.loads(RESULTS.read_text())
         text = render(results, results["command"])
-        SECTION.write_text(text)
-        report.splice("Django backends", text)
+        report.publish("Django backends", SECTION, text)
         print(text)
         return
     if options.cell:
@@ -321,8 +320,7 @@ def main() -> None:
                 results["runs"][database][backend].append(found)
                 RESULTS.write_text(json.dumps(results, indent=1))
     text = render(results, command)
-    SECTION.write_text(text)
-    report.splice("Django backends", text)
+    report.publish("Django backends", SECTION, text)
     print(text)
 
 

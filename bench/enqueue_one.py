@@ -44,8 +44,20 @@ class Store:
 
     name: str
 
+    def _open_leased(self, url: str) -> None:
+        """leased on `url`: its schema made, and one job enqueued (the pool and the schema check, once)."""
+        from leased import Leased
+
+        self.app = Leased(url)
+        self.app.migrate()
+        self.task = self.app.task(name="bench.noop")(_noop)
+        self.task.enqueue(0)
+
     def paths(self) -> dict[str, Callable[[int], object]]:
         raise NotImplementedError
+
+    def enqueue(self, n: int) -> object:
+        return self.task.enqueue(1)
 
     def close(self) -> None:
         pass
@@ -58,13 +70,8 @@ class PostgresStore(Store):
     def __init__(self) -> None:
         import psycopg
 
-        from leased import Leased
-
         url = recreate_database(self.database)
-        self.app = Leased(url)
-        self.app.migrate()
-        self.task = self.app.task(name="bench.noop")(_noop)
-        self.task.enqueue(0)  # the pool and the schema check, once
+        self._open_leased(url)
         self.raw = psycopg.connect(url, autocommit=True)
         self.raw.execute("CREATE TABLE bare (id bigserial PRIMARY KEY, task_name text NOT NULL, "
                          "queue_name text NOT NULL, args json NOT NULL, kwargs json NOT NULL, priority int NOT NULL,"
@@ -79,7 +86,7 @@ class PostgresStore(Store):
         raw = self.raw
         return {"bare": lambda n: raw.execute(bare, (ARGS, KWARGS)),
                 "leased_table": lambda n: raw.execute(table, (ARGS, KWARGS)).fetchone(),
-                "leased": lambda n: self.task.enqueue(1)}
+                "leased": self.enqueue}
 
     def close(self) -> None:
         self.raw.close()
@@ -92,13 +99,8 @@ class MariaDBStore(Store):
     database = "leased_bench_enqueue_one"
 
     def __init__(self) -> None:
-        from leased import Leased
-
         url = recreate_mariadb_database(self.database)
-        self.app = Leased(url)
-        self.app.migrate()
-        self.task = self.app.task(name="bench.noop")(_noop)
-        self.task.enqueue(0)
+        self._open_leased(url)
         self.raw = mariadb_connect(self.database)
         with self.raw.cursor() as cursor:
             cursor.execute("CREATE TABLE bare (id BIGINT AUTO_INCREMENT PRIMARY KEY, task_name VARCHAR(255) NOT NULL,"
@@ -118,7 +120,7 @@ class MariaDBStore(Store):
             cursor.fetchall()
 
         return {"bare": lambda n: run(bare), "leased_table": lambda n: run(table),
-                "leased": lambda n: self.task.enqueue(1)}
+                "leased": self.enqueue}
 
     def close(self) -> None:
         self.raw.close()
@@ -130,14 +132,9 @@ class SQLiteStore(Store):
     name = "sqlite"
 
     def __init__(self) -> None:
-        from leased import Leased
-
         WORK.mkdir(parents=True, exist_ok=True)
         self.path = WORK / f"enqueue-one-{uuid.uuid4().hex[:8]}.db"
-        self.app = Leased(f"sqlite:///{self.path}")
-        self.app.migrate()
-        self.task = self.app.task(name="bench.noop")(_noop)
-        self.task.enqueue(0)
+        self._open_leased(f"sqlite:///{self.path}")
         # leased's own connection settings (WAL, synchronous=NORMAL), on a connection of the bench's.
         self.raw = sqlite3.connect(self.path, isolation_level=None)
         self.raw.execute("PRAGMA synchronous = NORMAL")
@@ -161,7 +158,7 @@ class SQLiteStore(Store):
             raw.execute("COMMIT")
 
         return {"bare": lambda n: run(bare), "leased_table": lambda n: run(table),
-                "leased": lambda n: self.task.enqueue(1)}
+                "leased": self.enqueue}
 
     def close(self) -> None:
         self.raw.close()

@@ -492,8 +492,7 @@ def main() -> None:
                     results["soak"] = soak(options)
         RESULTS.write_text(json.dumps(results, indent=1, default=str))
     text = render(results)
-    SECTION.write_text(text)
-    report.splice(TITLE, text)
+    report.publish(TITLE, SECTION, text)
     print(text)
 
 

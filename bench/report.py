@@ -320,6 +320,12 @@ def write(results: dict) -> str:
     return text
 
 
+def publish(title: str, section_file, text: str) -> None:
+    """A bench's section, written to its own file and spliced into docs/benchmarks.md."""
+    section_file.write_text(text)
+    splice(title, text)
+
+
 def splice(title: str, text: str) -> None:
     """Put a section ("## title" and what follows, up to the next "## ") into docs/benchmarks.md,
     replacing the one there, or else at the end, among the sections that bench/run.py keeps."""

@@ -278,8 +278,7 @@ def main() -> None:
                         results["runs"][backend][str(size)].append(found)
                         RESULTS.write_text(json.dumps(results, indent=1))
     text = render(results)
-    SECTION.write_text(text)
-    report.splice(TITLE, text)
+    report.publish(TITLE, SECTION, text)
     print(text)
 
 

@@ -139,13 +139,17 @@ class SQLStore(InspectionReads, ScheduleStore):
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
         if not ends:
             return []
-        all_ends = ends_json(ends)  # before the transaction: on SQLite, other writers wait for its lock
+        # The parameters before the transaction: on SQLite, other writers wait for its lock.
+        all_ends = ends_json(ends)
+        by_worker: dict[str, list[Lease]] = {}
+        for end in ends:
+            by_worker.setdefault(end.lease.worker_id, []).append(end.lease)
+        leases_of = {worker_id: leases_json(leases) for worker_id, leases in by_worker.items()}
 
         def work(connection: Any) -> list[bool]:
             held: dict[tuple[int, int], Any] = {}
-            for worker_id in {end.lease.worker_id for end in ends}:
-                mine = [end.lease for end in ends if end.lease.worker_id == worker_id]
-                rows = self._all(connection, "leases_to_finish", worker_id=worker_id, leases=leases_json(mine))
+            for worker_id, leases in leases_of.items():
+                rows = self._all(connection, "leases_to_finish", worker_id=worker_id, leases=leases)
                 held |= {(row["id"], row["attempt"]): row for row in rows}
             kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
             written = [end for end, flag in zip(ends, kept) if flag]
@@ -153,9 +157,10 @@ class SQLStore(InspectionReads, ScheduleStore):
                 records, finishes = all_ends if len(written) == len(ends) else ends_json(written)
                 self._execute(connection, "record_attempts", ends=records)
                 self._execute(connection, "finish", ends=finishes)
+                rows = [held[end.lease.job_id, end.lease.attempt] for end in written]
                 self._count_finished(connection, finished_counts(
                     (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
-                    for end in written if (row := held[end.lease.job_id, end.lease.attempt])))
+                    for end, row in zip(written, rows)))
             return kept
 
         return self._transact(work)
