@@ -55,9 +55,9 @@ def test_a_created_job_takes_each_field_where_job_has_it():
     given = {"id": 1, "task_name": "t", "queue_name": "q", "args": [1], "kwargs": {"k": 2}, "priority": 3,
              "max_attempts": 4, "lease_seconds": 5.0, "run_after": datetime(2030, 1, 1, tzinfo=timezone.utc),
              "created_at": datetime(2029, 1, 1, tzinfo=timezone.utc), "idempotency_key": "key",
-             "timeout_seconds": 6.0, "concurrency_key": "c"}
-    job = enqueue._created_job(**given)
-    expected = Job(**given, status=JobStatus.PENDING, attempt=0, created=True)
+             "timeout_seconds": 6.0, "concurrency_key": "c", "workflow_id": 7}
+    job = enqueue._created_job(**given, status="waiting")
+    expected = Job(**given, status=JobStatus.WAITING, attempt=0, created=True)
     assert {field.name: getattr(job, field.name) for field in fields(Job)} == {
         field.name: getattr(expected, field.name) for field in fields(Job)}
 
@@ -188,8 +188,8 @@ def test_list_jobs_filters_and_pages_newest_first(app, notify):
     with pytest.raises(ConfigurationError, match="invalid status"):
         app.list_jobs(status="exploded")
     assert app.counts() == {
-        "default": {"pending": 4, "running": 0, "done": 0, "failed": 0, "cancelled": 0},
-        "mail": {"pending": 3, "running": 0, "done": 0, "failed": 0, "cancelled": 0},
+        "default": {"pending": 4, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "waiting": 0},
+        "mail": {"pending": 3, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "waiting": 0},
     }
 
 

@@ -39,6 +39,7 @@ RUN_SEPARATELY = {
     "Limits": "test_limits_example_runs_and_prints_what_it_says checks its output too",
     "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
     "Testing your handlers": "test_the_idempotency_example_catches_the_handler_that_is_not runs it with pytest",
+    "Workflows: steps that wait for other steps": "test_workflow_example_runs_and_prints_what_it_says checks its output",
 }
 
 
@@ -87,6 +88,12 @@ def test_readme_block_compiles_or_runs(heading, line, code, tmp_path):
 def quick_start() -> str:
     (code,) = [code for heading, _, code in BLOCKS if heading == "Quick start"]
     return code
+
+
+def test_workflow_example_runs_and_prints_what_it_says(tmp_path):
+    (code,) = [code for heading, _, code in BLOCKS if heading == "Workflows: steps that wait for other steps"]
+    (tmp_path / "example.py").write_text(code)
+    assert run([sys.executable, "example.py"], tmp_path).stdout.strip() == "succeeded 4 of 4 steps done"
 
 
 def test_quick_start_runs_and_prints_what_it_says(tmp_path):

@@ -15,16 +15,19 @@ from leased.errors import (
     PermanentError,
     SchemaNotReady,
     WaitTimeout,
+    WorkflowNotFound,
 )
 from leased.explain import Explanation, Reason
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.retention import Retention
+from leased.runs import WorkflowInfo, WorkflowStatus
 from leased.tasks import Task
+from leased.workflows import Run, Workflow
 
 __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseLocked",
     "DatabaseUnavailable", "Explanation", "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased",
     "LeasedError", "Outcome", "PayloadError", "PermanentError", "Reason", "Retention", "SchemaNotReady", "Task",
-    "TaskContext", "WaitTimeout",
+    "TaskContext", "WaitTimeout", "Run", "Workflow", "WorkflowInfo", "WorkflowNotFound", "WorkflowStatus",
 ]
 __version__ = "0.1.0"

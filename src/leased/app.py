@@ -19,7 +19,8 @@ from leased.counts import JobCounts
 from leased.engine.pruner import Pruner, count_prunable, older_than_rules, prune, prune_rules
 from leased.engine.retrying import retry_delay
 from leased.engine.worker import Worker, WorkerStats
-from leased.errors import ConfigurationError, DatabaseLocked, DatabaseUnavailable, InvalidTransition, JobNotFound
+from leased.errors import (ConfigurationError, DatabaseLocked, DatabaseUnavailable, InvalidTransition, JobNotFound,
+                           WorkflowNotFound)
 from leased.events import Events
 from leased.explain import Explanation, explain
 from leased.horizon import OLD_TRANSACTION_AFTER, check_old_transaction_after
@@ -27,10 +28,12 @@ from leased.jobs import Job, JobStatus
 from leased.limits import QueueLimit, check_concurrency, parse_rate
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.retention import Retention, app_retention, period
+from leased.runs import Enqueued, NewWorkflow, WorkflowInfo
 from leased.schedules import Schedule, ScheduleInfo, describe_schedules, make_schedule, tick_handler
 from leased.suggest import did_you_mean
 from leased.tasks import _UNSET, Task, check_queue_name
 from leased.waiting import JobEndSignals, JobWait
+from leased.workflows import Workflow
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -202,6 +205,47 @@ class Leased:
         # A first use checks the schema on the caller's connection where it can: a sqlite3 one (see _open).
         backend = self._backend or self._open(connection if type(connection).__module__ == "sqlite3" else None)
         return [job for job, _ in await backend.enqueue_async(jobs, connection)]
+
+    # Workflows (leased.workflows).
+    def workflow(self, name: str, *, idempotency_key: str | None = None) -> Workflow:
+        """A builder of a run of steps that wait for each other; nothing is written until its
+        enqueue(). With `idempotency_key`, enqueueing again while that run is unfinished returns it."""
+        return Workflow(self, name, idempotency_key)
+
+    def enqueue_workflow(self, workflow: NewWorkflow, connection: Any = None) -> Enqueued:
+        if _is_sqlalchemy(connection):
+            from leased.backends.sqlalchemy_sessions import driver_connection
+
+            connection = driver_connection(connection)
+        enqueued = (self._backend or self._open(connection)).enqueue_workflow(workflow, connection)
+        if connection is None:
+            self.wake_workers()
+        return enqueued
+
+    def get_workflow(self, workflow_id: int) -> WorkflowInfo:
+        """The run: its status, progress and every step with its job's status."""
+        info = self.backend.get_workflow(workflow_id)
+        if info is None:
+            raise WorkflowNotFound(workflow_id)
+        return info
+
+    def list_workflows(self, *, limit: int = 50, before_id: int | None = None,
+                       name: str | None = None) -> list[WorkflowInfo]:
+        """Runs newest first (page on with before_id=<last id>), with their steps counted by status."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ConfigurationError(f"invalid limit {limit!r}: use a whole number from 1 to 10000")
+        return self.backend.list_workflows(limit, before_id, name)
+
+    def cancel_workflow(self, workflow_id: int) -> int:
+        """Cancel every unfinished step of the run (running ones through their leases); returns how many."""
+        cancelled = self.backend.cancel_workflow(workflow_id)
+        return cancelled
+
+    def retry_workflow(self, workflow_id: int) -> int:
+        """Retry every failed step of the run; the steps its failure cancelled wait again. Returns how many."""
+        retried = self.backend.retry_workflow(workflow_id)
+        self.wake_workers()
+        return retried
 
     # Inspection and administration.
     def get_job(self, job_id: int) -> Job:

@@ -3,8 +3,8 @@
 Counting a million finished rows costs a read of every one of them, on every dashboard refresh and
 every scrape. So the dashboard, /metrics and `leased stats` read `JobCounts`:
 
-- pending and running: always exact, through the partial indexes the claim and the lease reclaim
-  use (the due set and the held leases stay small however much history the table keeps);
+- pending, running and waiting: always exact, through the partial indexes the claim, the lease
+  reclaim and the waiting steps use (those sets stay small however much history the table keeps);
 - failed and cancelled: exact while the status has at most `EXACT_UP_TO` jobs, counted through an
   index with a LIMIT, so at most that many rows are read; above it, estimated as done is;
 - done: estimated from a sample of job ids (below), unless the table is small enough that the
@@ -28,7 +28,7 @@ from leased.jobs import JobStatus
 
 EXACT_UP_TO = 10_000  # failed and cancelled jobs counted exactly, per status, before estimating
 SAMPLE_SIZE = 2_000  # job ids probed to estimate; a table whose ids span no more is counted exactly
-ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING)
+ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING)
 CAPPED = (JobStatus.FAILED, JobStatus.CANCELLED)
 
 

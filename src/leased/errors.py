@@ -36,6 +36,12 @@ class JobNotFound(LeasedError, LookupError):
         self.job_id = job_id
 
 
+class WorkflowNotFound(LeasedError, LookupError):
+    def __init__(self, workflow_id: int):
+        super().__init__(f"no workflow with id {workflow_id}")
+        self.workflow_id = workflow_id
+
+
 class InvalidTransition(LeasedError):
     """The job is not in a status that allows the requested action (e.g. retrying a done job)."""
 

@@ -17,6 +17,7 @@ class JobStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    WAITING = "waiting"  # a workflow's step whose parents have not all ended: nobody claims it yet
 
 
 class Outcome(StrEnum):
@@ -104,6 +105,7 @@ class Job:
     timeout_seconds: float | None = None  # the handler's time limit per attempt; None: no limit
     history: tuple[Attempt, ...] = field(default=())
     concurrency_key: str | None = None  # the key whose limit this job waits on and counts against
+    workflow_id: int | None = None  # the workflow this job is a step of (leased.workflows), or None
     created: bool | None = field(default=None, compare=False)
 
     @property
@@ -151,7 +153,7 @@ class ClaimedJob:
     more than running a no-op job."""
 
     __slots__ = ("id", "task_name", "queue_name", "args", "kwargs", "attempt", "max_attempts", "lease_seconds",
-                 "timeout_seconds", "lease", "lease_from", "_build", "_job")
+                 "timeout_seconds", "workflow_id", "lease", "lease_from", "_build", "_job")
 
     def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job]):
         self.id: int = row["id"]
@@ -163,6 +165,7 @@ class ClaimedJob:
         self.max_attempts: int = row["max_attempts"]
         self.lease_seconds: float = row["lease_seconds"]
         self.timeout_seconds: float | None = row["timeout_seconds"]  # the handler's time limit; None: no limit
+        self.workflow_id: int | None = row["workflow_id"]  # its workflow, whose steps its end may release
         self.lease = Lease(self.id, self.attempt, row["lease_owner"])
         # When the claim statement was sent (time.monotonic()), if the backend knows: the lease runs
         # from no earlier. None: the engine counts it from the start of the claim call.

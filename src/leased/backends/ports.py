@@ -21,12 +21,13 @@ from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
 from leased.facts import JobFacts
 from leased.jobs import ClaimedJob, Job, JobStatus, Lease, Outcome
 from leased.limits import QueueLimit
+from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, WorkflowInfo
 
 
 class NewJob(NamedTuple):
     """A job to write. A named tuple, not a frozen dataclass like the other parameter objects: a
     bulk enqueue makes one per job, and a frozen dataclass costs a call of object.__setattr__ per
-    field to build (5 µs for these 15, more than the insert's own Python per job). Its fields are
+    field to build (5 µs for these 17, more than the insert's own Python per job). Its fields are
     in the order in which each backend's insert_jobs reads a job's array (see jobs_json)."""
 
     task_name: str
@@ -46,6 +47,9 @@ class NewJob(NamedTuple):
     key_concurrency: int | None = None
     key_rate_count: int | None = None
     key_rate_seconds: float | None = None
+    # A workflow's step (leased.workflows): 'waiting' until its parents have ended, in its run.
+    status: str = "pending"
+    workflow_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,7 @@ class AttemptEnd:
     error_message: str | None = None
     traceback: str | None = None
     retry_in_seconds: float | None = None  # with an error: schedule another attempt; None: the job fails
+    workflow_id: int | None = None  # the job's workflow, if it is a step: its end may release others
 
     @property
     def job_status(self) -> JobStatus:
@@ -272,7 +277,20 @@ class RetentionPort(Protocol):
         queue and task; returns how many rows were folded. The sums read are unchanged."""
 
 
-class RuntimePort(ProducerPort, WorkerPort, RetentionPort, Protocol):
+class WorkflowPort(Protocol):
+    """Workflows (leased.workflows; stored by backends/sql/workflows.py): a run written in one
+    transaction, and what running steps need. Every verb that ends a step's job also settles its
+    children in its own transaction; these are the rest."""
+
+    def enqueue_workflow(self, workflow: NewWorkflow, connection: Any = None) -> Enqueued: ...
+
+    def add_steps(self, lease: Lease, steps: Sequence[NewStep]) -> dict[str, int]:
+        """Add steps to the run of the step `lease` holds (fenced on it); {name: job id}."""
+
+    def parents_of(self, job_id: int) -> list[ParentEnd]: ...
+
+
+class RuntimePort(ProducerPort, WorkerPort, RetentionPort, WorkflowPort, Protocol):
     """All that the engine sees of storage: a worker and a producer need nothing else."""
 
 
@@ -321,6 +339,13 @@ class InspectionPort(Protocol):
     def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
         """Other sessions of the database whose transaction, open longer than this, holds back vacuum."""
 
+    def get_workflow(self, workflow_id: int) -> WorkflowInfo | None:
+        """The run with every step, read in one snapshot."""
+
+    def list_workflows(self, limit: int = 50, before_id: int | None = None, name: str | None = None
+                       ) -> list[WorkflowInfo]:
+        """Runs newest first, each with its steps counted by status (no steps listed)."""
+
 
 class AdminPort(Protocol):
     """A person's actions on jobs and queues (the CLI, the dashboard, the Python API)."""
@@ -344,6 +369,12 @@ class AdminPort(Protocol):
 
     def set_queue_limit(self, limit: QueueLimit) -> None:
         """Set a queue's limits, replacing any before; a limit of neither kind removes them."""
+
+    def cancel_workflow(self, workflow_id: int) -> int:
+        """Cancel every unfinished step of the run (running ones lose their leases); how many."""
+
+    def retry_workflow(self, workflow_id: int) -> int:
+        """Retry every failed step of the run (what their failure cancelled waits again); how many."""
 
 
 class SchemaPort(Protocol):

@@ -97,7 +97,7 @@ class ClaimedAttempts:
         """On the loop: jobs just claimed wait for a slot, in claim order."""
         attempts = []
         for job in jobs:
-            attempt = ClaimedAttempt(job, TaskContext(job, self._worker_id), self._handlers[job.task_name])
+            attempt = ClaimedAttempt(job, TaskContext(job, self._worker_id, self._backend), self._handlers[job.task_name])
             self._by_lease[attempt.lease] = attempt
             attempts.append(attempt)
         self._heartbeat.track([(attempt.lease, attempt.job.lease_seconds) for attempt in attempts], claimed_at)

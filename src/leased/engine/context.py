@@ -6,7 +6,13 @@ import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from typing import TYPE_CHECKING, Any
+
 from leased.jobs import ClaimedJob, Job
+
+if TYPE_CHECKING:
+    from leased.runs import ParentEnd
+    from leased.workflows import BatchOutcome, RunningWorkflow
 
 
 class CancelReason(StrEnum):
@@ -33,11 +39,13 @@ class TaskContext:
 
     claimed: ClaimedJob = field(repr=False)
     worker_id: str
+    store: Any = field(default=None, repr=False)  # the worker's storage: a step reads its parents through it
     cancel_reason: CancelReason | None = None
     # The event is made on first use: most handlers never look, and one per job costs more than a no-op job.
     _event: threading.Event | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _finishing: bool = field(default=False, init=False, repr=False)  # its end is being written
+    _workflow: Any = field(default=None, init=False, repr=False)
 
     @property
     def job(self) -> Job:
@@ -51,6 +59,39 @@ class TaskContext:
     @property
     def attempt(self) -> int:
         return self.claimed.attempt
+
+    # A workflow's step (leased.workflows): its parents, and its run.
+    @property
+    def parents(self) -> dict[str, ParentEnd]:
+        """Each parent step by name, with how it ended and its result (empty outside a workflow)."""
+        if self.claimed.workflow_id is None or self.store is None:
+            return {}
+        return {parent.name: parent for parent in self.store.parents_of(self.job_id)}
+
+    @property
+    def parent_results(self) -> dict[str, Any]:
+        """Each parent's result by step name, of the parents that succeeded."""
+        return {name: parent.result for name, parent in self.parents.items() if parent.succeeded}
+
+    @property
+    def batch(self) -> BatchOutcome:
+        """For the step after a batch: how many of its members succeeded and failed, and their results."""
+        from leased.workflows import batch_outcome
+
+        return batch_outcome(self.parents)
+
+    @property
+    def workflow(self) -> RunningWorkflow:
+        """This step's run, to add steps to while it runs (those waiting for it wait for them too)."""
+        from leased.workflows import RunningWorkflow
+
+        if self.claimed.workflow_id is None:
+            from leased.errors import ConfigurationError
+
+            raise ConfigurationError(f"job {self.job_id} is not a workflow's step: only steps add steps")
+        if self._workflow is None:  # one per attempt: it numbers the steps it adds
+            self._workflow = RunningWorkflow(self.store, self)
+        return self._workflow
 
     @property
     def cancelled(self) -> threading.Event:

@@ -123,7 +123,7 @@ class Executor:
         except PayloadError as error:
             return error_end(job, _found_as(ResultNotStored, error), retry=False)
         log.debug("job %d (%s) attempt %d done", job.id, job.task_name, job.attempt)
-        return AttemptEnd(attempt.lease, Outcome.DONE, result_json=result_json)
+        return AttemptEnd(attempt.lease, Outcome.DONE, result_json=result_json, workflow_id=job.workflow_id)
 
 
 def _found_as(kind: type[PayloadError], error: PayloadError) -> PayloadError:
@@ -160,7 +160,7 @@ def error_end(job: ClaimedJob, error: BaseException, *, retry: bool, backoff: Ba
         job.lease, Outcome.ERROR, error_type=type(error).__name__, error_message=message,
         traceback=clean_text("".join(traceback.format_exception(type(error), error, _handler_frames(error))),
                              MAX_TRACEBACK),
-        retry_in_seconds=delay,
+        retry_in_seconds=delay, workflow_id=job.workflow_id,
     )
 
 

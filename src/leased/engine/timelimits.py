@@ -59,7 +59,7 @@ def timeout_end(job: ClaimedJob, backoff: Backoff, *, stopped_after: float | Non
     else:
         log.error("job %d (%s): %s; out of attempts (%d), failed", job.id, job.task_name, message, job.max_attempts)
     return AttemptEnd(job.lease, Outcome.TIMEOUT, error_type="TimeLimitExceeded", error_message=message,
-                      traceback=stack, retry_in_seconds=delay)
+                      traceback=stack, retry_in_seconds=delay, workflow_id=job.workflow_id)
 
 
 def _where(thread_id: int, when: str) -> str | None:

@@ -304,7 +304,7 @@ class MariaDBBackend(SQLStore):
         return json.dumps(list(values))
 
     # Runtime.
-    def _enqueue_in(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+    def _in_callers(self, connection: Any, work: Callable[[Any], T]) -> T:
         if driver.connection_driver(connection) is None:
             raise ConfigurationError(
                 wrong_connection(connection, "pymysql.Connection or MySQLdb.Connection", "MariaDB"))
@@ -312,7 +312,7 @@ class MariaDBBackend(SQLStore):
         self._check_reach(connection)
         with self._translated():  # the caller's transaction: we never commit it
             self._set_clock(connection)
-            return self._insert(connection, jobs)
+            return work(connection)
 
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
         with driver.tuple_cursor(connection) as cursor:
@@ -349,6 +349,10 @@ class MariaDBBackend(SQLStore):
             self._execute(connection, "record_starts", job_ids=ids["job_ids"])
             self._execute(connection, "forget_old_starts")
         return self._all(connection, "leased_jobs", **ids)
+
+    def _release(self, connection: Any, job_ids: str) -> set[str]:
+        self._execute(connection, "release_steps", job_ids=job_ids)  # no UPDATE ... RETURNING here
+        return {row["queue_name"] for row in self._all(connection, "released_queues", job_ids=job_ids)}
 
     def _claim_limited(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Claims of limited jobs take turns under a named lock: no two count the same free room."""

@@ -20,10 +20,11 @@ SET @leased_clock_offset = %(offset)s;
 -- Rows are inserted in the batch's order, so AUTO_INCREMENT gives ids in that order.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                                key_concurrency, key_rate_count, key_rate_seconds)
+                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id)
 SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
        COALESCE(j.run_at, leased_now() + j.delay_seconds), leased_now(), j.idempotency_key,
-       j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds
+       j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds,
+       j.status, j.workflow_id
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
     task_name VARCHAR(255) PATH '$[0]', queue_name VARCHAR(255) PATH '$[1]', args LONGTEXT PATH '$[2]',
@@ -31,7 +32,7 @@ FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     lease_seconds DOUBLE PATH '$[6]', run_at DOUBLE PATH '$[7]', delay_seconds DOUBLE PATH '$[8]',
     idempotency_key VARCHAR(255) PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
     concurrency_key VARCHAR(255) PATH '$[11]', key_concurrency INT PATH '$[12]', key_rate_count INT PATH '$[13]',
-    key_rate_seconds DOUBLE PATH '$[14]')) AS j
+    key_rate_seconds DOUBLE PATH '$[14]', status VARCHAR(16) PATH '$[15]', workflow_id BIGINT PATH '$[16]')) AS j
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
@@ -41,11 +42,11 @@ RETURNING id, run_after, created_at, idempotency_key;
 -- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                                key_concurrency, key_rate_count, key_rate_seconds)
+                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s, %(kwargs_json)s, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s, COALESCE(%(run_at)s, leased_now() + %(delay_seconds)s), leased_now(),
         %(idempotency_key)s, %(timeout_seconds)s, %(concurrency_key)s, %(key_concurrency)s, %(key_rate_count)s,
-        %(key_rate_seconds)s)
+        %(key_rate_seconds)s, %(status)s, %(workflow_id)s)
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: pending_with_key
@@ -99,7 +100,7 @@ FOR UPDATE;
 -- name: leases_to_finish
 -- Of the given leases, those the worker still holds, expired or not (a lease is lost once another
 -- claim or a reclaim takes the job, or a user cancels it), locked: the ends that finish may write.
-SELECT id, attempt, queue_name, task_name FROM leased_jobs
+SELECT id, attempt, queue_name, task_name, workflow_id FROM leased_jobs
 WHERE status = 'running' AND lease_owner = %(worker_id)s
   AND (id, attempt) IN (SELECT job_id, attempt FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
           job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l)
@@ -173,7 +174,7 @@ WHERE status = 'running' AND lease_owner = %(worker_id)s
 -- Expired leases through the leases index (NULL for every job not running); rows a claim or
 -- another reclaimer has locked are left to it. What record_attempts needs comes along: it writes
 -- the records before reclaim_expired clears the leases they are read from.
-SELECT id, attempt, lease_owner, queue_name, task_name, attempt >= max_attempts AS last_attempt,
+SELECT id, attempt, lease_owner, queue_name, task_name, workflow_id, attempt >= max_attempts AS last_attempt,
        CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)') AS message
 FROM leased_jobs FORCE INDEX (leased_jobs_leases)
 WHERE running_expires_at <= leased_now()
@@ -242,7 +243,10 @@ SELECT queue_name, 'pending', count(*) FROM leased_jobs FORCE INDEX (leased_jobs
 WHERE due_key IS NOT NULL GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'running', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_leases)
-WHERE running_expires_at IS NOT NULL GROUP BY queue_name;
+WHERE running_expires_at IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT waiting_queue, 'waiting', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_waiting)
+WHERE waiting_queue IS NOT NULL GROUP BY waiting_queue;
 
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
@@ -268,7 +272,8 @@ JOIN leased_jobs AS j ON j.id = probe.id
 GROUP BY j.queue_name, j.status;
 
 -- name: lock_for_retry
-SELECT queue_name FROM leased_jobs WHERE id = %(job_id)s AND status IN ('failed', 'cancelled') FOR UPDATE;
+SELECT id, queue_name, workflow_id FROM leased_jobs WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
+FOR UPDATE;
 
 -- name: retry
 UPDATE leased_jobs
@@ -278,13 +283,13 @@ WHERE id = %(job_id)s AND status IN ('failed', 'cancelled');
 
 -- name: lock_for_cancel
 -- A running job's attempt and worker come along: its record is written before cancel clears them.
-SELECT id, attempt, lease_owner, status FROM leased_jobs
-WHERE id = %(job_id)s AND status IN ('pending', 'running') FOR UPDATE;
+SELECT id, attempt, lease_owner, status, workflow_id FROM leased_jobs
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting') FOR UPDATE;
 
 -- name: cancel
 UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = %(job_id)s AND status IN ('pending', 'running');
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting');
 
 -- name: oldest_due
 SELECT queue_name, leased_now() - min(run_after) AS seconds FROM leased_jobs
@@ -299,7 +304,7 @@ WHERE minute >= FLOOR((leased_now() - %(window_seconds)s) / 60) * 60
 GROUP BY queue_name;
 
 -- name: failed_to_retry
-SELECT id, queue_name FROM leased_jobs
+SELECT id, queue_name, workflow_id FROM leased_jobs
 WHERE status = 'failed'
   AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
   AND (%(queue_name)s IS NULL OR queue_name = %(queue_name)s)
@@ -381,7 +386,7 @@ SELECT count(*) AS n FROM (
 ) AS ahead;
 
 -- name: pending_to_cancel
-SELECT id, attempt FROM leased_jobs
+SELECT id, attempt, workflow_id FROM leased_jobs
 WHERE status = 'pending'
   AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
   AND (%(queue_name)s IS NULL OR queue_name = %(queue_name)s)
@@ -592,8 +597,12 @@ SELECT queue_name, leased_now() - paused_at AS seconds FROM leased_queues
 WHERE paused_at IS NOT NULL ORDER BY queue_name;
 
 -- name: prunable_ids
-SELECT id FROM leased_jobs FORCE INDEX (leased_jobs_finished)
+-- A workflow's step goes only once no step of its run can still run (workflow_id names it).
+SELECT id, workflow_id FROM leased_jobs FORCE INDEX (leased_jobs_finished)
 WHERE finished_at < leased_now() - %(older_than)s AND status = %(status)s
+  AND (workflow_id IS NULL OR NOT EXISTS (
+      SELECT 1 FROM leased_jobs AS step WHERE step.workflow_id = leased_jobs.workflow_id
+        AND step.status IN ('waiting', 'pending', 'running')))
   AND (%(task_names)s IS NULL
        OR task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t))
   AND task_name NOT IN (SELECT value FROM JSON_TABLE(%(except_task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS x)
@@ -703,3 +712,169 @@ SELECT schedule_name, tick_at FROM leased_schedule_ticks WHERE schedule_name = %
 -- Which server and database a connection reaches, however it was addressed (a host name, an
 -- address, a socket): a caller's connection= must reach ours.
 SELECT @@hostname AS host, @@port AS port, @@datadir AS datadir, DATABASE() AS database_name;
+
+-- Workflows (backends/sql/workflows.py). Lists are JSON arrays; a step's counters are in leased_steps.
+
+-- name: free_workflow_key
+-- A finished run gives up its key, so that enqueueing the same workflow again starts a new one.
+UPDATE leased_workflows SET idempotency_key = NULL
+WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (
+    SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running'));
+
+-- name: insert_workflow
+-- No row back: an unfinished run holds the key (IGNORE turns the unique index's refusal into no row).
+INSERT IGNORE INTO leased_workflows (name, idempotency_key, created_at)
+VALUES (%(name)s, %(idempotency_key)s, leased_now())
+RETURNING id;
+
+-- name: workflow_with_key
+SELECT id FROM leased_workflows WHERE idempotency_key = %(idempotency_key)s;
+
+-- name: step_names
+SELECT job_id, name FROM leased_steps WHERE workflow_id = %(workflow_id)s;
+
+-- name: insert_steps
+-- Each step [job_id, workflow_id, name, run_when, parents_left, previous_id, added_by].
+INSERT INTO leased_steps (job_id, workflow_id, name, run_when, parents_left, previous_id, added_by)
+SELECT job_id, workflow_id, name, run_when, parents_left, previous_id, added_by
+FROM JSON_TABLE(%(steps)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$[0]', workflow_id BIGINT PATH '$[1]', name VARCHAR(255) PATH '$[2]',
+    run_when VARCHAR(16) PATH '$[3]', parents_left INT PATH '$[4]', previous_id BIGINT PATH '$[5]',
+    added_by BIGINT PATH '$[6]')) AS steps;
+
+-- name: insert_dependencies
+-- Each edge [parent_id, child_id].
+INSERT IGNORE INTO leased_dependencies (parent_id, child_id)
+SELECT parent_id, child_id
+FROM JSON_TABLE(%(edges)s, '$[*]' COLUMNS (parent_id BIGINT PATH '$[0]', child_id BIGINT PATH '$[1]')) AS edges;
+
+-- name: lock_running_step
+-- The step adding steps, fenced on its lease, locked: its end waits for this transaction.
+SELECT id, workflow_id FROM leased_jobs
+WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s AND status = 'running'
+FOR UPDATE;
+
+-- name: children_of
+SELECT child_id FROM leased_dependencies WHERE parent_id = %(job_id)s;
+
+-- name: lock_children
+-- One row per edge from the given steps to a child, with the child's counters and status; the
+-- children's step rows are locked, in id order, so two parents' ends count one after the other.
+SELECT d.parent_id, s.job_id, s.parents_left, s.parents_failed, s.run_when, s.cancelled_by_parents, j.status
+FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids
+JOIN leased_dependencies AS d ON d.parent_id = ids.value
+JOIN leased_steps AS s ON s.job_id = d.child_id
+JOIN leased_jobs AS j ON j.id = s.job_id
+ORDER BY s.job_id
+FOR UPDATE;
+
+-- name: count_parents
+-- Each [child_id, parents ended, of them failed]: negative to count them back (a retry).
+UPDATE leased_steps AS s
+JOIN JSON_TABLE(%(counts)s, '$[*]' COLUMNS (job_id BIGINT PATH '$[0]', ended INT PATH '$[1]',
+                                            failed INT PATH '$[2]')) AS counts ON s.job_id = counts.job_id
+SET s.parents_left = s.parents_left - counts.ended,
+    s.parents_failed = GREATEST(s.parents_failed + counts.failed, 0);
+
+-- name: names_of_steps
+SELECT s.job_id, s.name FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids JOIN leased_steps AS s ON s.job_id = ids.value;
+
+-- name: previous_results
+-- A chain's steps about to be released, with their arguments and the previous step's result.
+SELECT s.job_id, j.args, previous.result FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids
+JOIN leased_steps AS s ON s.job_id = ids.value
+JOIN leased_jobs AS j ON j.id = s.job_id
+JOIN leased_jobs AS previous ON previous.id = s.previous_id;
+
+-- name: set_args
+UPDATE leased_jobs AS job
+JOIN JSON_TABLE(%(steps)s, '$[*]' COLUMNS (job_id BIGINT PATH '$[0]', args LONGTEXT PATH '$[1]')) AS given
+    ON job.id = given.job_id
+SET job.args = given.args
+WHERE job.status = 'waiting';
+
+-- name: release_steps
+-- MariaDB has no UPDATE ... RETURNING: the queues are read after, in this transaction.
+UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
+SET job.status = 'pending', job.run_after = leased_now()
+WHERE job.status = 'waiting';
+
+-- name: released_queues
+SELECT DISTINCT job.queue_name FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids JOIN leased_jobs AS job ON job.id = ids.value
+WHERE job.status = 'pending';
+
+-- name: cancel_steps
+-- Each [job_id, reason]: cancelled in its parents' name, which a retry of the parent undoes.
+UPDATE leased_jobs AS job
+JOIN JSON_TABLE(%(steps)s, '$[*]' COLUMNS (job_id BIGINT PATH '$[0]', reason TEXT PATH '$[1]')) AS given
+    ON job.id = given.job_id
+SET job.status = 'cancelled', job.finished_at = leased_now(), job.last_error = given.reason
+WHERE job.status = 'waiting';
+
+-- name: mark_cancelled_by_parents
+UPDATE leased_steps AS s JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON s.job_id = ids.value SET s.cancelled_by_parents = TRUE;
+
+-- name: uncancel_steps
+UPDATE leased_steps AS s JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON s.job_id = ids.value SET s.cancelled_by_parents = FALSE;
+
+-- name: rewait_steps
+UPDATE leased_jobs AS job JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value JOIN leased_steps AS s ON s.job_id = job.id
+SET job.status = 'waiting'
+WHERE job.status = 'pending' AND s.parents_left > 0 AND s.parents_failed = 0;
+
+-- name: revive_steps
+UPDATE leased_jobs AS job JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
+SET job.status = 'waiting', job.finished_at = NULL, job.last_error = NULL
+WHERE job.status = 'cancelled';
+
+-- name: unfinished_steps
+SELECT id, attempt, lease_owner, status FROM leased_jobs
+WHERE workflow_id = %(workflow_id)s AND status IN ('waiting', 'pending', 'running')
+FOR UPDATE;
+
+-- name: cancel_unfinished_steps
+UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
+SET job.status = 'cancelled', job.finished_at = leased_now(), job.lease_owner = NULL, job.lease_expires_at = NULL,
+    job.last_error = 'workflow cancelled'
+WHERE job.status IN ('waiting', 'pending', 'running');
+
+-- name: failed_steps
+SELECT id, queue_name FROM leased_jobs WHERE workflow_id = %(workflow_id)s AND status = 'failed' FOR UPDATE;
+
+-- name: get_workflow
+SELECT * FROM leased_workflows WHERE id = %(workflow_id)s;
+
+-- name: workflow_steps
+SELECT s.job_id, s.name, s.run_when, s.parents_left, s.added_by, s.cancelled_by_parents, j.task_name,
+       j.queue_name, j.status, j.attempt, j.max_attempts, j.created_at, j.finished_at, j.result, j.last_error
+FROM leased_steps AS s JOIN leased_jobs AS j ON j.id = s.job_id
+WHERE s.workflow_id = %(workflow_id)s
+ORDER BY s.job_id;
+
+-- name: workflow_edges
+SELECT d.parent_id, d.child_id FROM leased_steps AS s JOIN leased_dependencies AS d ON d.child_id = s.job_id
+WHERE s.workflow_id = %(workflow_id)s;
+
+-- name: list_workflows
+SELECT * FROM leased_workflows
+WHERE (%(before_id)s IS NULL OR id < %(before_id)s) AND (%(workflow_name)s IS NULL OR name = %(workflow_name)s)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: workflow_counts
+-- Steps per status of each run, and how many were skipped as their `when` asked.
+SELECT j.workflow_id, j.status, count(*) AS n,
+       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped
+FROM JSON_TABLE(%(workflow_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids
+JOIN leased_jobs AS j ON j.workflow_id = ids.value JOIN leased_steps AS s ON s.job_id = j.id
+GROUP BY j.workflow_id, j.status;
+
+-- name: parents_of
+SELECT s.name, p.id AS job_id, p.status, p.result, p.last_error
+FROM leased_dependencies AS d JOIN leased_jobs AS p ON p.id = d.parent_id JOIN leased_steps AS s ON s.job_id = p.id
+WHERE d.child_id = %(job_id)s
+ORDER BY p.id;
+
+-- name: delete_empty_workflows
+DELETE FROM leased_workflows
+WHERE id IN (SELECT value FROM JSON_TABLE(%(workflow_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+  AND NOT EXISTS (SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id);

@@ -23,7 +23,7 @@ import weakref
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
@@ -51,6 +51,7 @@ from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavaila
 from leased.jobs import ClaimedJob, Job, Lease, Outcome
 from leased.limits import QueueLimit
 
+T = TypeVar("T")
 _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
 MIGRATIONS = load_migrations(_HERE / "migrations")
@@ -358,13 +359,13 @@ class PostgresBackend(SQLStore):
         return self._reached()
 
     # Runtime.
-    def _enqueue_in(self, connection: psycopg.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+    def _in_callers(self, connection: psycopg.Connection, work: Callable[[psycopg.Connection], T]) -> T:
         if not isinstance(connection, psycopg.Connection):
             raise ConfigurationError(wrong_connection(connection, "psycopg.Connection", "PostgreSQL",
                                                       "for a psycopg.AsyncConnection use aenqueue()"))
         self._check_reach(callers.identity(connection, QUERIES["connection_identity"]))
         self._set_clock(connection)
-        return self._insert(connection, jobs)
+        return work(connection)
 
     # The two steps of enqueue (leased.backends.sql.enqueue), on our connection or the caller's;
     # the row factory goes on the cursor, since the caller's connection may use any.
@@ -440,22 +441,27 @@ class PostgresBackend(SQLStore):
         if not reclaim and not self.behind_pooler:
             return connection.execute(QUERIES["claim"], params).fetchall(), None
         with self._claim_transaction(connection):
-            if reclaim:
-                connection.execute(QUERIES["reclaim_expired"])
+            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False}) if reclaim else None
             claimed = connection.execute(QUERIES["claim"], params)
             in_use = connection.execute(QUERIES["limits_in_use"]) if reclaim else None
+        self._steps_to_reclaim(reclaimed)
         return claimed.fetchall(), None if in_use is None else in_use.fetchone()["in_use"]
+
+    def _steps_to_reclaim(self, reclaimed: psycopg.Cursor | None) -> None:
+        """After a claim's reclaim: fail the steps it left (see reclaim_expired in queries.sql)."""
+        if reclaimed is not None and reclaimed.fetchone()["steps_left"]:
+            self._reclaim_expired_steps()
 
     def _claim_limited(self, connection: psycopg.Connection, params: dict[str, Any], reclaim: bool
                        ) -> list[dict[str, Any]]:
         """Claim limited and plain jobs alike, in claim order, under the lock that serializes
         claims of limited jobs (see queries.sql); one round trip."""
         with self._claim_transaction(connection):
-            if reclaim:
-                connection.execute(QUERIES["reclaim_expired"])
+            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False}) if reclaim else None
             connection.execute(QUERIES["limited_claim_lock"])
             claimed = connection.execute(QUERIES["claim_limited"], params)
             in_use = connection.execute(QUERIES["limits_in_use"])
+        self._steps_to_reclaim(reclaimed)
         self._limits_in_use = in_use.fetchone()["in_use"]
         return claimed.fetchall()
 
@@ -470,13 +476,26 @@ class PostgresBackend(SQLStore):
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
         if not ends:
             return []
-        rows = self._rows(
-            "finish", job_ids=[end.lease.job_id for end in ends], attempts=[end.lease.attempt for end in ends],
+        params = dict(
+            job_ids=[end.lease.job_id for end in ends], attempts=[end.lease.attempt for end in ends],
             worker_ids=[end.lease.worker_id for end in ends], statuses=[end.job_status.value for end in ends],
             results=[end.result_json for end in ends], last_errors=[end.last_error for end in ends],
             retry_in_seconds=[end.retry_in_seconds or 0.0 for end in ends],
             outcomes=[end.outcome.value for end in ends], error_types=[end.error_type for end in ends],
             error_messages=[end.error_message for end in ends], tracebacks=[end.traceback for end in ends])
+        if any(end.workflow_id is not None for end in ends):
+            # A step's end settles its children in the same transaction (sql/workflows.py); other
+            # ends stay one statement in autocommit, one round trip.
+            def work(connection: psycopg.Connection) -> list[dict[str, Any]]:
+                ended = self._execute(connection, "finish", **params).fetchall()
+                self._settle_rows(connection, ended)
+                return ended
+
+            rows = self._transact(work)
+        else:
+            rows = self._rows("finish", **params)
+            if any(row["workflow_id"] is not None for row in rows):  # a caller that did not say (not the engine)
+                self._transact(lambda connection: self._settle_rows(connection, rows))
         written = {(row["id"], row["attempt"]) for row in rows}
         return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
 
@@ -487,26 +506,59 @@ class PostgresBackend(SQLStore):
             self._run("explain_expired", **_lease_arrays(leases), message=message)
 
     def reclaim_expired(self) -> int:
-        return self._fetch_one("reclaim_expired")["n"]
+        reclaimed = self._fetch_one("reclaim_expired", steps=False)
+        return reclaimed["n"] + (self._reclaim_expired_steps() if reclaimed["steps_left"] else 0)
+
+    def _reclaim_expired_steps(self) -> int:
+        """Fail the workflow steps whose last lease expired, and settle their children, in one
+        transaction (the claim's reclaim leaves them: it runs in one round trip)."""
+        def work(connection: psycopg.Connection) -> int:
+            reclaimed = self._execute(connection, "reclaim_expired", steps=True).fetchone()
+            self._settle_rows(connection, reclaimed["failed_steps"])
+            return reclaimed["n"]
+
+        return self._transact(work)
 
     # Inspection and administration.
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
-        return self._fetch_one("retry_failed", task_name=task_name, queue_name=queue_name)["n"]
+        def work(connection: psycopg.Connection) -> int:
+            retried = self._execute(connection, "retry_failed", task_name=task_name, queue_name=queue_name).fetchone()
+            self._retried_steps(connection, retried["steps"])
+            return retried["n"]
+
+        return self._transact(work)
 
     def retry(self, job_id: int) -> Job:
+        def work(connection: psycopg.Connection) -> dict[str, Any] | None:
+            row = self._execute(connection, "retry", job_id=job_id).fetchone()
+            if row is not None and row["workflow_id"] is not None:
+                self._retried_steps(connection, [job_id])
+            return row
+
         try:
-            row = self._fetch_one("retry", job_id=job_id)
+            row = self._transact(work)
         except errors.UniqueViolation:
             raise InvalidTransition(
                 f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
         return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
 
     def cancel(self, job_id: int) -> Job:
-        row = self._fetch_one("cancel", job_id=job_id)
-        return self._changed_or_explain(row, job_id, "cancel", "pending or running")
+        def work(connection: psycopg.Connection) -> dict[str, Any] | None:
+            row = self._execute(connection, "cancel", job_id=job_id).fetchone()
+            if row is not None:
+                self._settle_rows(connection, [row])
+            return row
+
+        return self._changed_or_explain(self._transact(work), job_id, "cancel", "waiting, pending or running")
 
     def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
-        return self._fetch_one("cancel_pending", task_name=task_name, queue_name=queue_name)["n"]
+        def work(connection: psycopg.Connection) -> int:
+            cancelled = self._execute(connection, "cancel_pending", task_name=task_name,
+                                      queue_name=queue_name).fetchone()
+            self._settle_rows(connection, cancelled["steps"])
+            return cancelled["n"]
+
+        return self._transact(work)
 
     # How rows hold times and JSON, for the shared reads.
     _to_time = staticmethod(_utc)
@@ -563,7 +615,13 @@ class PostgresBackend(SQLStore):
         return list(values)
 
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
-        return self._fetch_one("prune_batch", **self._rule_params(rule), limit=limit)["n"]
+        def work(connection: psycopg.Connection) -> int:
+            pruned = self._execute(connection, "prune_batch", **self._rule_params(rule), limit=limit).fetchone()
+            if pruned["workflow_ids"]:  # a run goes once the last of its steps has
+                self._execute(connection, "delete_empty_workflows", workflow_ids=pruned["workflow_ids"])
+            return pruned["n"]
+
+        return self._transact(work)
 
     def fold_throughput(self, older_than_seconds: float) -> int:
         return self._fetch_one("fold_throughput", older_than=older_than_seconds)["n"]
@@ -604,7 +662,8 @@ class PostgresBackend(SQLStore):
     _migrator = MIGRATOR
 
     def _execute(self, connection: psycopg.Connection, name: str, /, **params: Any) -> psycopg.Cursor:
-        return connection.execute(QUERIES[name], params)
+        # Rows as mappings on the caller's connection too, whatever its row factory.
+        return connection.cursor(row_factory=dict_row).execute(QUERIES[name], params)
 
     def _is_duplicate_key(self, error: BaseException) -> bool:
         return isinstance(error, errors.UniqueViolation)

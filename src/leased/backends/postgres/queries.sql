@@ -6,7 +6,8 @@
 -- name: insert_jobs
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
 -- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds, concurrency_key,
--- key_concurrency, key_rate_count, key_rate_seconds], and the batch one array of them: psycopg adapts
+-- key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id], and the batch one array
+-- of them: psycopg adapts
 -- one string far faster than ten arrays of values. As jsonb the batch is
 -- parsed once (each ->> on json parses its element again); args and kwargs are strings in it, so
 -- they are stored exactly as written. A job whose key a pending job holds is skipped.
@@ -25,23 +26,24 @@ WITH given AS (
            (job ->> 8)::float8 AS delay_seconds, job ->> 9 AS idempotency_key,
            (job ->> 10)::float8 AS timeout_seconds, job ->> 11 AS concurrency_key,
            (job ->> 12)::int AS key_concurrency, (job ->> 13)::int AS key_rate_count,
-           (job ->> 14)::float8 AS key_rate_seconds, position
+           (job ->> 14)::float8 AS key_rate_seconds, job ->> 15 AS status, (job ->> 16)::bigint AS workflow_id,
+           position
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS batch (job, position)
 ), job AS (
     INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                              run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                             key_concurrency, key_rate_count, key_rate_seconds)
+                             key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id)
     SELECT task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
            coalesce(run_at, leased_now() + make_interval(secs => delay_seconds)), leased_now(), idempotency_key, timeout_seconds,
-           concurrency_key, key_concurrency, key_rate_count, key_rate_seconds
+           concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id
     FROM given
     ORDER BY position
     ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
     DO NOTHING
-    RETURNING id, queue_name, run_after, created_at, idempotency_key
+    RETURNING id, queue_name, run_after, created_at, idempotency_key, status
 ), woke AS (
     SELECT count(pg_notify(left('leased.' || current_schema(), 63), queue_name)) AS queues
-    FROM (SELECT DISTINCT queue_name FROM job WHERE run_after <= leased_now()) AS due
+    FROM (SELECT DISTINCT queue_name FROM job WHERE run_after <= leased_now() AND status = 'pending') AS due
 )
 SELECT job.id, job.run_after AT TIME ZONE 'UTC', job.created_at AT TIME ZONE 'UTC', job.idempotency_key FROM job, woke;
 
@@ -50,16 +52,16 @@ SELECT job.id, job.run_after AT TIME ZONE 'UTC', job.created_at AT TIME ZONE 'UT
 -- a tenth of an enqueue. Its times come back as insert_jobs' do.
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                         key_concurrency, key_rate_count, key_rate_seconds)
+                         key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s::json, %(kwargs_json)s::json, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s::float8,
         coalesce(%(run_at)s::timestamptz, leased_now() + make_interval(secs => %(delay_seconds)s::float8)),
         leased_now(), %(idempotency_key)s, %(timeout_seconds)s::float8, %(concurrency_key)s, %(key_concurrency)s::int,
-        %(key_rate_count)s::int, %(key_rate_seconds)s::float8)
+        %(key_rate_count)s::int, %(key_rate_seconds)s::float8, %(status)s, %(workflow_id)s::bigint)
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING id, run_after AT TIME ZONE 'UTC', created_at AT TIME ZONE 'UTC', idempotency_key,
-          CASE WHEN run_after <= leased_now() THEN pg_notify(left('leased.' || current_schema(), 63), queue_name) END;
+          CASE WHEN run_after <= leased_now() AND status = 'pending' THEN pg_notify(left('leased.' || current_schema(), 63), queue_name) END;
 
 -- name: pending_with_key
 SELECT * FROM leased_jobs
@@ -167,7 +169,7 @@ WITH ends AS (
         lease_expires_at = NULL
     FROM held
     WHERE job.id = held.id
-    RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, held.worker_id,
+    RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.workflow_id, held.worker_id,
               held.attempt_started_at, held.outcome, held.error_type, held.error_message, held.traceback
 ), counted AS (
     -- Finished jobs counted by minute in this worker's own rows (migration 0011), in key order.
@@ -192,7 +194,7 @@ WITH ends AS (
         error_message = excluded.error_message, traceback = excluded.traceback
     WHERE a.outcome IS NULL
 )
-SELECT id, attempt FROM finished;
+SELECT id, attempt, status, workflow_id FROM finished;
 
 -- name: release
 WITH given AS (
@@ -222,9 +224,13 @@ WHERE a.outcome IS NULL;
 -- name: reclaim_expired
 -- SKIP LOCKED: a row another reclaimer or a finishing worker holds is theirs to settle; waiting
 -- on it could deadlock two reclaimers that lock the same rows in different orders.
+-- With steps false, a workflow's step on its last attempt is left out: it fails, and its failure
+-- settles its children (backends/sql/workflows.py), which a transaction of its own does with
+-- steps true (reclaim_expired_steps in backend.py); steps_left says whether any waits for it.
 WITH expired AS (
     SELECT id, lease_owner, attempt_started_at FROM leased_jobs
     WHERE status = 'running' AND lease_expires_at <= leased_now()
+      AND (workflow_id IS NULL OR attempt < max_attempts) = NOT %(steps)s::bool
     FOR UPDATE SKIP LOCKED
 ), reclaimed AS (
     UPDATE leased_jobs AS job
@@ -238,7 +244,7 @@ WITH expired AS (
     FROM expired
     WHERE job.id = expired.id
     RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.last_error, expired.lease_owner,
-              expired.attempt_started_at
+              expired.attempt_started_at, job.workflow_id
 ), counted AS (
     -- A job whose last attempt expired has failed: counted in its worker's rows (migration 0011).
     INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, failed)
@@ -257,7 +263,12 @@ WITH expired AS (
     SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
     WHERE a.outcome IS NULL
 )
-SELECT count(*) AS n FROM reclaimed;
+SELECT count(*) AS n,
+       coalesce(jsonb_agg(jsonb_build_object('id', id, 'status', status, 'workflow_id', workflow_id))
+                FILTER (WHERE workflow_id IS NOT NULL AND status = 'failed'), '[]') AS failed_steps,
+       (SELECT count(*) FROM leased_jobs WHERE status = 'running' AND lease_expires_at <= leased_now()
+          AND workflow_id IS NOT NULL AND attempt >= max_attempts) AS steps_left
+FROM reclaimed;
 
 -- name: get_job
 SELECT * FROM leased_jobs WHERE id = %(job_id)s;
@@ -301,7 +312,9 @@ UNION ALL
 SELECT queue_name, 'pending', count(*) FROM leased_jobs
 WHERE status = 'pending' AND concurrency_key IS NOT NULL GROUP BY queue_name
 UNION ALL
-SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running' GROUP BY queue_name;
+SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running' GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'waiting', count(*) FROM leased_jobs WHERE status = 'waiting' GROUP BY queue_name;
 
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
@@ -340,7 +353,7 @@ SELECT retried.*, pg_notify(left('leased.' || current_schema(), 63), retried.que
 -- name: cancel
 WITH target AS (
     SELECT id, status, attempt, lease_owner, attempt_started_at FROM leased_jobs
-    WHERE id = %(job_id)s AND status IN ('pending', 'running')
+    WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
     FOR UPDATE
 ), cancelled AS (
     UPDATE leased_jobs AS job
@@ -400,12 +413,13 @@ WITH retried AS (
     WHERE status = 'failed'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
-    RETURNING queue_name
+    RETURNING id, queue_name, workflow_id
 ), woke AS (
     SELECT count(pg_notify(left('leased.' || current_schema(), 63), queue_name)) AS queues
     FROM (SELECT DISTINCT queue_name FROM retried) AS due
 )
-SELECT (SELECT count(*) FROM retried) AS n FROM woke;
+SELECT (SELECT count(*) FROM retried) AS n,
+       (SELECT coalesce(array_agg(id), '{}') FROM retried WHERE workflow_id IS NOT NULL) AS steps FROM woke;
 
 -- name: task_names
 -- Distinct names by skipping through an index: a few lookups, not a scan of every row.
@@ -475,9 +489,12 @@ WITH cancelled AS (
     WHERE status = 'pending'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
-    RETURNING id
+    RETURNING id, workflow_id
 )
-SELECT count(*) AS n FROM cancelled;
+SELECT count(*) AS n,
+       coalesce(jsonb_agg(jsonb_build_object('id', id, 'status', 'cancelled', 'workflow_id', workflow_id))
+                FILTER (WHERE workflow_id IS NOT NULL), '[]') AS steps
+FROM cancelled;
 
 -- name: count_jobs
 SELECT count(*) AS n FROM leased_jobs
@@ -728,15 +745,21 @@ WITH picked AS (
     WHERE finished_at < leased_now() - make_interval(secs => %(older_than)s::float8) AND status = %(status)s::text
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
       AND task_name <> ALL(%(except_task_names)s::text[])
+      -- A workflow's step goes only once no step of its run can still run.
+      AND (workflow_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM leased_jobs AS step WHERE step.workflow_id = leased_jobs.workflow_id
+            AND step.status IN ('waiting', 'pending', 'running')))
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM leased_jobs AS job USING picked
     WHERE job.id = picked.id AND job.status IN ('done', 'failed', 'cancelled')
-    RETURNING 1
+    RETURNING job.workflow_id
 )
-SELECT count(*) AS n FROM deleted;
+SELECT count(*) AS n, coalesce(array_agg(DISTINCT workflow_id) FILTER (WHERE workflow_id IS NOT NULL), '{}')
+       AS workflow_ids
+FROM deleted;
 
 -- name: count_prunable
 SELECT count(*) AS n FROM leased_jobs
@@ -840,3 +863,195 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND xact_start < clock_timestamp() - make_interval(secs => %(older_than)s::float8)
 ORDER BY xact_start
 LIMIT %(limit)s;
+
+-- Workflows (backends/sql/workflows.py). Lists are JSON arrays (jsonb); a step's counters are in
+-- leased_steps.
+
+-- name: free_workflow_key
+-- A finished run gives up its key, so that enqueueing the same workflow again starts a new one.
+UPDATE leased_workflows SET idempotency_key = NULL
+WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (
+    SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running'));
+
+-- name: insert_workflow
+-- No row back: an unfinished run holds the key (a concurrent enqueue with it waits for that
+-- one's commit, then finds it here).
+INSERT INTO leased_workflows (name, idempotency_key, created_at) VALUES (%(name)s, %(idempotency_key)s, leased_now())
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: workflow_with_key
+SELECT id FROM leased_workflows WHERE idempotency_key = %(idempotency_key)s;
+
+-- name: step_names
+SELECT job_id, name FROM leased_steps WHERE workflow_id = %(workflow_id)s;
+
+-- name: insert_steps
+-- Each step [job_id, workflow_id, name, run_when, parents_left, previous_id, added_by].
+INSERT INTO leased_steps (job_id, workflow_id, name, run_when, parents_left, previous_id, added_by)
+SELECT (step ->> 0)::bigint, (step ->> 1)::bigint, step ->> 2, step ->> 3, (step ->> 4)::int,
+       (step ->> 5)::bigint, (step ->> 6)::bigint
+FROM jsonb_array_elements(%(steps)s::jsonb) AS steps (step);
+
+-- name: insert_dependencies
+-- Each edge [parent_id, child_id].
+INSERT INTO leased_dependencies (parent_id, child_id)
+SELECT (edge ->> 0)::bigint, (edge ->> 1)::bigint FROM jsonb_array_elements(%(edges)s::jsonb) AS edges (edge)
+ON CONFLICT DO NOTHING;
+
+-- name: lock_running_step
+-- The step adding steps, fenced on its lease, locked: its end waits for this transaction.
+SELECT id, workflow_id FROM leased_jobs
+WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s AND status = 'running'
+FOR UPDATE;
+
+-- name: children_of
+SELECT child_id FROM leased_dependencies WHERE parent_id = %(job_id)s;
+
+-- name: lock_children
+-- One row per edge from the given steps to a child, with the child's counters and status; the
+-- children's step rows are locked, in id order, so two parents' ends count one after the other
+-- (a locking read sees the other's committed count).
+SELECT d.parent_id, s.job_id, s.parents_left, s.parents_failed, s.run_when, s.cancelled_by_parents, j.status
+FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value)
+JOIN leased_dependencies AS d ON d.parent_id = ids.value::bigint
+JOIN leased_steps AS s ON s.job_id = d.child_id
+JOIN leased_jobs AS j ON j.id = s.job_id
+ORDER BY s.job_id
+FOR UPDATE OF s;
+
+-- name: count_parents
+-- Each [child_id, parents ended, of them failed]: negative to count them back (a retry).
+UPDATE leased_steps AS s
+SET parents_left = s.parents_left - (c ->> 1)::int, parents_failed = greatest(s.parents_failed + (c ->> 2)::int, 0)
+FROM jsonb_array_elements(%(counts)s::jsonb) AS counts (c)
+WHERE s.job_id = (c ->> 0)::bigint;
+
+-- name: names_of_steps
+SELECT s.job_id, s.name FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value) JOIN leased_steps AS s ON s.job_id = ids.value::bigint;
+
+-- name: previous_results
+-- A chain's steps about to be released, with their arguments and the previous step's result.
+SELECT s.job_id, j.args, previous.result FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value)
+JOIN leased_steps AS s ON s.job_id = ids.value::bigint
+JOIN leased_jobs AS j ON j.id = s.job_id
+JOIN leased_jobs AS previous ON previous.id = s.previous_id;
+
+-- name: set_args
+UPDATE leased_jobs AS job SET args = (given ->> 1)::json
+FROM jsonb_array_elements(%(steps)s::jsonb) AS steps (given)
+WHERE job.id = (given ->> 0)::bigint AND job.status = 'waiting';
+
+-- name: release_steps
+-- Due now: listening workers hear of them at commit, as of an enqueue.
+WITH released AS (
+    UPDATE leased_jobs AS job SET status = 'pending', run_after = leased_now()
+    FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value)
+    WHERE job.id = ids.value::bigint AND job.status = 'waiting'
+    RETURNING job.queue_name
+)
+SELECT queue_name, pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke
+FROM (SELECT DISTINCT queue_name FROM released) AS due;
+
+-- name: cancel_steps
+-- Each [job_id, reason]: cancelled in its parents' name, which a retry of the parent undoes.
+UPDATE leased_jobs AS job SET status = 'cancelled', finished_at = leased_now(), last_error = given ->> 1
+FROM jsonb_array_elements(%(steps)s::jsonb) AS steps (given)
+WHERE job.id = (given ->> 0)::bigint AND job.status = 'waiting';
+
+-- name: mark_cancelled_by_parents
+UPDATE leased_steps AS s SET cancelled_by_parents = true FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value) WHERE s.job_id = ids.value::bigint;
+
+-- name: uncancel_steps
+UPDATE leased_steps AS s SET cancelled_by_parents = false FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value) WHERE s.job_id = ids.value::bigint;
+
+-- name: rewait_steps
+UPDATE leased_jobs AS job SET status = 'waiting'
+FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value), leased_steps AS s
+WHERE job.id = ids.value::bigint AND s.job_id = job.id AND job.status = 'pending'
+  AND s.parents_left > 0 AND s.parents_failed = 0;
+
+-- name: revive_steps
+UPDATE leased_jobs AS job SET status = 'waiting', finished_at = NULL, last_error = NULL
+FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value)
+WHERE job.id = ids.value::bigint AND job.status = 'cancelled';
+
+-- name: unfinished_steps
+SELECT id, attempt, lease_owner, status FROM leased_jobs
+WHERE workflow_id = %(workflow_id)s AND status IN ('waiting', 'pending', 'running')
+ORDER BY id
+FOR UPDATE;
+
+-- name: record_attempts
+-- Records of running attempts a workflow's cancel ends (the other verbs write theirs in their
+-- own statements). :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type,
+-- error_message, traceback], fenced on the lease as the rest.
+INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
+                                  error_message, traceback)
+SELECT job.id, job.attempt, job.lease_owner, coalesce(job.attempt_started_at, leased_now()), leased_now(),
+       e ->> 3, e ->> 4, e ->> 5, e ->> 6
+FROM jsonb_array_elements(%(ends)s::jsonb) AS ends (e)
+JOIN leased_jobs AS job ON job.id = (e ->> 0)::bigint
+WHERE job.attempt = (e ->> 1)::int AND job.lease_owner = e ->> 2 AND job.status = 'running'
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
+    error_message = excluded.error_message, traceback = excluded.traceback
+WHERE a.outcome IS NULL;
+
+-- name: cancel_unfinished_steps
+UPDATE leased_jobs AS job
+SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL,
+    last_error = 'workflow cancelled'
+FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value)
+WHERE job.id = ids.value::bigint AND job.status IN ('waiting', 'pending', 'running');
+
+-- name: failed_steps
+SELECT id, queue_name FROM leased_jobs WHERE workflow_id = %(workflow_id)s AND status = 'failed' FOR UPDATE;
+
+-- name: retry_jobs
+WITH retried AS (
+    UPDATE leased_jobs
+    SET status = 'pending', run_after = leased_now(), finished_at = NULL,
+        max_attempts = greatest(max_attempts, attempt + 1)
+    WHERE id = ANY(%(job_ids)s::bigint[]) AND status = 'failed'
+    RETURNING queue_name
+)
+SELECT DISTINCT queue_name, pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke FROM retried;
+
+-- name: get_workflow
+SELECT * FROM leased_workflows WHERE id = %(workflow_id)s;
+
+-- name: workflow_steps
+SELECT s.job_id, s.name, s.run_when, s.parents_left, s.added_by, s.cancelled_by_parents, j.task_name,
+       j.queue_name, j.status, j.attempt, j.max_attempts, j.created_at, j.finished_at, j.result, j.last_error
+FROM leased_steps AS s JOIN leased_jobs AS j ON j.id = s.job_id
+WHERE s.workflow_id = %(workflow_id)s
+ORDER BY s.job_id;
+
+-- name: workflow_edges
+SELECT d.parent_id, d.child_id FROM leased_steps AS s JOIN leased_dependencies AS d ON d.child_id = s.job_id
+WHERE s.workflow_id = %(workflow_id)s;
+
+-- name: list_workflows
+SELECT * FROM leased_workflows
+WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(workflow_name)s::text IS NULL OR name = %(workflow_name)s::text)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: workflow_counts
+-- Steps per status of each run, and how many were skipped as their `when` asked.
+SELECT j.workflow_id, j.status, count(*) AS n,
+       count(*) FILTER (WHERE s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped
+FROM jsonb_array_elements_text(%(workflow_ids)s::jsonb) AS ids (value)
+JOIN leased_jobs AS j ON j.workflow_id = ids.value::bigint JOIN leased_steps AS s ON s.job_id = j.id
+GROUP BY j.workflow_id, j.status;
+
+-- name: parents_of
+SELECT s.name, p.id AS job_id, p.status, p.result, p.last_error
+FROM leased_dependencies AS d JOIN leased_jobs AS p ON p.id = d.parent_id JOIN leased_steps AS s ON s.job_id = p.id
+WHERE d.child_id = %(job_id)s
+ORDER BY p.id;
+
+-- name: delete_empty_workflows
+DELETE FROM leased_workflows
+WHERE id = ANY(%(workflow_ids)s::bigint[]) AND NOT EXISTS (SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id);

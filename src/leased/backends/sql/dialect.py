@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from leased.backends.ports import ClaimRequest, NewJob
 from leased.jobs import ClaimedJob, Job
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from leased.backends.sql.migrate import Migrator
     from leased.backends.sql.wakeups import Waker
 
+T = TypeVar("T")
 ReadRows = Callable[..., Sequence[Any]]  # read_rows(name, **params), inside one snapshot
 
 
@@ -68,9 +69,9 @@ class Dialect:
     def _pending_with_key(self, connection: Any, key: str) -> Mapping[str, Any] | None:
         raise NotImplementedError
 
-    def _enqueue_in(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
-        """Enqueue in the caller's open transaction, on their connection (checked to reach our
-        database), leaving the commit to them."""
+    def _in_callers(self, connection: Any, work: Callable[[Any], T]) -> T:
+        """work(connection) in the caller's open transaction, on their connection (checked to reach
+        our database), leaving the commit to them: an enqueue, or a workflow's."""
         raise NotImplementedError
 
     def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:

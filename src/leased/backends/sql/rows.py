@@ -36,6 +36,7 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         timeout_seconds=row["timeout_seconds"],
         history=history,
         concurrency_key=row["concurrency_key"],
+        workflow_id=row["workflow_id"],
     )
 
 

@@ -31,8 +31,9 @@ from leased.backends.ports import AttemptEnd, JobFilter, NewJob, PruneRule, Work
 from leased.backends.sql.rows import claimed_from_rows, history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
 from leased.backends.sql.scripts import schema_problem
 from leased.backends.sql.schedules import ScheduleStore
+from leased.backends.sql.workflows import WorkflowStore
 from leased.errors import DatabaseConflict, InvalidTransition, JobNotFound, SchemaNotReady
-from leased.jobs import Attempt, ClaimedJob, Job, Lease, Outcome
+from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Lease, Outcome
 from leased.limits import QueueLimit
 
 T = TypeVar("T")
@@ -42,7 +43,7 @@ T = TypeVar("T")
 CONFLICT_RETRIES = 5
 
 
-class SQLStore(InspectionReads, ScheduleStore):
+class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
 
     # Wake-ups for jobs that a caller's transaction wrote (enqueue(jobs, connection) cannot send
     # them: the jobs exist only once the caller commits). Call it after that commit, as
@@ -83,7 +84,7 @@ class SQLStore(InspectionReads, ScheduleStore):
     # Enqueue: the one algorithm, answered by this dialect's two steps.
     def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[tuple[Job, bool]]:
         if connection is not None:
-            return self._enqueue_in(connection, jobs)
+            return self._in_callers(connection, lambda callers: self._insert(callers, jobs))
         # Enqueue runs on the caller's request path: where its insert is one statement, that
         # statement is its own transaction, one round trip (see needs_no_transaction).
         results = self._transact(lambda own: self._insert(own, jobs), one_statement=needs_no_transaction(jobs))
@@ -146,7 +147,10 @@ class SQLStore(InspectionReads, ScheduleStore):
             by_worker.setdefault(end.lease.worker_id, []).append(end.lease)
         leases_of = {worker_id: leases_json(leases) for worker_id, leases in by_worker.items()}
 
+        released: set[str] = set()
+
         def work(connection: Any) -> list[bool]:
+            released.clear()  # a conflict's rerun starts again
             held: dict[tuple[int, int], Any] = {}
             for worker_id, leases in leases_of.items():
                 rows = self._all(connection, "leases_to_finish", worker_id=worker_id, leases=leases)
@@ -161,9 +165,15 @@ class SQLStore(InspectionReads, ScheduleStore):
                 self._count_finished(connection, finished_counts(
                     (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
                     for end, row in zip(written, rows)))
+                released.update(self._settle_rows(connection, (
+                    {"id": end.lease.job_id, "status": end.job_status.value, "workflow_id": row["workflow_id"]}
+                    for end, row in zip(written, rows))))
             return kept
 
-        return self._transact(work)
+        kept = self._transact(work)
+        if released:  # steps their parents' ends made due
+            self.wake(released)
+        return kept
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         if not leases:
@@ -192,6 +202,10 @@ class SQLStore(InspectionReads, ScheduleStore):
             self._execute(connection, "record_attempts", ends=running_records(expired, Outcome.EXPIRED))
             self._execute(connection, "reclaim_expired", job_ids=self._ids(expired))
             self._count_finished(connection, expired_failures(expired))
+            # A step out of attempts has failed: its children settle in this transaction. (Those
+            # it releases are claimed by the next poll: no wake-up is sent from inside a claim.)
+            self._settle_rows(connection, ({"id": row["id"], "status": JobStatus.FAILED.value,
+                                            "workflow_id": row["workflow_id"]} for row in expired if row["last_attempt"]))
         return len(expired)
 
     def _count_finished(self, connection: Any, counts: str | None) -> None:
@@ -216,6 +230,8 @@ class SQLStore(InspectionReads, ScheduleStore):
             row = self._execute(connection, "lock_for_retry", job_id=job_id).fetchone()
             if row is not None:
                 self._execute(connection, "retry", job_id=job_id)
+                if row["workflow_id"] is not None:
+                    self._retried_steps(connection, [job_id])
             return row
 
         try:
@@ -230,22 +246,29 @@ class SQLStore(InspectionReads, ScheduleStore):
         return self._changed_or_explain(row, job_id, "retry", "failed or cancelled")
 
     def cancel(self, job_id: int) -> Job:
+        released: set[str] = set()
+
         def work(connection: Any) -> Any:
+            released.clear()
             row = self._execute(connection, "lock_for_cancel", job_id=job_id).fetchone()
             if row is not None:
                 if row["status"] == "running":  # its record first: cancel clears the lease it is read from
                     self._execute(connection, "record_attempts",
                                   ends=running_records([row], Outcome.CANCELLED, CANCELLED_BY_A_USER))
                 self._execute(connection, "cancel", job_id=job_id)
+                released.update(self._settle_rows(connection, [_cancelled(row)]))
             return row
 
-        return self._changed_or_explain(self._transact(work), job_id, "cancel", "pending or running")
+        row = self._transact(work)
+        self.wake(released)
+        return self._changed_or_explain(row, job_id, "cancel", "waiting, pending or running")
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         def work(connection: Any) -> list[Any]:
             rows = self._all(connection, "failed_to_retry", task_name=task_name, queue_name=queue_name)
             if rows:
                 self._execute(connection, "retry_jobs", job_ids=self._ids(rows))
+                self._retried_steps(connection, [row["id"] for row in rows if row["workflow_id"] is not None])
             return rows
 
         retried = self._transact(work)
@@ -253,13 +276,19 @@ class SQLStore(InspectionReads, ScheduleStore):
         return len(retried)
 
     def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
+        released: set[str] = set()
+
         def work(connection: Any) -> int:
+            released.clear()
             rows = self._all(connection, "pending_to_cancel", task_name=task_name, queue_name=queue_name)
             if rows:  # a pending job runs no attempt: no record to write
                 self._execute(connection, "cancel_jobs", job_ids=self._ids(rows))
+                released.update(self._settle_rows(connection, (_cancelled(row) for row in rows)))
             return len(rows)
 
-        return self._transact(work)
+        cancelled = self._transact(work)
+        self.wake(released)
+        return cancelled
 
     def pause_queue(self, queue_name: str) -> bool:
         def work(connection: Any) -> bool:
@@ -287,7 +316,14 @@ class SQLStore(InspectionReads, ScheduleStore):
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
         def work(connection: Any) -> int:
             ids = self._all(connection, "prunable_ids", **self._rule_params(rule), limit=limit)
-            return self._execute(connection, "delete_jobs", ids=self._ids(ids)).rowcount if ids else 0
+            if not ids:
+                return 0
+            deleted = self._execute(connection, "delete_jobs", ids=self._ids(ids)).rowcount
+            workflows = {row["workflow_id"] for row in ids if row["workflow_id"] is not None}
+            if workflows:  # a run goes once the last of its steps has
+                self._execute(connection, "delete_empty_workflows", workflow_ids=self._ids(
+                    [{"id": workflow_id} for workflow_id in sorted(workflows)]))
+            return deleted
 
         return self._transact(work)
 
@@ -359,3 +395,8 @@ class SQLStore(InspectionReads, ScheduleStore):
 
     def migration_sql(self) -> str:
         return self._migrator.script()
+
+
+def _cancelled(row: Any) -> dict[str, Any]:
+    """A job row just cancelled, as _settle_rows reads it."""
+    return {"id": row["id"], "status": JobStatus.CANCELLED.value, "workflow_id": row["workflow_id"]}

@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from leased.admin import WORKER_SILENT_AFTER
 from leased.backends.ports import ClaimRequest, NewJob
@@ -39,6 +39,7 @@ from leased.errors import (
 from leased.jobs import ClaimedJob, Job
 from leased.payloads import decode
 
+T = TypeVar("T")
 _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
 MIGRATIONS = load_migrations(_HERE / "migrations")
@@ -167,11 +168,11 @@ class SQLiteBackend(SQLStore):
         return DatagramListener()
 
     # Runtime.
-    def _enqueue_in(self, connection: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+    def _in_callers(self, connection: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
         self._check_reach(_callers(connection))
         prepare_connection(connection, self.clock.now)
         with translated_lock_errors(self.path):
-            return self._insert(connection, jobs)
+            return work(connection)
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[tuple[Job, bool]]:
         """On a thread, so that waiting for the write lock does not stop the event loop; on the loop
@@ -311,7 +312,11 @@ class SQLiteBackend(SQLStore):
         super().check_schema()
 
     def _execute(self, connection: sqlite3.Connection, name: str, /, **params: Any) -> sqlite3.Cursor:
-        return connection.execute(QUERIES[name], params)
+        if connection.row_factory is sqlite3.Row:  # ours
+            return connection.execute(QUERIES[name], params)
+        cursor = connection.cursor()  # a caller's: rows as mappings whatever its row factory
+        cursor.row_factory = sqlite3.Row
+        return cursor.execute(QUERIES[name], params)
 
     def _is_missing_table(self, error: BaseException) -> bool:
         return _is_missing_table(error)

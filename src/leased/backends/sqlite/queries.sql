@@ -4,7 +4,8 @@
 -- name: insert_jobs
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
 -- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds,
--- concurrency_key, key_concurrency, key_rate_count, key_rate_seconds], and the batch one array of them.
+-- concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id], and the
+-- batch one array of them.
 -- A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
 -- the caller matches rows to jobs (RETURNING's own order is unspecified): the rows are inserted
 -- one at a time in the SELECT's order, and AUTOINCREMENT gives each an id above any before it.
@@ -12,13 +13,14 @@
 -- starts with INSERT, which is how Python's sqlite3 knows to open the caller's transaction first.
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                         key_concurrency, key_rate_count, key_rate_seconds)
+                         key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id)
 WITH clock AS MATERIALIZED (SELECT leased_now() AS now)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
        json_extract(value, '$[6]'), coalesce(json_extract(value, '$[7]'), clock.now + json_extract(value, '$[8]')),
        clock.now, json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
-       json_extract(value, '$[12]'), json_extract(value, '$[13]'), json_extract(value, '$[14]')
+       json_extract(value, '$[12]'), json_extract(value, '$[13]'), json_extract(value, '$[14]'),
+       json_extract(value, '$[15]'), json_extract(value, '$[16]')
 FROM json_each(:jobs), clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ORDER BY key
@@ -33,10 +35,10 @@ RETURNING id, run_after, created_at, idempotency_key;
 -- still be called twice in one statement).
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                         key_concurrency, key_rate_count, key_rate_seconds)
+                         key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id)
 SELECT :task_name, :queue_name, :args_json, :kwargs_json, :priority, :max_attempts, :lease_seconds,
        coalesce(:run_at, clock.now + :delay_seconds), clock.now, :idempotency_key, :timeout_seconds,
-       :concurrency_key, :key_concurrency, :key_rate_count, :key_rate_seconds
+       :concurrency_key, :key_concurrency, :key_rate_count, :key_rate_seconds, :status, :workflow_id
 FROM (SELECT leased_now() AS now) AS clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
@@ -82,7 +84,7 @@ WHERE status = 'running' AND lease_owner = :worker_id AND lease_expires_at > lea
 -- name: leases_to_finish
 -- Of the given leases, those the worker still holds, expired or not (a lease is lost once another
 -- claim or a reclaim takes the job, or a user cancels it): the ends that finish may write.
-SELECT id, attempt, queue_name, task_name FROM leased_jobs
+SELECT id, attempt, queue_name, task_name, workflow_id FROM leased_jobs
 WHERE status = 'running' AND lease_owner = :worker_id
   AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
@@ -152,7 +154,7 @@ WHERE status = 'running' AND lease_owner = :worker_id
 -- name: expired_ids
 -- Read once, so that recording the attempts (record_attempts, before the reclaim clears the lease
 -- they are read from) and reclaiming the jobs take the same set.
-SELECT id, attempt, lease_owner, queue_name, task_name, attempt >= max_attempts AS last_attempt,
+SELECT id, attempt, lease_owner, queue_name, task_name, workflow_id, attempt >= max_attempts AS last_attempt,
        'lease expired: worker ' || lease_owner || ' stopped renewing it (crashed, stalled or cut off)' AS message
 FROM leased_jobs WHERE status = 'running' AND lease_expires_at <= leased_now();
 
@@ -213,7 +215,10 @@ SELECT queue_name, 'pending', count(*) FROM leased_jobs INDEXED BY leased_jobs_k
 WHERE status = 'pending' AND concurrency_key IS NOT NULL GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'running', count(*) FROM leased_jobs INDEXED BY leased_jobs_leases
-WHERE status = 'running' GROUP BY queue_name;
+WHERE status = 'running' GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'waiting', count(*) FROM leased_jobs INDEXED BY leased_jobs_waiting
+WHERE status = 'waiting' GROUP BY queue_name;
 
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
@@ -240,7 +245,7 @@ FROM json_each(:ids) AS probe JOIN leased_jobs AS j ON j.id = probe.value
 GROUP BY j.queue_name, j.status;
 
 -- name: lock_for_retry
-SELECT queue_name FROM leased_jobs WHERE id = :job_id AND status IN ('failed', 'cancelled');
+SELECT id, queue_name, workflow_id FROM leased_jobs WHERE id = :job_id AND status IN ('failed', 'cancelled');
 
 -- name: retry
 UPDATE leased_jobs
@@ -251,12 +256,13 @@ WHERE id = :job_id AND status IN ('failed', 'cancelled');
 -- name: cancel
 UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = :job_id AND status IN ('pending', 'running');
+WHERE id = :job_id AND status IN ('pending', 'running', 'waiting');
 
 -- name: lock_for_cancel
 -- A running job's attempt and worker come along: its record is written before cancel clears them.
 -- (The write transaction holds SQLite's one write lock: nothing changes the row meanwhile.)
-SELECT id, attempt, lease_owner, status FROM leased_jobs WHERE id = :job_id AND status IN ('pending', 'running');
+SELECT id, attempt, lease_owner, status, workflow_id FROM leased_jobs
+WHERE id = :job_id AND status IN ('pending', 'running', 'waiting');
 
 -- name: oldest_due
 -- Through the due set's partial indexes, as count_active: SQLite would rather skip-scan a full index.
@@ -277,7 +283,7 @@ WHERE minute >= CAST((leased_now() - :window_seconds) / 60 AS INTEGER) * 60
 GROUP BY queue_name;
 
 -- name: failed_to_retry
-SELECT id, queue_name FROM leased_jobs
+SELECT id, queue_name, workflow_id FROM leased_jobs
 WHERE status = 'failed'
   AND (:task_name IS NULL OR task_name = :task_name)
   AND (:queue_name IS NULL OR queue_name = :queue_name);
@@ -356,7 +362,7 @@ SELECT count(*) AS n FROM (
 );
 
 -- name: pending_to_cancel
-SELECT id, attempt FROM leased_jobs
+SELECT id, attempt, workflow_id FROM leased_jobs
 WHERE status = 'pending'
   AND (:task_name IS NULL OR task_name = :task_name)
   AND (:queue_name IS NULL OR queue_name = :queue_name);
@@ -583,10 +589,14 @@ WHERE paused_at IS NOT NULL ORDER BY queue_name;
 -- name: prunable_ids
 -- One batch of a rule's finished jobs, oldest first through the finished_at index: a pass that
 -- finds nothing to delete reads only the rows past the cutoff.
-SELECT id FROM leased_jobs INDEXED BY leased_jobs_finished
+-- A workflow's step goes only once no step of its run can still run (workflow_id names it).
+SELECT id, workflow_id FROM leased_jobs INDEXED BY leased_jobs_finished
 WHERE finished_at < leased_now() - :older_than AND status = :status
   AND (:task_names IS NULL OR task_name IN (SELECT value FROM json_each(:task_names)))
   AND task_name NOT IN (SELECT value FROM json_each(:except_task_names))
+  AND (workflow_id IS NULL OR NOT EXISTS (
+      SELECT 1 FROM leased_jobs AS step INDEXED BY leased_jobs_workflow
+      WHERE step.workflow_id = leased_jobs.workflow_id AND step.status IN ('waiting', 'pending', 'running')))
 ORDER BY finished_at
 LIMIT :limit;
 
@@ -682,3 +692,154 @@ SELECT schedule_name, tick_at FROM leased_schedule_ticks WHERE schedule_name = :
 -- The file a connection's main database is, as an absolute path ('' for :memory: and temporary
 -- databases): a caller's connection= must have ours.
 SELECT file FROM pragma_database_list WHERE name = 'main';
+
+-- Workflows (backends/sql/workflows.py). Lists are JSON arrays; a step's counters are in leased_steps.
+
+-- name: free_workflow_key
+-- A finished run gives up its key, so that enqueueing the same workflow again starts a new one.
+UPDATE leased_workflows SET idempotency_key = NULL
+WHERE idempotency_key = :idempotency_key AND NOT EXISTS (
+    SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running'));
+
+-- name: insert_workflow
+-- No row back: an unfinished run holds the key.
+INSERT INTO leased_workflows (name, idempotency_key, created_at) VALUES (:name, :idempotency_key, leased_now())
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: workflow_with_key
+SELECT id FROM leased_workflows WHERE idempotency_key = :idempotency_key;
+
+-- name: step_names
+SELECT job_id, name FROM leased_steps WHERE workflow_id = :workflow_id;
+
+-- name: insert_steps
+-- Each step [job_id, workflow_id, name, run_when, parents_left, previous_id, added_by].
+INSERT INTO leased_steps (job_id, workflow_id, name, run_when, parents_left, previous_id, added_by)
+SELECT value ->> '$[0]', value ->> '$[1]', value ->> '$[2]', value ->> '$[3]', value ->> '$[4]',
+       value ->> '$[5]', value ->> '$[6]'
+FROM json_each(:steps);
+
+-- name: insert_dependencies
+-- Each edge [parent_id, child_id].
+INSERT INTO leased_dependencies (parent_id, child_id)
+SELECT value ->> '$[0]', value ->> '$[1]' FROM json_each(:edges) WHERE true
+ON CONFLICT DO NOTHING;
+
+-- name: lock_running_step
+-- The step adding steps, fenced on its lease (the write lock keeps its end out meanwhile).
+SELECT id, workflow_id FROM leased_jobs
+WHERE id = :job_id AND attempt = :attempt AND lease_owner = :worker_id AND status = 'running';
+
+-- name: children_of
+SELECT child_id FROM leased_dependencies WHERE parent_id = :job_id;
+
+-- name: lock_children
+-- One row per edge from the given steps to a child, with the child's counters and status.
+SELECT d.parent_id, s.job_id, s.parents_left, s.parents_failed, s.run_when, s.cancelled_by_parents, j.status
+FROM json_each(:job_ids) AS ended
+JOIN leased_dependencies AS d ON d.parent_id = ended.value
+JOIN leased_steps AS s ON s.job_id = d.child_id
+JOIN leased_jobs AS j ON j.id = s.job_id
+ORDER BY s.job_id;
+
+-- name: count_parents
+-- Each [child_id, parents ended, of them failed]: negative to count them back (a retry).
+UPDATE leased_steps
+SET parents_left = parents_left - (counts.value ->> '$[1]'),
+    parents_failed = max(parents_failed + (counts.value ->> '$[2]'), 0)
+FROM json_each(:counts) AS counts
+WHERE leased_steps.job_id = counts.value ->> '$[0]';
+
+-- name: names_of_steps
+SELECT job_id, name FROM leased_steps WHERE job_id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: previous_results
+-- A chain's steps about to be released, with their arguments and the previous step's result.
+SELECT s.job_id, j.args, previous.result FROM leased_steps AS s
+JOIN leased_jobs AS j ON j.id = s.job_id
+JOIN leased_jobs AS previous ON previous.id = s.previous_id
+WHERE s.job_id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: set_args
+UPDATE leased_jobs SET args = given.value ->> '$[1]'
+FROM json_each(:steps) AS given
+WHERE leased_jobs.id = given.value ->> '$[0]' AND leased_jobs.status = 'waiting';
+
+-- name: release_steps
+UPDATE leased_jobs SET status = 'pending', run_after = leased_now()
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'waiting'
+RETURNING queue_name;
+
+-- name: cancel_steps
+-- Each [job_id, reason]: cancelled in its parents' name, which a retry of the parent undoes.
+UPDATE leased_jobs SET status = 'cancelled', finished_at = leased_now(), last_error = given.value ->> '$[1]'
+FROM json_each(:steps) AS given
+WHERE leased_jobs.id = given.value ->> '$[0]' AND leased_jobs.status = 'waiting';
+
+-- name: mark_cancelled_by_parents
+UPDATE leased_steps SET cancelled_by_parents = 1 WHERE job_id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: uncancel_steps
+UPDATE leased_steps SET cancelled_by_parents = 0 WHERE job_id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: rewait_steps
+UPDATE leased_jobs SET status = 'waiting'
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'pending'
+  AND id IN (SELECT job_id FROM leased_steps WHERE parents_left > 0 AND parents_failed = 0);
+
+-- name: revive_steps
+UPDATE leased_jobs SET status = 'waiting', finished_at = NULL, last_error = NULL
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'cancelled';
+
+-- name: unfinished_steps
+SELECT id, attempt, lease_owner, status FROM leased_jobs INDEXED BY leased_jobs_workflow
+WHERE workflow_id = :workflow_id AND status IN ('waiting', 'pending', 'running');
+
+-- name: cancel_unfinished_steps
+UPDATE leased_jobs
+SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL,
+    last_error = 'workflow cancelled'
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status IN ('waiting', 'pending', 'running');
+
+-- name: failed_steps
+SELECT id, queue_name FROM leased_jobs INDEXED BY leased_jobs_workflow
+WHERE workflow_id = :workflow_id AND status = 'failed';
+
+-- name: get_workflow
+SELECT * FROM leased_workflows WHERE id = :workflow_id;
+
+-- name: workflow_steps
+SELECT s.job_id, s.name, s.run_when, s.parents_left, s.added_by, s.cancelled_by_parents, j.task_name,
+       j.queue_name, j.status, j.attempt, j.max_attempts, j.created_at, j.finished_at, j.result, j.last_error
+FROM leased_steps AS s JOIN leased_jobs AS j ON j.id = s.job_id
+WHERE s.workflow_id = :workflow_id
+ORDER BY s.job_id;
+
+-- name: workflow_edges
+SELECT d.parent_id, d.child_id FROM leased_steps AS s JOIN leased_dependencies AS d ON d.child_id = s.job_id
+WHERE s.workflow_id = :workflow_id;
+
+-- name: list_workflows
+SELECT * FROM leased_workflows
+WHERE (:before_id IS NULL OR id < :before_id) AND (:workflow_name IS NULL OR name = :workflow_name)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: workflow_counts
+-- Steps per status of each run, and how many were skipped as their `when` asked.
+SELECT j.workflow_id, j.status, count(*) AS n,
+       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped
+FROM leased_jobs AS j INDEXED BY leased_jobs_workflow JOIN leased_steps AS s ON s.job_id = j.id
+WHERE j.workflow_id IN (SELECT value FROM json_each(:workflow_ids))
+GROUP BY j.workflow_id, j.status;
+
+-- name: parents_of
+SELECT s.name, p.id AS job_id, p.status, p.result, p.last_error
+FROM leased_dependencies AS d JOIN leased_jobs AS p ON p.id = d.parent_id JOIN leased_steps AS s ON s.job_id = p.id
+WHERE d.child_id = :job_id
+ORDER BY p.id;
+
+-- name: delete_empty_workflows
+DELETE FROM leased_workflows
+WHERE id IN (SELECT value FROM json_each(:workflow_ids))
+  AND NOT EXISTS (SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id);

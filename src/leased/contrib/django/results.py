@@ -1,6 +1,7 @@
 """leased's Job, as Django's TaskResult.
 
     pending   -> READY       (waiting for its first attempt, or for a retry)
+    waiting   -> READY       (a workflow's step whose parents have not all ended)
     running   -> RUNNING
     done      -> SUCCESSFUL  (return_value is the handler's result)
     failed    -> FAILED
@@ -32,6 +33,7 @@ from leased.jobs import Attempt, Job, JobStatus, Outcome
 
 STATUSES = {
     JobStatus.PENDING: TaskResultStatus.READY,
+    JobStatus.WAITING: TaskResultStatus.READY,  # a workflow's step waiting for its parents: not started
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
     JobStatus.DONE: TaskResultStatus.SUCCESSFUL,
     JobStatus.FAILED: TaskResultStatus.FAILED,

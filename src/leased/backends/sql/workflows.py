@@ -1,0 +1,340 @@
+"""Workflows in storage, shared by the backends: each runs the same-named queries from its own SQL
+file, through the dialect's hooks (dialect.py) and the store's `_insert(connection, jobs)`.
+
+No coordinator. A step waits (status 'waiting') with two counters in its leased_steps row: the
+parents not ended yet, and those that ended failed or cancelled. Whatever ends a step's job (a
+worker's finish, the reclaim of its last expired lease, a cancel) calls `_settle` in the same
+transaction: each child's counters move by what ended, and a child whose parents have all ended
+becomes pending, or is cancelled, there and then. One parent's end costs a lookup of its own edges
+and its children's rows, whatever their other parents number. The children's rows are locked (FOR
+UPDATE; SQLite's one writer), so two parents ending at once on two workers count one after the
+other, and exactly one of them releases the child. `_revive` undoes a failure's cascade when a
+person retries the step that failed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping, Sequence
+
+from leased.backends.ports import NewJob
+from leased.backends.sql.dialect import Dialect
+from leased.backends.sql.params import CANCELLED_BY_A_USER, running_records
+from leased.errors import ConfigurationError, InvalidTransition, WorkflowNotFound
+from leased.jobs import Job, JobStatus, Lease, Outcome
+from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen, StepInfo, WorkflowInfo
+
+ENDED_AS_FAILED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+
+
+class WorkflowStore(Dialect):
+    def _insert(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        raise NotImplementedError
+
+    def _in_callers(self, connection: Any, work: Any) -> Any:
+        """work(connection) in the caller's open transaction, on their connection (checked to reach
+        our database); the commit is theirs."""
+        raise NotImplementedError
+
+    def wake(self, queue_names: Iterable[str]) -> None:
+        raise NotImplementedError
+
+    def _transact(self, work: Any, wait_seconds: float | None = None, one_statement: bool = False) -> Any:
+        raise NotImplementedError
+
+    def _all(self, connection: Any, name: str, /, **params: Any) -> list[Any]:
+        raise NotImplementedError
+
+    # Writing a run: the workflow's row, its jobs (through enqueue's bulk insert), steps and edges.
+    def enqueue_workflow(self, workflow: NewWorkflow, connection: Any = None) -> Enqueued:
+        if connection is not None:
+            return self._in_callers(connection, lambda callers: self._write_workflow(callers, workflow))
+        enqueued = self._transact(lambda own: self._write_workflow(own, workflow))
+        if enqueued.created:
+            self.wake({step.job.queue_name for step in workflow.steps if not step.parents})
+        return enqueued
+
+    def _write_workflow(self, connection: Any, workflow: NewWorkflow) -> Enqueued:
+        key = workflow.idempotency_key
+        if key is not None:  # a finished run gives its key up to the new one
+            self._execute(connection, "free_workflow_key", idempotency_key=key)
+        rows = self._all(connection, "insert_workflow", name=workflow.name, idempotency_key=key)
+        if not rows:  # an unfinished run holds the key: it is the answer, and nothing is written
+            (holder,) = self._all(connection, "workflow_with_key", idempotency_key=key)
+            names = self._all(connection, "step_names", workflow_id=holder["id"])
+            return Enqueued(holder["id"], {row["name"]: row["job_id"] for row in names}, created=False)
+        workflow_id = rows[0]["id"]
+        job_ids = self._write_steps(connection, workflow_id, workflow.steps)
+        return Enqueued(workflow_id, dict(zip((step.name for step in workflow.steps), job_ids)))
+
+    def _write_steps(self, connection: Any, workflow_id: int, steps: Sequence[NewStep],
+                     added_by: int | None = None) -> list[int]:
+        """Insert `steps` as jobs of `workflow_id` with their rows and edges. A parent is an index
+        into `steps`, or negative for a step written before (-1 - its job id): see _renumber."""
+        jobs = [step.job._replace(workflow_id=workflow_id,
+                                  status=JobStatus.WAITING.value if step.parents else JobStatus.PENDING.value)
+                for step in steps]
+        job_ids = [job.id for job, _ in self._insert(connection, jobs)]
+
+        def job_id(parent: int) -> int:
+            return job_ids[parent] if parent >= 0 else -1 - parent
+
+        self._execute(connection, "insert_steps", steps=json.dumps([
+            [job_ids[index], workflow_id, step.name, step.run_when.value, len(step.parents),
+             None if step.previous is None else job_id(step.previous), added_by]
+            for index, step in enumerate(steps)]))
+        edges = [[job_id(parent), job_ids[index]] for index, step in enumerate(steps) for parent in step.parents]
+        if edges:
+            self._execute(connection, "insert_dependencies", edges=json.dumps(edges))
+        return job_ids
+
+    # Steps added by a running step (fan-out decided at run time).
+    def add_steps(self, lease: Lease, steps: Sequence[NewStep]) -> dict[str, int]:
+        """Add `steps` to the workflow of the step `lease` holds, fenced on that lease: its
+        dependents wait for them too. A name the workflow has already is that step, not a new one
+        (a retried handler adds the same names again). Parents are indexes into `steps`, or
+        negative: -1 - job id of a step already in the workflow."""
+
+        def work(connection: Any) -> dict[str, int]:
+            held = self._all(connection, "lock_running_step", job_id=lease.job_id, attempt=lease.attempt,
+                             worker_id=lease.worker_id)
+            if not held:
+                raise InvalidTransition(f"job {lease.job_id} no longer holds its lease: it cannot add steps")
+            workflow_id = held[0]["workflow_id"]
+            if workflow_id is None:
+                raise ConfigurationError(f"job {lease.job_id} is not a workflow's step: only steps add steps")
+            existing = {row["name"]: row["job_id"] for row in self._all(connection, "step_names",
+                                                                         workflow_id=workflow_id)}
+            new = [step for step in steps if step.name not in existing]
+            if not new:
+                return {step.name: existing[step.name] for step in steps}
+            renumbered = _renumber(steps, new, existing)
+            job_ids = self._write_steps(connection, workflow_id, renumbered, added_by=lease.job_id)
+            # Who waits for the adding step waits for its new steps too (they end after it starts,
+            # and it cannot end while this transaction holds its row).
+            children = [row["child_id"] for row in self._all(connection, "children_of", job_id=lease.job_id)]
+            if children:
+                self._execute(connection, "insert_dependencies", edges=json.dumps(
+                    [[job_id, child] for job_id in job_ids for child in children]))
+                self._execute(connection, "count_parents", counts=json.dumps(
+                    [[child, -len(job_ids), 0] for child in children]))
+            return existing | dict(zip((step.name for step in new), job_ids))
+
+        added = self._transact(work)
+        self.wake({step.job.queue_name for step in steps if not step.parents})
+        return {step.name: added[step.name] for step in steps}
+
+    # Ends: what every verb that ends a step's job calls, in its own transaction.
+    def _settle(self, connection: Any, ended: Sequence[tuple[int, bool]]) -> set[str]:
+        """Count ended steps (job id, whether it ended failed or cancelled) against their children:
+        a child whose parents have all ended is released or cancelled, and a cancel ends it in
+        turn. Returns the queues of the steps released: after the commit, workers to wake."""
+        names: dict[int, str] = {}
+        released: set[str] = set()
+        while ended:
+            rows = self._all(connection, "lock_children", job_ids=json.dumps([job_id for job_id, _ in ended]))
+            if not rows:
+                break
+            failed_ids = {job_id for job_id, failed in ended if failed}
+            children: dict[int, dict[str, Any]] = {}
+            for row in rows:
+                child = children.setdefault(row["job_id"], {"row": row, "ended": 0, "failed": 0, "first_failed": None})
+                child["ended"] += 1
+                if row["parent_id"] in failed_ids:
+                    child["failed"] += 1
+                    child["first_failed"] = child["first_failed"] or row["parent_id"]
+            # Every child counts, whatever its status: the counters always say how many of its
+            # parents have not ended and how many failed, so a retry can put it back.
+            self._execute(connection, "count_parents", counts=json.dumps(
+                [[job_id, child["ended"], child["failed"]] for job_id, child in children.items()]))
+            release, cancel = [], []
+            for job_id, child in children.items():
+                row = child["row"]
+                if row["status"] != JobStatus.WAITING.value:
+                    continue  # counted only
+                left = row["parents_left"] - child["ended"]
+                failed = row["parents_failed"] + child["failed"]
+                run_when = RunWhen(row["run_when"])
+                if run_when is RunWhen.SUCCEEDED and failed:
+                    cancel.append((job_id, child["first_failed"] or row["parent_id"]))
+                elif left <= 0:
+                    if run_when is RunWhen.FAILED and not failed:
+                        cancel.append((job_id, None))
+                    else:
+                        release.append(job_id)
+            if release:
+                self._release_steps(connection, release, released)
+            if cancel:
+                unnamed = [parent for _, parent in cancel if parent is not None and parent not in names]
+                if unnamed:
+                    names |= {row["job_id"]: row["name"] for row in
+                              self._all(connection, "names_of_steps", job_ids=json.dumps(unnamed))}
+                self._execute(connection, "cancel_steps", steps=json.dumps([
+                    [job_id, f"parent {names.get(parent, parent)} failed" if parent is not None
+                     else "skipped: no parent failed"] for job_id, parent in cancel]))
+                self._execute(connection, "mark_cancelled_by_parents",
+                              job_ids=json.dumps([job_id for job_id, _ in cancel]))
+            ended = [(job_id, True) for job_id, _ in cancel]
+        return released
+
+    def _release_steps(self, connection: Any, job_ids: list[int], released: set[str]) -> None:
+        chained = self._all(connection, "previous_results", job_ids=json.dumps(job_ids))
+        if chained:  # a chain's step gets its previous step's result as its first argument
+            self._execute(connection, "set_args", steps=json.dumps([
+                [row["job_id"], _prepend(self._from_json(row["args"]), self._from_json(row["result"]))]
+                for row in chained]))
+        released |= self._release(connection, json.dumps(job_ids))
+
+    def _release(self, connection: Any, job_ids: str) -> set[str]:
+        """Waiting steps to pending, due now; the queues they are in."""
+        return {row["queue_name"] for row in self._all(connection, "release_steps", job_ids=job_ids)}
+
+    def _retried_steps(self, connection: Any, job_ids: Sequence[int]) -> None:
+        """After a retry made these steps pending again: they are no longer cancelled in their
+        parents' name, and what their end settled is undone."""
+        if job_ids:
+            # A step retried before its parents have all ended, none failed, waits for them again;
+            # otherwise it runs now, as asked.
+            self._execute(connection, "uncancel_steps", job_ids=json.dumps(list(job_ids)))
+            self._execute(connection, "rewait_steps", job_ids=json.dumps(list(job_ids)))
+            self._revive(connection, job_ids)
+
+    def _revive(self, connection: Any, job_ids: Sequence[int]) -> None:
+        """Steps a person retried are no longer ended: their children count them back, and those
+        their end had cancelled wait again, transitively."""
+        frontier = list(job_ids)
+        while frontier:
+            rows = self._all(connection, "lock_children", job_ids=json.dumps(frontier))
+            counts: dict[int, int] = {}
+            children: dict[int, Any] = {}
+            for row in rows:
+                counts[row["job_id"]] = counts.get(row["job_id"], 0) + 1
+                children[row["job_id"]] = row
+            # Each retried parent had ended failed or cancelled: one ended and one failed fewer. A
+            # step cancelled in their name waits again.
+            if not counts:
+                break
+            self._execute(connection, "count_parents", counts=json.dumps(
+                [[job_id, -n, -n] for job_id, n in counts.items()]))
+            revive = [job_id for job_id, row in children.items()
+                      if row["status"] == JobStatus.CANCELLED.value and row["cancelled_by_parents"]
+                      and row["parents_failed"] - counts[job_id] <= 0]  # no other parent failed
+            if revive:
+                self._execute(connection, "revive_steps", job_ids=json.dumps(revive))
+                self._execute(connection, "uncancel_steps", job_ids=json.dumps(revive))
+            frontier = revive
+
+    def _settle_rows(self, connection: Any, rows: Iterable[Mapping[str, Any]]) -> set[str]:
+        """Settle the steps among `rows` (id, status, workflow_id) that ended."""
+        ended = [(row["id"], row["status"] in ENDED_AS_FAILED) for row in rows
+                 if row["workflow_id"] is not None and row["status"] in (JobStatus.DONE.value, *ENDED_AS_FAILED)]
+        return self._settle(connection, ended) if ended else set()
+
+    # A run as a whole.
+    def cancel_workflow(self, workflow_id: int) -> int:
+        """Cancel every unfinished step of the run, running ones through their leases; returns how many."""
+
+        def work(connection: Any) -> int:
+            if not self._all(connection, "get_workflow", workflow_id=workflow_id):
+                raise WorkflowNotFound(workflow_id)
+            rows = self._all(connection, "unfinished_steps", workflow_id=workflow_id)
+            running = [row for row in rows if row["status"] == JobStatus.RUNNING.value]
+            if running:  # their records first: the cancel clears the leases they are read from
+                self._execute(connection, "record_attempts",
+                              ends=running_records(running, Outcome.CANCELLED, CANCELLED_BY_A_USER))
+            if rows:
+                self._execute(connection, "cancel_unfinished_steps", job_ids=json.dumps([row["id"] for row in rows]))
+            return len(rows)
+
+        return self._transact(work)
+
+    def retry_workflow(self, workflow_id: int) -> int:
+        """Retry every failed step of the run, and the steps cancelled in its name; returns how many."""
+
+        def work(connection: Any) -> list[Any]:
+            if not self._all(connection, "get_workflow", workflow_id=workflow_id):
+                raise WorkflowNotFound(workflow_id)
+            rows = self._all(connection, "failed_steps", workflow_id=workflow_id)
+            if rows:
+                ids = [row["id"] for row in rows]
+                self._execute(connection, "retry_jobs", job_ids=self._ids(rows))
+                self._execute(connection, "uncancel_steps", job_ids=json.dumps(ids))
+                self._revive(connection, ids)
+            return rows
+
+        retried = self._transact(work)
+        self.wake(row["queue_name"] for row in retried)
+        return len(retried)
+
+    # Reads.
+    def get_workflow(self, workflow_id: int) -> WorkflowInfo | None:
+        with self._snapshot() as read:
+            rows = read("get_workflow", workflow_id=workflow_id)
+            if not rows:
+                return None
+            steps = read("workflow_steps", workflow_id=workflow_id)
+            edges = read("workflow_edges", workflow_id=workflow_id)
+        name_of = {row["job_id"]: row["name"] for row in steps}
+        parents: dict[int, list[str]] = {}
+        for edge in edges:
+            parents.setdefault(edge["child_id"], []).append(name_of.get(edge["parent_id"], str(edge["parent_id"])))
+        infos = tuple(self._step(row, tuple(parents.get(row["job_id"], ())), name_of) for row in steps)
+        counts: dict[str, int] = {}
+        for step in infos:
+            counts[step.status.value] = counts.get(step.status.value, 0) + 1
+        skipped = sum(1 for step in infos if step.cancelled_by_parents and step.run_when is RunWhen.FAILED)
+        return self._workflow(rows[0], counts, skipped, infos)
+
+    def list_workflows(self, limit: int = 50, before_id: int | None = None, name: str | None = None
+                       ) -> list[WorkflowInfo]:
+        with self._snapshot() as read:
+            rows = read("list_workflows", limit=limit, before_id=before_id, workflow_name=name)
+            if not rows:
+                return []
+            counts = read("workflow_counts", workflow_ids=json.dumps([row["id"] for row in rows]))
+        by_workflow: dict[int, dict[str, int]] = {}
+        skipped: dict[int, int] = {}
+        for row in counts:
+            by_workflow.setdefault(row["workflow_id"], {})[row["status"]] = row["n"]
+            skipped[row["workflow_id"]] = skipped.get(row["workflow_id"], 0) + (row["skipped"] or 0)
+        return [self._workflow(row, by_workflow.get(row["id"], {}), skipped.get(row["id"], 0)) for row in rows]
+
+    def parents_of(self, job_id: int) -> list[ParentEnd]:
+        """The parents of a step, by name, with how each ended."""
+        return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), self._from_json(row["result"]),
+                          row["last_error"])
+                for row in self._rows("parents_of", job_id=job_id)]
+
+    def _workflow(self, row: Mapping[str, Any], counts: dict[str, int], skipped: int,
+                  steps: tuple[StepInfo, ...] = ()) -> WorkflowInfo:
+        return WorkflowInfo(id=row["id"], name=row["name"], created_at=self._to_time(row["created_at"]),
+                            idempotency_key=row["idempotency_key"], counts=counts, skipped=skipped, steps=steps)
+
+    def _step(self, row: Mapping[str, Any], parents: tuple[str, ...], name_of: Mapping[int, str]) -> StepInfo:
+        return StepInfo(
+            name=row["name"], job_id=row["job_id"], task_name=row["task_name"], queue_name=row["queue_name"],
+            status=JobStatus(row["status"]), run_when=RunWhen(row["run_when"]), parents=parents,
+            parents_left=row["parents_left"], attempt=row["attempt"], max_attempts=row["max_attempts"],
+            created_at=self._to_time(row["created_at"]), finished_at=self._to_time(row["finished_at"]),
+            result=self._from_json(row["result"]), last_error=row["last_error"],
+            added_by=None if row["added_by"] is None else name_of.get(row["added_by"], str(row["added_by"])),
+            cancelled_by_parents=bool(row["cancelled_by_parents"]))
+
+
+def _prepend(args: Any, value: Any) -> str:
+    return json.dumps([value, *(args if isinstance(args, list) else [])], ensure_ascii=False, separators=(",", ":"))
+
+
+def _renumber(steps: Sequence[NewStep], new: Sequence[NewStep], existing: Mapping[str, int]) -> list[NewStep]:
+    """`new` (the steps of `steps` not yet written) with parent indexes into `new`; a parent that
+    was written already becomes its job id (as -1 - id, which _write_steps reads as a job id)."""
+    position = {step.name: index for index, step in enumerate(new)}
+
+    def parent(index: int) -> int:
+        if index < 0:
+            return index
+        step = steps[index]
+        return position[step.name] if step.name in position else -1 - existing[step.name]
+
+    return [NewStep(step.name, step.job, tuple(parent(p) for p in step.parents), step.run_when,
+                    None if step.previous is None else parent(step.previous)) for step in new]

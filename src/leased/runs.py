@@ -1,0 +1,131 @@
+"""A workflow's run and its steps, as plain values: what is written (NewWorkflow) and what is read
+(WorkflowInfo). The builder that makes them is leased.workflows; storage is the backends'."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from leased.jobs import JobStatus
+
+if TYPE_CHECKING:
+    from leased.backends.ports import NewJob
+
+
+class RunWhen(StrEnum):
+    """When a step runs, once every parent has ended."""
+
+    SUCCEEDED = "succeeded"  # every parent succeeded (a parent failed for good cancels it at once)
+    FINISHED = "finished"  # whatever the parents' outcomes
+    FAILED = "failed"  # at least one parent failed or was cancelled: a compensation step
+
+
+class WorkflowStatus(StrEnum):
+    RUNNING = "running"  # a step is waiting, pending or running
+    SUCCEEDED = "succeeded"  # every step ended done, or was skipped as its `when` asked
+    FAILED = "failed"  # a step failed, or was cancelled because a parent failed
+    CANCELLED = "cancelled"  # someone cancelled the run, or one of its steps
+
+
+@dataclass(frozen=True, slots=True)
+class NewStep:
+    """One step to write: its job, and its parents as indexes into the workflow's steps (or job ids
+    of steps already written, for steps added at run time)."""
+
+    name: str
+    job: NewJob
+    parents: tuple[int, ...] = ()
+    run_when: RunWhen = RunWhen.SUCCEEDED
+    previous: int | None = None  # a chain's step before this one (an index, as parents)
+
+
+@dataclass(frozen=True, slots=True)
+class NewWorkflow:
+    name: str
+    steps: tuple[NewStep, ...]
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What enqueueing a workflow wrote: its id and each step's job id, by step name. `created` is
+    False when an unfinished run held the idempotency key: that run is returned, nothing written."""
+
+    workflow_id: int
+    job_ids: dict[str, int]
+    created: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ParentEnd:
+    """A parent as its child sees it: how it ended, and what it returned."""
+
+    name: str
+    job_id: int
+    status: JobStatus
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status is JobStatus.DONE
+
+
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    name: str
+    job_id: int
+    task_name: str
+    queue_name: str
+    status: JobStatus
+    run_when: RunWhen
+    parents: tuple[str, ...]  # the names of the steps it waits for
+    parents_left: int  # of them, not ended yet
+    attempt: int
+    max_attempts: int
+    created_at: datetime
+    finished_at: datetime | None
+    result: Any = None
+    last_error: str | None = None
+    added_by: str | None = None  # the step that added it while running, or None
+    cancelled_by_parents: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    id: int
+    name: str
+    created_at: datetime
+    idempotency_key: str | None
+    counts: dict[str, int]  # steps per job status
+    skipped: int = 0  # steps cancelled as their `when` asked (a compensation step whose parents all succeeded)
+    steps: tuple[StepInfo, ...] = field(default=())  # empty in lists; get_workflow fills them
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts.get(status, 0) for status in ("done", "failed", "cancelled"))
+
+    @property
+    def status(self) -> WorkflowStatus:
+        return workflow_status(self.counts, self.skipped)
+
+    @property
+    def progress(self) -> str:
+        return f"{self.finished} of {self.total} steps done"
+
+
+def workflow_status(counts: dict[str, int], skipped: int = 0) -> WorkflowStatus:
+    """A run's status from its steps' statuses: running while any can still run."""
+    if any(counts.get(status, 0) for status in ("waiting", "pending", "running")):
+        return WorkflowStatus.RUNNING
+    if counts.get("failed", 0):
+        return WorkflowStatus.FAILED
+    if counts.get("cancelled", 0) > skipped:
+        return WorkflowStatus.CANCELLED
+    return WorkflowStatus.SUCCEEDED

@@ -1,0 +1,277 @@
+"""Workflows: steps (jobs) that wait for other steps, written in one transaction, released with no
+coordinator by the finish of their last parent (see backends/sql/workflows.py for how).
+
+    wf = app.workflow("nightly-report")
+    orders = wf.add(extract, "orders")
+    refunds = wf.add(extract.using(queue_name="slow"), "refunds", name="refunds")
+    report = wf.add(merge, after=[orders, refunds])
+    wf.add(notify, "ops", after=[report], when="finished")
+    run = wf.enqueue()
+
+A builder writes nothing until enqueue(); every mistake (a cycle, a parent from another workflow,
+an unknown task, no steps, a name twice) is refused before anything is written. `chain` and
+`batch` are the two common shapes, spelled as Celery users know them (chain, chord).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from leased.backends.ports import NewJob
+from leased.errors import ConfigurationError
+from leased.jobs import JobStatus
+from leased.payloads import encode_arguments
+from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
+from leased.tasks import MAX_IDEMPOTENCY_KEY, Task, TaskCall
+
+if TYPE_CHECKING:
+    from leased.app import Leased
+
+MAX_NAME = 255
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """A step of a workflow being built: pass it in another step's `after=`."""
+
+    workflow: Workflow = field(repr=False)
+    name: str
+    index: int
+
+    def __repr__(self) -> str:
+        return f"<Step {self.name!r} of workflow {self.workflow.name!r}>"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """An enqueued workflow: its id, and each step's job id by step name."""
+
+    id: int
+    job_ids: dict[str, int]
+    created: bool = True  # False: an unfinished run held the idempotency key, and is this one
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    call: TaskCall
+    job: NewJob  # built as the step is added: its arguments are checked there
+    name: str
+    parents: tuple[int, ...]
+    run_when: RunWhen
+    previous: int | None
+
+
+class Workflow:
+    """A builder: add steps, then enqueue() them in one transaction. Nothing is written before."""
+
+    def __init__(self, app: Leased, name: str, idempotency_key: str | None = None):
+        self.app = app
+        self.name = _check_name(name, "workflow name")
+        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key
+                                            or len(idempotency_key) > MAX_IDEMPOTENCY_KEY):
+            raise ConfigurationError(f"invalid idempotency_key {idempotency_key!r}: use a non-empty string of at "
+                                     f"most {MAX_IDEMPOTENCY_KEY} characters")
+        self.idempotency_key = idempotency_key
+        self._steps: list[_Planned] = []
+        self._names: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.name!r}: {len(self._steps)} steps>"
+
+    @property
+    def steps(self) -> list[Step]:
+        return [Step(self, planned.name, index) for index, planned in enumerate(self._steps)]
+
+    def add(self, task: Task | TaskCall, /, *args: Any, name: str | None = None,
+            after: Iterable[Step] = (), when: str = "succeeded", **kwargs: Any) -> Step:
+        """A step running `task(*args, **kwargs)` once every step in `after` has ended, as `when`
+        says: "succeeded" (the default), "finished" (whatever their outcomes) or "failed" (at least
+        one failed or was cancelled: a compensation step)."""
+        return self._add(task, args, kwargs, name, after, when, previous=None)
+
+    def _add(self, task: Task | TaskCall, args: tuple, kwargs: dict[str, Any], name: str | None,
+             after: Iterable[Step], when: str, previous: Step | None) -> Step:
+        call = _call(task)
+        if call.idempotency_key is not None:
+            raise ConfigurationError(f"step {name or call.task.name!r}: a step's job takes no idempotency_key; give "
+                                     "the workflow one (app.workflow(name, idempotency_key=...))")
+        if call.connection is not None:
+            raise ConfigurationError(f"step {name or call.task.name!r}: pass the connection to enqueue(), "
+                                     "which writes every step in its transaction")
+        run_when = _run_when(when, name or call.task.name)
+        parents = tuple(self._parent(step, name or call.task.name) for step in after)
+        if len(set(parents)) != len(parents):
+            raise ConfigurationError(f"step {name or call.task.name!r} names the same parent twice in after=")
+        step_name = self._step_name(name, call.task.name)
+        job = _step_job(call, tuple(args), dict(kwargs), chained=previous is not None)
+        self._steps.append(_Planned(call, job, step_name, parents, run_when, None if previous is None else previous.index))
+        self._names[step_name] = len(self._steps) - 1
+        return Step(self, step_name, len(self._steps) - 1)
+
+    def chain(self, *calls: Task | TaskCall | tuple, after: Iterable[Step] = ()) -> list[Step]:
+        """Steps that run one after another, each given the previous one's result as its first
+        argument (Celery's chain). Each call is a task, or a tuple (task, *args)."""
+        steps: list[Step] = []
+        for position, call in enumerate(calls):
+            task, args = (call[0], tuple(call[1:])) if isinstance(call, tuple) else (call, ())
+            previous = steps[-1] if steps else None
+            steps.append(self._add(task, args, {}, None, [previous] if previous else after, "succeeded", previous))
+        return steps
+
+    def batch(self, task: Task | TaskCall, calls: Iterable[Sequence[Any]], *, then: Task | TaskCall | tuple,
+              name: str | None = None) -> tuple[list[Step], Step]:
+        """One step per call of `task` (a tuple of arguments each), then `then` once all of them
+        have ended, whatever their outcomes; it reads how many succeeded and failed from
+        `context.batch` (Celery's chord, which runs its callback only if all succeeded)."""
+        base = name or _call(task).task.name
+        members = [self.add(task, *_arguments(args), name=f"{base}-{position + 1}")
+                   for position, args in enumerate(calls)]
+        then_task, then_args = (then[0], tuple(then[1:])) if isinstance(then, tuple) else (then, ())
+        if not members:
+            raise ConfigurationError(f"batch {base!r} has no calls: give at least one")
+        return members, self.add(then_task, *then_args, after=members, when="finished")
+
+    def new_workflow(self) -> NewWorkflow:
+        """What enqueue() writes, checked whole first."""
+        if not self._steps:
+            raise ConfigurationError(f"workflow {self.name!r} has no steps: add() at least one before enqueue()")
+        for planned in self._steps:
+            if planned.call.task.name not in self.app.tasks:
+                raise ConfigurationError(f"step {planned.name!r}: task {planned.call.task.name!r} is not registered "
+                                         "with this app, so no worker could run it")
+        return NewWorkflow(self.name, tuple(_new_step(planned) for planned in self._steps), self.idempotency_key)
+
+    def enqueue(self, connection: Any = None) -> Run:
+        """Write the whole workflow in one transaction (the caller's, on `connection`): every step
+        exists, or none does. With an idempotency key an unfinished run holds, that run is returned."""
+        enqueued = self.app.enqueue_workflow(self.new_workflow(), connection)
+        return _run(enqueued)
+
+    async def aenqueue(self) -> Run:
+        """enqueue() for async code: the write runs on a thread, so the event loop runs on."""
+        new = self.new_workflow()
+        return _run(await asyncio.to_thread(self.app.enqueue_workflow, new, None))
+
+    def _parent(self, step: Any, child: str) -> int:
+        if not isinstance(step, Step):
+            raise ConfigurationError(f"step {child!r}: after= takes steps that add() returned, got {step!r}")
+        if step.workflow is not self:
+            raise ConfigurationError(f"step {child!r}: after= names step {step.name!r} of another workflow "
+                                     f"({step.workflow.name!r}); a step waits only for steps of its own")
+        return step.index
+
+    def _step_name(self, name: str | None, task_name: str) -> str:
+        if name is not None:
+            name = _check_name(name, "step name")
+            if name in self._names:
+                raise ConfigurationError(f"workflow {self.name!r} has a step named {name!r} already; give each step "
+                                         "its own name=")
+            return name
+        if task_name not in self._names:
+            return task_name
+        number = 2
+        while f"{task_name}-{number}" in self._names:
+            number += 1
+        return f"{task_name}-{number}"
+
+
+class RunningWorkflow:
+    """`context.workflow` in a running step: add steps to its own run (fan-out decided at run time).
+    The steps that wait for this step wait for the added ones too. Each is written at once, fenced on
+    this attempt's lease; a name the run has already is that step (a retried handler adds the same
+    names again, and gets the same steps)."""
+
+    def __init__(self, store: Any, context: Any):
+        self._store = store
+        self._context = context
+        self._numbers: dict[str, int] = {}
+
+    @property
+    def id(self) -> int:
+        return self._context.claimed.workflow_id
+
+    def add(self, task: Task | TaskCall, /, *args: Any, name: str | None = None, after: Iterable[int] = (),
+            when: str = "succeeded", **kwargs: Any) -> int:
+        """Add one step; returns its job id. `after`: job ids of steps of this run."""
+        return self.add_many([(task, args, kwargs, name, tuple(after), when)])[0]
+
+    def add_many(self, steps: Iterable[tuple]) -> list[int]:
+        """Add several steps in one transaction: each a tuple (task, args, kwargs, name, after, when)."""
+        planned = []
+        for task, args, kwargs, name, after, when in steps:
+            call = _call(task)
+            step_name = _check_name(name, "step name") if name is not None else self._derived(call.task.name)
+            parents = tuple(-1 - int(job_id) for job_id in after)
+            planned.append(_Planned(call, _step_job(call, tuple(args), dict(kwargs)), step_name, parents,
+                                    _run_when(when, step_name), None))
+        new = [_new_step(step) for step in planned]
+        ids = self._store.add_steps(self._context.claimed.lease, new)
+        return [ids[step.name] for step in new]
+
+    def _derived(self, task_name: str) -> str:
+        # The same order of adds in each attempt gives the same names: a retry adds nothing twice.
+        number = self._numbers[task_name] = self._numbers.get(task_name, 0) + 1
+        return f"{task_name}-{number} of {self._context.job_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """What the step after a batch learns of its members: `context.batch`."""
+
+    succeeded: int
+    failed: int  # failed or cancelled
+    results: dict[str, Any]  # each member's result that succeeded, by step name
+
+    @property
+    def total(self) -> int:
+        return self.succeeded + self.failed
+
+
+def batch_outcome(parents: dict[str, ParentEnd]) -> BatchOutcome:
+    succeeded = {name: end.result for name, end in parents.items() if end.status is JobStatus.DONE}
+    return BatchOutcome(len(succeeded), len(parents) - len(succeeded), succeeded)
+
+
+def _run(enqueued: Enqueued) -> Run:
+    return Run(enqueued.workflow_id, enqueued.job_ids, enqueued.created)
+
+
+def _new_step(planned: _Planned) -> NewStep:
+    return NewStep(planned.name, planned.job, planned.parents, planned.run_when, planned.previous)
+
+
+def _step_job(call: TaskCall, args: tuple, kwargs: dict[str, Any], chained: bool = False) -> NewJob:
+    if not chained:
+        return call.new_job(args, kwargs)
+    # A chain's step gets its previous step's result as its first argument, written at release:
+    # checked here with a stand-in for it, stored without.
+    args_json, _ = encode_arguments(args, {}, call.task.app.max_payload_bytes)
+    return call.new_job((None, *args), kwargs)._replace(args_json=args_json)
+
+
+def _call(task: Any) -> TaskCall:
+    if isinstance(task, Task):
+        return task.using()
+    if isinstance(task, TaskCall):
+        return task
+    raise ConfigurationError(f"a step runs a task (an @app.task function, or task.using(...)), got {task!r}")
+
+
+def _arguments(args: Any) -> tuple:
+    return tuple(args) if isinstance(args, (tuple, list)) else (args,)
+
+
+def _run_when(when: Any, step: str) -> RunWhen:
+    try:
+        return RunWhen(when)
+    except ValueError:
+        choices = ", ".join(repr(value.value) for value in RunWhen)
+        raise ConfigurationError(f"step {step!r}: invalid when={when!r}; use one of {choices}") from None
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+        raise ConfigurationError(f"invalid {what} {name!r}: use a non-empty string of at most {MAX_NAME} characters")
+    return name

@@ -1,0 +1,348 @@
+"""Workflows on every backend: release in the parent's finish, failure and its undoing, cancel,
+fan-out at run time, idempotency, retention, and bad input refused before anything is written."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from leased import ConfigurationError, Leased, PayloadError, PermanentError, TaskContext, WorkflowNotFound
+from leased.backends.ports import AttemptEnd, ClaimRequest
+from leased.jobs import JobStatus, Outcome
+from leased.runs import WorkflowStatus
+from leased.testing import advance
+
+from conftest import callers_connection
+
+
+@pytest.fixture
+def tasks(app):
+    @app.task(name="extract")
+    def extract(what):
+        return {"what": what}
+
+    @app.task(name="merge", takes_context=True)
+    def merge(context: TaskContext):
+        return sorted(context.parent_results)
+
+    @app.task(name="outcomes", takes_context=True)
+    def outcomes(context: TaskContext, label="x"):
+        return {name: parent.status.value for name, parent in context.parents.items()}
+
+    feed = {"down": True}
+
+    @app.task(name="flaky", max_attempts=1)
+    def flaky(should_fail):
+        if should_fail and feed["down"]:
+            raise PermanentError("refunds feed is down")
+        return "ok"
+
+    @app.task(name="add")
+    def add(x, y=0):
+        return x + y
+
+    @app.task(name="fan", takes_context=True)
+    def fan(context: TaskContext, n):
+        return context.workflow.add_many([(add, (i, 100), {}, None, (), "succeeded") for i in range(n)])
+
+    @app.task(name="summary", takes_context=True)
+    def summary(context: TaskContext):
+        batch = context.batch
+        return [batch.succeeded, batch.failed, sorted(batch.results.values())]
+
+    return {task.name: task for task in (extract, merge, outcomes, flaky, add, fan, summary)} | {"feed": feed}
+
+
+def steps_of(app, run_id):
+    return {step.name: step for step in app.get_workflow(run_id).steps}
+
+
+def test_a_fan_in_runs_once_after_both_parents_with_their_results(app, tasks):
+    wf = app.workflow("nightly-report")
+    orders = wf.add(tasks["extract"], "orders")
+    refunds = wf.add(tasks["extract"].using(queue_name="slow"), "refunds", name="refunds")
+    report = wf.add(tasks["merge"], after=[orders, refunds])
+    wf.add(tasks["outcomes"], "ops", after=[report], when="finished")
+    run = wf.enqueue()
+
+    assert set(run.job_ids) == {"extract", "refunds", "merge", "outcomes"}
+    assert app.get_job(run.job_ids["merge"]).status is JobStatus.WAITING
+    assert app.get_job(run.job_ids["merge"]).workflow_id == run.id
+    assert app.job_counts().by_queue["default"]["waiting"] == 2
+    app.run_until_empty()
+
+    info = app.get_workflow(run.id)
+    assert info.status is WorkflowStatus.SUCCEEDED and info.progress == "4 of 4 steps done"
+    steps = {step.name: step for step in info.steps}
+    assert steps["merge"].result == ["extract", "refunds"]
+    assert steps["merge"].parents == ("extract", "refunds")
+    assert steps["outcomes"].result == {"merge": "done"}
+    merge, parents = app.get_job(run.job_ids["merge"]), [app.get_job(run.job_ids[n]) for n in ("extract", "refunds")]
+    assert merge.history[0].started_at >= max(parent.finished_at for parent in parents)
+    assert [w.id for w in app.list_workflows()] == [run.id]
+
+
+def test_a_failed_parent_cancels_its_dependents_and_retrying_it_revives_them(app, tasks):
+    wf = app.workflow("fragile")
+    good = wf.add(tasks["flaky"], False, name="orders")
+    bad = wf.add(tasks["flaky"], True, name="refunds")
+    report = wf.add(tasks["merge"], after=[good, bad], name="report")
+    email = wf.add(tasks["add"], 1, after=[report], name="email")
+    wf.add(tasks["outcomes"], after=[bad], when="failed", name="compensate")
+    wf.add(tasks["outcomes"], after=[email], when="finished", name="notify")
+    run = wf.enqueue()
+    app.run_until_empty()
+
+    steps = steps_of(app, run.id)
+    assert steps["refunds"].status is JobStatus.FAILED
+    assert steps["report"].status is JobStatus.CANCELLED and steps["report"].last_error == "parent refunds failed"
+    assert steps["email"].status is JobStatus.CANCELLED and steps["email"].last_error == "parent report failed"
+    assert steps["compensate"].result == {"refunds": "failed"}
+    assert steps["notify"].result == {"email": "cancelled"}
+    assert app.get_workflow(run.id).status is WorkflowStatus.FAILED
+
+    # The feed is back: retrying the failed step revives what its failure cancelled.
+    tasks["feed"]["down"] = False
+    app.retry(run.job_ids["refunds"])
+    steps = steps_of(app, run.id)
+    assert steps["report"].status is JobStatus.WAITING and steps["email"].status is JobStatus.WAITING
+    app.run_until_empty()
+    steps = steps_of(app, run.id)
+    assert steps["report"].status is JobStatus.DONE and steps["email"].status is JobStatus.DONE
+    assert steps["email"].result == 1 and steps["refunds"].result == "ok"
+    assert app.get_workflow(run.id).status is WorkflowStatus.SUCCEEDED  # the compensation ran, and stays done
+
+
+def test_a_compensation_step_is_skipped_when_every_parent_succeeded(app, tasks):
+    wf = app.workflow("all-good")
+    first = wf.add(tasks["add"], 1)
+    wf.add(tasks["outcomes"], after=[first], when="failed", name="undo")
+    run = wf.enqueue()
+    app.run_until_empty()
+    info = app.get_workflow(run.id)
+    undo = {step.name: step for step in info.steps}["undo"]
+    assert undo.status is JobStatus.CANCELLED and undo.last_error == "skipped: no parent failed"
+    assert info.status is WorkflowStatus.SUCCEEDED  # a skipped compensation is no failure
+    assert app.list_workflows()[0].status is WorkflowStatus.SUCCEEDED
+
+
+def test_a_chain_passes_each_result_on(app, tasks):
+    wf = app.workflow("sums")
+    wf.chain((tasks["add"], 1, 2), (tasks["add"], 10), (tasks["add"], 100))
+    run = wf.enqueue()
+    app.run_until_empty()
+    assert [step.result for step in app.get_workflow(run.id).steps] == [3, 13, 113]
+
+
+def test_a_batch_tells_its_last_step_how_many_succeeded_and_failed(app, tasks):
+    wf = app.workflow("album")
+    members, last = wf.batch(tasks["flaky"], [(False,), (True,), (False,)], then=tasks["summary"])
+    run = wf.enqueue()
+    app.run_until_empty()
+    assert steps_of(app, run.id)[last.name].result == [2, 1, ["ok", "ok"]]
+    assert len(members) == 3
+
+
+def test_steps_added_at_run_time_hold_back_the_steps_after_their_adder(app, tasks):
+    wf = app.workflow("pages")
+    crawl = wf.add(tasks["fan"], 3)
+    wf.add(tasks["merge"], after=[crawl], name="merge")
+    run = wf.enqueue()
+    app.run_until_empty()
+
+    steps = steps_of(app, run.id)
+    added = [step for step in steps.values() if step.added_by == "fan"]
+    assert sorted(step.result for step in added) == [100, 101, 102]
+    assert set(steps["merge"].parents) == {"fan", *(step.name for step in added)}
+    assert steps["merge"].result == sorted(["fan", *(step.name for step in added)])
+    merge_started = app.get_job(steps["merge"].job_id).history[0].started_at
+    assert all(merge_started >= app.get_job(step.job_id).finished_at for step in added)
+
+
+def test_adding_the_same_steps_again_adds_nothing_and_a_lost_lease_adds_none(app, tasks):
+    wf = app.workflow("retried-adder")
+    adder = wf.add(tasks["add"], 1)
+    wf.add(tasks["add"], 2, after=[adder], name="after")
+    run = wf.enqueue()
+    (claimed,) = app.backend.claim(ClaimRequest("w1", tuple(app.tasks), None, 1))
+    from leased.runs import NewStep
+
+    new = [NewStep("page-1", tasks["add"].using().new_job((5,), {}))]
+    first = app.backend.add_steps(claimed.lease, new)
+    assert app.backend.add_steps(claimed.lease, new) == first
+    assert steps_of(app, run.id)["after"].parents_left == 2
+    app.cancel(claimed.id)
+    with pytest.raises(Exception, match="no longer holds its lease"):
+        app.backend.add_steps(claimed.lease, [NewStep("page-2", tasks["add"].using().new_job((6,), {}))])
+    assert "page-2" not in steps_of(app, run.id)
+
+
+def test_cancelling_a_workflow_cancels_its_steps_running_ones_through_their_leases(app, tasks):
+    wf = app.workflow("to-cancel")
+    first = wf.add(tasks["add"], 1)
+    wf.add(tasks["add"], 2)
+    wf.add(tasks["add"], 3, after=[first])
+    run = wf.enqueue()
+    (claimed,) = app.backend.claim(ClaimRequest("w1", tuple(app.tasks), None, 1))
+    assert app.cancel_workflow(run.id) == 3
+    assert app.backend.finish([AttemptEnd(claimed.lease, Outcome.DONE, result_json="1",
+                                          workflow_id=run.id)]) == [False]
+    info = app.get_workflow(run.id)
+    assert info.counts == {"cancelled": 3} and info.status is WorkflowStatus.CANCELLED
+    assert app.get_job(claimed.id).history[-1].outcome is Outcome.CANCELLED
+    with pytest.raises(WorkflowNotFound):
+        app.cancel_workflow(run.id + 1000)
+
+
+def test_a_step_whose_last_lease_expired_fails_and_cancels_its_dependents(app, tasks):
+    wf = app.workflow("expiring")
+    first = wf.add(tasks["add"].using(max_attempts=1, lease=5), 1)
+    wf.add(tasks["add"], 2, after=[first], name="next")
+    run = wf.enqueue()
+    app.backend.claim(ClaimRequest("gone", tuple(app.tasks), None, 1))
+    advance(app, timedelta(seconds=10))
+    app.backend.claim(ClaimRequest("other", tuple(app.tasks), None, 1, reclaim_expired=True))
+    steps = steps_of(app, run.id)
+    assert steps["add"].status is JobStatus.FAILED
+    assert steps["next"].status is JobStatus.CANCELLED and steps["next"].last_error == "parent add failed"
+
+
+def test_an_idempotency_key_returns_the_unfinished_run_and_frees_itself_when_it_ends(app, tasks):
+    def build():
+        wf = app.workflow("nightly", idempotency_key="2026-12-03")
+        wf.add(tasks["add"], 1)
+        return wf.enqueue()
+
+    first, again = build(), build()
+    assert again.id == first.id and not again.created and again.job_ids == first.job_ids
+    assert app.count_jobs() == 1
+    app.run_until_empty()
+    later = build()
+    assert later.created and later.id != first.id
+
+
+def test_enqueue_in_the_callers_transaction_writes_all_or_nothing(app, tasks):
+    connection = callers_connection(app)  # sqlite3, psycopg or the MariaDB driver, in a transaction
+    try:
+        wf = app.workflow("in-my-transaction")
+        first = wf.add(tasks["add"], 1)
+        wf.add(tasks["add"], 2, after=[first])
+        wf.enqueue(connection=connection)
+        connection.rollback()
+        assert app.count_jobs() == 0 and app.list_workflows() == []
+        run = wf.enqueue(connection=connection)
+        connection.commit()
+    finally:
+        connection.close()
+    assert app.get_workflow(run.id).total == 2
+    app.run_until_empty()
+    assert app.get_workflow(run.id).status is WorkflowStatus.SUCCEEDED
+
+
+def test_retention_never_prunes_a_step_of_an_unfinished_run(app, tasks):
+    wf = app.workflow("long")
+    first = wf.add(tasks["add"].using(queue_name="held"), 1)
+    wf.add(tasks["add"], 2, after=[first], name="later")
+    wf.add(tasks["add"], 3, name="independent")
+    run = wf.enqueue()
+    (claimed,) = app.backend.claim(ClaimRequest("w1", tuple(app.tasks), ("held",), 1))
+    app.run_until_empty(queues=["default"])  # "independent" is done; "later" waits for the running one
+    advance(app, timedelta(days=30))
+    app.prune(older_than=timedelta(days=1))
+    assert app.get_workflow(run.id).total == 3  # unfinished: nothing went
+    app.backend.finish([AttemptEnd(claimed.lease, Outcome.DONE, result_json="1", workflow_id=run.id)])
+    app.run_until_empty()
+    advance(app, timedelta(days=30))
+    app.prune(older_than=timedelta(days=1))
+    with pytest.raises(WorkflowNotFound):
+        app.get_workflow(run.id)  # the run went with its last step
+
+
+def test_two_parents_ending_at_once_release_their_child_exactly_once(database_url, app, tasks):
+    runs = []
+    for _ in range(15):
+        wf = app.workflow("pair")
+        left, right = wf.add(tasks["add"], 1, name="left"), wf.add(tasks["add"], 2, name="right")
+        wf.add(tasks["add"], 3, after=[left, right], name="child")
+        runs.append(wf.enqueue())
+    apps = [Leased(database_url), Leased(database_url)]
+    try:
+        claimed = {worker: app_.backend.claim(ClaimRequest(worker, ("add",), None, 100))
+                   for worker, app_ in zip(("a", "b"), apps)}
+        # Each worker holds one parent of every pair where it can: swap so that both sides race.
+        barrier = threading.Barrier(2)
+
+        def finish(worker, app_):
+            barrier.wait()
+            for job in claimed[worker]:
+                app_.backend.finish([AttemptEnd(job.lease, Outcome.DONE, result_json="1", workflow_id=job.workflow_id)])
+
+        threads = [threading.Thread(target=finish, args=(worker, app_)) for worker, app_ in zip(("a", "b"), apps)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for app_ in apps:
+            app_.close()
+    for run in runs:
+        steps = steps_of(app, run.id)
+        if steps["left"].status is JobStatus.DONE and steps["right"].status is JobStatus.DONE:
+            assert steps["child"].status is JobStatus.PENDING and steps["child"].parents_left == 0
+    app.run_until_empty()
+    assert all(app.get_workflow(run.id).status is WorkflowStatus.SUCCEEDED for run in runs)
+    assert app.count_jobs(status="done") == 45
+
+
+def test_a_fan_in_of_many_parents_goes_through_the_bulk_insert(app, tasks):
+    wf = app.workflow("wide")
+    parents = [wf.add(tasks["add"], i, name=f"part-{i}") for i in range(300)]
+    wf.add(tasks["summary"], after=parents, when="finished")
+    run = wf.enqueue()
+    app.run_until_empty(concurrency=8)
+    summary = steps_of(app, run.id)["summary"]
+    assert summary.result[0] == 300 and summary.result[2] == list(range(300))
+
+
+def test_bad_input_is_refused_before_anything_is_written(app, tasks):
+    empty = app.workflow("empty")
+    with pytest.raises(ConfigurationError, match="no steps"):
+        empty.enqueue()
+    one, other = app.workflow("one"), app.workflow("other")
+    theirs = other.add(tasks["add"], 1)
+    with pytest.raises(ConfigurationError, match="of another workflow"):
+        one.add(tasks["add"], 2, after=[theirs])
+    with pytest.raises(ConfigurationError, match="invalid when="):
+        one.add(tasks["add"], 2, when="sometimes")
+    one.add(tasks["add"], 2, name="two")
+    with pytest.raises(ConfigurationError, match="named 'two' already"):
+        one.add(tasks["add"], 3, name="two")
+    with pytest.raises(ConfigurationError, match="idempotency_key"):
+        one.add(tasks["add"].using(idempotency_key="k"), 3)
+    with pytest.raises(PayloadError, match="missing a required argument"):
+        one.add(tasks["add"])  # add(x) needs x: refused at add(), as enqueue() refuses it
+
+    stranger = Leased(app.database_url)
+
+    @stranger.task(name="unknown-here")
+    def unknown():
+        return None
+
+    one.add(unknown)
+    with pytest.raises(ConfigurationError, match="not registered with this app"):
+        one.enqueue()
+    stranger.close()
+    assert app.count_jobs() == 0 and app.list_workflows() == []
+
+
+def test_async_code_enqueues_a_workflow_without_blocking_its_loop(app, tasks):
+    import asyncio
+
+    wf = app.workflow("from-async")
+    first = wf.add(tasks["add"], 1)
+    wf.add(tasks["add"], 2, after=[first])
+    run = asyncio.run(wf.aenqueue())
+    app.run_until_empty()
+    assert app.get_workflow(run.id).status is WorkflowStatus.SUCCEEDED
