@@ -139,11 +139,11 @@ def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
     assert "result 3" in " ".join(cli.run("show", "--database", cli.url, str(added["id"])).stdout.split())
 
     counts = cli.json("stats", APP)
-    assert counts["default"] == {"pending": 1, "running": 0, "done": 2, "failed": 0, "cancelled": 0}
+    assert counts["default"] == {"pending": 1, "running": 0, "done": 2, "failed": 0, "cancelled": 0, "waiting": 0}
     assert counts["other"]["failed"] == 1
     stats = cli.run("stats", "--database", cli.url).stdout.splitlines()
-    assert stats[0].split() == ["QUEUE", "PENDING", "RUNNING", "DONE", "FAILED", "CANCELLED", "TOTAL"]
-    assert stats[-1].split() == ["(all)", "1", "0", "2", "1", "0", "4"]
+    assert stats[0].split() == ["QUEUE", "PENDING", "RUNNING", "DONE", "FAILED", "CANCELLED", "WAITING", "TOTAL"]
+    assert stats[-1].split() == ["(all)", "1", "0", "2", "1", "0", "0", "4"]
 
     assert "is pending again" in cli.run("retry", APP, str(failing["id"])).stdout
     assert app.get_job(failing["id"]).status == "pending"

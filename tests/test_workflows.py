@@ -98,7 +98,7 @@ def test_a_failed_parent_cancels_its_dependents_and_retrying_it_revives_them(app
     steps = steps_of(app, run.id)
     assert steps["refunds"].status is JobStatus.FAILED
     assert steps["report"].status is JobStatus.CANCELLED and steps["report"].last_error == "parent refunds failed"
-    assert steps["email"].status is JobStatus.CANCELLED and steps["email"].last_error == "parent report failed"
+    assert steps["email"].status is JobStatus.CANCELLED and steps["email"].last_error == "parent report was cancelled"
     assert steps["compensate"].result == {"refunds": "failed"}
     assert steps["notify"].result == {"email": "cancelled"}
     assert app.get_workflow(run.id).status is WorkflowStatus.FAILED

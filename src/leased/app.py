@@ -22,7 +22,7 @@ from leased.engine.worker import Worker, WorkerStats
 from leased.errors import (ConfigurationError, DatabaseLocked, DatabaseUnavailable, InvalidTransition, JobNotFound,
                            WorkflowNotFound)
 from leased.events import Events
-from leased.explain import Explanation, explain
+from leased.explain import Explanation, explain, step_facts
 from leased.horizon import OLD_TRANSACTION_AFTER, check_old_transaction_after
 from leased.jobs import Job, JobStatus
 from leased.limits import QueueLimit, check_concurrency, parse_rate
@@ -350,7 +350,7 @@ class Leased:
             raise JobNotFound(job_id)
         if facts.job.status is JobStatus.PENDING:
             facts = replace(facts, old_transactions=self.old_transactions())
-        return facts.job, explain(facts)
+        return facts.job, explain(facts, step_facts(self.backend, facts.job))
 
     # Limits per queue, across all workers (limits per key are declared on tasks).
     def limit(self, queue_name: str, *, concurrency: int | None = None, rate_limit: str | None = None) -> QueueLimit:

@@ -13,6 +13,10 @@ Adding a reason takes three steps:
   3. a rule below: a function `(facts) -> list[Reason]`, put in PENDING_BLOCKERS if it keeps a
      due job from being claimed (then "it should start" is not said), or called from the status
      it concerns.
+
+A workflow's step (leased.workflows) that waits for its parents, or that its parents' failure
+cancelled, is explained by its parents: `step_facts(backend, job)` reads them (a second read, after
+the snapshot: a parent may have moved on since) and `explain(facts, step)` names them.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.durations import format_duration
@@ -29,6 +33,10 @@ from leased.facts import AHEAD_LIMIT, THREAD_OUTLIVED, THREAD_OUTLIVED_BEFORE, J
 from leased.horizon import sentence
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.limits import Rate
+from leased.runs import ParentEnd
+
+if TYPE_CHECKING:
+    from leased.backends.ports import Backend
 
 DEFAULT_POLL_INTERVAL = 1.0  # Leased.worker's default; a worker's own setting is not recorded
 
@@ -74,15 +82,190 @@ _APP_COMMAND = re.compile(r"`leased (\w+) APP([ `])")
 _NEEDS_HANDLERS = {"worker"}
 
 
-def explain(facts: JobFacts) -> Explanation:
+def explain(facts: JobFacts, step: StepFacts | None = None) -> Explanation:
+    """Why the job is where it is. `step`: a workflow step's parents (step_facts), for a step that
+    waits for them or that their failure cancelled; without it such a step is explained from its
+    own row, and `leased workflow` is named for the rest."""
     job = facts.job
-    explainer = _BY_STATUS[job.status]
-    summary = f"Job {job.id} ({job.task_name} on queue {job.queue_name}) {_IS[job.status]}."
-    return Explanation(job.id, job.status, summary, tuple([*_scheduled_by(facts), *explainer(facts)]), facts.now)
+    if job.status is JobStatus.WAITING:
+        reasons = _explain_waiting(facts, step)
+    elif job.status is JobStatus.CANCELLED and _cancelled_by_parents(job):
+        reasons = _explain_cancelled_by_parents(facts, step)
+    else:
+        reasons = _BY_STATUS[job.status](facts)
+    of = f", a step of workflow {job.workflow_id}" if job.workflow_id is not None else ""
+    summary = f"Job {job.id} ({job.task_name} on queue {job.queue_name}{of}) {_IS[job.status]}."
+    return Explanation(job.id, job.status, summary, tuple([*_scheduled_by(facts), *reasons]), facts.now)
 
 
 _IS = {JobStatus.PENDING: "is pending", JobStatus.RUNNING: "is running", JobStatus.DONE: "is done",
-       JobStatus.FAILED: "has failed", JobStatus.CANCELLED: "was cancelled"}
+       JobStatus.FAILED: "has failed", JobStatus.CANCELLED: "was cancelled", JobStatus.WAITING: "is waiting"}
+
+
+# A workflow's step: its parents.
+WAITING_NAMED = 5  # a waiting step's reason names this many of the parents it waits for, then counts the rest
+_NOT_ENDED = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
+_ENDED_AS_FAILED = (JobStatus.FAILED, JobStatus.CANCELLED)
+# The last_error a step's cancellation in its parents' name writes (backends/sql/workflows.py).
+_PARENT_FAILED = re.compile(r"parent (.+) (?:failed|was cancelled)")
+_SKIPPED = "skipped: "
+
+
+@dataclass(frozen=True, slots=True)
+class StepFacts:
+    """A workflow step's parents, as `why` tells them: how each ended (or where it is), and the
+    first WAITING_NAMED of those not ended read whole (their worker, lease and due time)."""
+
+    parents: tuple[ParentEnd, ...]
+    not_ended: tuple[Job, ...] = ()
+
+
+def step_facts(backend: Backend, job: Job) -> StepFacts | None:
+    """The parents of a step that waits for them or that their failure cancelled; None for any
+    other job (nothing more to read). Made for app.job_and_why: `explain(facts, step_facts(...))`."""
+    if job.workflow_id is None:
+        return None
+    if job.status is not JobStatus.WAITING and not (job.status is JobStatus.CANCELLED and _cancelled_by_parents(job)):
+        return None
+    parents = tuple(backend.parents_of(job.id))
+    not_ended = []
+    for parent in parents:
+        if parent.status in _NOT_ENDED and len(not_ended) < WAITING_NAMED:
+            found = backend.get_job(parent.job_id)
+            if found is not None:
+                not_ended.append(found)
+    return StepFacts(parents, tuple(not_ended))
+
+
+def _cancelled_by_parents(job: Job) -> bool:
+    """A step cancelled because a parent failed, or skipped as its when= asked: what its row says."""
+    error = job.last_error or ""
+    return job.workflow_id is not None and (bool(_PARENT_FAILED.fullmatch(error)) or error.startswith(_SKIPPED))
+
+
+def _shows_run(job: Job) -> str:
+    return f"`leased workflow APP {job.workflow_id}` shows the whole run"
+
+
+def _explain_waiting(facts: JobFacts, step: StepFacts | None) -> list[Reason]:
+    job = facts.job
+    if step is None:
+        return [Reason("waiting_for_parents", f"It waits for its parent steps in workflow {job.workflow_id} to end; "
+                                              f"no worker takes it before then. {_upper_first(_shows_run(job))}.",
+                       {"workflow_id": job.workflow_id})]
+    waiting = [parent for parent in step.parents if parent.status in _NOT_ENDED]
+    total = len(step.parents)
+    data: dict[str, Any] = {"workflow_id": job.workflow_id, "parents": total, "waiting_for": len(waiting),
+                            "parents_waited_for": [_parent_data(parent, step) for parent in waiting[:WAITING_NAMED]]}
+    if not waiting:
+        return [Reason("parents_ended", f"Every one of its {_count(total, 'parent')} has ended, yet it still waits: "
+                                        f"the step that ended last was settled in its own transaction, so this "
+                                        f"reads a moment in between; ask again. {_upper_first(_shows_run(job))}.",
+                       data)]
+    named = [_parent_state(parent, step, facts.now) for parent in waiting[:WAITING_NAMED]]
+    more = len(waiting) - len(named)
+    listed = ", ".join(named) + (f", and {more} more" if more else "")
+    if total == 1:
+        of = "its parent"
+    else:
+        of = f"all {total} of its parents" if len(waiting) == total else f"{len(waiting)} of its {total} parents"
+    reasons = [Reason("waiting_for_parents", f"Waiting for {of}: {listed}; no worker takes it before then.", data)]
+    ended = [parent for parent in step.parents if parent.status not in _NOT_ENDED]
+    if ended:
+        by_status: dict[str, int] = {}
+        for parent in ended:
+            by_status[parent.status.value] = by_status.get(parent.status.value, 0) + 1
+        outcomes = _names([f"{count} {status}" for status, count in by_status.items()])
+        reasons.append(Reason("parents_ended", f"{_count(len(ended), 'parent')} {'has' if len(ended) == 1 else 'have'} "
+                                               f"ended: {outcomes}.", {"ended": by_status}))
+    first = waiting[0]
+    reasons.append(Reason("ask_parent", f"`leased why APP {first.job_id}` says why parent {first.name} has not ended; "
+                                        f"{_shows_run(job)}.", {"job_id": first.job_id}))
+    return reasons
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _parent_job(parent: ParentEnd, step: StepFacts) -> Job | None:
+    return next((job for job in step.not_ended if job.id == parent.job_id), None)
+
+
+def _parent_state(parent: ParentEnd, step: StepFacts, now: datetime) -> str:
+    """'job 12 extract (running on worker w1, lease until 12:55:40 UTC)'"""
+    job = _parent_job(parent, step)
+    status = job.status if job is not None else parent.status
+    if job is None or status is JobStatus.WAITING:
+        state = "waiting for its own parents" if status is JobStatus.WAITING else status.value
+    elif status is JobStatus.RUNNING:
+        lease = job.lease_expires_at
+        if lease is None:
+            until = ""
+        elif lease <= now:
+            until = f", whose lease expired {_relative(lease, now)}"
+        else:
+            until = f", lease until {_utc(lease)}"
+        state = f"running attempt {job.attempt} of {job.max_attempts} on worker {job.lease_owner or '?'}{until}"
+    elif status is JobStatus.PENDING:
+        due = "due now" if job.run_after <= now else f"due {_when(job.run_after, now)}"
+        again = f" for attempt {job.attempt + 1} of {job.max_attempts}" if job.attempt else ""
+        state = f"pending{again}, {due}"
+    else:  # it ended since its parents were read
+        state = f"{status.value} just now"
+    return f"job {parent.job_id} {parent.name} ({state})"
+
+
+def _parent_data(parent: ParentEnd, step: StepFacts) -> dict[str, Any]:
+    job = _parent_job(parent, step)
+    data: dict[str, Any] = {"job_id": parent.job_id, "name": parent.name, "status": parent.status.value}
+    if job is not None:
+        data.update(status=job.status.value, worker_id=job.lease_owner, lease_expires_at=job.lease_expires_at,
+                    run_after=job.run_after, attempt=job.attempt, max_attempts=job.max_attempts)
+    return data
+
+
+def _explain_cancelled_by_parents(facts: JobFacts, step: StepFacts | None) -> list[Reason]:
+    job = facts.job
+    error = job.last_error or ""
+    finished = job.finished_at or facts.now
+    data: dict[str, Any] = {"workflow_id": job.workflow_id, "finished_at": job.finished_at}
+    if error.startswith(_SKIPPED):
+        return [Reason("skipped", f"It was skipped {_when(finished, facts.now)}: it runs only if one of its parents "
+                                  f"fails or is cancelled (when=\"failed\", a compensation step), and none did.", data),
+                _retry_would(job)]
+    named = _PARENT_FAILED.fullmatch(error)
+    name = named[1] if named else "?"
+    failed = [parent for parent in (step.parents if step else ()) if parent.status in _ENDED_AS_FAILED]
+    parent = next((parent for parent in failed if parent.name == name), failed[0] if failed else None)
+    if parent is None:
+        data.update(parent=name)
+        return [Reason("parent_failed", f"It was cancelled {_when(finished, facts.now)} without running, because its "
+                                        f"parent step {name} failed; it runs only once all of its parents have "
+                                        f"succeeded. {_upper_first(_shows_run(job))}.", data)]
+    data.update(parent=parent.name, parent_job_id=parent.job_id, parent_status=parent.status.value,
+                parent_error=parent.error, parents_failed=[p.job_id for p in failed])
+    how = "failed" if parent.status is JobStatus.FAILED else "was cancelled"
+    error_note = f" ({_one_line(parent.error)})" if parent.error and parent.status is JobStatus.FAILED else ""
+    others = ""
+    if len(failed) > 1:
+        others = f"; {_count(len(failed) - 1, 'other parent')} failed or {'was' if len(failed) == 2 else 'were'} " \
+                 "cancelled too"
+    reasons = [Reason("parent_failed", f"It was cancelled {_when(finished, facts.now)} without running, because its "
+                                       f"parent job {parent.job_id} {parent.name} {how}{error_note}{others}; it runs "
+                                       f"only once all of its parents have succeeded.", data)]
+    retry = (f"`leased workflow APP {job.workflow_id} --retry` retries the run's failed steps; the steps their "
+             f"failure cancelled, this one among them, wait for them again" if parent.status is JobStatus.FAILED
+             else f"`leased retry APP {parent.job_id}` runs parent {parent.name} again, and this step waits for it "
+                  "again")
+    reasons.append(Reason("retry_parent", f"{retry}.", {"parent_job_id": parent.job_id}))
+    return reasons
+
+
+def _one_line(text: str) -> str:
+    """An error as one line, cut short: a traceback's message may span many."""
+    line = " ".join(text.split())
+    return line if len(line) <= 200 else line[:197] + "..."
 
 
 # How times read: relative to the database's now, with the absolute UTC time beside it.

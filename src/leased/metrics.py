@@ -1,9 +1,10 @@
 """Prometheus metrics through prometheus_client: never hand-written exposition text.
 
 Two registries, because they come from different places:
-- database_registry(app): jobs by queue and status (some estimated, see leased.counts), the wait
-  of the oldest due job, paused queues,
-  live workers, each schedule's last success and skipped ticks, the queues' limits,
+- database_registry(app): jobs by queue and status (some estimated, see leased.counts; a
+  workflow's steps that wait for their parents are status "waiting"), the wait of the oldest due
+  job, paused queues, live workers, each schedule's last success and skipped ticks, the queues'
+  limits, the latest workflow runs by status,
   read from the database on every scrape (the dashboard serves it on /metrics);
 - worker_registry(events): attempts by task and outcome, a histogram of run time, and handlers
   stuck past their time limit, counted from the events of the workers in this process
@@ -25,11 +26,13 @@ from leased.events import (
     ListenerLost,
     ListenerReconnected,
 )
+from leased.runs import WorkflowStatus
 
 if TYPE_CHECKING:
     from leased.admin import QueueSummary
     from leased.app import Leased
 
+RECENT_WORKFLOWS = 1000  # leased_recent_workflows counts the latest this many runs
 RUN_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
@@ -44,7 +47,8 @@ class DatabaseCollector:
 
     def collect(self) -> Iterator[Metric]:
         overview = self.app.overview()
-        jobs = GaugeMetricFamily("leased_jobs", "Jobs by queue and status. Pending and running are exact; done, "
+        jobs = GaugeMetricFamily("leased_jobs", "Jobs by queue and status. Waiting (a workflow's steps whose "
+                                 "parents have not all ended), pending and running are exact; done, "
                                  "failed and cancelled are estimated from a sample of job ids when "
                                  "leased_jobs_estimated says so for their status.", labels=["queue", "status"])
         estimated = GaugeMetricFamily("leased_jobs_estimated", "1 while leased_jobs of this status is an estimate "
@@ -66,6 +70,22 @@ class DatabaseCollector:
         workers.add_metric([], sum(worker.alive for worker in overview.workers))
         yield from (jobs, estimated, oldest, paused, workers, *_limit_gauges(overview.queues))
         yield from self._schedules()
+        yield self._workflows()
+
+    def _workflows(self) -> Metric:
+        """Runs by status over the latest RECENT_WORKFLOWS only: one bounded read per scrape, whatever
+        the table's size. Alert on a rise of failed; running covers long runs only while recent."""
+        runs = GaugeMetricFamily("leased_recent_workflows",
+                                 f"Workflow runs by status (running, succeeded, failed, cancelled), counted over "
+                                 f"the latest {RECENT_WORKFLOWS:,} runs only (newest by id): older runs are not "
+                                 f"in it. Steps waiting for their parents are leased_jobs{{status=\"waiting\"}}.",
+                                 labels=["status"])
+        counts = {status.value: 0 for status in WorkflowStatus}
+        for info in self.app.list_workflows(limit=RECENT_WORKFLOWS):
+            counts[info.status.value] += 1
+        for status, count in counts.items():
+            runs.add_metric([status], count)
+        return runs
 
     def _schedules(self) -> Iterator[Metric]:
         """Alert on a schedule that stopped: time() minus its last success, against its period."""

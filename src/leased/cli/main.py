@@ -44,17 +44,18 @@ class LeasedGroup(click.Group):
             raise Failure(output.one_line(str(error))) from None
 
 
-def job_target(values: tuple[str, ...]) -> tuple[str | None, int]:
+def job_target(values: tuple[str, ...], noun: str = "job") -> tuple[str | None, int]:
     """[APP] JOB_ID: APP is optional before the id, so the arguments are split by count."""
+    placeholder = f"{noun.upper()}_ID"
     if not values or len(values) > 2:
-        raise click.UsageError(f"expected [APP] JOB_ID, got {len(values)} arguments")
+        raise click.UsageError(f"expected [APP] {placeholder}, got {len(values)} arguments")
     app_spec, raw = (None, values[0]) if len(values) == 1 else values
     if app_spec is None and ":" in raw:
-        raise click.UsageError("missing JOB_ID")
+        raise click.UsageError(f"missing {placeholder}")
     try:
         return app_spec, int(raw)
     except ValueError:
-        raise Failure(f"a job id is a whole number, got {raw!r}") from None
+        raise Failure(f"a {noun} id is a whole number, got {raw!r}") from None
 
 
 JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
@@ -476,6 +477,80 @@ def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | N
         return True
     click.echo("nothing changed")
     return False
+
+
+# Workflows: runs of steps that wait for each other (leased.workflows).
+@cli.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@database_option
+@click.option("--name", metavar="NAME", help="Only the runs of workflows of this name.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--before-id", type=int, metavar="ID", help="Next page: runs older than ID (the last id shown).")
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as a JSON array.")
+@click.pass_context
+def workflows(ctx: click.Context, app_spec: str | None, database: str | None, name: str | None, limit: int,
+              before_id: int | None, as_json: bool) -> None:
+    """List workflow runs, newest first, with their status and progress."""
+    found = open_app(ctx, app_spec, database).list_workflows(limit=limit, before_id=before_id, name=name)
+    if as_json:
+        click.echo(output.to_json([output.workflow_to_dict(info) for info in found]))
+        return
+    if not found:
+        click.echo("no workflows" + (" match" if name or before_id else ""))
+        return
+    click.echo(output.workflows_table(found))
+    if len(found) == limit:
+        click.echo(f"(first {limit}; next page: --before-id {found[-1].id})", err=True)
+
+
+@cli.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] WORKFLOW_ID")
+@database_option
+@click.option("--retry", "retry_run", is_flag=True,
+              help="Retry the run's failed steps; the steps their failure cancelled wait again.")
+@click.option("--cancel", "cancel_run", is_flag=True,
+              help="Cancel every unfinished step of the run (running ones: their workers stop the handlers).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run and its steps as JSON.")
+@click.pass_context
+def workflow(ctx: click.Context, target: tuple[str, ...], database: str | None, retry_run: bool, cancel_run: bool,
+             as_json: bool) -> None:
+    """Show one workflow run: its status, progress and every step as a tree by dependency.
+
+    With --retry or --cancel, act on the run first, then say what changed.
+    """
+    if retry_run and cancel_run:
+        raise click.UsageError("give --retry or --cancel, not both")
+    app_spec, workflow_id = job_target(target, "workflow")
+    app = open_app(ctx, app_spec, database)
+    if retry_run or cancel_run:
+        name = app.get_workflow(workflow_id).name  # for the message, and a clear error for an unknown id
+        if retry_run:
+            count = app.retry_workflow(workflow_id)
+            done = (f"{output.plural(count, 'failed step')} retried; the steps their failure cancelled wait again"
+                    if count else "no failed steps to retry")
+        else:
+            count = app.cancel_workflow(workflow_id)
+            done = f"{output.plural(count, 'step')} cancelled" if count else "nothing to cancel: every step has ended"
+        click.echo(f"workflow {workflow_id} ({name}): {done}", err=as_json)
+    info = app.get_workflow(workflow_id)
+    if as_json:
+        click.echo(output.to_json(output.workflow_to_dict(info)))
+        return
+    if retry_run or cancel_run:
+        click.echo(f"now {info.status}: {info.progress}")
+        return
+    click.echo(describe_workflow(info))
+
+
+def describe_workflow(info: Any) -> str:
+    fields = [("status", str(info.status)),
+              ("progress", f"{info.progress}: {output.step_counts(info.counts, info.skipped)}"),
+              ("created", output.local_time(info.created_at))]
+    if info.idempotency_key:
+        fields.append(("idempotency key", info.idempotency_key))
+    parts = [f"workflow {info.id}  {info.name}", output.labelled(fields), "", "steps",
+             output.steps_table(info.steps, indent="  ")]
+    return "\n".join(parts)
 
 
 @cli.command()

@@ -77,6 +77,12 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=_json_default)
 
 
+def short_json(value: Any, width: int = 80) -> str:
+    """A result on one line, cut to `width`: a step's row is no place for a whole payload."""
+    text = json.dumps(value, ensure_ascii=False, default=_json_default)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def code_spans(text: str) -> Markup:
     """Plain text with `commands` in backticks, as HTML: escaped first, then the spans marked up."""
     return Markup(_CODE_SPAN.sub(r"<code>\1</code>", str(escape(text))))
@@ -87,4 +93,4 @@ _CODE_SPAN = re.compile(r"`([^`]+)`")
 
 def install(env: Environment) -> None:
     env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, count=count,
-                       pretty_json=pretty_json, code_spans=code_spans, old_transaction=sentence)
+                       pretty_json=pretty_json, short_json=short_json, code_spans=code_spans, old_transaction=sentence)

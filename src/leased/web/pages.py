@@ -21,8 +21,10 @@ from starlette.templating import Jinja2Templates
 
 from leased.admin import WorkerInfo
 from leased.app import Leased
-from leased.errors import ConfigurationError, InvalidTransition, JobNotFound
+from leased.cli.output import STEP_STATUSES, parents_note, step_counts, step_tree
+from leased.errors import ConfigurationError, InvalidTransition, JobNotFound, WorkflowNotFound
 from leased.jobs import JobStatus
+from leased.runs import WorkflowInfo, WorkflowStatus
 from leased.web.charts import throughput_chart
 from leased.web.security import CSRF_FIELD, Csrf, Flash
 
@@ -114,6 +116,36 @@ def jobs_page(leased: Leased, query: JobsQuery) -> dict[str, Any]:
             "first_link": query.link() if has_previous else None}
 
 
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One status's part of a run's progress bar, in percent of its steps (SVG lengths, not styles:
+    the page's CSP allows no inline style)."""
+
+    status: str
+    x: float
+    width: float
+    count: int
+
+
+def progress_segments(info: WorkflowInfo) -> list[Segment]:
+    """The run's steps by status, ended ones first (done, failed, cancelled), then those to come."""
+    total = info.total or 1
+    segments, x = [], 0.0
+    for status in ("done", "failed", "cancelled", "running", "pending", "waiting"):
+        count = info.counts.get(status, 0)
+        if count:
+            width = 100.0 * count / total
+            segments.append(Segment(status, round(x, 3), round(width, 3), count))
+            x += width
+    return segments
+
+
+def workflow_actions(info: WorkflowInfo) -> dict[str, bool]:
+    """Retry: some step failed (retry_workflow retries those). Cancel: some step can still run."""
+    return {"can_retry": info.counts.get("failed", 0) > 0,
+            "can_cancel": info.status is WorkflowStatus.RUNNING}
+
+
 @dataclass(frozen=True)
 class WorkerGroup:
     """The processes of one supervisor on one host, or a worker of its own (supervisor None)."""
@@ -197,7 +229,40 @@ class Pages:
             "job": job, "started_at": started, "why": why,
             "total": job.finished_at - job.created_at if job.finished_at else None,
             "can_retry": job.status in (JobStatus.FAILED, JobStatus.CANCELLED),
-            "can_cancel": job.status in (JobStatus.PENDING, JobStatus.RUNNING),
+            "can_cancel": job.status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING),
+        })
+
+    def workflows(self, request: Request) -> Response:
+        name = (request.query_params.get("name") or "").strip() or None
+        raw = (request.query_params.get("before_id") or "").strip()
+        if raw and (not raw.isdigit() or len(raw) > 18):
+            return self.problem(request, 400, "Bad request", f"before_id must be a workflow id (a whole number), "
+                                                             f"got {raw!r}")
+        before_id = int(raw) if raw else None
+        runs = self.leased.list_workflows(limit=PAGE_SIZE + 1, before_id=before_id, name=name)
+        more = len(runs) > PAGE_SIZE
+        runs = runs[:PAGE_SIZE]
+        query = {"name": name} if name else {}
+        next_link = "?" + urlencode({**query, "before_id": runs[-1].id}) if more else None
+        first_link = ("?" + urlencode(query)) if before_id is not None else None
+        return self.render(request, "workflows.html", {
+            "runs": [(info, progress_segments(info), step_counts(info.counts, info.skipped)) for info in runs],
+            "name": name, "next_link": next_link, "first_link": first_link,
+        })
+
+    def workflow(self, request: Request) -> Response:
+        workflow_id = request.path_params["workflow_id"]
+        try:
+            if workflow_id > MAX_JOB_ID:
+                raise WorkflowNotFound(workflow_id)
+            info = self.leased.get_workflow(workflow_id)
+        except WorkflowNotFound:
+            return self.problem(request, 404, "No such workflow", f"There is no workflow with id {workflow_id}.")
+        rows = [(row, parents_note(row)) for row in step_tree(info.steps)]
+        return self.render(request, "workflow.html", {
+            "run": info, "rows": rows, "segments": progress_segments(info),
+            "summary": step_counts(info.counts, info.skipped), "step_statuses": STEP_STATUSES,
+            **workflow_actions(info),
         })
 
     def schedules(self, request: Request) -> Response:
@@ -250,6 +315,45 @@ class Pages:
             return f"Job {job.id} ({job.task_name}) is cancelled.{stopping}"
 
         return await self._on_job(request, "Not cancelled", cancel)
+
+    async def _on_workflow(self, request: Request, refused: str, act: Callable[[int], str]) -> Response:
+        """Run one action on the workflow in the path; back to its page saying what happened."""
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        workflow_id = request.path_params["workflow_id"]
+        if workflow_id > MAX_JOB_ID:
+            return PlainTextResponse(f"no workflow with id {workflow_id}\n", status_code=404)
+        back = request.url_for("workflow", workflow_id=workflow_id).path
+        try:
+            done = await run_in_threadpool(act, workflow_id)
+        except WorkflowNotFound as error:
+            return self._redirect(request, request.url_for("workflows").path, "error", f"{refused}: {error}")
+        except InvalidTransition as error:
+            return self._redirect(request, back, "error", f"{refused}: {error}")
+        return self._redirect(request, back, "ok", done)
+
+    async def retry_workflow(self, request: Request) -> Response:
+        def retry(workflow_id: int) -> str:
+            count = self.leased.retry_workflow(workflow_id)
+            if not count:
+                return f"Workflow {workflow_id} has no failed steps to retry."
+            steps = "step is" if count == 1 else "steps are"
+            return (f"{count:,} failed {steps} pending again in workflow {workflow_id}; the steps their failure "
+                    f"cancelled wait for them again.")
+
+        return await self._on_workflow(request, "Not retried", retry)
+
+    async def cancel_workflow(self, request: Request) -> Response:
+        def cancel(workflow_id: int) -> str:
+            count = self.leased.cancel_workflow(workflow_id)
+            if not count:
+                return f"Workflow {workflow_id} had no unfinished steps: nothing cancelled."
+            steps = "step" if count == 1 else "steps"
+            return (f"{count:,} unfinished {steps} of workflow {workflow_id} cancelled (any running ones: their "
+                    f"workers stop the handlers).")
+
+        return await self._on_workflow(request, "Not cancelled", cancel)
 
     async def retry_failed(self, request: Request) -> Response:
         form = await self._checked_form(request)

@@ -1016,7 +1016,8 @@ WITH retried AS (
     WHERE id = ANY(%(job_ids)s::bigint[]) AND status = 'failed'
     RETURNING queue_name
 )
-SELECT DISTINCT queue_name, pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke FROM retried;
+SELECT queue_name, pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke
+FROM (SELECT DISTINCT queue_name FROM retried) AS due;
 
 -- name: get_workflow
 SELECT * FROM leased_workflows WHERE id = %(workflow_id)s;

@@ -125,8 +125,8 @@ class WorkflowStore(Dialect):
         return {step.name: added[step.name] for step in steps}
 
     # Ends: what every verb that ends a step's job calls, in its own transaction.
-    def _settle(self, connection: Any, ended: Sequence[tuple[int, bool]]) -> set[str]:
-        """Count ended steps (job id, whether it ended failed or cancelled) against their children:
+    def _settle(self, connection: Any, ended: Sequence[tuple[int, str]]) -> set[str]:
+        """Count ended steps (job id, the status it ended in) against their children:
         a child whose parents have all ended is released or cancelled, and a cancel ends it in
         turn. Returns the queues of the steps released: after the commit, workers to wake."""
         names: dict[int, str] = {}
@@ -135,7 +135,7 @@ class WorkflowStore(Dialect):
             rows = self._all(connection, "lock_children", job_ids=json.dumps([job_id for job_id, _ in ended]))
             if not rows:
                 break
-            failed_ids = {job_id for job_id, failed in ended if failed}
+            failed_ids = {job_id: status for job_id, status in ended if status in ENDED_AS_FAILED}
             children: dict[int, dict[str, Any]] = {}
             for row in rows:
                 child = children.setdefault(row["job_id"], {"row": row, "ended": 0, "failed": 0, "first_failed": None})
@@ -170,11 +170,11 @@ class WorkflowStore(Dialect):
                     names |= {row["job_id"]: row["name"] for row in
                               self._all(connection, "names_of_steps", job_ids=json.dumps(unnamed))}
                 self._execute(connection, "cancel_steps", steps=json.dumps([
-                    [job_id, f"parent {names.get(parent, parent)} failed" if parent is not None
+                    [job_id, _reason(names.get(parent, str(parent)), failed_ids.get(parent)) if parent is not None
                      else "skipped: no parent failed"] for job_id, parent in cancel]))
                 self._execute(connection, "mark_cancelled_by_parents",
                               job_ids=json.dumps([job_id for job_id, _ in cancel]))
-            ended = [(job_id, True) for job_id, _ in cancel]
+            ended = [(job_id, JobStatus.CANCELLED.value) for job_id, _ in cancel]
         return released
 
     def _release_steps(self, connection: Any, job_ids: list[int], released: set[str]) -> None:
@@ -226,7 +226,7 @@ class WorkflowStore(Dialect):
 
     def _settle_rows(self, connection: Any, rows: Iterable[Mapping[str, Any]]) -> set[str]:
         """Settle the steps among `rows` (id, status, workflow_id) that ended."""
-        ended = [(row["id"], row["status"] in ENDED_AS_FAILED) for row in rows
+        ended = [(row["id"], row["status"]) for row in rows
                  if row["workflow_id"] is not None and row["status"] in (JobStatus.DONE.value, *ENDED_AS_FAILED)]
         return self._settle(connection, ended) if ended else set()
 
@@ -319,6 +319,10 @@ class WorkflowStore(Dialect):
             result=self._from_json(row["result"]), last_error=row["last_error"],
             added_by=None if row["added_by"] is None else name_of.get(row["added_by"], str(row["added_by"])),
             cancelled_by_parents=bool(row["cancelled_by_parents"]))
+
+
+def _reason(parent: str, status: str | None) -> str:
+    return f"parent {parent} failed" if status == JobStatus.FAILED.value else f"parent {parent} was cancelled"
 
 
 def _prepend(args: Any, value: Any) -> str:
