@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 def test_chaos_soak_keeps_every_invariant(backend_name, database_url, tmp_path):
     settings = chaos.Settings(backend_name, database_url, tmp_path / "logs", jobs=1_500, workers=4, concurrency=4,
-                              seconds=6.0, max_kills=8, pace=(0.3, 0.8), lease=1.5, seed=7, drain_timeout=90.0)
+                              seconds=4.5, max_kills=8, pace=(0.3, 0.8), lease=1.5, seed=7, drain_timeout=90.0)
     result = chaos.run(settings)
     print(f"\n{chaos.HEADER}\n{chaos.RULE}\n{chaos.table_row(result)}\n{chaos.details(result)}")
 

@@ -186,7 +186,8 @@ def _rows_through_generic_plan(connection, sql: str, params: dict) -> int:
     return rows(plan[0]["Plan"])
 
 
-ACTIVE_INDEXES = ("leased_jobs_due", "leased_jobs_queue_due", "leased_jobs_keyed_due", "leased_jobs_leases")
+ACTIVE_INDEXES = ("leased_jobs_due", "leased_jobs_queue_due", "leased_jobs_keyed_due", "leased_jobs_leases",
+                  "leased_jobs_waiting")
 
 
 def test_the_overviews_counts_read_no_finished_history(app, backend_name):

@@ -346,3 +346,72 @@ def test_async_code_enqueues_a_workflow_without_blocking_its_loop(app, tasks):
     run = asyncio.run(wf.aenqueue())
     app.run_until_empty()
     assert app.get_workflow(run.id).status is WorkflowStatus.SUCCEEDED
+
+
+def test_a_step_added_after_a_done_step_does_not_wait_for_it_and_bad_parents_are_refused(app, tasks):
+    wf = app.workflow("late-adds")
+    first = wf.add(tasks["add"], 1, name="first")
+    adder = wf.add(tasks["add"], 2, name="adder")
+    failing = wf.add(tasks["flaky"], True, name="failing")
+    run = wf.enqueue()
+    app.run_until_empty(queues=["default"])  # all three end (the adder too: it is re-claimed below)
+    # A new adder, claimed by hand, adds steps after the ones that ended.
+    wf2 = app.workflow("adder-run")
+    wf2.add(tasks["add"], 3, name="adding")
+    run2 = wf2.enqueue()
+    (claimed,) = app.backend.claim(ClaimRequest("w1", tuple(app.tasks), None, 1))
+    assert claimed.id == run2.job_ids["adding"]
+    from leased.runs import NewStep
+
+    def step(name, after):
+        return NewStep(name, tasks["add"].using().new_job((9,), {}), tuple(-1 - job_id for job_id in after))
+
+    with pytest.raises(ConfigurationError, match="not a step of workflow"):
+        app.backend.add_steps(claimed.lease, [step("x", [run.job_ids["first"]])])  # another run's step
+    # In its own run: a done parent is not waited for; a failed one is refused.
+    wf3 = app.workflow("own")
+    done = wf3.add(tasks["add"], 1, name="done")
+    wf3.add(tasks["flaky"], True, name="broken")
+    wf3.add(tasks["add"].using(queue_name="later"), 2, name="adder", after=[done])
+    run3 = wf3.enqueue()
+    app.run_until_empty(queues=["default"])
+    (own,) = app.backend.claim(ClaimRequest("w2", tuple(app.tasks), ("later",), 1))
+    with pytest.raises(Exception, match="ended without succeeding"):
+        app.backend.add_steps(own.lease, [step("y", [run3.job_ids["broken"]])])
+    added = app.backend.add_steps(own.lease, [step("z", [run3.job_ids["done"]])])
+    assert app.get_job(added["z"]).status is JobStatus.PENDING
+    assert adder.name == "adder" and failing.name == "failing" and first.name == "first"
+
+
+def test_retrying_a_run_whose_failed_step_follows_another_failed_step_waits_for_it(app, tasks):
+    wf = app.workflow("two-failures")
+    first = wf.add(tasks["flaky"], True, name="first")
+    wf.add(tasks["flaky"], True, name="second", after=[first], when="finished")
+    run = wf.enqueue()
+    app.run_until_empty()
+    assert app.get_workflow(run.id).counts == {"failed": 2}
+    assert app.retry_workflow(run.id) == 2
+    steps = steps_of(app, run.id)
+    assert steps["first"].status is JobStatus.PENDING and steps["second"].status is JobStatus.WAITING
+    tasks["feed"]["down"] = False
+    app.run_until_empty()
+    steps = steps_of(app, run.id)
+    second = app.get_job(steps["second"].job_id)
+    assert second.history[-1].started_at >= app.get_job(steps["first"].job_id).finished_at
+    assert app.get_workflow(run.id).status is WorkflowStatus.SUCCEEDED
+
+
+def test_steps_of_a_cancelled_run_retried_one_by_one_wait_for_each_other_again(app, tasks):
+    wf = app.workflow("cancelled-then-retried")
+    first = wf.add(tasks["add"], 1, name="first")
+    wf.add(tasks["add"], 2, name="second", after=[first])
+    run = wf.enqueue()
+    app.cancel_workflow(run.id)
+    app.retry(run.job_ids["second"])  # its parent is still cancelled: it runs now, as asked
+    assert app.get_job(run.job_ids["second"]).status is JobStatus.PENDING
+    app.cancel(run.job_ids["second"])
+    app.retry(run.job_ids["first"])
+    app.retry(run.job_ids["second"])  # its parent runs again: it waits for it
+    assert app.get_job(run.job_ids["second"]).status is JobStatus.WAITING
+    app.run_until_empty()
+    assert app.get_workflow(run.id).status is WorkflowStatus.SUCCEEDED

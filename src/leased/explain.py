@@ -107,7 +107,7 @@ WAITING_NAMED = 5  # a waiting step's reason names this many of the parents it w
 _NOT_ENDED = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
 _ENDED_AS_FAILED = (JobStatus.FAILED, JobStatus.CANCELLED)
 # The last_error a step's cancellation in its parents' name writes (backends/sql/workflows.py).
-_PARENT_FAILED = re.compile(r"parent (.+) (?:failed|was cancelled)")
+_PARENT_FAILED = re.compile(r"parent (.+) (?:failed|was cancelled)|a parent failed")
 _SKIPPED = "skipped: "
 
 
@@ -235,7 +235,7 @@ def _explain_cancelled_by_parents(facts: JobFacts, step: StepFacts | None) -> li
                                   f"fails or is cancelled (when=\"failed\", a compensation step), and none did.", data),
                 _retry_would(job)]
     named = _PARENT_FAILED.fullmatch(error)
-    name = named[1] if named else "?"
+    name = (named[1] if named else None) or "?"
     failed = [parent for parent in (step.parents if step else ()) if parent.status in _ENDED_AS_FAILED]
     parent = next((parent for parent in failed if parent.name == name), failed[0] if failed else None)
     if parent is None:

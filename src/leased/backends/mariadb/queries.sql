@@ -761,6 +761,15 @@ SELECT id, workflow_id FROM leased_jobs
 WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s AND status = 'running'
 FOR UPDATE;
 
+-- name: lock_steps_of_run
+-- Steps named in a new step's after=, of this run only, locked: one ending now commits first (and
+-- is seen ended) or waits, and then counts the new edges.
+SELECT job.id, job.status FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids
+JOIN leased_jobs AS job FORCE INDEX (PRIMARY) ON job.id = ids.value
+WHERE job.workflow_id = %(workflow_id)s
+ORDER BY job.id
+FOR UPDATE;
+
 -- name: children_of
 SELECT child_id FROM leased_dependencies WHERE parent_id = %(job_id)s;
 

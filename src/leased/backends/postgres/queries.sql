@@ -905,20 +905,30 @@ SELECT id, workflow_id FROM leased_jobs
 WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s AND status = 'running'
 FOR UPDATE;
 
+-- name: lock_steps_of_run
+-- Steps named in a new step's after=, of this run only, locked: one ending now commits first (and
+-- is seen ended) or waits, and then counts the new edges.
+SELECT id, status FROM leased_jobs
+WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)) AND workflow_id = %(workflow_id)s
+ORDER BY id
+FOR UPDATE;
+
 -- name: children_of
 SELECT child_id FROM leased_dependencies WHERE parent_id = %(job_id)s;
 
 -- name: lock_children
 -- One row per edge from the given steps to a child, with the child's counters and status; the
--- children's step rows are locked, in id order, so two parents' ends count one after the other
--- (a locking read sees the other's committed count).
+-- children's step and job rows are locked, in id order, so two parents' ends count one after the
+-- other: a locking read sees the other's committed count and status (both rows locked: a row
+-- that is joined but not locked keeps the version from before the wait, and a child another end
+-- had just cancelled would look waiting still, and be cancelled and cascaded twice).
 SELECT d.parent_id, s.job_id, s.parents_left, s.parents_failed, s.run_when, s.cancelled_by_parents, j.status
 FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value)
 JOIN leased_dependencies AS d ON d.parent_id = ids.value::bigint
 JOIN leased_steps AS s ON s.job_id = d.child_id
 JOIN leased_jobs AS j ON j.id = s.job_id
 ORDER BY s.job_id
-FOR UPDATE OF s;
+FOR UPDATE OF s, j;
 
 -- name: count_parents
 -- Each [child_id, parents ended, of them failed]: negative to count them back (a retry).

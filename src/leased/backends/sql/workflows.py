@@ -25,6 +25,7 @@ from leased.jobs import Job, JobStatus, Lease, Outcome
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen, StepInfo, WorkflowInfo
 
 ENDED_AS_FAILED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+_EARLIER = -1  # a cancel's parent: one that failed in an earlier transaction
 
 
 class WorkflowStore(Dialect):
@@ -68,19 +69,21 @@ class WorkflowStore(Dialect):
         return Enqueued(workflow_id, dict(zip((step.name for step in workflow.steps), job_ids)))
 
     def _write_steps(self, connection: Any, workflow_id: int, steps: Sequence[NewStep],
-                     added_by: int | None = None) -> list[int]:
+                     added_by: int | None = None, done: frozenset[int] | set[int] = frozenset()) -> list[int]:
         """Insert `steps` as jobs of `workflow_id` with their rows and edges. A parent is an index
-        into `steps`, or negative for a step written before (-1 - its job id): see _renumber."""
+        into `steps`, or negative for a step written before (-1 - its job id): see _renumber; of
+        those, the ones in `done` have ended done, and are not waited for."""
+        waits_for = [sum(1 for parent in step.parents if parent >= 0 or -1 - parent not in done) for step in steps]
         jobs = [step.job._replace(workflow_id=workflow_id,
-                                  status=JobStatus.WAITING.value if step.parents else JobStatus.PENDING.value)
-                for step in steps]
+                                  status=JobStatus.WAITING.value if left else JobStatus.PENDING.value)
+                for step, left in zip(steps, waits_for)]
         job_ids = [job.id for job, _ in self._insert(connection, jobs)]
 
         def job_id(parent: int) -> int:
             return job_ids[parent] if parent >= 0 else -1 - parent
 
         self._execute(connection, "insert_steps", steps=json.dumps([
-            [job_ids[index], workflow_id, step.name, step.run_when.value, len(step.parents),
+            [job_ids[index], workflow_id, step.name, step.run_when.value, waits_for[index],
              None if step.previous is None else job_id(step.previous), added_by]
             for index, step in enumerate(steps)]))
         edges = [[job_id(parent), job_ids[index]] for index, step in enumerate(steps) for parent in step.parents]
@@ -109,7 +112,8 @@ class WorkflowStore(Dialect):
             if not new:
                 return {step.name: existing[step.name] for step in steps}
             renumbered = _renumber(steps, new, existing)
-            job_ids = self._write_steps(connection, workflow_id, renumbered, added_by=lease.job_id)
+            done = self._existing_parents(connection, workflow_id, renumbered)
+            job_ids = self._write_steps(connection, workflow_id, renumbered, added_by=lease.job_id, done=done)
             # Who waits for the adding step waits for its new steps too (they end after it starts,
             # and it cannot end while this transaction holds its row).
             children = [row["child_id"] for row in self._all(connection, "children_of", job_id=lease.job_id)]
@@ -123,6 +127,25 @@ class WorkflowStore(Dialect):
         added = self._transact(work)
         self.wake({step.job.queue_name for step in steps if not step.parents})
         return {step.name: added[step.name] for step in steps}
+
+    def _existing_parents(self, connection: Any, workflow_id: int, steps: Sequence[NewStep]) -> set[int]:
+        """The steps already written that new steps name in after=, locked (a parent ending now
+        either commits first, and is seen ended here, or waits, and then counts the new edges):
+        each must be a step of this run that has not failed. Returns those that ended done, which
+        the new steps do not wait for."""
+        named = sorted({-1 - parent for step in steps for parent in step.parents if parent < 0})
+        if not named:
+            return set()
+        rows = {row["id"]: row["status"] for row in
+                self._all(connection, "lock_steps_of_run", workflow_id=workflow_id, job_ids=json.dumps(named))}
+        for job_id in named:
+            status = rows.get(job_id)
+            if status is None:
+                raise ConfigurationError(f"after= names job {job_id}, which is not a step of workflow {workflow_id}")
+            if status in ENDED_AS_FAILED:
+                raise InvalidTransition(f"after= names step job {job_id}, which is {status}: a new step cannot wait "
+                                        "for a step that ended without succeeding")
+        return {job_id for job_id, status in rows.items() if status == JobStatus.DONE.value}
 
     # Ends: what every verb that ends a step's job calls, in its own transaction.
     def _settle(self, connection: Any, ended: Sequence[tuple[int, str]]) -> set[str]:
@@ -156,7 +179,7 @@ class WorkflowStore(Dialect):
                 failed = row["parents_failed"] + child["failed"]
                 run_when = RunWhen(row["run_when"])
                 if run_when is RunWhen.SUCCEEDED and failed:
-                    cancel.append((job_id, child["first_failed"] or row["parent_id"]))
+                    cancel.append((job_id, child["first_failed"] or _EARLIER))
                 elif left <= 0:
                     if run_when is RunWhen.FAILED and not failed:
                         cancel.append((job_id, None))
@@ -165,13 +188,13 @@ class WorkflowStore(Dialect):
             if release:
                 self._release_steps(connection, release, released)
             if cancel:
-                unnamed = [parent for _, parent in cancel if parent is not None and parent not in names]
+                unnamed = [parent for _, parent in cancel if parent not in (None, _EARLIER) and parent not in names]
                 if unnamed:
                     names |= {row["job_id"]: row["name"] for row in
                               self._all(connection, "names_of_steps", job_ids=json.dumps(unnamed))}
                 self._execute(connection, "cancel_steps", steps=json.dumps([
-                    [job_id, _reason(names.get(parent, str(parent)), failed_ids.get(parent)) if parent is not None
-                     else "skipped: no parent failed"] for job_id, parent in cancel]))
+                    [job_id, "skipped: no parent failed" if parent is None else "a parent failed" if parent is _EARLIER
+                     else _reason(names.get(parent, str(parent)), failed_ids.get(parent))] for job_id, parent in cancel]))
                 self._execute(connection, "mark_cancelled_by_parents",
                               job_ids=json.dumps([job_id for job_id, _ in cancel]))
             ended = [(job_id, JobStatus.CANCELLED.value) for job_id, _ in cancel]
@@ -195,9 +218,10 @@ class WorkflowStore(Dialect):
         if job_ids:
             # A step retried before its parents have all ended, none failed, waits for them again;
             # otherwise it runs now, as asked.
+            # After _revive: a step retried with its own parent counts that parent back first.
             self._execute(connection, "uncancel_steps", job_ids=json.dumps(list(job_ids)))
-            self._execute(connection, "rewait_steps", job_ids=json.dumps(list(job_ids)))
             self._revive(connection, job_ids)
+            self._execute(connection, "rewait_steps", job_ids=json.dumps(list(job_ids)))
 
     def _revive(self, connection: Any, job_ids: Sequence[int]) -> None:
         """Steps a person retried are no longer ended: their children count them back, and those
@@ -244,6 +268,8 @@ class WorkflowStore(Dialect):
                               ends=running_records(running, Outcome.CANCELLED, CANCELLED_BY_A_USER))
             if rows:
                 self._execute(connection, "cancel_unfinished_steps", job_ids=json.dumps([row["id"] for row in rows]))
+                # Counted as ends like any cancel, so that a step retried later finds its counters true.
+                self._settle(connection, [(row["id"], JobStatus.CANCELLED.value) for row in rows])
             return len(rows)
 
         return self._transact(work)
@@ -258,8 +284,7 @@ class WorkflowStore(Dialect):
             if rows:
                 ids = [row["id"] for row in rows]
                 self._execute(connection, "retry_jobs", job_ids=self._ids(rows))
-                self._execute(connection, "uncancel_steps", job_ids=json.dumps(ids))
-                self._revive(connection, ids)
+                self._retried_steps(connection, ids)
             return rows
 
         retried = self._transact(work)

@@ -731,6 +731,11 @@ ON CONFLICT DO NOTHING;
 SELECT id, workflow_id FROM leased_jobs
 WHERE id = :job_id AND attempt = :attempt AND lease_owner = :worker_id AND status = 'running';
 
+-- name: lock_steps_of_run
+-- Steps named in a new step's after=, of this run only (the write lock keeps their ends out).
+SELECT id, status FROM leased_jobs
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND workflow_id = :workflow_id;
+
 -- name: children_of
 SELECT child_id FROM leased_dependencies WHERE parent_id = :job_id;
 
