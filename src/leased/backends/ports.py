@@ -72,7 +72,10 @@ class AttemptEnd:
     error_message: str | None = None
     traceback: str | None = None
     retry_in_seconds: float | None = None  # with an error: schedule another attempt; None: the job fails
-    workflow_id: int | None = None  # the job's workflow, if it is a step: its end may release others
+    # The job's workflow, if it is a step (the engine sets it from the claim): PostgreSQL settles the
+    # step's children in the finish's own transaction only when told; untold, it settles them in a
+    # second transaction after (not atomic with the end).
+    workflow_id: int | None = None
 
     @property
     def job_status(self) -> JobStatus:
