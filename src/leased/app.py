@@ -238,8 +238,7 @@ class Leased:
 
     def cancel_workflow(self, workflow_id: int) -> int:
         """Cancel every unfinished step of the run (running ones through their leases); returns how many."""
-        cancelled = self.backend.cancel_workflow(workflow_id)
-        return cancelled
+        return self.backend.cancel_workflow(workflow_id)
 
     def retry_workflow(self, workflow_id: int) -> int:
         """Retry every failed step of the run; the steps its failure cancelled wait again. Returns how many."""

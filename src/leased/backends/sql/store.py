@@ -165,9 +165,10 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
                 self._count_finished(connection, finished_counts(
                     (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
                     for end, row in zip(written, rows)))
-                released.update(self._settle_rows(connection, (
-                    {"id": end.lease.job_id, "status": end.job_status.value, "workflow_id": row["workflow_id"]}
-                    for end, row in zip(written, rows))))
+                if any(row["workflow_id"] is not None for row in rows):  # a step ended: its children settle
+                    released.update(self._settle_rows(connection, (
+                        {"id": end.lease.job_id, "status": end.job_status.value, "workflow_id": row["workflow_id"]}
+                        for end, row in zip(written, rows))))
             return kept
 
         kept = self._transact(work)
@@ -321,8 +322,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
             deleted = self._execute(connection, "delete_jobs", ids=self._ids(ids)).rowcount
             workflows = {row["workflow_id"] for row in ids if row["workflow_id"] is not None}
             if workflows:  # a run goes once the last of its steps has
-                self._execute(connection, "delete_empty_workflows", workflow_ids=self._ids(
-                    [{"id": workflow_id} for workflow_id in sorted(workflows)]))
+                self._execute(connection, "delete_empty_workflows", workflow_ids=self._list_param(sorted(workflows)))
             return deleted
 
         return self._transact(work)

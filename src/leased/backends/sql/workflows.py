@@ -32,11 +32,6 @@ class WorkflowStore(Dialect):
     def _insert(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
         raise NotImplementedError
 
-    def _in_callers(self, connection: Any, work: Any) -> Any:
-        """work(connection) in the caller's open transaction, on their connection (checked to reach
-        our database); the commit is theirs."""
-        raise NotImplementedError
-
     def wake(self, queue_names: Iterable[str]) -> None:
         raise NotImplementedError
 
