@@ -152,6 +152,26 @@ def remove_sqlite(path: Path | str) -> None:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
+def fresh_database(backend: str, name: str, folder: str) -> tuple[str, Path | None]:
+    """A fresh, empty database for one measurement: its URL, and its file on SQLite (WORK/folder)."""
+    if backend == "sqlite":
+        path = WORK / folder / f"{name}.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path}", path
+    if backend == "postgres":
+        return recreate_database(name), None
+    return recreate_mariadb_database(name), None
+
+
+def drop_fresh_database(backend: str, name: str, path: Path | None) -> None:
+    if backend == "sqlite":
+        remove_sqlite(path)
+    elif backend == "postgres":
+        drop_database(name)
+    else:
+        drop_mariadb_database(name)
+
+
 class Failed(Exception):
     """A peer (or leased) could not complete a workload; the reason goes into the report."""
 

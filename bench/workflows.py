@@ -121,9 +121,8 @@ import uuid  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 
 import report  # noqa: E402
-from common import (PG_ADMIN_URL, WORK, Failed, Workers, drop_database, drop_mariadb_database,  # noqa: E402
-                    leased_commit, mariadb_connect, recreate_database, recreate_mariadb_database,
-                    remove_sqlite, spawn, venv_bin)
+from common import (PG_ADMIN_URL, WORK, Failed, Workers, drop_fresh_database, fresh_database,  # noqa: E402
+                    leased_commit, mariadb_connect, spawn, venv_bin)
 
 RESULTS = BENCH / "workflows_results.json"
 SECTION = BENCH / "workflows.md"
@@ -145,14 +144,7 @@ class Store:
     def __init__(self, backend: str) -> None:
         self.backend = backend
         self.name = f"bench_workflows_{uuid.uuid4().hex[:8]}"
-        if backend == "sqlite":
-            self.path = WORK / "workflows" / f"{self.name}.db"
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.url = f"sqlite:///{self.path}"
-        elif backend == "postgres":
-            self.url = recreate_database(self.name)
-        else:
-            self.url = recreate_mariadb_database(self.name)
+        self.url, self.path = fresh_database(backend, self.name, "workflows")
         self.app = Leased(self.url)
         for task in (noop, fan_in):
             self.app.task(name=task.name, max_attempts=1, takes_context=task.takes_context)(task.func)
@@ -190,12 +182,7 @@ class Store:
         if self._reader is not None:
             self._reader.close()
         self.app.close()
-        if self.backend == "sqlite":
-            remove_sqlite(self.path)
-        elif self.backend == "postgres":
-            drop_database(self.name)
-        else:
-            drop_mariadb_database(self.name)
+        drop_fresh_database(self.backend, self.name, self.path)
 
 
 def start_leased_workers(store: Store, tag: str, timeout: float = 60.0) -> Workers:

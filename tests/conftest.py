@@ -180,6 +180,19 @@ def kill_mariadb_sessions(url: str, user: str) -> int:
         connection.close()
 
 
+def kill_worker_sessions(app: Leased) -> int:
+    """The server ends the worker processes' sessions (worker_processes'), as a DBA's kill or a
+    failover does: how many."""
+    if connections.is_mariadb(app.database_url):
+        return kill_mariadb_sessions(app.database_url, MARIADB_WORKER_USER)
+    import psycopg
+
+    with psycopg.connect(app.database_url, autocommit=True) as connection:
+        return connection.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'leased-crash-worker' AND pid <> pg_backend_pid()").fetchone()[0]
+
+
 _PROBLEMS = {"postgres": (_POSTGRES_PROBLEM, REQUIRE_POSTGRES), "mariadb": (_MARIADB_PROBLEM, REQUIRE_MARIADB)}
 
 

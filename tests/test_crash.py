@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MARIADB_WORKER_USER, kill_mariadb_sessions, needs_faketime, raw_scalar, raw_sql, wait_for
+from conftest import kill_worker_sessions, needs_faketime, raw_scalar, raw_sql, wait_for
 from leased import JobStatus, Outcome
 
 pytestmark = pytest.mark.slow
@@ -167,24 +167,12 @@ postgres_only = pytest.mark.parametrize("backend_name", ["postgres"], indirect=T
 servers_only = pytest.mark.parametrize("backend_name", ["postgres", "mariadb"], indirect=True)
 
 
-def _kill_worker_sessions(app) -> int:
-    """The server ends the workers' sessions, as a DBA's kill or a failover does: how many."""
-    if app.database_url.startswith("mariadb"):
-        return kill_mariadb_sessions(app.database_url, MARIADB_WORKER_USER)
-    import psycopg
-
-    with psycopg.connect(app.database_url, autocommit=True) as connection:
-        return connection.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE application_name = 'leased-crash-worker' AND pid <> pg_backend_pid()").fetchone()[0]
-
-
 @servers_only
 def test_killed_connections_are_replaced_and_no_job_is_lost(app, hold, spawn, tmp_path):
     jobs = [hold.enqueue("sleep") for _ in range(30)]
     worker = spawn("worker-a")
     wait_for(lambda: app.counts()["default"]["done"] >= 3, message="work under way")
-    assert _kill_worker_sessions(app) >= 1
+    assert kill_worker_sessions(app) >= 1
     wait_for(lambda: app.counts()["default"]["done"] == len(jobs), timeout=60, message="every job done")
     worker.terminate()
     assert worker.wait(30) == 0

@@ -123,12 +123,12 @@ class Leased:
              max_attempts: int = 3, lease: float | timedelta = 30.0, backoff: Backoff | None = None,
              takes_context: bool = False, timeout: float | timedelta | None = None,
              concurrency: int | None = None, concurrency_key: str | Callable[..., str] | None = None,
-             rate_limit: str | None = None, retention: Retention | dict[str, Any] | None = ...
-             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             rate_limit: str | None = None, retention: Retention | dict[str, Any] | None = ...,
+             transactional: bool = False) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, func=None, /, *, name=None, queue_name="default", priority=0, max_attempts=3, lease=30.0,
              backoff=None, takes_context=False, timeout=None, concurrency=None, concurrency_key=None,
-             rate_limit=None, retention=_UNSET):
+             rate_limit=None, retention=_UNSET, transactional=False):
         """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors.
 
         `timeout` limits each attempt (seconds or a timedelta; None: no limit): an async handler is
@@ -136,7 +136,10 @@ class Leased:
         `concurrency=N` runs at most N of its jobs at once per `concurrency_key` (a template over the
         arguments, "customer:{customer_id}", or a function of them; default: the task's name), and
         `rate_limit="100/m"` starts at most that many per key per window, across all workers.
-        `retention` overrides the app's for this task's finished jobs (see Retention)."""
+        `retention` overrides the app's for this task's finished jobs (see Retention).
+        `transactional=True` (with takes_context=True) runs the handler in a transaction on
+        `context.connection` that commits together with the attempt's end, and only while the
+        worker still holds the job's lease: its writes to this database happen once."""
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -146,7 +149,7 @@ class Leased:
                         max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
                         takes_context=takes_context, timeout=timeout, concurrency=concurrency,
                         concurrency_key=concurrency_key, rate_limit=rate_limit,
-                        retention=retention)
+                        retention=retention, transactional=transactional)
             self.tasks[task_name] = task
             return task
 

@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import math
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSpec, Protocol, Sequence, TypeVar
@@ -67,6 +68,24 @@ def check_max_attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"invalid max_attempts {value!r}: use a whole number >= 1")
     return value
+
+
+def check_transactional(name: str, transactional: object, transaction: Callable[[], Any] | None,
+                        takes_context: bool, is_async: bool) -> tuple[bool, Callable[[], Any] | None]:
+    """A transactional task's handler reaches its connection through its context; `transaction`
+    is a framework's opener of the transaction (Django's atomic block), else the backend's."""
+    if not isinstance(transactional, bool):
+        raise ConfigurationError(f"task {name!r}: transactional must be True or False, got {transactional!r}")
+    if not transactional:
+        return False, None
+    if not takes_context:
+        raise ConfigurationError(f"task {name!r} is transactional: its handler writes through context.connection, "
+                                 "so declare it with takes_context=True as well")
+    if is_async:
+        raise ConfigurationError(f"task {name!r} is transactional and async: a transactional handler is a plain "
+                                 "function for now (it runs on a handler thread with a connection of its own); "
+                                 "define it with def, not async def")
+    return True, transaction
 
 
 def schedule(run_after: datetime | timedelta | None) -> tuple[datetime | None, float]:
@@ -219,7 +238,8 @@ class Task(Generic[P, R]):
                  max_attempts: int, lease: float | timedelta, backoff: Backoff, takes_context: bool,
                  timeout: float | timedelta | None = None, concurrency: int | None = None,
                  concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
-                 retention: Any = _UNSET):
+                 retention: Any = _UNSET, transactional: bool = False,
+                 transaction: Callable[[], AbstractContextManager[Any]] | None = None):
         if not callable(func):
             raise ConfigurationError(f"a task needs a function, got {func!r}")
         if not isinstance(backoff, Backoff):
@@ -241,6 +261,8 @@ class Task(Generic[P, R]):
             return_annotation=inspect.Signature.empty)
         self._positional_counts = _positional_counts(self.signature, leading=1 if takes_context else 0)
         self.argument_types = ArgumentTypes(name, func, self.signature, leading=1 if takes_context else 0)
+        self.transactional, self.transaction = check_transactional(name, transactional, transaction, takes_context,
+                                                                   self.is_async)
         self.key_limit = key_limit(name, self.signature, takes_context, concurrency, concurrency_key, rate_limit)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),

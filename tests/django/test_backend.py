@@ -239,3 +239,32 @@ def test_a_killed_leased_worker_task_is_finished_by_another(backend, db_alias, t
     assert finished.attempts == 2 and len(set(finished.worker_ids)) == 2
     assert [error.exception_class for error in finished.errors] == [LeaseExpired]
     assert "leased worker" in output and "stopped:" in output
+
+
+def test_a_transactional_task_writes_once_with_its_end(backend, db_alias):
+    """transactional=True: the task body runs in transaction.atomic() on the backend's database,
+    and its writes commit with the job's end, or roll back when it raises or its lease is gone."""
+    done = tasks.sign_up_once.enqueue("ada@example.com", db_alias)
+    failed_once = tasks.sign_up_once.enqueue("bob@example.com", db_alias, fail_on=1)
+    run_queued(backend)
+    lost_once = tasks.sign_up_once.enqueue("cy@example.com", db_alias, lose_lease_on=1)
+    try:
+        run_queued(backend)  # apart: the clock it moves expires every lease claimed with it
+    finally:
+        backend.app.backend.clock.offset = 0.0  # the app is the database's, shared by the tests after
+
+    assert [tasks.sign_up_once.get_result(result.id).return_value for result in (done, failed_once, lost_once)] \
+        == [1, 2, 2]
+    assert sorted(Signup.objects.using(db_alias).values_list("email", flat=True)) == [
+        "1-ada@example.com", "2-bob@example.com", "2-cy@example.com"]
+    lost = backend.app.get_job(int(lost_once.id))
+    assert lost.history[0].outcome.value in ("lease_lost", "expired")
+
+
+def not_a_flag() -> None:
+    pass
+
+
+def test_transactional_must_be_a_flag():
+    with pytest.raises(InvalidTask, match="transactional must be True or False"):
+        task(transactional="yes")(not_a_flag)

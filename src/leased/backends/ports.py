@@ -227,6 +227,17 @@ class WorkerPort(Protocol):
         One flag per end: False when that lease was lost, and nothing was written for it.
         """
 
+    def attempt_transaction(self) -> AbstractContextManager[Any]:
+        """For a transactional handler (engine/transactional.py): a connection of the backend's own,
+        not one its other verbs use, in a transaction open from the start; committed when the block
+        ends, rolled back when it raises. The driver's connection: sqlite3, psycopg, PyMySQL or MySQLdb."""
+
+    def finish_in(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
+        """Write one end in the transaction open on `connection` (attempt_transaction()'s, or a
+        framework's on this database), fenced on its lease and on the lease's expiry by the
+        database's clock now; never committed here. Whether it was written (False: the lease is
+        gone; roll back), and the queues of steps its end made due (wake them after the commit)."""
+
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         """Give up attempts: each job still held goes back to pending at once, and each attempt's
         record is closed as `outcome` unless something (expiry, a user's cancel) closed it first.

@@ -6,6 +6,7 @@ Not leased.jobs.Attempt, the record of an attempt that the database keeps and in
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractContextManager
 from typing import Any, Callable, Protocol
 
 from leased.backoff import Backoff
@@ -20,6 +21,8 @@ class Handler(Protocol):
     takes_context: bool
     is_async: bool
     backoff: Backoff
+    transactional: bool  # runs in a transaction that commits with its end (engine/transactional.py)
+    transaction: Callable[[], AbstractContextManager[Any]] | None  # a framework's opener of it; None: the backend's
 
     def check_arguments(self, args: tuple | list, kwargs: dict[str, Any]) -> None: ...
 

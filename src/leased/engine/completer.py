@@ -3,7 +3,8 @@ meanwhile in one transaction (SQLite has one writer: one commit for many ends ke
 short jobs). Each end is fenced on its lease; the worker learns, a batch at a time, which held.
 
 Ends arrive from handler threads and from the loop alike; the loop is woken once per batch of
-them, not once per job.
+them, not once per job. A transactional handler's end arrives written already (Written, in the
+handler's own transaction: engine/transactional.py), and is only reported.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Union
 from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.engine.retrying import Outage, is_transient, one_line
 from leased.engine.threads import LoopInbox
+from leased.engine.transactional import Written
 from leased.jobs import Lease
 
 if TYPE_CHECKING:
@@ -35,20 +37,25 @@ class Completer:
         self._overdue = overdue  # leases that may run out before the next renewal lands
         self._worker_id = worker_id
         self._recorded = recorded  # on the loop, once per batch
-        self._inbox: LoopInbox[tuple[ClaimedAttempt, AttemptEnd | None]] = LoopInbox(self._arrived)
-        self._ends: list[tuple[ClaimedAttempt, AttemptEnd | None]] = []
+        self._inbox: LoopInbox[tuple[ClaimedAttempt, AttemptEnd | Written | None]] = LoopInbox(self._arrived)
+        self._ends: list[tuple[ClaimedAttempt, AttemptEnd | Written | None]] = []
         self._ready = asyncio.Event()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._inbox.start(loop)
 
-    def finish(self, attempt: ClaimedAttempt, end: AttemptEnd | None) -> None:
+    def finish(self, attempt: ClaimedAttempt, end: AttemptEnd | Written | None) -> None:
         """From any thread: the attempt's handler is over; write its end, if it has one."""
         self._inbox.put((attempt, end))
 
-    def _arrived(self, ends: list[tuple[ClaimedAttempt, AttemptEnd | None]]) -> None:
-        self._ends += ends
-        self._ready.set()
+    def _arrived(self, ends: list[tuple[ClaimedAttempt, AttemptEnd | Written | None]]) -> None:
+        written = [(attempt, end) for attempt, end in ends if isinstance(end, Written)]
+        if written:  # on the loop, as every report is
+            self._recorded([(attempt, end.end) for attempt, end in written], [end.kept for _, end in written])
+            ends = [(attempt, end) for attempt, end in ends if not isinstance(end, Written)]
+        if ends:
+            self._ends += ends  # type: ignore[arg-type]
+            self._ready.set()
 
     async def run(self) -> None:
         outage = Outage()  # ends wait behind it, and their leases may run out meanwhile

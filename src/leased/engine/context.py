@@ -46,6 +46,8 @@ class TaskContext:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _finishing: bool = field(default=False, init=False, repr=False)  # its end is being written
     _workflow: Any = field(default=None, init=False, repr=False)
+    # A transactional task's connection, while its handler runs (engine/transactional.py).
+    _connection: Any = field(default=None, init=False, repr=False)
 
     @property
     def job(self) -> Job:
@@ -59,6 +61,20 @@ class TaskContext:
     @property
     def attempt(self) -> int:
         return self.claimed.attempt
+
+    @property
+    def connection(self) -> Any:
+        """A transactional task's connection to the app's database (sqlite3, psycopg, PyMySQL or
+        MySQLdb), in the transaction that commits with this attempt's end, and only if the worker
+        still holds the job's lease then. Do not commit it: leased does."""
+        if self._connection is None:
+            from leased.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"job {self.job_id} ({self.claimed.task_name}) has no context.connection: only a task declared "
+                "with @app.task(transactional=True, takes_context=True) runs in a transaction of its own, "
+                "while its handler runs")
+        return self._connection
 
     # A workflow's step (leased.workflows): its parents, and its run.
     @property

@@ -24,12 +24,13 @@ import time
 import traceback
 from typing import Any, Callable
 
-from leased.backends.ports import AttemptEnd
+from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.backoff import Backoff
 from leased.engine.claimed import ClaimedAttempt
 from leased.engine.context import CancelReason, JobCancelled
 from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
+from leased.engine.transactional import Written, run_in_transaction
 from leased.errors import ArgumentsMismatch, PayloadError, PermanentError, ResultNotStored
 from leased.jobs import ClaimedJob, Outcome
 from leased.payloads import clean_text, encode_result
@@ -41,13 +42,14 @@ MAX_TRACEBACK = 32_000
 
 
 class Executor:
-    def __init__(self, time_limits: TimeLimits, max_payload_bytes: int):
+    def __init__(self, time_limits: TimeLimits, max_payload_bytes: int, backend: RuntimePort):
         self.time_limits = time_limits
         self.max_payload_bytes = max_payload_bytes
+        self._backend = backend  # a transactional handler's transaction, and its end written in it
 
-    def run_sync(self, attempt: ClaimedAttempt) -> AttemptEnd | None:
+    def run_sync(self, attempt: ClaimedAttempt) -> AttemptEnd | Written | None:
         """On a handler thread: run the handler once. None means it was cancelled and nothing is to
-        be written."""
+        be written; Written, a transactional handler's end, written with its writes."""
         context = attempt.context
         if context.is_cancelled:
             return None
@@ -60,6 +62,12 @@ class Executor:
         attempt.started = time.monotonic()
         if job.timeout_seconds is not None:
             self.time_limits.arm_soon(attempt)
+        if handler.transactional:
+            ended = run_in_transaction(
+                attempt, self._backend, lambda: handler.func(context, *args, **kwargs),
+                lambda error: self._error_end(attempt, error), lambda result: self._result_end(attempt, result))
+            attempt.thread_id = None
+            return ended
         try:
             result = handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs)
         except BaseException as error:  # a KeyboardInterrupt too: see the module's docstring

@@ -103,7 +103,7 @@ class Worker:
                                     recorded=lambda batch, results: self._claimed.recorded(batch, results))
         self._claimed = ClaimedAttempts(
             self.backend, self.tasks, self.concurrency,
-            executor=Executor(self._time_limits, self.max_payload_bytes), completer=self._completer,
+            executor=Executor(self._time_limits, self.max_payload_bytes, self.backend), completer=self._completer,
             heartbeat=self._lease_keeper.heartbeat, stats=self.stats, emit=self.events.emit, worker_id=self.id,
             slot_freed=lambda: self._claimer.slot_freed(), closed=lambda: self._claimer.attempt_closed(),
             thread_failed=lambda error: self._call_soon_threadsafe(self._service_failed, "handler thread", error))

@@ -63,3 +63,18 @@ def report_backend(context) -> str:
 @task(max_attempts=1)
 def interrupting() -> None:
     raise KeyboardInterrupt("raised by the task, not by a signal")
+
+
+@task(takes_context=True, transactional=True, max_attempts=3, backoff=Backoff(base=0, jitter=0))
+def sign_up_once(context, email: str, database: str, fail_on: int = 0, lose_lease_on: int = 0) -> int:
+    """Creates a signup in the task's transaction; fails, or loses its lease, on the attempt named."""
+    Signup.objects.using(database).create(email=f"{context.attempt}-{email}")
+    if context.attempt == fail_on:
+        raise RuntimeError(f"attempt {context.attempt} failed")
+    if context.attempt == lose_lease_on:
+        from django.tasks import task_backends
+
+        from leased.testing import advance
+
+        advance(task_backends["default"].app, 3600)  # the lease runs out before the task returns
+    return context.attempt

@@ -152,24 +152,53 @@ class MariaDBBackend(SQLStore):
     def _connection(self) -> Any:
         connection = getattr(self._local, "connection", None)
         if connection is None:
-            try:
-                connection = driver.DRIVER.connect(**self._arguments)
-                with connection.cursor() as cursor:
-                    cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                    cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}")
-                    cursor.execute("SET SESSION time_zone = '+00:00'")
-            except driver.OperationalError as error:
-                raise DatabaseUnavailable(f"cannot connect to {self._where}: {error.args[-1]}") from None
-            try:
-                self._check_server(connection)
-            except BaseException:
-                connection.close()
-                raise
-            self._local.connection = connection
-            with self._lock:
-                self._connections.append(connection)
+            connection = self._local.connection = self._open()
         self._set_clock(connection)
         return connection
+
+    def _open(self) -> Any:
+        try:
+            connection = driver.DRIVER.connect(**self._arguments)
+            with connection.cursor() as cursor:
+                cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}")
+                cursor.execute("SET SESSION time_zone = '+00:00'")
+        except driver.OperationalError as error:
+            raise DatabaseUnavailable(f"cannot connect to {self._where}: {error.args[-1]}") from None
+        try:
+            self._check_server(connection)
+        except BaseException:
+            connection.close()
+            raise
+        with self._lock:
+            self._connections.append(connection)
+        return connection
+
+    @contextmanager
+    def attempt_transaction(self) -> Iterator[Any]:
+        """A transactional handler's connection (one per handler thread, the driver's own: PyMySQL
+        or MySQLdb, set up as leased's), in a READ COMMITTED transaction committed when the block
+        ends. One the server or the driver closed is dropped, and the next attempt connects anew."""
+        connection = getattr(self._local, "handler_connection", None)
+        if connection is None:
+            with self._translated():
+                connection = self._local.handler_connection = self._open()
+        try:
+            with self._translated():
+                self._set_clock(connection)
+                connection.begin()
+            yield connection
+            with self._translated():
+                connection.commit()
+        except BaseException:
+            try:
+                connection.rollback()
+            except driver.Error:  # lost with the server: the next attempt connects anew
+                self._local.handler_connection = None
+                with self._lock:
+                    if connection in self._connections:
+                        self._connections.remove(connection)
+            raise
 
     def _check_server(self, connection: Any) -> None:
         """Refuses a server that is not MariaDB 10.6+ in one clear error (once per backend)."""

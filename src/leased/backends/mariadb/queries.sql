@@ -101,6 +101,16 @@ WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at > 
           job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]')) AS l)
 FOR UPDATE;
 
+-- name: lease_fence
+-- A transactional handler's end (store.finish_in), in the handler's own transaction: the lease
+-- still held and not expired by the database's clock (NOW(6) is the statement's), the row locked
+-- until the handler's writes commit with the end. By primary key alone: leases_to_finish's range
+-- would lock other handlers' rows, which their own open transactions hold (a deadlock each time).
+SELECT id, attempt, queue_name, task_name, workflow_id FROM leased_jobs
+WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s AND status = 'running'
+  AND lease_expires_at > leased_now()
+FOR UPDATE;
+
 -- name: leases_to_finish
 -- Of the given leases, those the worker still holds, expired or not (a lease is lost once another
 -- claim or a reclaim takes the job, or a user cancels it), locked: the ends that finish may write.

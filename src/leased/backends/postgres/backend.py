@@ -56,10 +56,15 @@ _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
 MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
+# The finish in a transactional handler's own transaction, where now() is when the handler began.
+FINISH_AT_STATEMENT_TIME = QUERIES["finish"].replace("leased_now()", "(leased_now() + (statement_timestamp() - now()))")
+# Transactional handlers' connections (a pool of their own, so that they never take the ones the
+# lease keeper renews on): one per handler running at once, closed when idle.
+HANDLER_CONNECTIONS = 100
 # How long the pool keeps retrying to replace a lost connection (psycopg_pool backs off 1, 2, 4, 8 s
 # for up to 5 minutes): after a second it gives up, and the next call that waits asks again at once.
 RECONNECT_SECONDS = 1.0
-OWN_POOLS = OwnPoolWarnings(("leased", "leased-claims"))
+OWN_POOLS = OwnPoolWarnings(("leased", "leased-claims", "leased-handlers"))
 logging.getLogger("psycopg.pool").addFilter(OWN_POOLS)
 # The clock offset each session has, ours and callers' (the clock seam); absent: none.
 _CLOCK_SET: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -76,6 +81,17 @@ def _utc(value: datetime | None) -> datetime | None:
 def _lease_arrays(leases: Sequence[Lease]) -> dict[str, Any]:
     return {"worker_id": leases[0].worker_id, "job_ids": [lease.job_id for lease in leases],
             "attempts": [lease.attempt for lease in leases]}
+
+
+def _finish_params(ends: Sequence[AttemptEnd], counted_as: str | None = None) -> dict[str, Any]:
+    return dict(
+        counted_as=counted_as,
+        job_ids=[end.lease.job_id for end in ends], attempts=[end.lease.attempt for end in ends],
+        worker_ids=[end.lease.worker_id for end in ends], statuses=[end.job_status.value for end in ends],
+        results=[end.result_json for end in ends], last_errors=[end.last_error for end in ends],
+        retry_in_seconds=[end.retry_in_seconds or 0.0 for end in ends],
+        outcomes=[end.outcome.value for end in ends], error_types=[end.error_type for end in ends],
+        error_messages=[end.error_message for end in ends], tracebacks=[end.traceback for end in ends])
 
 
 def _decoded(value: Any) -> Any:
@@ -192,6 +208,7 @@ class PostgresBackend(SQLStore):
         # queries.sql): the claim is then one statement, where sending the settings with every
         # claim cost a transaction block and more time than the claim itself.
         self._claims_pool: ConnectionPool | None = None
+        self._handlers_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
         self._checkout = Checkout(url, self._connect_kwargs, self._where)  # pooled, or direct through an outage
         self._identity: callers.Identity | None = None  # what connection_identity reads on ours
@@ -217,6 +234,12 @@ class PostgresBackend(SQLStore):
             if self._claims_pool is None:
                 self._claims_pool = self._new_pool("leased-claims", 1, 2, _set_up_for_claims)
             return self._claims_pool
+
+    def _open_handlers_pool(self) -> ConnectionPool:
+        with self._pool_lock:
+            if self._handlers_pool is None:
+                self._handlers_pool = self._new_pool("leased-handlers", 0, HANDLER_CONNECTIONS, _set_up)
+            return self._handlers_pool
 
     def _pooled(self) -> bool:
         """Whether the URL goes through a pooler; the first call connects to find out."""
@@ -266,9 +289,10 @@ class PostgresBackend(SQLStore):
         return f"PostgresBackend({self._where})"
 
     @contextmanager
-    def _connection(self, for_claims: bool = False) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    def _connection(self, for_claims: bool = False, for_handlers: bool = False
+                    ) -> Iterator[psycopg.Connection[dict[str, Any]]]:
         try:
-            with self._checked_out(for_claims) as connection:
+            with self._checked_out(for_claims, for_handlers) as connection:
                 self._set_clock(connection)
                 yield connection
         except (errors.DeadlockDetected, errors.SerializationFailure) as error:
@@ -285,13 +309,15 @@ class PostgresBackend(SQLStore):
             raise DatabaseUnavailable(f"{self._where} refused a write: {described(error)}") from error
 
     @contextmanager
-    def _checked_out(self, for_claims: bool) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        pinned = None if for_claims else getattr(self._prune_pass, "connection", None)
+    def _checked_out(self, for_claims: bool, for_handlers: bool) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        pinned = None if for_claims or for_handlers else getattr(self._prune_pass, "connection", None)
         if pinned is not None:  # a pruning pass's own statements, on the connection that holds its lock
             yield pinned
             return
         if for_claims:
             pool, configure = self._claims_pool or self._open_claims_pool(), _set_up_for_claims
+        elif for_handlers:
+            pool, configure = self._handlers_pool or self._open_handlers_pool(), _set_up
         else:
             pool, configure = self._pool or self._open_pool(), _set_up
         with self._checkout.connection(pool, None if self.behind_pooler else configure) as connection:
@@ -326,10 +352,10 @@ class PostgresBackend(SQLStore):
 
     def close(self) -> None:
         with self._pool_lock:
-            for pool in (self._pool, self._claims_pool):
+            for pool in (self._pool, self._claims_pool, self._handlers_pool):
                 if pool is not None:
                     pool.close()
-            self._pool = self._claims_pool = None
+            self._pool = self._claims_pool = self._handlers_pool = None
 
     def listener(self) -> Listener | None:
         if not self._pooled():
@@ -359,6 +385,14 @@ class PostgresBackend(SQLStore):
         return self._reached()
 
     # Runtime.
+    @contextmanager
+    def attempt_transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """A transactional handler's connection, from a pool of their own, in a transaction that
+        commits when the block ends (psycopg refuses a commit() of the handler's inside it)."""
+        with self._connection(for_handlers=True) as connection, connection.transaction():
+            connection.row_factory = tuple_row  # psycopg's default, for the handler's own statements
+            yield connection
+
     def _in_callers(self, connection: psycopg.Connection, work: Callable[[psycopg.Connection], T]) -> T:
         if not isinstance(connection, psycopg.Connection):
             raise ConfigurationError(wrong_connection(connection, "psycopg.Connection", "PostgreSQL",
@@ -476,13 +510,7 @@ class PostgresBackend(SQLStore):
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
         if not ends:
             return []
-        params = dict(
-            job_ids=[end.lease.job_id for end in ends], attempts=[end.lease.attempt for end in ends],
-            worker_ids=[end.lease.worker_id for end in ends], statuses=[end.job_status.value for end in ends],
-            results=[end.result_json for end in ends], last_errors=[end.last_error for end in ends],
-            retry_in_seconds=[end.retry_in_seconds or 0.0 for end in ends],
-            outcomes=[end.outcome.value for end in ends], error_types=[end.error_type for end in ends],
-            error_messages=[end.error_message for end in ends], tracebacks=[end.traceback for end in ends])
+        params = _finish_params(ends)
         if any(end.workflow_id is not None for end in ends):
             # A step's end settles its children in the same transaction (sql/workflows.py); other
             # ends stay one statement in autocommit, one round trip.
@@ -498,6 +526,17 @@ class PostgresBackend(SQLStore):
                 self._transact(lambda connection: self._settle_rows(connection, rows))
         written = {(row["id"], row["attempt"]) for row in rows}
         return [(end.lease.job_id, end.lease.attempt) in written for end in ends]
+
+    def _finish_on(self, connection: psycopg.Connection, ends: Sequence[AttemptEnd], prepared: Any = None,
+                   held: Any = None, counted_as: str | None = None) -> tuple[list[bool], set[str]]:
+        """finish() in a transactional handler's transaction (store.finish_in), timed by the
+        statement's clock: leased_now() there is when the handler's transaction began."""
+        with connection.cursor(row_factory=dict_row) as cursor:
+            rows = cursor.execute(FINISH_AT_STATEMENT_TIME, _finish_params(ends, counted_as)).fetchall()
+        released = self._settle_rows(connection, rows) if any(row["workflow_id"] is not None for row in rows) \
+            else set()
+        written = {(row["id"], row["attempt"]) for row in rows}
+        return [(end.lease.job_id, end.lease.attempt) in written for end in ends], released
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         if leases:

@@ -135,6 +135,15 @@ FROM held
 WHERE job.id = held.id
 RETURNING job.id, job.attempt;
 
+-- name: lease_fence
+-- A transactional handler's end (store.finish_in), in the handler's own transaction: the lease
+-- still held and not expired by the database's clock, the row locked until the handler's writes
+-- commit with the end. The clock is the statement's: leased_now() is when the transaction began.
+SELECT id, attempt, queue_name, task_name, workflow_id FROM leased_jobs
+WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s AND status = 'running'
+  AND lease_expires_at > leased_now() + (statement_timestamp() - now())
+FOR UPDATE;
+
 -- name: finish
 -- A batch of attempts' ends in one statement, each fenced on its lease: an end whose lease was
 -- lost (expired and reclaimed, cancelled) matches no held row and writes nothing.
@@ -172,9 +181,10 @@ WITH ends AS (
     RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.workflow_id, held.worker_id,
               held.attempt_started_at, held.outcome, held.error_type, held.error_message, held.traceback
 ), counted AS (
-    -- Finished jobs counted by minute in this worker's own rows (migration 0011), in key order.
+    -- Finished jobs counted by minute in this worker's own rows (migration 0011), in key order; a
+    -- transactional handler's in its thread's own row (:counted_as, store.finish_in).
     INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, done, failed)
-    SELECT date_trunc('minute', leased_now()), queue_name, task_name, worker_id,
+    SELECT date_trunc('minute', leased_now()), queue_name, task_name, coalesce(%(counted_as)s::text, worker_id),
            count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed')
     FROM finished WHERE status IN ('done', 'failed')
     GROUP BY queue_name, task_name, worker_id

@@ -16,6 +16,7 @@ own (see dialect.py).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
@@ -140,41 +141,71 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
         if not ends:
             return []
-        # The parameters before the transaction: on SQLite, other writers wait for its lock.
-        all_ends = ends_json(ends)
-        by_worker: dict[str, list[Lease]] = {}
-        for end in ends:
-            by_worker.setdefault(end.lease.worker_id, []).append(end.lease)
-        leases_of = {worker_id: leases_json(leases) for worker_id, leases in by_worker.items()}
-
+        prepared = _FinishParams(ends)  # before the transaction: on SQLite, other writers wait for its lock
         released: set[str] = set()
 
         def work(connection: Any) -> list[bool]:
             released.clear()  # a conflict's rerun starts again
-            held: dict[tuple[int, int], Any] = {}
-            for worker_id, leases in leases_of.items():
-                rows = self._all(connection, "leases_to_finish", worker_id=worker_id, leases=leases)
-                held |= {(row["id"], row["attempt"]): row for row in rows}
-            kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
-            written = [end for end, flag in zip(ends, kept) if flag]
-            if written:  # the records first: finish clears the leases they are read from
-                records, finishes = all_ends if len(written) == len(ends) else ends_json(written)
-                self._execute(connection, "record_attempts", ends=records)
-                self._execute(connection, "finish", ends=finishes)
-                rows = [held[end.lease.job_id, end.lease.attempt] for end in written]
-                self._count_finished(connection, finished_counts(
-                    (row["queue_name"], row["task_name"], end.lease.worker_id, end.job_status)
-                    for end, row in zip(written, rows)))
-                if any(row["workflow_id"] is not None for row in rows):  # a step ended: its children settle
-                    released.update(self._settle_rows(connection, (
-                        {"id": end.lease.job_id, "status": end.job_status.value, "workflow_id": row["workflow_id"]}
-                        for end, row in zip(written, rows))))
+            kept, due = self._finish_on(connection, ends, prepared)
+            released.update(due)
             return kept
 
         kept = self._transact(work)
         if released:  # steps their parents' ends made due
             self.wake(released)
         return kept
+
+    def _finish_on(self, connection: Any, ends: Sequence[AttemptEnd], prepared: _FinishParams | None = None,
+                   held: dict[tuple[int, int], Any] | None = None, counted_as: str | None = None
+                   ) -> tuple[list[bool], set[str]]:
+        """finish()'s statements in the transaction open on `connection`: whether each end was
+        written, and the queues of the steps their ends made due (to wake after the commit).
+        `held`: the rows of the leases still held, read (and locked) already; `counted_as`: the
+        throughput row's worker key, when not the ending worker's own."""
+        prepared = prepared or _FinishParams(ends)
+        if held is None:
+            held = {}
+            for worker_id, leases in prepared.leases_of.items():
+                rows = self._all(connection, "leases_to_finish", worker_id=worker_id, leases=leases)
+                held |= {(row["id"], row["attempt"]): row for row in rows}
+        kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
+        written = [end for end, flag in zip(ends, kept) if flag]
+        released: set[str] = set()
+        if written:  # the records first: finish clears the leases they are read from
+            records, finishes = prepared.all_ends if len(written) == len(ends) else ends_json(written)
+            self._execute(connection, "record_attempts", ends=records)
+            self._execute(connection, "finish", ends=finishes)
+            rows = [held[end.lease.job_id, end.lease.attempt] for end in written]
+            self._count_finished(connection, finished_counts(
+                (row["queue_name"], row["task_name"], counted_as or end.lease.worker_id, end.job_status)
+                for end, row in zip(written, rows)))
+            if any(row["workflow_id"] is not None for row in rows):  # a step ended: its children settle
+                released = self._settle_rows(connection, (
+                    {"id": end.lease.job_id, "status": end.job_status.value, "workflow_id": row["workflow_id"]}
+                    for end, row in zip(written, rows)))
+        return kept, released
+
+    # A transactional handler's end (leased.engine.transactional): written in the transaction its
+    # writes are in, so that they commit together or not at all.
+    def finish_in(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
+        """Write `end` in the transaction open on `connection` (one of attempt_transaction(), or a
+        framework's on our database), fenced on its lease and on the lease's expiry by the
+        database's clock now; never committed here. Whether it was written (False: the lease is
+        gone, so roll back), and the queues of the steps it made due, to wake after the commit."""
+        lease = end.lease
+
+        def work(connection: Any) -> tuple[bool, set[str]]:
+            fence = self._execute(connection, "lease_fence", job_id=lease.job_id, attempt=lease.attempt,
+                                  worker_id=lease.worker_id).fetchone()
+            if fence is None:
+                return False, set()
+            # Counted in a row of the handler thread's own: concurrent handlers of one worker would
+            # otherwise queue on their worker's row of the minute, each until its transaction commits.
+            kept, released = self._finish_on(connection, [end], held={(lease.job_id, lease.attempt): fence},
+                                             counted_as=f"{lease.worker_id}/{threading.get_native_id()}")
+            return kept[0], released
+
+        return self._in_callers(connection, work)
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         if not leases:
@@ -395,6 +426,20 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
 
     def migration_sql(self) -> str:
         return self._migrator.script()
+
+
+class _FinishParams:
+    """finish()'s parameters, built before its transaction: the ends as its statements take them,
+    and each worker's leases."""
+
+    __slots__ = ("all_ends", "leases_of")
+
+    def __init__(self, ends: Sequence[AttemptEnd]):
+        self.all_ends = ends_json(ends)
+        by_worker: dict[str, list[Lease]] = {}
+        for end in ends:
+            by_worker.setdefault(end.lease.worker_id, []).append(end.lease)
+        self.leases_of = {worker_id: leases_json(leases) for worker_id, leases in by_worker.items()}
 
 
 def _cancelled(row: Any) -> dict[str, Any]:

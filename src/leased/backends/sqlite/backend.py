@@ -96,23 +96,45 @@ class SQLiteBackend(SQLStore):
     def _connection(self) -> sqlite3.Connection:
         connection = getattr(self._local, "connection", None)
         if connection is None:
-            try:
-                connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                             timeout=BUSY_TIMEOUT_MS / 1000)
-                connection.row_factory = sqlite3.Row
-                _switch_to_wal(connection)
-                connection.execute("PRAGMA synchronous = NORMAL")
-                connection.execute("PRAGMA foreign_keys = ON")
-                connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            except sqlite3.OperationalError as error:
-                if is_lock_error(error):  # e.g. switching a new file to WAL while a caller writes to it
-                    raise DatabaseLocked(lock_message(self.path, "open")) from None
-                raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {error}") from None
-            prepare_connection(connection, self.clock.now)
-            self._local.connection = connection
-            with self._lock:
-                self._connections.append(connection)
+            connection = self._local.connection = self._open()
+            connection.row_factory = sqlite3.Row
         return connection
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                         timeout=BUSY_TIMEOUT_MS / 1000)
+            _switch_to_wal(connection)
+            connection.execute("PRAGMA synchronous = NORMAL")
+            connection.execute("PRAGMA foreign_keys = ON")
+            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        except sqlite3.OperationalError as error:
+            if is_lock_error(error):  # e.g. switching a new file to WAL while a caller writes to it
+                raise DatabaseLocked(lock_message(self.path, "open")) from None
+            raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {error}") from None
+        prepare_connection(connection, self.clock.now)
+        with self._lock:
+            self._connections.append(connection)
+        return connection
+
+    @contextmanager
+    def attempt_transaction(self) -> Iterator[sqlite3.Connection]:
+        """A transactional handler's connection (one per handler thread, rows as tuples, as
+        sqlite3's default), in a BEGIN IMMEDIATE transaction for the handler's whole run: taken
+        up front, so that a read followed by a write never meets a commit made in between (which
+        SQLite refuses at once, whatever the busy timeout). Other writers wait meanwhile."""
+        connection = getattr(self._local, "handler_connection", None)
+        if connection is None:
+            connection = self._local.handler_connection = self._open()
+        with write_lock(self._write_lock, connection, self.path, None, BUSY_TIMEOUT_MS):
+            try:
+                yield connection
+                if connection.in_transaction:
+                    connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
 
     @contextmanager
     def _transaction(self, wait_seconds: float | None = None, one_statement: bool = False

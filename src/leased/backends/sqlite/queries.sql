@@ -81,6 +81,13 @@ SELECT id, attempt FROM leased_jobs
 WHERE status = 'running' AND lease_owner = :worker_id AND lease_expires_at > leased_now()
   AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
+-- name: lease_fence
+-- A transactional handler's end (store.finish_in), in the handler's own write transaction: the
+-- lease still held and not expired by the database's clock. No other writer runs meanwhile.
+SELECT id, attempt, queue_name, task_name, workflow_id FROM leased_jobs
+WHERE id = :job_id AND attempt = :attempt AND lease_owner = :worker_id AND status = 'running'
+  AND lease_expires_at > leased_now();
+
 -- name: leases_to_finish
 -- Of the given leases, those the worker still holds, expired or not (a lease is lost once another
 -- claim or a reclaim takes the job, or a user cancels it): the ends that finish may write.

@@ -159,14 +159,19 @@ class LeasedBackend(BaseTaskBackend):
         name = job_task_name(task, alias)
         handler = app.tasks.get(name)
         if handler is None:
-            from leased.contrib.django.execution import handler_for
+            from leased.contrib.django.execution import atomic_on, handler_for
 
             declared = declared_task(task.module_path) or task
-            backoff = task_options(declared).get("backoff") or self.defaults.get("backoff") or Backoff()
+            options = {**self.defaults, **task_options(declared)}
+            transactional = options.get("transactional", False)
             with _apps_lock:
-                handler = app.tasks.get(name) or app.task(
-                    name=name, queue_name=task.queue_name, backoff=backoff,
-                    takes_context=True)(handler_for(alias, declared))
+                handler = app.tasks.get(name)
+                if handler is None:
+                    handler = app.task(name=name, queue_name=task.queue_name,
+                                       backoff=options.get("backoff") or Backoff(), takes_context=True,
+                                       transactional=transactional)(handler_for(alias, declared, transactional))
+                    if transactional:  # in Django's transaction on this database, where the end is written too
+                        handler.transaction = atomic_on(self.database)
         return handler
 
 

@@ -9,10 +9,11 @@ task, as Django does around each request in a long-running process.
 from __future__ import annotations
 
 import inspect
+from contextlib import AbstractContextManager, contextmanager
 from traceback import format_exception
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
-from django.db import close_old_connections, reset_queries
+from django.db import close_old_connections, connections, reset_queries, transaction
 from django.tasks import task_backends
 from django.tasks.base import Task, TaskContext as DjangoTaskContext, TaskError, TaskResult, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
@@ -35,12 +36,15 @@ class TaskBackend(Protocol):
     def app(self) -> Leased: ...
 
 
-def handler_for(alias: str, task: Task) -> Callable[..., Any]:
+def handler_for(alias: str, task: Task, transactional: bool = False) -> Callable[..., Any]:
     """leased's handler for the jobs of `task` enqueued through TASKS[alias]: called with leased's
     context first, then the task's arguments. The backend is TASKS[alias] as settings are when the
-    job runs (override_settings makes new backends)."""
+    job runs (override_settings makes new backends). A transactional task runs inside atomic_on()'s
+    block, which closes stale connections outside it instead."""
 
     def run(leased_context: TaskContext, /, *args: Any, **kwargs: Any) -> Any:
+        if transactional:
+            return _run(task_backends[alias], task, leased_context, args, kwargs)
         close_old_connections()
         reset_queries()
         try:
@@ -56,6 +60,27 @@ def handler_for(alias: str, task: Task) -> Callable[..., Any]:
     run.__module__ = task.func.__module__
     run.django_alias = alias  # type: ignore[attr-defined]  (the worker drops handlers of aliases that are gone)
     return run
+
+
+def atomic_on(database: str) -> Callable[[], AbstractContextManager[Any]]:
+    """The transaction of a task declared transactional=True: transaction.atomic() on Django's
+    connection to `database`, yielding the driver's connection under it, where leased writes the
+    job's end before the block commits (engine/transactional.py). Stale connections are closed
+    before it, never inside it: Django would roll the block back."""
+
+    @contextmanager
+    def opener() -> Iterator[Any]:
+        close_old_connections()
+        reset_queries()
+        try:
+            with transaction.atomic(using=database):
+                connection = connections[database]
+                connection.ensure_connection()
+                yield connection.connection
+        finally:
+            close_old_connections()
+
+    return opener
 
 
 def _run(backend: TaskBackend, task: Task, leased_context: TaskContext, args: tuple, kwargs: dict) -> Any:

@@ -25,12 +25,21 @@ def _backoff(value: object) -> Backoff:
     return value
 
 
+def _transactional(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"transactional must be True or False, got {value!r}")
+    return value
+
+
 # leased's per-task options: name -> the check that validates (and normalises) a value. A new
 # option is one entry here and one keyword in LeasedTask.
 TASK_OPTIONS: dict[str, Callable[[Any], Any]] = {
     "max_attempts": check_max_attempts,
     "lease": lease_seconds,
     "backoff": _backoff,
+    # The task body in transaction.atomic() on the backend's database, committed with the job's
+    # end and only while the worker holds its lease (leased.contrib.django.execution).
+    "transactional": _transactional,
 }
 
 
@@ -41,6 +50,7 @@ class LeasedTask(Task):
     max_attempts: int | None = None  # attempts before the task fails for good (a crash counts as one)
     lease: float | timedelta | None = None  # seconds a worker holds the task between renewals
     backoff: Backoff | None = None  # delay before each retry
+    transactional: bool | None = None  # its writes to the backend's database commit with its end, once
 
     def __new__(cls, *args: Any, **kwargs: Any) -> LeasedTask:
         # Before the dataclass's __init__, which would say only "unexpected keyword argument".

@@ -1,0 +1,67 @@
+"""The worker program of the exactly-once chaos test (tests/test_exactly_once_chaos.py):
+`python exactly_once_app.py WORKER_ID`, its database from $LEASED_DATABASE_URL.
+
+One task, registered by register(app) in the workers and in the test's producer alike:
+
+    eo.credit(index)  adds 1 to the counter row of eo_counter and inserts a row of eo_effects
+                      (job id, attempt, worker), then sleeps a little, deaf to cancellation (the
+                      worker may be SIGKILLed or SIGSTOPped past its lease meanwhile)
+
+With EO_TRANSACTIONAL=1 (the default) the task is transactional: both writes are on
+context.connection and commit with the job's end, fenced on its lease. With 0 they are the same
+statements on a connection of the worker's own, committed as they run: what at-least-once delivery
+does to a handler's effects, counted beside it. Environment: EO_LEASE, EO_CONCURRENCY, EO_STEP_MILLIS.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+
+import connections
+from leased import Backoff, Leased
+
+TASK = "eo.credit"
+MAX_ATTEMPTS = 50  # no job is killed fifty times: a failed job is a finding, not chaos
+TABLES = ("CREATE TABLE eo_counter (id INTEGER PRIMARY KEY, value INTEGER NOT NULL)",
+          "INSERT INTO eo_counter (id, value) VALUES (1, 0)",
+          "CREATE TABLE eo_effects (job_id BIGINT NOT NULL, attempt INTEGER NOT NULL, worker_id VARCHAR(100) NOT NULL)")
+_own = threading.local()  # the plain task's connection, one per handler thread
+
+
+def register(app: Leased):
+    """The task on `app`: the same name and options for the producer and the workers."""
+    lease = float(os.environ.get("EO_LEASE", "1.5"))
+    transactional = os.environ.get("EO_TRANSACTIONAL", "1") == "1"
+    step_seconds = float(os.environ.get("EO_STEP_MILLIS", "5")) / 1000
+
+    @app.task(name=TASK, lease=lease, max_attempts=MAX_ATTEMPTS, takes_context=True, transactional=transactional,
+              backoff=Backoff(base=0.05, cap=0.2))
+    def credit(context, index: int) -> int:
+        connection = context.connection if transactional else _own_connection(app)
+        connections.execute(connection, "UPDATE eo_counter SET value = value + 1 WHERE id = 1")
+        connections.execute(connection, "INSERT INTO eo_effects (job_id, attempt, worker_id) VALUES (?, ?, ?)",
+                            (context.job_id, context.attempt, context.worker_id))
+        time.sleep(step_seconds)
+        return index
+
+    return credit
+
+
+def _own_connection(app: Leased):
+    if getattr(_own, "connection", None) is None:
+        options = {"timeout": 30} if app.database_url.startswith("sqlite") else {}  # SQLite's busy timeout
+        _own.connection = connections.connect(app.database_url, autocommit=True, **options)
+    return _own.connection
+
+
+if __name__ == "__main__":
+    worker_id = sys.argv[1]
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {worker_id} %(levelname)s %(name)s %(message)s")
+    app = Leased(os.environ["LEASED_DATABASE_URL"])
+    register(app)
+    app.worker(concurrency=int(os.environ.get("EO_CONCURRENCY", "4")), poll_interval=0.05,
+               shutdown_grace=15.0, worker_id=worker_id).run()
