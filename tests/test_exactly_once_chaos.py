@@ -26,11 +26,11 @@ from leased import JobStatus
 pytestmark = pytest.mark.slow
 
 # The suite's sizes; bench/exactly_once.py runs bigger with EO_CHAOS_* set.
-JOBS = int(os.environ.get("EO_CHAOS_JOBS", 600))
+JOBS = int(os.environ.get("EO_CHAOS_JOBS", 400))
 WORKERS = 3
 CONCURRENCY = int(os.environ.get("EO_CONCURRENCY", 4))
 LEASE = 1.5
-CHAOS_SECONDS = float(os.environ.get("EO_CHAOS_SECONDS", 4))  # or until every job is done
+CHAOS_SECONDS = float(os.environ.get("EO_CHAOS_SECONDS", 3))  # or until every job is done
 PACE = (0.2, 0.6)  # seconds between faults, drawn uniformly: pacing, not synchronisation
 SEED = int(os.environ.get("EO_CHAOS_SEED", 7))
 DRAIN_TIMEOUT = float(os.environ.get("EO_CHAOS_DRAIN_TIMEOUT", 120))  # bounds a failing run only
