@@ -1,13 +1,16 @@
 """The worker program of the exactly-once chaos test (tests/test_exactly_once_chaos.py):
 `python exactly_once_app.py WORKER_ID`, its database from $LEASED_DATABASE_URL.
 
-One task, registered by register(app) in the workers and in the test's producer alike:
+Two tasks, registered by register(app) in the workers and in the test's producer alike:
 
     eo.credit(index)  adds 1 to the counter row of eo_counter and inserts a row of eo_effects
                       (job id, attempt, worker), then sleeps a little, deaf to cancellation (the
                       worker may be SIGKILLed or SIGSTOPped past its lease meanwhile)
 
-With EO_TRANSACTIONAL=1 (the default) the task is transactional: both writes are on
+    eo.steps(index)   three durable steps (TaskContext.step), each inserting a row of eo_step_effects:
+                      a plain one, a transactional one, a plain one
+
+With EO_TRANSACTIONAL=1 (the default) eo.credit the task is transactional: both writes are on
 context.connection and commit with the job's end, fenced on its lease. With 0 they are the same
 statements on a connection of the worker's own, committed as they run: what at-least-once delivery
 does to a handler's effects, counted beside it. Environment: EO_LEASE, EO_CONCURRENCY, EO_STEP_MILLIS.
@@ -25,10 +28,12 @@ import connections
 from leased import Backoff, Leased
 
 TASK = "eo.credit"
+STEPS_TASK = "eo.steps"
 MAX_ATTEMPTS = 50  # no job is killed fifty times: a failed job is a finding, not chaos
 TABLES = ("CREATE TABLE eo_counter (id INTEGER PRIMARY KEY, value INTEGER NOT NULL)",
           "INSERT INTO eo_counter (id, value) VALUES (1, 0)",
-          "CREATE TABLE eo_effects (job_id BIGINT NOT NULL, attempt INTEGER NOT NULL, worker_id VARCHAR(100) NOT NULL)")
+          "CREATE TABLE eo_effects (job_id BIGINT NOT NULL, attempt INTEGER NOT NULL, worker_id VARCHAR(100) NOT NULL)",
+          "CREATE TABLE eo_step_effects (job_id BIGINT NOT NULL, step VARCHAR(20) NOT NULL, attempt INTEGER NOT NULL)")
 _own = threading.local()  # the plain task's connection, one per handler thread
 
 
@@ -46,6 +51,22 @@ def register(app: Leased):
         connections.execute(connection, "INSERT INTO eo_effects (job_id, attempt, worker_id) VALUES (?, ?, ?)",
                             (context.job_id, context.attempt, context.worker_id))
         time.sleep(step_seconds)
+        return index
+
+    @app.task(name=STEPS_TASK, lease=lease, max_attempts=MAX_ATTEMPTS, takes_context=True,
+              backoff=Backoff(base=0.05, cap=0.2))
+    def three_steps(context, index: int) -> int:
+        """A plain step (its effect on a connection of its own), a transactional one (its effect
+        commits with its record), then a last plain one; each sleeps a little, killable anywhere."""
+        def effect(connection, step: str) -> str:
+            connections.execute(connection, "INSERT INTO eo_step_effects (job_id, step, attempt) VALUES (?, ?, ?)",
+                                (context.job_id, step, context.attempt))
+            time.sleep(step_seconds)
+            return step
+
+        context.step("plain", lambda: effect(_own_connection(app), "plain"))
+        context.step("tx", lambda connection: effect(connection, "tx"), transactional=True)
+        context.step("last", lambda: effect(_own_connection(app), "last"))
         return index
 
     return credit

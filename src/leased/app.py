@@ -24,7 +24,7 @@ from leased.errors import (ConfigurationError, DatabaseLocked, DatabaseUnavailab
 from leased.events import Events
 from leased.explain import Explanation, explain, step_facts
 from leased.horizon import OLD_TRANSACTION_AFTER, check_old_transaction_after
-from leased.jobs import Job, JobStatus
+from leased.jobs import DurableStep, Job, JobStatus
 from leased.limits import QueueLimit, check_concurrency, parse_rate
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.retention import Retention, app_retention, period
@@ -256,6 +256,10 @@ class Leased:
             raise JobNotFound(job_id)
         return job
 
+    def job_steps(self, job_id: int) -> list[DurableStep]:
+        """The durable steps (TaskContext.step) the job's attempts recorded, in the order they ran."""
+        return self.backend.durable_steps(job_id)
+
     def list_jobs(self, *, status: JobStatus | str | None = None, queue_name: str | None = None,
                   task_name: str | None = None, search: str | int | None = None, limit: int = 100,
                   before_id: int | None = None, after_id: int | None = None,
@@ -352,7 +356,9 @@ class Leased:
             raise JobNotFound(job_id)
         if facts.job.status is JobStatus.PENDING:
             facts = replace(facts, old_transactions=self.old_transactions())
-        return facts.job, explain(facts, step_facts(self.backend, facts.job))
+        recorded = [step.name for step in self.backend.durable_steps(job_id)] \
+            if facts.job.status in (JobStatus.PENDING, JobStatus.RUNNING) and facts.job.attempt > 0 else []
+        return facts.job, explain(facts, step_facts(self.backend, facts.job), recorded)
 
     # Limits per queue, across all workers (limits per key are declared on tasks).
     def limit(self, queue_name: str, *, concurrency: int | None = None, rate_limit: str | None = None) -> QueueLimit:

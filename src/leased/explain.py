@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.durations import format_duration
@@ -82,10 +82,11 @@ _APP_COMMAND = re.compile(r"`leased (\w+) APP([ `])")
 _NEEDS_HANDLERS = {"worker"}
 
 
-def explain(facts: JobFacts, step: StepFacts | None = None) -> Explanation:
+def explain(facts: JobFacts, step: StepFacts | None = None, recorded_steps: Sequence[str] = ()) -> Explanation:
     """Why the job is where it is. `step`: a workflow step's parents (step_facts), for a step that
     waits for them or that their failure cancelled; without it such a step is explained from its
-    own row, and `leased workflow` is named for the rest."""
+    own row, and `leased workflow` is named for the rest. `recorded_steps`: the names of its durable
+    steps recorded so far (TaskContext.step), in the order they ran."""
     job = facts.job
     if job.status is JobStatus.WAITING:
         reasons = _explain_waiting(facts, step)
@@ -93,9 +94,19 @@ def explain(facts: JobFacts, step: StepFacts | None = None) -> Explanation:
         reasons = _explain_cancelled_by_parents(facts, step)
     else:
         reasons = _BY_STATUS[job.status](facts)
+    if recorded_steps and job.status in (JobStatus.PENDING, JobStatus.RUNNING):
+        reasons = [*reasons, _resumes_after(job, recorded_steps)]
     of = f", a step of workflow {job.workflow_id}" if job.workflow_id is not None else ""
     summary = f"Job {job.id} ({job.task_name} on queue {job.queue_name}{of}) {_IS[job.status]}."
     return Explanation(job.id, job.status, summary, tuple([*_scheduled_by(facts), *reasons]), facts.now)
+
+
+def _resumes_after(job: Job, names: Sequence[str]) -> Reason:
+    listed = ", ".join(repr(name) for name in names[:WAITING_NAMED]) + (
+        f" and {len(names) - WAITING_NAMED} more" if len(names) > WAITING_NAMED else "")
+    attempt = "Its next attempt resumes" if job.status is JobStatus.PENDING else "This attempt resumed"
+    return Reason("resumes_after_step", f"{attempt} after step {names[-1]!r}: {_count(len(names), 'step')} recorded "
+                                        f"({listed}) do not run again.", {"recorded_steps": list(names)})
 
 
 _IS = {JobStatus.PENDING: "is pending", JobStatus.RUNNING: "is running", JobStatus.DONE: "is done",

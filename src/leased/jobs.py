@@ -33,6 +33,18 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class DurableStep:
+    """A step of a job's handler (TaskContext.step) as recorded: by the attempt that ran it, with
+    its result, which the job's later attempts get instead of running it again."""
+
+    name: str
+    attempt: int
+    result: Any
+    started_at: datetime
+    finished_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     number: int
     worker_id: str

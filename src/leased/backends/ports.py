@@ -19,7 +19,7 @@ from leased.admin import OldTransaction, WorkerInfo
 from leased.clock import Clock
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
 from leased.facts import JobFacts
-from leased.jobs import ClaimedJob, Job, JobStatus, Lease, Outcome
+from leased.jobs import ClaimedJob, DurableStep, Job, JobStatus, Lease, Outcome
 from leased.limits import QueueLimit
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, WorkflowInfo
 
@@ -237,6 +237,14 @@ class WorkerPort(Protocol):
         framework's on this database), fenced on its lease and on the lease's expiry by the
         database's clock now; never committed here. Whether it was written (False: the lease is
         gone; roll back), and the queues of steps its end made due (wake them after the commit)."""
+
+    def record_step(self, lease: Lease, name: str, result_json: str | None, seconds: float,
+                    connection: Any = None) -> bool:
+        """Record a durable step (engine/durable.py) of the job `lease` holds, fenced as finish_in():
+        in a transaction of its own, or in the one open on `connection`. False: the lease is gone."""
+
+    def durable_steps(self, job_id: int) -> list[DurableStep]:
+        """The job's recorded durable steps, in the order they ran."""
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         """Give up attempts: each job still held goes back to pending at once, and each attempt's

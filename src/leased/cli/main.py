@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Sequence
 
 import click
 from click.core import ParameterSource
@@ -26,7 +26,7 @@ from leased.cli.supervisor import CANNOT_START, Supervisor
 from leased.app import Leased
 from leased.errors import LeasedError
 from leased.events import AttemptEnded, Event
-from leased.jobs import Job, JobStatus, Outcome
+from leased.jobs import DurableStep, Job, JobStatus, Outcome
 from leased.suggest import did_you_mean
 from leased.worker_ids import SUPERVISOR_VARIABLE
 
@@ -320,14 +320,15 @@ def unknown_filters(app: Leased, task_name: str | None, queue_name: str | None) 
 def show(ctx: click.Context, target: tuple[str, ...], database: str | None, as_json: bool) -> None:
     """Show one job: its fields, arguments, result and every attempt."""
     app_spec, job_id = job_target(target)
-    job = open_app(ctx, app_spec, database).get_job(job_id)
+    app = open_app(ctx, app_spec, database)
+    job, steps = app.get_job(job_id), app.job_steps(job_id)
     if as_json:
-        click.echo(output.to_json(output.job_to_dict(job)))
+        click.echo(output.to_json({**output.job_to_dict(job), "steps": [dataclasses.asdict(step) for step in steps]}))
         return
-    click.echo(describe_job(job))
+    click.echo(describe_job(job, steps))
 
 
-def describe_job(job: Job) -> str:
+def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
     fields = [
         ("status", str(job.status)),
         ("queue", job.queue_name),
@@ -360,6 +361,13 @@ def describe_job(job: Job) -> str:
             for attempt in job.history]
     parts += ["", "attempts", output.table(["#", "WORKER", "STARTED", "DURATION", "OUTCOME", "ERROR"], rows,
                                            right=[0, 3], shrink=5, width=output.terminal_width(), indent="  ")]
+    if steps:  # durable steps (TaskContext.step): what a next attempt gets without running them again
+        step_rows = [(step.name, step.attempt, output.local_time(step.finished_at),
+                      output.format_duration(step.finished_at - step.started_at),
+                      output.one_line(output.readable_json(step.result))) for step in steps]
+        parts += ["", "steps recorded", output.table(["STEP", "ATTEMPT", "FINISHED", "TOOK", "RESULT"], step_rows,
+                                                     right=[1, 3], shrink=4, width=output.terminal_width(),
+                                                     indent="  ")]
     # Earlier tracebacks are usually the same story; the last failure's is the one to read.
     # A timed-out sync handler's is where its thread was at the limit: where it hung.
     failed = [attempt for attempt in job.history

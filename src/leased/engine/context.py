@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from leased.jobs import ClaimedJob, Job
 
@@ -48,6 +48,7 @@ class TaskContext:
     _workflow: Any = field(default=None, init=False, repr=False)
     # A transactional task's connection, while its handler runs (engine/transactional.py).
     _connection: Any = field(default=None, init=False, repr=False)
+    _steps: dict[str, Any] | None = field(default=None, init=False, repr=False)  # durable steps recorded, by name
 
     @property
     def job(self) -> Job:
@@ -75,6 +76,23 @@ class TaskContext:
                 "with @app.task(transactional=True, takes_context=True) runs in a transaction of its own, "
                 "while its handler runs")
         return self._connection
+
+    # Durable steps (engine/durable.py).
+    def step(self, name: str, fn: Callable[..., Any], *, transactional: bool = False) -> Any:
+        """Run `fn()` once across this job's attempts: its JSON result is recorded, fenced on the
+        lease, and a later attempt gets it without calling `fn` again. A step that raised runs
+        again; one that returned but whose record did not commit (the worker died) too. With
+        `transactional=True`, `fn(connection)` writes in a transaction that commits with the
+        record: once."""
+        from leased.engine.durable import run_step
+
+        return run_step(self, name, fn, transactional)
+
+    async def astep(self, name: str, fn: Callable[..., Any]) -> Any:
+        """step() for async handlers: `fn()` may return an awaitable."""
+        from leased.engine.durable import run_step_async
+
+        return await run_step_async(self, name, fn)
 
     # A workflow's step (leased.workflows): its parents, and its run.
     @property

@@ -226,7 +226,7 @@ class Pages:
             return self.problem(request, 404, "No such job", f"There is no job with id {job_id}.")
         started = job.history[0].started_at if job.history else None
         return self.render(request, "job.html", {
-            "job": job, "started_at": started, "why": why,
+            "job": job, "started_at": started, "why": why, "steps": self.leased.job_steps(job.id),
             "total": job.finished_at - job.created_at if job.finished_at else None,
             "can_retry": job.status in (JobStatus.FAILED, JobStatus.CANCELLED),
             "can_cancel": job.status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING),

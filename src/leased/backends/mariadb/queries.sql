@@ -904,3 +904,12 @@ ORDER BY p.id;
 DELETE FROM leased_workflows
 WHERE id IN (SELECT value FROM JSON_TABLE(%(workflow_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
   AND NOT EXISTS (SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id);
+
+-- Durable steps (TaskContext.step; migration 0014). Recorded after lease_fence, in its transaction.
+-- name: record_durable_step
+INSERT INTO leased_durable_steps (job_id, name, attempt, result, started_at, finished_at)
+VALUES (%(job_id)s, %(name)s, %(attempt)s, %(result)s, leased_now() - %(seconds)s, leased_now());
+
+-- name: durable_steps
+SELECT name, attempt, result, started_at, finished_at FROM leased_durable_steps
+WHERE job_id = %(job_id)s ORDER BY started_at, name;

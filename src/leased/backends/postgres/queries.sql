@@ -1076,3 +1076,15 @@ ORDER BY p.id;
 -- name: delete_empty_workflows
 DELETE FROM leased_workflows
 WHERE id = ANY(%(workflow_ids)s::bigint[]) AND NOT EXISTS (SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id);
+
+-- Durable steps (TaskContext.step; migration 0014). Recorded after lease_fence, in its transaction
+-- (a transactional handler's too: the statement's clock, as lease_fence reads it).
+-- name: record_durable_step
+INSERT INTO leased_durable_steps (job_id, name, attempt, result, started_at, finished_at)
+VALUES (%(job_id)s, %(name)s, %(attempt)s, %(result)s::json,
+        leased_now() + (statement_timestamp() - now()) - make_interval(secs => %(seconds)s::float8),
+        leased_now() + (statement_timestamp() - now()));
+
+-- name: durable_steps
+SELECT name, attempt, result, started_at, finished_at FROM leased_durable_steps
+WHERE job_id = %(job_id)s ORDER BY started_at, name;

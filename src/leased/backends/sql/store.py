@@ -34,7 +34,7 @@ from leased.backends.sql.scripts import schema_problem
 from leased.backends.sql.schedules import ScheduleStore
 from leased.backends.sql.workflows import WorkflowStore
 from leased.errors import DatabaseConflict, InvalidTransition, JobNotFound, SchemaNotReady
-from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Lease, Outcome
+from leased.jobs import Attempt, ClaimedJob, DurableStep, Job, JobStatus, Lease, Outcome
 from leased.limits import QueueLimit
 
 T = TypeVar("T")
@@ -206,6 +206,25 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
             return kept[0], released
 
         return self._in_callers(connection, work)
+
+    # Durable steps (TaskContext.step): each recorded once, fenced as a transactional end is.
+    def record_step(self, lease: Lease, name: str, result_json: str, seconds: float, connection: Any = None) -> bool:
+        """Record step `name` of the job `lease` holds, which ran `seconds` and returned
+        `result_json`: in a transaction of its own, or in the one open on `connection` (a
+        transactional handler's, or step's). False, and nothing written: the lease is gone."""
+        def work(connection: Any) -> bool:
+            if self._execute(connection, "lease_fence", job_id=lease.job_id, attempt=lease.attempt,
+                             worker_id=lease.worker_id).fetchone() is None:
+                return False
+            self._execute(connection, "record_durable_step", job_id=lease.job_id, name=name, attempt=lease.attempt,
+                          result=result_json, seconds=seconds)
+            return True
+
+        return self._in_callers(connection, work) if connection is not None else self._transact(work)
+
+    def durable_steps(self, job_id: int) -> list[DurableStep]:
+        return [DurableStep(row["name"], row["attempt"], self._from_json(row["result"]), self._to_time(row["started_at"]),
+                            self._to_time(row["finished_at"])) for row in self._rows("durable_steps", job_id=job_id)]
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
         if not leases:

@@ -855,3 +855,12 @@ ORDER BY p.id;
 DELETE FROM leased_workflows
 WHERE id IN (SELECT value FROM json_each(:workflow_ids))
   AND NOT EXISTS (SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id);
+
+-- Durable steps (TaskContext.step; migration 0014). Recorded after lease_fence, in its transaction.
+-- name: record_durable_step
+INSERT INTO leased_durable_steps (job_id, name, attempt, result, started_at, finished_at)
+VALUES (:job_id, :name, :attempt, :result, leased_now() - :seconds, leased_now());
+
+-- name: durable_steps
+SELECT name, attempt, result, started_at, finished_at FROM leased_durable_steps
+WHERE job_id = :job_id ORDER BY started_at, name;
