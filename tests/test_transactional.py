@@ -133,7 +133,8 @@ def test_a_cancel_while_the_handler_runs(app, effects, backend_name):
     finds the job done."""
     started = threading.Event()
 
-    @app.task(name="long", transactional=True, takes_context=True, max_attempts=1)
+    # A short lease: the worker learns of a cancel at its next renewal, a third of the lease on.
+    @app.task(name="long", transactional=True, takes_context=True, max_attempts=1, lease=1.5)
     def long(context: TaskContext):
         write_effect(context, "long")
         started.set()
