@@ -44,10 +44,14 @@ def recorded_steps(context: TaskContext) -> dict[str, Any]:
     return context._steps
 
 
-def run_step(context: TaskContext, name: str, fn: Callable[..., Any], transactional: bool) -> Any:
+def _check_step(name: object, fn: object) -> None:
     check_step_name(name)
     if not callable(fn):
         raise ConfigurationError(f"step {name!r}: fn must be callable, got {fn!r}")
+
+
+def run_step(context: TaskContext, name: str, fn: Callable[..., Any], transactional: bool) -> Any:
+    _check_step(name, fn)
     recorded = recorded_steps(context)
     if name in recorded:
         return recorded[name]
@@ -71,9 +75,7 @@ def run_step(context: TaskContext, name: str, fn: Callable[..., Any], transactio
 
 
 async def run_step_async(context: TaskContext, name: str, fn: Callable[..., Any]) -> Any:
-    check_step_name(name)
-    if not callable(fn):
-        raise ConfigurationError(f"step {name!r}: fn must be callable, got {fn!r}")
+    _check_step(name, fn)
     recorded = await asyncio.to_thread(recorded_steps, context)
     if name in recorded:
         return recorded[name]

@@ -195,8 +195,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         lease = end.lease
 
         def work(connection: Any) -> tuple[bool, set[str]]:
-            fence = self._execute(connection, "lease_fence", job_id=lease.job_id, attempt=lease.attempt,
-                                  worker_id=lease.worker_id).fetchone()
+            fence = self._fence(connection, lease)
             if fence is None:
                 return False, set()
             # Counted in a row of the handler thread's own: concurrent handlers of one worker would
@@ -207,14 +206,20 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
 
         return self._in_callers(connection, work)
 
+    def _fence(self, connection: Any, lease: Lease) -> Any:
+        """The job's row, locked in the transaction on `connection`, if `lease` still holds it
+        unexpired by the database's clock now; else None."""
+        return self._execute(connection, "lease_fence", job_id=lease.job_id, attempt=lease.attempt,
+                             worker_id=lease.worker_id).fetchone()
+
     # Durable steps (TaskContext.step): each recorded once, fenced as a transactional end is.
-    def record_step(self, lease: Lease, name: str, result_json: str, seconds: float, connection: Any = None) -> bool:
+    def record_step(self, lease: Lease, name: str, result_json: str | None, seconds: float,
+                    connection: Any = None) -> bool:
         """Record step `name` of the job `lease` holds, which ran `seconds` and returned
         `result_json`: in a transaction of its own, or in the one open on `connection` (a
         transactional handler's, or step's). False, and nothing written: the lease is gone."""
         def work(connection: Any) -> bool:
-            if self._execute(connection, "lease_fence", job_id=lease.job_id, attempt=lease.attempt,
-                             worker_id=lease.worker_id).fetchone() is None:
+            if self._fence(connection, lease) is None:
                 return False
             self._execute(connection, "record_durable_step", job_id=lease.job_id, name=name, attempt=lease.attempt,
                           result=result_json, seconds=seconds)
