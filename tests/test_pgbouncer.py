@@ -77,7 +77,7 @@ def test_two_workers_and_a_kill_through_pgbouncer_lose_nothing(bouncer, tmp_path
     """2,000 jobs; one worker process killed with SIGKILL midway, holding jobs (one for certain: its
     handler hangs in that worker); they are done by the other after the lease."""
     producer = Leased(bouncer.url)
-    bounce = producer.task(name="bounce", lease=1.0)(lambda n: n)
+    bounce = producer.task(name="bounce", lease=3.0)(lambda n: n)
     # Push through the pooler needs a session: the first worker LISTENs on a listen_url (direct; in
     # session mode the pooler's own URL serves), the second polls and says so.
     listen_url = bouncer.direct_url if bouncer.pool_mode == "transaction" else bouncer.url
