@@ -17,6 +17,9 @@ MARKERS = Path(os.environ.get("CRASH_MARKERS", "."))
 def hold(context, mode):
     if context.attempt == 1 and mode == "forever":
         time.sleep(3600)
+    if context.attempt == 1 and mode == "progress":
+        context.progress(7, 14, "halfway there")  # carried by the next renewal, then the worker is killed
+        time.sleep(3600)
     if context.attempt == 1 and mode == "late":
         (MARKERS / f"started-{context.worker_id}").touch()
         # Deliberately deaf to cancellation: it will try to finish after losing its lease. (An Event's

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import kill_worker_sessions, needs_faketime, raw_scalar, raw_sql, wait_for
-from leased import JobStatus, Outcome
+from leased import JobStatus, Outcome, Progress
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
@@ -51,6 +51,23 @@ def test_sigkilled_worker_job_is_finished_by_another_after_the_lease(app, hold, 
     assert [(a.number, a.worker_id, a.outcome) for a in done.history] == [
         (1, "worker-a", Outcome.EXPIRED), (2, "worker-b", Outcome.DONE)]
     assert done.history[0].started_at == running.started_at  # the crashed attempt's record, from its job row
+
+
+def test_a_killed_attempt_keeps_the_progress_its_last_renewal_carried(app, hold, spawn):
+    """TaskContext.progress: the expired attempt's record and the job keep what the dead worker's
+    last renewal carried; the next attempt, which reports nothing, leaves it as the job's."""
+    job = hold.enqueue("progress")
+    first = spawn("worker-a")
+    wait_for(lambda: app.get_job(job.id).progress is not None, message="worker-a's report, on a renewal")
+    first.kill()
+    first.wait()
+    spawn("worker-b")
+    wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, message="worker-b to finish the job")
+    done = app.get_job(job.id)
+    halfway = Progress(7, 14, "halfway there", attempt=1)
+    assert [(a.worker_id, a.outcome, a.progress) for a in done.history] == [
+        ("worker-a", Outcome.EXPIRED, halfway), ("worker-b", Outcome.DONE, None)]
+    assert done.progress == halfway
 
 
 def test_stopped_worker_cannot_write_after_losing_its_lease(app, hold, spawn, tmp_path):

@@ -142,8 +142,9 @@ def test_postgres_writes_of_a_batch_do_work_linear_in_the_batch(app, backend_nam
         ends = {"job_ids": ids, "attempts": [1] * batch, "worker_ids": ["w"] * batch, "statuses": ["done"] * batch,
                 "results": ["null"] * batch, "last_errors": [None] * batch, "retry_in_seconds": [0.0] * batch,
                 "outcomes": ["done"] * batch, "error_types": [None] * batch, "error_messages": [None] * batch,
-                "tracebacks": [None] * batch, "counted_as": None}
-        for name, params in [("renew", {"job_ids": ids, "attempts": [1] * batch, "worker_id": "w"}),
+                "tracebacks": [None] * batch, "progress": [None] * batch, "counted_as": None}
+        for name, params in [("renew", {"job_ids": ids, "attempts": [1] * batch, "progress": [None] * batch,
+                                        "worker_id": "w"}),
                              ("release", {"job_ids": ids, "attempts": [1] * batch, "worker_id": "w",
                                           "outcome": "shutdown", "message": None}),
                              ("finish", ends)]:
@@ -387,20 +388,22 @@ def test_postgres_sessions_never_compile_a_statement(app, backend_name):
 
 
 def test_postgres_renewals_change_no_indexed_column(app, backend_name):
-    """Migration 0012: a renewal rewrites only lease_expires_at, so it may be a HOT update (no index
-    entry, a dead version pruned in its page) only while no index's key, expression or predicate
-    reads that column; and leased_jobs keeps room on its pages for such updates (fillfactor)."""
+    """Migration 0012: a renewal rewrites only lease_expires_at (and progress, migration 0015), so it
+    may be a HOT update (no index entry, a dead version pruned in its page) only while no index's
+    key, expression or predicate reads those columns; and leased_jobs keeps room on its pages for
+    such updates (fillfactor)."""
     if backend_name != "postgres":
         return  # HOT is PostgreSQL's; InnoDB and SQLite rewrite only the indexes whose columns change
     import psycopg
 
     app.counts()
     with psycopg.connect(app.database_url) as connection:
-        reading = connection.execute(
+        reading = [connection.execute(
             "SELECT i.indexrelid::regclass::text FROM pg_index AS i "
             "WHERE i.indrelid = 'leased_jobs'::regclass AND (EXISTS (SELECT FROM pg_attribute AS a "
-            "WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) AND a.attname = 'lease_expires_at') "
-            "OR pg_get_expr(i.indpred, i.indrelid) LIKE '%lease_expires_at%' "
-            "OR pg_get_expr(i.indexprs, i.indrelid) LIKE '%lease_expires_at%')").fetchall()
+            "WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) AND a.attname = %(column)s) "
+            "OR pg_get_expr(i.indpred, i.indrelid) LIKE '%%' || %(column)s || '%%' "
+            "OR pg_get_expr(i.indexprs, i.indrelid) LIKE '%%' || %(column)s || '%%')", {"column": column}).fetchall()
+            for column in ("lease_expires_at", "progress")]
         options = connection.execute("SELECT reloptions FROM pg_class WHERE oid = 'leased_jobs'::regclass").fetchone()[0]
-    assert reading == [] and "fillfactor=90" in (options or []), (reading, options)
+    assert reading == [[], []] and "fillfactor=90" in (options or []), (reading, options)

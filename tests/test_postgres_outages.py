@@ -85,9 +85,9 @@ class RenewalsHeldBack:
     def __getattr__(self, name):
         return getattr(self._backend, name)
 
-    def renew(self, leases, wait_seconds=None):
+    def renew(self, leases, wait_seconds=None, progress=None):
         self.released.wait(60)
-        return self._backend.renew(leases, wait_seconds)
+        return self._backend.renew(leases, wait_seconds, progress)
 
 
 def test_a_claim_that_waited_for_a_connection_keeps_its_whole_lease(url):

@@ -194,11 +194,6 @@ def test_bad_declarations_are_refused_with_the_fix(app):
         def no_context():
             pass
 
-    with pytest.raises(ConfigurationError, match="define it with def, not async def"):
-        @app.task(name="is_async", transactional=True, takes_context=True)
-        async def is_async(context):
-            pass
-
     with pytest.raises(ConfigurationError, match="transactional must be True or False"):
         @app.task(name="odd_flag", transactional="yes", takes_context=True)
         def odd_flag(context):

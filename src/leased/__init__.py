@@ -18,7 +18,7 @@ from leased.errors import (
     WorkflowNotFound,
 )
 from leased.explain import Explanation, Reason
-from leased.jobs import Attempt, Job, JobStatus, Outcome
+from leased.jobs import Attempt, Job, JobStatus, Outcome, Progress
 from leased.retention import Retention
 from leased.runs import WorkflowInfo, WorkflowStatus
 from leased.tasks import Task
@@ -27,7 +27,7 @@ from leased.workflows import Run, Workflow
 __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseLocked",
     "DatabaseUnavailable", "Explanation", "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased",
-    "LeasedError", "Outcome", "PayloadError", "PermanentError", "Reason", "Retention", "SchemaNotReady", "Task",
+    "LeasedError", "Outcome", "PayloadError", "Progress", "PermanentError", "Reason", "Retention", "SchemaNotReady", "Task",
     "TaskContext", "WaitTimeout", "Run", "Workflow", "WorkflowInfo", "WorkflowNotFound", "WorkflowStatus",
 ]
 __version__ = "0.1.0"

@@ -9,6 +9,12 @@ class ConfigurationError(LeasedError, ValueError):
     """A setting or argument is wrong; the message names it and the fix."""
 
 
+# Said where an async transactional handler meets a database that cannot run one.
+ASYNC_TRANSACTIONS_ON_POSTGRES = (
+    "an async transactional handler writes through psycopg's AsyncConnection, so it runs on PostgreSQL only; "
+    "on SQLite and MariaDB define it with def (it runs on a handler thread, with the driver's connection)")
+
+
 class SchemaNotReady(LeasedError):
     """leased's tables are missing from the database, or at a version this code does not run on.
     Not transient: a worker stops at once rather than retrying; the message says what to run."""

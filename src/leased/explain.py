@@ -94,11 +94,23 @@ def explain(facts: JobFacts, step: StepFacts | None = None, recorded_steps: Sequ
         reasons = _explain_cancelled_by_parents(facts, step)
     else:
         reasons = _BY_STATUS[job.status](facts)
+    if job.progress is not None and job.status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED):
+        reasons = [*reasons, _progress(job)]
     if recorded_steps and job.status in (JobStatus.PENDING, JobStatus.RUNNING):
         reasons = [*reasons, _resumes_after(job, recorded_steps)]
     of = f", a step of workflow {job.workflow_id}" if job.workflow_id is not None else ""
     summary = f"Job {job.id} ({job.task_name} on queue {job.queue_name}{of}) {_IS[job.status]}."
     return Explanation(job.id, job.status, summary, tuple([*_scheduled_by(facts), *reasons]), facts.now)
+
+
+def _progress(job: Job) -> Reason:
+    """How far the running attempt has got, or where the last one to report got to before it ended."""
+    progress = job.progress
+    data = {"done": progress.done, "total": progress.total, "note": progress.note, "attempt": progress.attempt,
+            "fraction": progress.fraction}
+    if job.status is JobStatus.RUNNING and progress.attempt == job.attempt:
+        return Reason("progress", f"It has got to {progress}, as its handler last reported.", data)
+    return Reason("progress", f"Attempt {progress.attempt} got to {progress} before it ended.", data)
 
 
 def _resumes_after(job: Job, names: Sequence[str]) -> Reason:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, make_dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+import json
 from typing import Any, Callable
 
 
@@ -44,6 +45,51 @@ class DurableStep:
     finished_at: datetime
 
 
+MAX_PROGRESS_NOTE = 200  # characters: a note travels with every renewal of the lease
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far an attempt got, as its handler last said (TaskContext.progress): `done` of `total`
+    (None: not known), with a short note. `attempt` is the attempt that said it: a retried job
+    keeps its last attempt's progress until the next one reports its own."""
+
+    done: float
+    total: float | None = None
+    note: str | None = None
+    attempt: int = 0
+
+    @property
+    def fraction(self) -> float | None:
+        """done / total, from 0 to 1; None without a total (or with a total of 0)."""
+        if not self.total:
+            return None
+        return max(0.0, min(1.0, self.done / self.total))
+
+    def __str__(self) -> str:
+        """'40/100 (40%) copying rows': what a reader shows."""
+        text = _number(self.done) if self.total is None else f"{_number(self.done)}/{_number(self.total)}"
+        if self.fraction is not None:
+            text += f" ({self.fraction:.0%})"
+        return f"{text} {self.note}" if self.note else text
+
+    def to_json(self) -> str:
+        return json.dumps({"done": self.done, "total": self.total, "note": self.note, "attempt": self.attempt})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Progress | None:
+        """The stored column as a Progress (None where no attempt reported any)."""
+        if text is None:
+            return None
+        value = json.loads(text) if isinstance(text, (str, bytes)) else text
+        return cls(value["done"], value.get("total"), value.get("note"), value.get("attempt", 0))
+
+
+def _number(value: float) -> str:
+    """1000000 as 1000000 and 2.5 as 2.5, never 1e+06."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:.6g}"
+
+
 @dataclass(frozen=True, slots=True)
 class Attempt:
     number: int
@@ -54,6 +100,7 @@ class Attempt:
     error_type: str | None = None
     error_message: str | None = None
     traceback: str | None = None
+    progress: Progress | None = None  # how far it got, as its handler last said
 
     @property
     def duration(self) -> timedelta | None:
@@ -63,16 +110,18 @@ class Attempt:
 
 
 def with_running_attempt(history: tuple[Attempt, ...], status: JobStatus | str, attempt: int,
-                         lease_owner: str | None, attempt_started_at: datetime | None) -> tuple[Attempt, ...]:
+                         lease_owner: str | None, attempt_started_at: datetime | None,
+                         progress: Progress | None = None) -> tuple[Attempt, ...]:
     """A job's history as readers show it: the attempts' records, and the running attempt. An
     attempt's record is written once, when the attempt ends; while it runs, the job row holds its
-    number, worker and start, and this is the one place that turns them into an Attempt. A record
+    number, worker, start and latest progress, and this is the one place that turns them into an Attempt. A record
     already there for the attempt (opened by an older version at claim) is shown as it is."""
     if (status != JobStatus.RUNNING or lease_owner is None or attempt_started_at is None
             or any(recorded.number == attempt for recorded in history)):
         return history
     return (*history, Attempt(number=attempt, worker_id=lease_owner, started_at=attempt_started_at,
-                              finished_at=None, outcome=None))
+                              finished_at=None, outcome=None,
+                              progress=progress if progress is not None and progress.attempt == attempt else None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +167,7 @@ class Job:
     history: tuple[Attempt, ...] = field(default=())
     concurrency_key: str | None = None  # the key whose limit this job waits on and counts against
     workflow_id: int | None = None  # the workflow this job is a step of (leased.workflows), or None
+    progress: Progress | None = None  # how far its latest attempt to report any got (TaskContext.progress)
     created: bool | None = field(default=None, compare=False)
 
     @property

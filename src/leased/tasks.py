@@ -11,9 +11,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSpec, Protocol, Sequence, TypeVar
 
+from leased.backends import parse_database_url
 from leased.backends.ports import NewJob
 from leased.backoff import Backoff
-from leased.errors import ConfigurationError, PayloadError
+from leased.errors import ASYNC_TRANSACTIONS_ON_POSTGRES, ConfigurationError, PayloadError
 from leased.jobs import Job, JobStatus
 from leased.limits import KeyLimit, check_key, key_limit
 from leased.payloads import encode_arguments
@@ -71,7 +72,8 @@ def check_max_attempts(value: object) -> int:
 
 
 def check_transactional(name: str, transactional: object, transaction: Callable[[], Any] | None,
-                        takes_context: bool, is_async: bool) -> tuple[bool, Callable[[], Any] | None]:
+                        takes_context: bool, is_async: bool, database_kind: str
+                        ) -> tuple[bool, Callable[[], Any] | None]:
     """A transactional task's handler reaches its connection through its context; `transaction`
     is a framework's opener of the transaction (Django's atomic block), else the backend's."""
     if not isinstance(transactional, bool):
@@ -81,10 +83,12 @@ def check_transactional(name: str, transactional: object, transaction: Callable[
     if not takes_context:
         raise ConfigurationError(f"task {name!r} is transactional: its handler writes through context.connection, "
                                  "so declare it with takes_context=True as well")
-    if is_async:
-        raise ConfigurationError(f"task {name!r} is transactional and async: a transactional handler is a plain "
-                                 "function for now (it runs on a handler thread with a connection of its own); "
-                                 "define it with def, not async def")
+    if is_async and database_kind != "postgres":
+        raise ConfigurationError(f"task {name!r} is transactional and async: {ASYNC_TRANSACTIONS_ON_POSTGRES}")
+    if is_async and transaction is not None:
+        raise ConfigurationError(f"task {name!r} is transactional and async: a framework's transaction (the "
+                                 "transaction= opener) is for sync handlers; an async one writes through "
+                                 "context.connection, a psycopg.AsyncConnection")
     return True, transaction
 
 
@@ -261,8 +265,9 @@ class Task(Generic[P, R]):
             return_annotation=inspect.Signature.empty)
         self._positional_counts = _positional_counts(self.signature, leading=1 if takes_context else 0)
         self.argument_types = ArgumentTypes(name, func, self.signature, leading=1 if takes_context else 0)
-        self.transactional, self.transaction = check_transactional(name, transactional, transaction, takes_context,
-                                                                   self.is_async)
+        self.transactional, self.transaction = check_transactional(
+            name, transactional, transaction, takes_context, self.is_async,
+            parse_database_url(app.database_url).kind if transactional is True else "")
         self.key_limit = key_limit(name, self.signature, takes_context, concurrency, concurrency_key, rate_limit)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),

@@ -10,10 +10,10 @@ from the database's clock, never the caller's.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, NamedTuple, Protocol, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from leased.admin import OldTransaction, WorkerInfo
 from leased.clock import Clock
@@ -76,6 +76,8 @@ class AttemptEnd:
     # step's children in the finish's own transaction only when told; untold, it settles them in a
     # second transaction after (not atomic with the end).
     workflow_id: int | None = None
+    # How far the attempt got, as its handler last said (leased.jobs.Progress as JSON); None: it did not say.
+    progress_json: str | None = None
 
     @property
     def job_status(self) -> JobStatus:
@@ -216,9 +218,12 @@ class WorkerPort(Protocol):
         With `reclaim_expired`, does what reclaim_expired() does first: an idle worker's poll is
         then one transaction, not two."""
 
-    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
+    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None,
+              progress: Mapping[Lease, str] | None = None) -> set[Lease]:
         """Extend every given lease in one statement; returns those still held. Waits at most
-        `wait_seconds` for a write lock (SQLite), then raises DatabaseLocked."""
+        `wait_seconds` for a write lock (SQLite), then raises DatabaseLocked. `progress`: the
+        latest report (leased.jobs.Progress as JSON) of attempts whose handlers said how far they
+        got since the last renewal, written in the same transaction to the jobs still held."""
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
         """Record attempts' ends in one transaction, each fenced on its lease, and count the jobs
@@ -231,6 +236,20 @@ class WorkerPort(Protocol):
         """For a transactional handler (engine/transactional.py): a connection of the backend's own,
         not one its other verbs use, in a transaction open from the start; committed when the block
         ends, rolled back when it raises. The driver's connection: sqlite3, psycopg, PyMySQL or MySQLdb."""
+
+    def attempt_transaction_async(self) -> AbstractAsyncContextManager[Any]:
+        """attempt_transaction() for an async transactional handler, on the running loop: a
+        psycopg.AsyncConnection (PostgreSQL only; the others raise ConfigurationError)."""
+
+    async def finish_in_async(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
+        """finish_in() on attempt_transaction_async()'s connection."""
+
+    async def record_step_async(self, lease: Lease, name: str, result_json: str | None, seconds: float,
+                                connection: Any) -> bool:
+        """record_step() in the transaction on attempt_transaction_async()'s connection."""
+
+    async def close_async(self) -> None:
+        """Close what the backend opened on the running loop (the worker's, as it stops)."""
 
     def finish_in(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
         """Write one end in the transaction open on `connection` (attempt_transaction()'s, or a

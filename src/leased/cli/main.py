@@ -340,6 +340,8 @@ def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
         ("run after", output.local_time(job.run_after)),
         ("finished", output.local_time(job.finished_at)),
     ]
+    if job.progress is not None:
+        fields.append(("progress", output.progress_text(job)))
     if job.lease_owner:
         fields.append(("leased by", f"{job.lease_owner} until {output.local_time(job.lease_expires_at)} "
                                     f"(lease {output.format_duration(job.lease_seconds)})"))
@@ -354,13 +356,16 @@ def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
     if not job.history:
         parts.append("\nno attempts yet")
         return "\n".join(parts)
+    with_progress = any(attempt.progress is not None for attempt in job.history)
     rows = [(attempt.number, attempt.worker_id, output.local_time(attempt.started_at),
              output.format_duration(attempt.duration), attempt.outcome or "running",
+             *((str(attempt.progress or output.NONE),) if with_progress else ()),
              output.one_line(f"{attempt.error_type}: {attempt.error_message}" if attempt.error_type
                              else attempt.error_message))
             for attempt in job.history]
-    parts += ["", "attempts", output.table(["#", "WORKER", "STARTED", "DURATION", "OUTCOME", "ERROR"], rows,
-                                           right=[0, 3], shrink=5, width=output.terminal_width(), indent="  ")]
+    headers = ["#", "WORKER", "STARTED", "DURATION", "OUTCOME", *(["PROGRESS"] if with_progress else []), "ERROR"]
+    parts += ["", "attempts", output.table(headers, rows, right=[0, 3], shrink=len(headers) - 1,
+                                           width=output.terminal_width(), indent="  ")]
     if steps:  # durable steps (TaskContext.step): what a next attempt gets without running them again
         step_rows = [(step.name, step.attempt, output.local_time(step.finished_at),
                       output.format_duration(step.finished_at - step.started_at),

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from leased.counts import format_count
 from leased.durations import format_duration, parse_duration  # noqa: F401  (re-exported for the commands)
-from leased.jobs import Job, JobStatus
+from leased.jobs import Job, JobStatus, Progress
 
 NONE = "-"
 ELLIPSIS = "..."  # ASCII: some terminals and log collectors mangle the Unicode ellipsis
@@ -107,13 +107,27 @@ def labelled(pairs: Sequence[tuple[str, str]], indent: str = "  ") -> str:
 
 # The tables several commands share.
 def jobs_table(found: list[Job], indent: str = "") -> str:
-    """One line per job; the time column is when it may run, or when it finished."""
+    """One line per job; the time column is when it may run, or when it finished. A PROGRESS
+    column comes in when a job listed has reported any (TaskContext.progress)."""
+    with_progress = any(job.progress is not None for job in found)
     rows = [(job.id, job.task_name, job.queue_name, job.status, f"{job.attempt}/{job.max_attempts}",
+             *((progress_text(job),) if with_progress else ()),
              local_time(job.finished_at if job.is_finished else job.run_after), one_line(job.explaining_error))
             for job in found]
+    headers = ["ID", "TASK", "QUEUE", "STATUS", "ATTEMPT", *(["PROGRESS"] if with_progress else []),
+               "RUN AFTER/FINISHED", "LAST ERROR"]
     # The last error is cut to the terminal's width: `leased show ID` has all of it.
-    return table(["ID", "TASK", "QUEUE", "STATUS", "ATTEMPT", "RUN AFTER/FINISHED", "LAST ERROR"], rows,
-                 right=[0], shrink=6, width=terminal_width(), indent=indent)
+    return table(headers, rows, right=[0], shrink=len(headers) - 1, width=terminal_width(), indent=indent)
+
+
+def progress_text(job: Job) -> str:
+    """'40/100 (40%) copying rows', and whose it is when not the job's current attempt's."""
+    progress = job.progress
+    if progress is None:
+        return ""
+    if progress.attempt == job.attempt and not (job.status == "pending" and job.attempt > 0):
+        return str(progress)
+    return f"{progress} (attempt {progress.attempt})"
 
 
 def counts_table(counts: dict[str, dict[str, int]], estimated: Collection[str] = (), indent: str = "") -> str:
@@ -154,6 +168,8 @@ def _json_default(value: Any) -> Any:
         return value.isoformat()  # UTC with offset: unambiguous for scripts, unlike the local display
     if isinstance(value, timedelta):
         return value.total_seconds()
+    if isinstance(value, Progress):
+        return {**dataclasses.asdict(value), "fraction": value.fraction}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 

@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 
 from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.engine.completer import Completer, Recorded
+from leased.engine.transactional import Written
 from leased.engine.context import CancelReason, TaskContext
 from leased.engine.claimed import ClaimedAttempt, Handler
 from leased.engine.executor import Executor
@@ -97,7 +98,8 @@ class ClaimedAttempts:
         """On the loop: jobs just claimed wait for a slot, in claim order."""
         attempts = []
         for job in jobs:
-            attempt = ClaimedAttempt(job, TaskContext(job, self._worker_id, self._backend), self._handlers[job.task_name])
+            context = TaskContext(job, self._worker_id, self._backend, report_progress=self._heartbeat.report)
+            attempt = ClaimedAttempt(job, context, self._handlers[job.task_name])
             self._by_lease[attempt.lease] = attempt
             attempts.append(attempt)
         self._heartbeat.track([(attempt.lease, attempt.job.lease_seconds) for attempt in attempts], claimed_at)
@@ -115,7 +117,7 @@ class ClaimedAttempts:
         for attempt in attempts:
             self._executor.start_async(attempt, self._async_ended)
 
-    def _async_ended(self, attempt: ClaimedAttempt, end: AttemptEnd | None) -> None:
+    def _async_ended(self, attempt: ClaimedAttempt, end: AttemptEnd | Written | None) -> None:
         self._completer.finish(attempt, end)
         self.slots.ended(attempt, on_thread=False)
 

@@ -45,7 +45,10 @@ class Completer:
         self._inbox.start(loop)
 
     def finish(self, attempt: ClaimedAttempt, end: AttemptEnd | Written | None) -> None:
-        """From any thread: the attempt's handler is over; write its end, if it has one."""
+        """From any thread: the attempt's handler is over; write its end, if it has one (with the
+        attempt's latest progress report)."""
+        if isinstance(end, AttemptEnd):
+            end = attempt.context.with_progress(end)
         self._inbox.put((attempt, end))
 
     def _arrived(self, ends: list[tuple[ClaimedAttempt, AttemptEnd | Written | None]]) -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from leased.jobs import ClaimedJob, Job
+from leased.jobs import MAX_PROGRESS_NOTE, ClaimedJob, Job, Lease, Progress
+
+if TYPE_CHECKING:
+    from leased.backends.ports import AttemptEnd
 
 if TYPE_CHECKING:
     from leased.runs import ParentEnd
@@ -41,6 +45,8 @@ class TaskContext:
     worker_id: str
     store: Any = field(default=None, repr=False)  # the worker's storage: a step reads its parents through it
     cancel_reason: CancelReason | None = None
+    # Hands a progress report to the lease keeper, which sends it with the next renewal.
+    report_progress: Callable[[Lease, str], None] | None = field(default=None, repr=False)
     # The event is made on first use: most handlers never look, and one per job costs more than a no-op job.
     _event: threading.Event | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -49,6 +55,7 @@ class TaskContext:
     # A transactional task's connection, while its handler runs (engine/transactional.py).
     _connection: Any = field(default=None, init=False, repr=False)
     _steps: dict[str, Any] | None = field(default=None, init=False, repr=False)  # durable steps recorded, by name
+    _progress: str | None = field(default=None, init=False, repr=False)  # the latest report, as JSON
 
     @property
     def job(self) -> Job:
@@ -76,6 +83,21 @@ class TaskContext:
                 "with @app.task(transactional=True, takes_context=True) runs in a transaction of its own, "
                 "while its handler runs")
         return self._connection
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Say how far this attempt got: `done` of `total` (None: not known), with a short note.
+        Cheap to call often: nothing is written per call. The latest report rides on the worker's
+        next lease renewal (within a third of the lease) and on the attempt's end, and readers see
+        it as Job.progress (leased show, leased jobs, the dashboard, leased why); a retried job
+        keeps it until its next attempt reports."""
+        report = checked_progress(done, total, note, self.attempt).to_json()
+        self._progress = report
+        if self.report_progress is not None:
+            self.report_progress(self.claimed.lease, report)
+
+    def with_progress(self, end: AttemptEnd) -> AttemptEnd:
+        """The attempt's end, carrying its latest progress report, if its handler made one."""
+        return end if self._progress is None else replace(end, progress_json=self._progress)
 
     # Durable steps (engine/durable.py).
     def step(self, name: str, fn: Callable[..., Any], *, transactional: bool = False) -> Any:
@@ -166,3 +188,24 @@ class TaskContext:
                 return False
             self._finishing = True
             return True
+
+
+def checked_progress(done: Any, total: Any, note: Any, attempt: int) -> Progress:
+    """A handler's report as a Progress, or an error that names the argument and the fix. A done
+    past its total is kept (totals are often estimates); readers show the fraction as 100%."""
+    for name, value, may_be_none in (("done", done, False), ("total", total, True)):
+        if value is None and may_be_none:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"context.progress({name}={value!r}): {name} must be a number "
+                            f"(an int or a float){', or None if not known' if may_be_none else ''}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"context.progress({name}={value!r}): {name} must be a finite number, 0 or more")
+    if note is not None:
+        if not isinstance(note, str):
+            raise TypeError(f"context.progress(note={note!r}): note must be a str or None")
+        if len(note) > MAX_PROGRESS_NOTE:
+            raise ValueError(f"context.progress(note=...): the note has {len(note)} characters, more than "
+                             f"{MAX_PROGRESS_NOTE}; keep it short (it travels with every lease renewal) and put "
+                             "details in the job's result")
+    return Progress(done, total, note, attempt)

@@ -84,8 +84,12 @@ async def run_step_async(context: TaskContext, name: str, fn: Callable[..., Any]
     if inspect.isawaitable(value):
         value = await value
     result_json = _result(name, value)
-    if not await asyncio.to_thread(context.store.record_step, context.claimed.lease, name, result_json,
-                                   time.monotonic() - began):
+    lease, seconds = context.claimed.lease, time.monotonic() - began
+    if context._connection is not None:  # an async transactional handler's: the record commits with its end
+        recorded_now = await context.store.record_step_async(lease, name, result_json, seconds, context._connection)
+    else:
+        recorded_now = await asyncio.to_thread(context.store.record_step, lease, name, result_json, seconds)
+    if not recorded_now:
         raise _lease_gone(context, name)
     recorded[name] = result = decode(result_json)
     return result

@@ -27,10 +27,10 @@ from typing import Any, Callable
 from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.backoff import Backoff
 from leased.engine.claimed import ClaimedAttempt
-from leased.engine.context import CancelReason, JobCancelled
+from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
-from leased.engine.transactional import Written, run_in_transaction
+from leased.engine.transactional import Written, run_in_transaction, run_in_transaction_async
 from leased.errors import ArgumentsMismatch, PayloadError, PermanentError, ResultNotStored
 from leased.jobs import ClaimedJob, Outcome
 from leased.payloads import clean_text, encode_result
@@ -65,7 +65,8 @@ class Executor:
         if handler.transactional:
             ended = run_in_transaction(
                 attempt, self._backend, lambda: handler.func(context, *args, **kwargs),
-                lambda error: self._error_end(attempt, error), lambda result: self._result_end(attempt, result))
+                lambda error: _reported(context, self._error_end(attempt, error)),
+                lambda result: context.with_progress(self._result_end(attempt, result)))
             attempt.thread_id = None
             return ended
         try:
@@ -77,7 +78,8 @@ class Executor:
         attempt.thread_id = None
         return end if end is not None and context.finish() else None
 
-    def start_async(self, attempt: ClaimedAttempt, ended: Callable[[ClaimedAttempt, AttemptEnd | None], None]) -> None:
+    def start_async(self, attempt: ClaimedAttempt,
+                    ended: Callable[[ClaimedAttempt, AttemptEnd | Written | None], None]) -> None:
         """On the loop: start the handler as a task; `ended(attempt, end)` is called when it is done
         (end None: cancelled, nothing to write)."""
         context = attempt.context
@@ -92,12 +94,18 @@ class Executor:
             return
         handler = attempt.handler
         attempt.started = time.monotonic()
-        attempt.task = asyncio.get_running_loop().create_task(
-            _contained(handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs)))
+        if handler.transactional:
+            running = run_in_transaction_async(
+                attempt, self._backend, lambda: handler.func(context, *args, **kwargs),
+                lambda error: _reported(context, self._error_end(attempt, error)),
+                lambda result: context.with_progress(self._result_end(attempt, result)))
+        else:
+            running = handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs)
+        attempt.task = asyncio.get_running_loop().create_task(_contained(running))
         self.time_limits.arm(attempt)
         attempt.task.add_done_callback(lambda task: ended(attempt, self._async_end(attempt, task)))
 
-    def _async_end(self, attempt: ClaimedAttempt, task: asyncio.Task) -> AttemptEnd | None:
+    def _async_end(self, attempt: ClaimedAttempt, task: asyncio.Task) -> AttemptEnd | Written | None:
         context = attempt.context
         if context.cancel_reason is CancelReason.TIMEOUT:  # whatever it did after its limit, it ended there
             return timeout_end(attempt.job, attempt.handler.backoff)
@@ -107,6 +115,8 @@ class Executor:
             end = self._error_end(attempt, asyncio.CancelledError("the handler's task was cancelled"))
         elif (error := task.exception()) is not None:
             end = self._error_end(attempt, error.error if isinstance(error, _Escaped) else error)
+        elif attempt.handler.transactional:  # its end, decided (and written, if it held) in its transaction
+            return task.result()
         else:
             end = self._result_end(attempt, task.result())
         return end if end is not None and context.finish() else None
@@ -132,6 +142,10 @@ class Executor:
             return error_end(job, _found_as(ResultNotStored, error), retry=False)
         log.debug("job %d (%s) attempt %d done", job.id, job.task_name, job.attempt)
         return AttemptEnd(attempt.lease, Outcome.DONE, result_json=result_json, workflow_id=job.workflow_id)
+
+
+def _reported(context: TaskContext, end: AttemptEnd | None) -> AttemptEnd | None:
+    return None if end is None else context.with_progress(end)
 
 
 def _found_as(kind: type[PayloadError], error: PayloadError) -> PayloadError:

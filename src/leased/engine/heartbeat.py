@@ -9,6 +9,9 @@ On SQLite another connection's long transaction holds the one write lock, and a 
 it. Each renewal waits at most a sixth of the lease, then tries again, until the lease runs out:
 no single wait outlives the lease, and the heartbeat can say what kept it from renewing, and for
 how long (lapse_cause), where the lease's history would otherwise blame the worker.
+
+A handler's progress reports (TaskContext.progress) wait here, the latest per lease, and go with
+the next renewal: a handler may report as often as it likes and costs no write of its own.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Heartbeat:
         self._on_lost = on_lost
         self._is_transient = is_transient
         self._held: dict[Lease, _Held] = {}
+        self._reports: dict[Lease, str] = {}  # progress reports for the next renewal, the latest per lease
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = False
@@ -85,6 +89,14 @@ class Heartbeat:
         with self._lock:
             for lease in leases:
                 self._held.pop(lease, None)
+                self._reports.pop(lease, None)
+
+    def report(self, lease: Lease, progress: str) -> None:
+        """From a handler's thread: send this progress report with the next renewal (replacing an
+        unsent one); none is sent for a lease no longer held."""
+        with self._lock:
+            if lease in self._held:
+                self._reports[lease] = progress
 
     def shortest_lease(self, default: float = 3.0) -> float:
         with self._lock:
@@ -143,6 +155,7 @@ class Heartbeat:
     def renew_now(self) -> None:
         with self._lock:
             leases = list(self._held)
+            reports, self._reports = self._reports, {}
         if not leases:
             return
         shortest = self.shortest_lease()
@@ -152,9 +165,13 @@ class Heartbeat:
             remaining = min((held.deadline for held in self._held.values()), default=math.inf) - sent
         self._sent = sent
         try:  # never wait past the lease's end; once it has passed, a step at a time
-            kept = self._backend.renew(leases, wait_seconds=min(step, remaining) if remaining > 0 else step)
+            kept = self._backend.renew(leases, wait_seconds=min(step, remaining) if remaining > 0 else step,
+                                       progress=reports)
         except BaseException as error:
             self._sent = None
+            with self._lock:  # the reports go with the next try, unless newer ones came meanwhile
+                self._reports = {lease: report for lease, report in reports.items() if lease in self._held} | \
+                    self._reports
             if not self._is_transient(error):
                 raise
             self._failure = error

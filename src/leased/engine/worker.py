@@ -179,6 +179,7 @@ class Worker:
                 service.cancel()
             await self._announcer.sign_off()
             self._claimed.close()
+            await self.backend.close_async()  # e.g. async transactional handlers' pool, on this loop
             self._lease_keeper.stop()
             for signum in signals:
                 self._loop.remove_signal_handler(signum)

@@ -93,6 +93,17 @@ JOIN JSON_TABLE(%(leases)s, '$[*]' COLUMNS (job_id BIGINT PATH '$[0]', attempt I
 SET job.lease_expires_at = leased_now() + job.lease_seconds
 WHERE job.status = 'running' AND job.lease_owner = %(worker_id)s AND job.lease_expires_at > leased_now();
 
+-- name: record_progress
+-- With a renewal, in its transaction: how far each attempt got (TaskContext.progress), as its
+-- handler last said since the renewal before. :progress is a JSON array of [job_id, attempt,
+-- progress]; each row found by its primary key, as renew finds it.
+UPDATE leased_jobs AS job FORCE INDEX (PRIMARY)
+JOIN JSON_TABLE(%(progress)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', progress LONGTEXT PATH '$[2]')) AS reported
+  ON job.id = reported.job_id AND job.attempt = reported.attempt
+SET job.progress = reported.progress
+WHERE job.status = 'running' AND job.lease_owner = %(worker_id)s;
+
 -- name: held_leases
 -- Of the given leases, those the worker holds unexpired: after renew, the ones it renewed.
 SELECT id, attempt FROM leased_jobs
@@ -121,13 +132,13 @@ WHERE status = 'running' AND lease_owner = %(worker_id)s
 FOR UPDATE;
 
 -- name: finish
--- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds];
--- each end is fenced on its lease (leases_to_finish locked those still held, first).
+-- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds,
+-- progress]; each end is fenced on its lease (leases_to_finish locked those still held, first).
 UPDATE leased_jobs AS job
 JOIN JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     status VARCHAR(16) PATH '$[3]', result LONGTEXT PATH '$[4]', last_error LONGTEXT PATH '$[5]',
-    retry_in_seconds DOUBLE PATH '$[6]')) AS ends
+    retry_in_seconds DOUBLE PATH '$[6]', progress LONGTEXT PATH '$[7]')) AS ends
   ON job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
 SET job.result = ends.result,
     job.last_error = COALESCE(ends.last_error, job.last_error),
@@ -136,6 +147,7 @@ SET job.result = ends.result,
                          ELSE job.run_after END,
     job.lease_owner = NULL,
     job.lease_expires_at = NULL,
+    job.progress = COALESCE(ends.progress, job.progress),
     job.status = ends.status
 WHERE job.status = 'running';
 
@@ -155,18 +167,20 @@ ON DUPLICATE KEY UPDATE done = leased_throughput.done + VALUES(done), failed = l
 -- An attempt's record, written once as it ends, from what the claim wrote in the job row (its
 -- worker and start); run before the job row's own end (finish, release, cancel, the reclaim of an
 -- expired lease), in the same transaction.
--- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback];
--- each is fenced on its lease as finish is, so a worker that lost it writes no outcome. A record
--- that an older version opened at claim is closed in place (outcome is set last: the assignments
--- run in order, and the others test the old one).
+-- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback,
+-- progress]; each is fenced on its lease as finish is, so a worker that lost it writes no outcome.
+-- A record that an older version opened at claim is closed in place (outcome is set last: the
+-- assignments run in order, and the others test the old one). Untold progress (a release, an
+-- expiry) is the attempt's latest report, as its last renewal wrote it.
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                             error_message, traceback)
+                             error_message, traceback, progress)
 SELECT job.id, job.attempt, job.lease_owner, COALESCE(job.attempt_started_at, leased_now()), leased_now(),
-       ends.outcome, ends.error_type, ends.error_message, ends.traceback
+       ends.outcome, ends.error_type, ends.error_message, ends.traceback,
+       COALESCE(ends.progress, IF(JSON_VALUE(job.progress, '$.attempt') = job.attempt, job.progress, NULL))
 FROM JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     outcome VARCHAR(16) PATH '$[3]', error_type VARCHAR(255) PATH '$[4]', error_message LONGTEXT PATH '$[5]',
-    traceback LONGTEXT PATH '$[6]')) AS ends
+    traceback LONGTEXT PATH '$[6]', progress LONGTEXT PATH '$[7]')) AS ends
 JOIN leased_jobs AS job FORCE INDEX (PRIMARY)
   ON job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
 WHERE job.status = 'running'
@@ -175,6 +189,7 @@ ON DUPLICATE KEY UPDATE
     leased_attempts.error_type = IF(leased_attempts.outcome IS NULL, VALUES(error_type), leased_attempts.error_type),
     leased_attempts.error_message = IF(leased_attempts.outcome IS NULL, VALUES(error_message), leased_attempts.error_message),
     leased_attempts.traceback = IF(leased_attempts.outcome IS NULL, VALUES(traceback), leased_attempts.traceback),
+    leased_attempts.progress = IF(leased_attempts.outcome IS NULL, VALUES(progress), leased_attempts.progress),
     leased_attempts.outcome = IF(leased_attempts.outcome IS NULL, VALUES(outcome), leased_attempts.outcome);
 
 -- name: release

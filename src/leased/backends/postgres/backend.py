@@ -16,21 +16,22 @@ lock, no LISTEN except on the direct `listen_url` the URL may name.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 import weakref
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from leased.admin import OldTransaction
 from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule
@@ -40,6 +41,7 @@ from leased.backends.sql.enqueue import insert_statement
 from leased.backends.postgres import callers
 from leased.backends.sql.migrate import Migrator
 from leased.backends.postgres.listener import Listener
+from leased.backends.postgres.blocking import BlockingConnection
 from leased.backends.postgres.checkout import POOL_TIMEOUT_SECONDS, Checkout
 from leased.backends.postgres.horizon import old_transactions
 from leased.backends.postgres.outages import OwnPoolWarnings, described, first_line, is_connection_failure, is_outage, \
@@ -64,7 +66,7 @@ HANDLER_CONNECTIONS = 100
 # How long the pool keeps retrying to replace a lost connection (psycopg_pool backs off 1, 2, 4, 8 s
 # for up to 5 minutes): after a second it gives up, and the next call that waits asks again at once.
 RECONNECT_SECONDS = 1.0
-OWN_POOLS = OwnPoolWarnings(("leased", "leased-claims", "leased-handlers"))
+OWN_POOLS = OwnPoolWarnings(("leased", "leased-claims", "leased-handlers", "leased-async-handlers"))
 logging.getLogger("psycopg.pool").addFilter(OWN_POOLS)
 # The clock offset each session has, ours and callers' (the clock seam); absent: none.
 _CLOCK_SET: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -91,7 +93,8 @@ def _finish_params(ends: Sequence[AttemptEnd], counted_as: str | None = None) ->
         results=[end.result_json for end in ends], last_errors=[end.last_error for end in ends],
         retry_in_seconds=[end.retry_in_seconds or 0.0 for end in ends],
         outcomes=[end.outcome.value for end in ends], error_types=[end.error_type for end in ends],
-        error_messages=[end.error_message for end in ends], tracebacks=[end.traceback for end in ends])
+        error_messages=[end.error_message for end in ends], tracebacks=[end.traceback for end in ends],
+        progress=[end.progress_json for end in ends])
 
 
 def _decoded(value: Any) -> Any:
@@ -209,6 +212,9 @@ class PostgresBackend(SQLStore):
         # claim cost a transaction block and more time than the claim itself.
         self._claims_pool: ConnectionPool | None = None
         self._handlers_pool: ConnectionPool | None = None
+        # Async transactional handlers' connections, a pool per event loop (a worker's): psycopg's
+        # async pool belongs to the loop that opened it.
+        self._async_handler_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool] = {}
         self._pool_lock = threading.Lock()
         self._checkout = Checkout(url, self._connect_kwargs, self._where)  # pooled, or direct through an outage
         self._identity: callers.Identity | None = None  # what connection_identity reads on ours
@@ -328,11 +334,14 @@ class PostgresBackend(SQLStore):
         offset = self.clock.interval()
         if _CLOCK_SET.get(connection, "") != offset:
             if self.behind_pooler:
-                raise ConfigurationError(
-                    f"the clock seam (leased.testing.advance) sets a session's clock, and {self._where} is reached "
-                    "through a pooler that shares sessions: move the clock on a direct connection's URL")
+                raise self._clock_behind_pooler()
             connection.execute(QUERIES["set_clock_offset"], {"offset": offset})
             _CLOCK_SET[connection] = offset
+
+    def _clock_behind_pooler(self) -> ConfigurationError:
+        return ConfigurationError(
+            f"the clock seam (leased.testing.advance) sets a session's clock, and {self._where} is reached "
+            "through a pooler that shares sessions: move the clock on a direct connection's URL")
 
     # One named query, one statement, one transaction (the connections autocommit).
     def _run(self, name: str, **params: Any) -> None:
@@ -393,7 +402,65 @@ class PostgresBackend(SQLStore):
             connection.row_factory = tuple_row  # psycopg's default, for the handler's own statements
             yield connection
 
+    # An async transactional handler's transaction, on the worker's loop: its end and its steps are
+    # written by the same fenced code as a sync handler's, on a thread, over the async connection
+    # (blocking.py), once the handler has returned or while it awaits the step.
+    @asynccontextmanager
+    async def attempt_transaction_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        pool = await self._async_handlers_pool()
+        async with pool.connection() as connection:
+            await self._set_clock_async(connection)
+            async with connection.transaction():
+                yield connection
+
+    async def finish_in_async(self, connection: psycopg.AsyncConnection, end: AttemptEnd) -> tuple[bool, set[str]]:
+        await self._set_clock_async(connection)  # the fence reads the clock as it is now
+        blocking = BlockingConnection(connection, asyncio.get_running_loop())
+        return await asyncio.to_thread(self._finish_fenced, blocking, end)
+
+    async def record_step_async(self, lease: Lease, name: str, result_json: str | None, seconds: float,
+                                connection: psycopg.AsyncConnection) -> bool:
+        await self._set_clock_async(connection)
+        blocking = BlockingConnection(connection, asyncio.get_running_loop())
+        return await asyncio.to_thread(self.record_step, lease, name, result_json, seconds, blocking)
+
+    async def _set_clock_async(self, connection: psycopg.AsyncConnection) -> None:
+        """_set_clock() on an async connection."""
+        offset = self.clock.interval()
+        if _CLOCK_SET.get(connection, "") != offset:
+            if self.behind_pooler:
+                raise self._clock_behind_pooler()
+            await connection.execute(QUERIES["set_clock_offset"], {"offset": offset})
+            _CLOCK_SET[connection] = offset
+
+    async def _async_handlers_pool(self) -> AsyncConnectionPool:
+        loop = asyncio.get_running_loop()
+        pool = self._async_handler_pools.get(loop)
+        if pool is None:
+            await asyncio.to_thread(self._pooled)  # connects once: says whether a pooler is in between
+
+            async def set_up(connection: psycopg.AsyncConnection) -> None:
+                OWN_POOLS.adopt(connection)
+                if not self.behind_pooler:  # see _new_pool
+                    await connection.execute(QUERIES["session_settings"])
+                await connection.commit()
+
+            kwargs = {key: value for key, value in self._connect_kwargs.items() if key != "row_factory"}
+            pool = AsyncConnectionPool(self._url, min_size=0, max_size=HANDLER_CONNECTIONS, kwargs=kwargs,
+                                       configure=set_up, timeout=POOL_TIMEOUT_SECONDS, name="leased-async-handlers",
+                                       reconnect_timeout=RECONNECT_SECONDS, open=False)
+            await pool.open()
+            self._async_handler_pools[loop] = pool
+        return pool
+
+    async def close_async(self) -> None:
+        pool = self._async_handler_pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.close()
+
     def _in_callers(self, connection: psycopg.Connection, work: Callable[[psycopg.Connection], T]) -> T:
+        if isinstance(connection, BlockingConnection):  # an async handler's, of our own pool: set up already
+            return work(connection)  # type: ignore[arg-type]
         if not isinstance(connection, psycopg.Connection):
             raise ConfigurationError(wrong_connection(connection, "psycopg.Connection", "PostgreSQL",
                                                       "for a psycopg.AsyncConnection use aenqueue()"))
@@ -499,12 +566,14 @@ class PostgresBackend(SQLStore):
         self._limits_in_use = in_use.fetchone()["in_use"]
         return claimed.fetchall()
 
-    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
+    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None,
+              progress: Mapping[Lease, str] | None = None) -> set[Lease]:
         # wait_seconds bounds SQLite's wait for its one write lock; PostgreSQL has none to wait for.
         if not leases:
             return set()
         worker_id = leases[0].worker_id
-        rows = self._rows("renew", **_lease_arrays(leases))
+        reported = progress or {}
+        rows = self._rows("renew", **_lease_arrays(leases), progress=[reported.get(lease) for lease in leases])
         return {Lease(row["id"], row["attempt"], worker_id) for row in rows}
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:

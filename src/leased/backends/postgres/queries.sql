@@ -120,17 +120,21 @@ SELECT * FROM claimed;
 
 -- name: renew
 -- Rows are locked in id order, as finish and release lock them: writers that take many rows in
--- different orders deadlock. Each is found by its primary key alone (see finish).
+-- different orders deadlock. Each is found by its primary key alone (see finish). :progress is
+-- each attempt's latest report since the renewal before (TaskContext.progress), NULL if none: it
+-- rides on the renewal, a column no index reads, so the update stays HOT.
 WITH held AS (
-    SELECT job.id
-    FROM (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS given (id, attempt) ORDER BY id) AS given
+    SELECT job.id, given.progress
+    FROM (SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[])
+              AS given (id, attempt, progress) ORDER BY id) AS given
     CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, lease_expires_at FROM leased_jobs
                         WHERE id = given.id LIMIT 1 FOR UPDATE) AS job
     WHERE job.attempt = given.attempt AND job.status = 'running' AND job.lease_owner = %(worker_id)s
       AND job.lease_expires_at > leased_now()
 )
 UPDATE leased_jobs AS job
-SET lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds)
+SET lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds),
+    progress = coalesce(held.progress, job.progress)
 FROM held
 WHERE job.id = held.id
 RETURNING job.id, job.attempt;
@@ -151,16 +155,20 @@ WITH ends AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[],
                          %(statuses)s::text[], %(results)s::text[], %(last_errors)s::text[],
                          %(retry_in_seconds)s::float8[], %(outcomes)s::text[], %(error_types)s::text[],
-                         %(error_messages)s::text[], %(tracebacks)s::text[])
+                         %(error_messages)s::text[], %(tracebacks)s::text[], %(progress)s::text[])
         AS ends (id, attempt, worker_id, status, result, last_error, retry_in_seconds, outcome, error_type,
-                 error_message, traceback)
+                 error_message, traceback, progress)
 ), held AS (
     -- Each row is found by its primary key alone, whatever the statistics say: a plan that read
     -- every 'running' index entry instead walked the dead entries of all jobs claimed since the
     -- last vacuum, and took up to a second a batch under a large history.
-    SELECT ends.*, job.attempt_started_at
+    -- Untold progress is the attempt's latest report, as its last renewal wrote it.
+    SELECT ends.id, ends.attempt, ends.worker_id, ends.status, ends.result, ends.last_error, ends.retry_in_seconds,
+           ends.outcome, ends.error_type, ends.error_message, ends.traceback, job.attempt_started_at,
+           coalesce(ends.progress, CASE WHEN (job.progress::json ->> 'attempt')::int = job.attempt
+                                        THEN job.progress END) AS progress
     FROM (SELECT * FROM ends ORDER BY id) AS ends
-    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, attempt_started_at FROM leased_jobs
+    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, attempt_started_at, progress FROM leased_jobs
                         WHERE id = ends.id LIMIT 1 FOR UPDATE) AS job  -- LIMIT: no filter is pushed down to pick another index
     WHERE job.attempt = ends.attempt AND job.lease_owner = ends.worker_id AND job.status = 'running'
 ), finished AS (
@@ -175,11 +183,13 @@ WITH ends AS (
                          THEN leased_now() + make_interval(secs => held.retry_in_seconds)
                          ELSE job.run_after END,
         lease_owner = NULL,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        progress = coalesce(held.progress, job.progress)
     FROM held
     WHERE job.id = held.id
     RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.workflow_id, held.worker_id,
-              held.attempt_started_at, held.outcome, held.error_type, held.error_message, held.traceback
+              held.attempt_started_at, held.outcome, held.error_type, held.error_message, held.traceback,
+              held.progress
 ), counted AS (
     -- Finished jobs counted by minute in this worker's own rows (migration 0011), in key order; a
     -- transactional handler's in its thread's own row (:counted_as, store.finish_in).
@@ -195,13 +205,13 @@ WITH ends AS (
     -- The attempt's record, written once as it ends, from what the claim wrote in the job row. A
     -- record that an older version opened at claim is closed in place.
     INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                                      error_message, traceback)
+                                      error_message, traceback, progress)
     SELECT id, attempt, worker_id, coalesce(attempt_started_at, leased_now()), leased_now(), outcome, error_type,
-           error_message, traceback
+           error_message, traceback, progress
     FROM finished
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
-        error_message = excluded.error_message, traceback = excluded.traceback
+        error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress
     WHERE a.outcome IS NULL
 )
 SELECT id, attempt, status, workflow_id FROM finished;
@@ -211,9 +221,9 @@ WITH given AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS given (id, attempt)
 ), held AS (
     -- Found by primary key alone and locked in id order (see finish).
-    SELECT job.id, job.attempt, job.attempt_started_at
+    SELECT job.id, job.attempt, job.attempt_started_at, job.progress
     FROM (SELECT * FROM given ORDER BY id) AS given
-    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, attempt_started_at FROM leased_jobs
+    CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, attempt_started_at, progress FROM leased_jobs
                         WHERE id = given.id LIMIT 1 FOR UPDATE) AS job
     WHERE job.attempt = given.attempt AND job.status = 'running' AND job.lease_owner = %(worker_id)s
 ), released AS (
@@ -223,9 +233,10 @@ WITH given AS (
     WHERE job.id = held.id
 )
 -- Only the attempts still held: one that lease expiry or a user's cancel ended has its record.
-INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
+INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message,
+                                  progress)
 SELECT id, attempt, %(worker_id)s, coalesce(attempt_started_at, leased_now()), leased_now(), %(outcome)s,
-       %(message)s
+       %(message)s, CASE WHEN (progress::json ->> 'attempt')::int = attempt THEN progress END
 FROM held
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
@@ -254,7 +265,7 @@ WITH expired AS (
     FROM expired
     WHERE job.id = expired.id
     RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.last_error, expired.lease_owner,
-              expired.attempt_started_at, job.workflow_id
+              expired.attempt_started_at, job.workflow_id, job.progress
 ), counted AS (
     -- A job whose last attempt expired has failed: counted in its worker's rows (migration 0011).
     INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, failed)
@@ -266,8 +277,10 @@ WITH expired AS (
 ), recorded AS (
     -- The record of an attempt whose worker stopped renewing (crashed, say), from the job row as
     -- it was before the reclaim cleared its lease: the only place its worker and start are kept.
-    INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message)
-    SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'expired', last_error
+    INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message,
+                                      progress)
+    SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'expired', last_error,
+           CASE WHEN (progress::json ->> 'attempt')::int = attempt THEN progress END
     FROM reclaimed
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message

@@ -194,7 +194,7 @@ def _created_job(id: int, task_name: str, queue_name: str, args: list[Any], kwar
     as the rest of building it. In the order of Job's fields."""
     return JobDraft(id, task_name, queue_name, _STATUSES[status], args, kwargs, priority, 0, max_attempts,
                     lease_seconds, run_after, created_at, None, None, idempotency_key, None, None, None,
-                    timeout_seconds, (), concurrency_key, workflow_id, True).job()
+                    timeout_seconds, (), concurrency_key, workflow_id, None, True).job()
 
 
 _STATUSES = {status.value: status for status in (JobStatus.PENDING, JobStatus.WAITING)}

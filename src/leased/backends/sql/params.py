@@ -30,9 +30,10 @@ def ends_json(ends: Sequence[AttemptEnd]) -> tuple[str, str]:
     for end in ends:
         lease = end.lease
         job_id, attempt, worker_id = lease.job_id, lease.attempt, lease.worker_id
-        records.append([job_id, attempt, worker_id, end.outcome, end.error_type, end.error_message, end.traceback])
+        records.append([job_id, attempt, worker_id, end.outcome, end.error_type, end.error_message, end.traceback,
+                        end.progress_json])
         finishes.append([job_id, attempt, worker_id, end.job_status, end.result_json, end.last_error,
-                         end.retry_in_seconds or 0.0])
+                         end.retry_in_seconds or 0.0, end.progress_json])
     return json.dumps(records), json.dumps(finishes)
 
 
@@ -71,6 +72,12 @@ def queue_limit_params(limit: QueueLimit) -> dict[str, Any]:
     rate = limit.rate_limit
     return {"queue_name": limit.queue_name, "concurrency": limit.concurrency,
             "rate_count": rate and rate.count, "rate_seconds": rate and rate.seconds}
+
+
+def progress_json(progress: Mapping[Lease, str]) -> str:
+    """record_progress's :progress, [[job_id, attempt, progress], ...] in job id order (the order
+    renew locks the rows in)."""
+    return json.dumps(sorted([lease.job_id, lease.attempt, report] for lease, report in progress.items()))
 
 
 def leases_json(leases: Sequence[Lease]) -> str:

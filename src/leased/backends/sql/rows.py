@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from leased.admin import WorkerInfo
-from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Outcome, with_running_attempt
+from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Outcome, Progress, with_running_attempt
 from leased.limits import QueueLimit, Rate
 
 ToTime = Callable[[Any], Any]
@@ -37,6 +37,7 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         history=history,
         concurrency_key=row["concurrency_key"],
         workflow_id=row["workflow_id"],
+        progress=Progress.from_json(row["progress"]),
     )
 
 
@@ -52,7 +53,8 @@ def history_from_rows(job: Mapping[str, Any], attempts: list[Mapping[str, Any]],
                       ) -> tuple[Attempt, ...]:
     """A job's history: its attempts' records, and its running attempt from the job row."""
     return with_running_attempt(tuple(attempt_from_row(row, to_time) for row in attempts), job["status"],
-                                job["attempt"], job["lease_owner"], to_time(job["attempt_started_at"]))
+                                job["attempt"], job["lease_owner"], to_time(job["attempt_started_at"]),
+                                Progress.from_json(job["progress"]))
 
 
 def attempt_from_row(row: Mapping[str, Any], to_time: ToTime) -> Attempt:
@@ -65,6 +67,7 @@ def attempt_from_row(row: Mapping[str, Any], to_time: ToTime) -> Attempt:
         error_type=row["error_type"],
         error_message=row["error_message"],
         traceback=row["traceback"],
+        progress=Progress.from_json(row["progress"]),
     )
 
 

@@ -26,14 +26,15 @@ from leased.backends.sql.enqueue import (InsertJobs, Step, created_jobs, drive, 
                                        enqueue_steps, needs_no_transaction)
 from leased.backends.sql.inspection import InspectionReads
 from leased.backends.sql.params import (CANCELLED_BY_A_USER, ends_json, expired_failures, filter_params,
-                                        finished_counts, leases_json, queue_limit_params, released_records,
+                                        finished_counts, leases_json, progress_json, queue_limit_params, released_records,
                                         running_records, worker_params)
 from leased.backends.ports import AttemptEnd, JobFilter, NewJob, PruneRule, WorkerRecord
 from leased.backends.sql.rows import claimed_from_rows, history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
 from leased.backends.sql.scripts import schema_problem
 from leased.backends.sql.schedules import ScheduleStore
 from leased.backends.sql.workflows import WorkflowStore
-from leased.errors import DatabaseConflict, InvalidTransition, JobNotFound, SchemaNotReady
+from leased.errors import (ASYNC_TRANSACTIONS_ON_POSTGRES, ConfigurationError, DatabaseConflict, InvalidTransition,
+                           JobNotFound, SchemaNotReady)
 from leased.jobs import Attempt, ClaimedJob, DurableStep, Job, JobStatus, Lease, Outcome
 from leased.limits import QueueLimit
 
@@ -127,13 +128,17 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
     # Writes after a claim: each fenced on (job, attempt, worker). The hot path's two (renew and
     # finish) are here as the named statements of one transaction; PostgreSQL does each in one
     # statement of its own and overrides them.
-    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None) -> set[Lease]:
+    def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None,
+              progress: Mapping[Lease, str] | None = None) -> set[Lease]:
         if not leases:
             return set()
         held = {"worker_id": leases[0].worker_id, "leases": leases_json(leases)}
+        reported = progress_json(progress) if progress else None
 
         def work(connection: Any) -> list[Any]:
             self._execute(connection, "renew", **held)
+            if reported is not None:
+                self._execute(connection, "record_progress", worker_id=held["worker_id"], progress=reported)
             return self._all(connection, "held_leases", **held)
 
         return {Lease(row["id"], row["attempt"], held["worker_id"]) for row in self._transact(work, wait_seconds)}
@@ -192,19 +197,32 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         framework's on our database), fenced on its lease and on the lease's expiry by the
         database's clock now; never committed here. Whether it was written (False: the lease is
         gone, so roll back), and the queues of the steps it made due, to wake after the commit."""
+        return self._in_callers(connection, lambda connection: self._finish_fenced(connection, end))
+
+    def _finish_fenced(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
         lease = end.lease
+        fence = self._fence(connection, lease)
+        if fence is None:
+            return False, set()
+        # Counted in a row of the handler thread's own: concurrent handlers of one worker would
+        # otherwise queue on their worker's row of the minute, each until its transaction commits.
+        kept, released = self._finish_on(connection, [end], held={(lease.job_id, lease.attempt): fence},
+                                         counted_as=f"{lease.worker_id}/{threading.get_native_id()}")
+        return kept[0], released
 
-        def work(connection: Any) -> tuple[bool, set[str]]:
-            fence = self._fence(connection, lease)
-            if fence is None:
-                return False, set()
-            # Counted in a row of the handler thread's own: concurrent handlers of one worker would
-            # otherwise queue on their worker's row of the minute, each until its transaction commits.
-            kept, released = self._finish_on(connection, [end], held={(lease.job_id, lease.attempt): fence},
-                                             counted_as=f"{lease.worker_id}/{threading.get_native_id()}")
-            return kept[0], released
+    # Async transactional handlers: a psycopg.AsyncConnection's, so PostgreSQL's alone.
+    def attempt_transaction_async(self) -> Any:
+        raise ConfigurationError(ASYNC_TRANSACTIONS_ON_POSTGRES)
 
-        return self._in_callers(connection, work)
+    async def finish_in_async(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
+        raise ConfigurationError(ASYNC_TRANSACTIONS_ON_POSTGRES)
+
+    async def record_step_async(self, lease: Lease, name: str, result_json: str | None, seconds: float,
+                                connection: Any) -> bool:
+        raise ConfigurationError(ASYNC_TRANSACTIONS_ON_POSTGRES)
+
+    async def close_async(self) -> None:
+        return None
 
     def _fence(self, connection: Any, lease: Lease) -> Any:
         """The job's row, locked in the transaction on `connection`, if `lease` still holds it

@@ -75,6 +75,15 @@ SET lease_expires_at = leased_now() + lease_seconds
 WHERE status = 'running' AND lease_owner = :worker_id AND lease_expires_at > leased_now()
   AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
+-- name: record_progress
+-- With a renewal, in its transaction: how far each attempt got (TaskContext.progress), as its
+-- handler last said since the renewal before. :progress is a JSON array of [job_id, attempt, progress].
+UPDATE leased_jobs AS job
+SET progress = reported.value ->> '$[2]'
+FROM json_each(:progress) AS reported
+WHERE job.id = reported.value ->> '$[0]' AND job.attempt = reported.value ->> '$[1]'
+  AND job.lease_owner = :worker_id AND +job.status = 'running';
+
 -- name: held_leases
 -- Of the given leases, those the worker holds unexpired: after renew, the ones it renewed.
 SELECT id, attempt FROM leased_jobs
@@ -96,12 +105,12 @@ WHERE status = 'running' AND lease_owner = :worker_id
   AND (id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases));
 
 -- name: finish
--- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds];
--- each end is fenced on its lease, so one whose lease was lost matches nothing.
+-- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds,
+-- progress]; each end is fenced on its lease, so one whose lease was lost matches nothing.
 WITH ends AS (
     SELECT value ->> '$[0]' AS job_id, value ->> '$[1]' AS attempt, value ->> '$[2]' AS worker_id,
            value ->> '$[3]' AS status, value ->> '$[4]' AS result, value ->> '$[5]' AS last_error,
-           value ->> '$[6]' AS retry_in_seconds
+           value ->> '$[6]' AS retry_in_seconds, value ->> '$[7]' AS progress
     FROM json_each(:ends)
 )
 UPDATE leased_jobs AS job
@@ -111,7 +120,8 @@ SET status = ends.status,
     finished_at = CASE WHEN ends.status = 'pending' THEN NULL ELSE leased_now() END,
     run_after = CASE WHEN ends.status = 'pending' THEN leased_now() + ends.retry_in_seconds ELSE job.run_after END,
     lease_owner = NULL,
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    progress = coalesce(ends.progress, job.progress)
 FROM ends
 -- Unary + keeps the status index out: the planner would scan every running job for each end.
 WHERE job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
@@ -132,24 +142,26 @@ SET done = done + excluded.done, failed = failed + excluded.failed;
 -- An attempt's record, written once as it ends, from what the claim wrote in the job row (its
 -- worker and start); run before the job row's own end (finish, release, cancel, the reclaim of an
 -- expired lease), in the same transaction.
--- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback];
--- each is fenced on its lease as finish is, so a worker that lost it writes no outcome. A record
--- that an older version opened at claim is closed in place.
+-- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback,
+-- progress]; each is fenced on its lease as finish is, so a worker that lost it writes no outcome.
+-- A record that an older version opened at claim is closed in place.
 WITH ends AS (
     SELECT value ->> '$[0]' AS job_id, value ->> '$[1]' AS attempt, value ->> '$[2]' AS worker_id,
            value ->> '$[3]' AS outcome, value ->> '$[4]' AS error_type, value ->> '$[5]' AS error_message,
-           value ->> '$[6]' AS traceback
+           value ->> '$[6]' AS traceback, value ->> '$[7]' AS progress
     FROM json_each(:ends)
 )
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                             error_message, traceback)
+                             error_message, traceback, progress)
 SELECT job.id, job.attempt, job.lease_owner, coalesce(job.attempt_started_at, leased_now()), leased_now(),
-       ends.outcome, ends.error_type, ends.error_message, ends.traceback
+       ends.outcome, ends.error_type, ends.error_message, ends.traceback,
+       -- untold (a release, an expiry), the attempt's latest report, as its last renewal wrote it
+       coalesce(ends.progress, CASE WHEN job.progress ->> '$.attempt' = job.attempt THEN job.progress END)
 FROM ends JOIN leased_jobs AS job ON job.id = ends.job_id
 WHERE job.attempt = ends.attempt AND job.lease_owner = ends.worker_id AND +job.status = 'running'
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
-    error_message = excluded.error_message, traceback = excluded.traceback
+    error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress
 WHERE outcome IS NULL;
 
 -- name: release

@@ -15,7 +15,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from leased.jobs import Attempt as AttemptValue, Job as JobValue, JobStatus, Outcome, with_running_attempt
+from leased.jobs import Attempt as AttemptValue, Job as JobValue, JobStatus, Outcome, Progress, with_running_attempt
 
 
 class LeasedTimeField(models.Field):
@@ -69,6 +69,7 @@ class Job(models.Model):
     result = LeasedJSONField(_("result"), null=True)
     last_error = models.TextField(_("last error"), null=True)
     attempt_started_at = LeasedTimeField(_("attempt started at"), null=True)
+    progress = models.TextField(_("progress"), null=True)  # JSON text (leased.jobs.Progress)
 
     class Meta:
         managed = False
@@ -84,7 +85,8 @@ class Job(models.Model):
     def history(self) -> tuple[AttemptValue, ...]:
         """Its attempts' records, and its running attempt (whose record is written when it ends)."""
         recorded = tuple(attempt.as_value() for attempt in self.attempts.using(self._state.db).order_by("attempt"))
-        return with_running_attempt(recorded, self.status, self.attempt, self.lease_owner, self.attempt_started_at)
+        return with_running_attempt(recorded, self.status, self.attempt, self.lease_owner, self.attempt_started_at,
+                                    Progress.from_json(self.progress))
 
     def as_value(self, history: tuple[AttemptValue, ...] = ()) -> JobValue:
         return JobValue(
@@ -93,7 +95,7 @@ class Job(models.Model):
             max_attempts=self.max_attempts, lease_seconds=self.lease_seconds, run_after=self.run_after,
             created_at=self.created_at, finished_at=self.finished_at, last_error=self.last_error,
             idempotency_key=self.idempotency_key, result=self.result, lease_owner=self.lease_owner,
-            lease_expires_at=self.lease_expires_at, history=history)
+            lease_expires_at=self.lease_expires_at, history=history, progress=Progress.from_json(self.progress))
 
 
 class Attempt(models.Model):
@@ -107,6 +109,7 @@ class Attempt(models.Model):
     error_type = models.TextField(_("error type"), null=True)
     error_message = models.TextField(_("error message"), null=True)
     traceback = models.TextField(_("traceback"), null=True)
+    progress = models.TextField(_("progress"), null=True)  # JSON text (leased.jobs.Progress)
 
     class Meta:
         managed = False
@@ -120,7 +123,7 @@ class Attempt(models.Model):
         return AttemptValue(
             number=self.attempt, worker_id=self.worker_id, started_at=self.started_at, finished_at=self.finished_at,
             outcome=Outcome(self.outcome) if self.outcome else None, error_type=self.error_type,
-            error_message=self.error_message, traceback=self.traceback)
+            error_message=self.error_message, traceback=self.traceback, progress=Progress.from_json(self.progress))
 
 
 def read_job(database: str, job_id: int) -> JobValue | None:
