@@ -16,6 +16,7 @@ from leased.backends import connect, parse_database_url
 from leased.backends.ports import Backend, JobFilter, NewJob, PruneRule, Throughput
 from leased.backoff import Backoff
 from leased.counts import JobCounts
+from leased.engine.children import Children, check_per_child
 from leased.engine.pruner import Pruner, count_prunable, older_than_rules, prune, prune_rules
 from leased.engine.retrying import retry_delay
 from leased.engine.worker import Worker, WorkerStats
@@ -124,11 +125,11 @@ class Leased:
              takes_context: bool = False, timeout: float | timedelta | None = None,
              concurrency: int | None = None, concurrency_key: str | Callable[..., str] | None = None,
              rate_limit: str | None = None, retention: Retention | dict[str, Any] | None = ...,
-             transactional: bool = False) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             transactional: bool = False, isolation: str = "thread") -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, func=None, /, *, name=None, queue_name="default", priority=0, max_attempts=3, lease=30.0,
              backoff=None, takes_context=False, timeout=None, concurrency=None, concurrency_key=None,
-             rate_limit=None, retention=_UNSET, transactional=False):
+             rate_limit=None, retention=_UNSET, transactional=False, isolation="thread"):
         """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors.
 
         `timeout` limits each attempt (seconds or a timedelta; None: no limit): an async handler is
@@ -139,7 +140,10 @@ class Leased:
         `retention` overrides the app's for this task's finished jobs (see Retention).
         `transactional=True` (with takes_context=True) runs the handler in a transaction on
         `context.connection` that commits together with the attempt's end, and only while the
-        worker still holds the job's lease: its writes to this database happen once."""
+        worker still holds the job's lease: its writes to this database happen once.
+        `isolation="process"` runs each attempt of a sync handler in a child process of the
+        worker's, which its time limit, a lost lease or a cancel stops (SIGTERM, then SIGKILL), and
+        whose death ends the attempt as `crashed`; the handler must be defined at a module's top level."""
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -149,7 +153,7 @@ class Leased:
                         max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
                         takes_context=takes_context, timeout=timeout, concurrency=concurrency,
                         concurrency_key=concurrency_key, rate_limit=rate_limit,
-                        retention=retention, transactional=transactional)
+                        retention=retention, transactional=transactional, isolation=isolation)
             self.tasks[task_name] = task
             return task
 
@@ -381,10 +385,13 @@ class Leased:
 
     def worker(self, *, concurrency: int = 8, queues: list[str] | None = None, poll_interval: float = 1.0,
                shutdown_grace: float = 30.0, worker_id: str | None = None, push: bool = True,
-               prune: bool = True) -> Worker:
+               prune: bool = True, max_tasks_per_child: int | None = None,
+               max_memory_per_child: int | None = None) -> Worker:
         """A worker for this app's tasks. `push=False` turns off LISTEN/NOTIFY wake-ups (behind
         PgBouncer they need a direct `listen_url=` in the URL; without one the worker polls anyway).
-        `prune=False`: this worker deletes no finished jobs (prune with `leased prune` instead)."""
+        `prune=False`: this worker deletes no finished jobs (prune with `leased prune` instead).
+        `max_tasks_per_child` and `max_memory_per_child` (bytes of RSS) retire a process-isolated
+        task's child after that many jobs, or once it has grown past that, between jobs."""
         if not self.tasks:
             raise ConfigurationError("no tasks registered: decorate handlers with @app.task before starting a worker")
         for queue in queues or ():
@@ -393,6 +400,9 @@ class Leased:
                         poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
                         max_payload_bytes=self.max_payload_bytes, events=self.events, push=push,
                         schedules=tuple(self.schedules.values()),
+                        children=Children(max_tasks_per_child=check_per_child("max_tasks_per_child", max_tasks_per_child),
+                                          max_memory_per_child=check_per_child("max_memory_per_child",
+                                                                               max_memory_per_child)),
                         pruner=Pruner(self.backend, rules) if prune and (rules := self._prune_rules()) else None)
         self._workers.add(worker)
         return worker

@@ -54,7 +54,28 @@ class HandlerStuck:
     returned: bool = False
 
 
-Event = AttemptEnded | ListenerLost | ListenerReconnected | HandlerStuck
+@dataclass(frozen=True, slots=True)
+class ChildProcessStarted:
+    """A child process for process-isolated handlers (isolation="process") started."""
+
+    worker_id: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChildProcessEnded:
+    """Such a child is gone: "recycled" (max_tasks_per_child or max_memory_per_child), "stopped"
+    (its attempt was cancelled: time limit, lost lease, a user, shutdown), "crashed" (it died
+    mid-job) or "closed" (with its worker)."""
+
+    worker_id: str
+    pid: int
+    reason: str
+    jobs_run: int
+    rss_bytes: int  # as it last said, after its last job (0 before one)
+
+
+Event = AttemptEnded | ListenerLost | ListenerReconnected | HandlerStuck | ChildProcessStarted | ChildProcessEnded
 Subscriber = Callable[[Event], None]
 
 

@@ -371,6 +371,7 @@ def _previous_attempt(facts: JobFacts) -> list[Reason]:
         Outcome.CANCELLED: "was cancelled by a user, and the job retried since",
         Outcome.DONE: "finished, and the job was retried since",
         Outcome.TIMEOUT: f"ran past its time limit of {_time_limit(job)}",
+        Outcome.CRASHED: f"crashed: {last.error_message or 'its child process died'}",
     }[last.outcome]
     return [Reason("previous_attempt", f"Attempt {last.number} of {job.max_attempts} {how}; {_due_for(facts)}.",
                    data)]
@@ -386,12 +387,13 @@ def _not_due(facts: JobFacts) -> list[Reason]:
     if _is_due(facts):
         return []
     data: dict[str, Any] = {"run_after": job.run_after, "seconds": (job.run_after - facts.now).total_seconds()}
-    if last is not None and last.outcome in (Outcome.ERROR, Outcome.TIMEOUT):
+    if last is not None and last.outcome in (Outcome.ERROR, Outcome.TIMEOUT, Outcome.CRASHED):
         data.update(attempt=last.number, max_attempts=job.max_attempts, error_type=last.error_type,
                     error_message=last.error_message, outcome=last.outcome.value)
         when = _when(job.run_after, facts.now)
-        how = (f"failed with {_error(last)}" if last.outcome is Outcome.ERROR
-               else f"ran past its time limit of {_time_limit(job)}")
+        how = {Outcome.ERROR: f"failed with {_error(last)}",
+               Outcome.TIMEOUT: f"ran past its time limit of {_time_limit(job)}",
+               Outcome.CRASHED: f"crashed ({last.error_message or 'its child process died'})"}[last.outcome]
         return [Reason("backing_off", f"Backing off after attempt {last.number} of {job.max_attempts} {how}; "
                                       f"attempt {last.number + 1} is due {when}.", data)]
     return [Reason("not_due", f"It is due {_when(job.run_after, facts.now)}; no worker takes it before then.",
@@ -649,6 +651,11 @@ def _why_failed(job: Job) -> Reason:
         if job.attempt >= job.max_attempts:
             return Reason("attempts_exhausted", f"It used {_all_attempts(job)} hit {limit}.", data)
         return Reason("time_limit_hit", f"{_upper_first(at)} hit {limit} and was not retried.", data)
+    if last is not None and last.outcome is Outcome.CRASHED:
+        data.update(outcome=last.outcome.value, error_message=last.error_message)
+        return Reason("crashed", f"Its handler's child process died at {at}: {last.error_message}. A segfault or the "
+                                 "OOM killer is the usual cause (`dmesg` says which); retry it from the job's page "
+                                 "or with `leased retry`.", data)
     if last is None or last.outcome not in (Outcome.ERROR, Outcome.EXPIRED):
         return Reason("failed", f"It failed at {at}: {job.last_error or 'no error was recorded'}.", data)
     data.update(error_type=last.error_type, error_message=last.error_message, outcome=last.outcome.value)

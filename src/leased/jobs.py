@@ -31,6 +31,7 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"  # a user cancelled the job while it ran
     SHUTDOWN = "shutdown"  # the worker shut down and released the job
     TIMEOUT = "timeout"  # the handler ran past the job's time limit
+    CRASHED = "crashed"  # a process-isolated handler's child died (a signal, the OOM killer, os._exit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from leased.events import (
     AttemptEnded,
+    ChildProcessEnded,
+    ChildProcessStarted,
     Event,
     Events,
     HandlerStuck,
@@ -138,6 +140,15 @@ def worker_registry(events: Events) -> CollectorRegistry:
     stuck = Gauge("leased_stuck_handlers", "Sync handler threads still running past their job's time limit.",
                   ["task", "queue"], registry=registry)
 
+    # Process isolation (engine/children.py): children alive, started, and why each ended.
+    children = Gauge("leased_child_processes", "Child processes of process-isolated handlers alive.",
+                     registry=registry)
+    children_started = Counter("leased_child_processes_started", "Child processes started.", registry=registry)
+    children_ended = Counter("leased_child_processes_ended", "Child processes ended, by why: recycled, stopped "
+                             "(their attempt was cancelled), crashed, closed.", ["reason"], registry=registry)
+    child_rss = Gauge("leased_child_rss_bytes_at_end", "The resident memory of the child that ended last, as it "
+                      "last said.", registry=registry)
+
     def count(event: Event) -> None:
         if isinstance(event, AttemptEnded):
             attempts.labels(event.task_name, event.queue_name, event.outcome.value).inc()
@@ -148,6 +159,13 @@ def worker_registry(events: Events) -> CollectorRegistry:
             listener_back.inc()
         elif isinstance(event, HandlerStuck):
             stuck.labels(event.task_name, event.queue_name).inc(-1 if event.returned else 1)
+        elif isinstance(event, ChildProcessStarted):
+            children.inc()
+            children_started.inc()
+        elif isinstance(event, ChildProcessEnded):
+            children.dec()
+            children_ended.labels(event.reason).inc()
+            child_rss.set(event.rss_bytes)
 
     events.subscribe(count)
     return registry

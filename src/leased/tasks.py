@@ -92,6 +92,25 @@ def check_transactional(name: str, transactional: object, transaction: Callable[
     return True, transaction
 
 
+ISOLATIONS = ("thread", "process")
+
+
+def check_isolation(name: str, isolation: object, func: Callable[..., Any], is_async: bool, transactional: bool) -> str:
+    """Where the handler runs: "thread" (the worker's handler threads), or "process" (a child of
+    the worker's, engine/children.py), which must be able to import it by name."""
+    if isolation not in ISOLATIONS:
+        raise ConfigurationError(f"task {name!r}: isolation must be 'thread' or 'process', got {isolation!r}")
+    if isolation == "thread":
+        return "thread"
+    if transactional:
+        raise ConfigurationError(f"task {name!r}: a transactional handler writes in the worker's transaction, so it "
+                                 "cannot run in a child process; drop isolation='process' or transactional=True")
+    from leased.engine.children import importable
+
+    importable(func, name)
+    return "process"
+
+
 def schedule(run_after: datetime | timedelta | None) -> tuple[datetime | None, float]:
     """(absolute time, delay) for a job's run_after; a delay is added to the database's clock."""
     if run_after is None:
@@ -243,7 +262,7 @@ class Task(Generic[P, R]):
                  timeout: float | timedelta | None = None, concurrency: int | None = None,
                  concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
                  retention: Any = _UNSET, transactional: bool = False,
-                 transaction: Callable[[], AbstractContextManager[Any]] | None = None):
+                 transaction: Callable[[], AbstractContextManager[Any]] | None = None, isolation: str = "thread"):
         if not callable(func):
             raise ConfigurationError(f"a task needs a function, got {func!r}")
         if not isinstance(backoff, Backoff):
@@ -268,6 +287,7 @@ class Task(Generic[P, R]):
         self.transactional, self.transaction = check_transactional(
             name, transactional, transaction, takes_context, self.is_async,
             parse_database_url(app.database_url).kind if transactional is True else "")
+        self.isolation = check_isolation(name, isolation, func, self.is_async, self.transactional)
         self.key_limit = key_limit(name, self.signature, takes_context, concurrency, concurrency_key, rate_limit)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),

@@ -21,7 +21,7 @@ from click.core import ParameterSource
 
 from leased.cli import operations, output
 from leased.cli.loading import Failure, load_app, open_app
-from leased.cli.options import Duration, ProcessCount, database_option
+from leased.cli.options import ByteSize, Duration, ProcessCount, database_option
 from leased.cli.supervisor import CANNOT_START, Supervisor
 from leased.app import Leased
 from leased.errors import LeasedError
@@ -125,9 +125,13 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
               help="Worker processes, each with these options, under a supervisor that restarts one that "
                    "dies: for CPU-bound handlers (auto: one per core). With --metrics-port, process n "
                    "serves on PORT+n-1.")
+@click.option("--max-tasks-per-child", type=click.IntRange(min=1), metavar="N",
+              help="Retire a process-isolated task's child process after N jobs (default: never).")
+@click.option("--max-memory-per-child", type=ByteSize(), metavar="SIZE",
+              help="Retire such a child, between jobs, once its RSS passes SIZE (e.g. 512MB).")
 def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
            log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool,
-           processes: int) -> None:
+           processes: int, max_tasks_per_child: int | None, max_memory_per_child: int | None) -> None:
     """Run jobs until SIGINT or SIGTERM.
 
     On the first signal no new jobs are claimed and running ones may finish within the grace
@@ -141,12 +145,14 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
         arguments = [app_spec, "--concurrency", str(concurrency), "--poll-interval", f"{poll_interval!r}s",
                      "--shutdown-grace", f"{shutdown_grace!r}s", "--log-level", log_level]
         arguments += ["--queues", queues] if queues else []
+        arguments += ["--max-tasks-per-child", str(max_tasks_per_child)] if max_tasks_per_child else []
+        arguments += ["--max-memory-per-child", str(max_memory_per_child)] if max_memory_per_child else []
         arguments += [flag for flag, on in (("--no-push", no_push), ("--no-prune", no_prune),
                                             ("--log-jobs", log_jobs)) if on]
         sys.exit(Supervisor(arguments, processes, metrics_port).run())
     try:
         run_worker(app_spec, concurrency, queues, poll_interval, shutdown_grace, metrics_port, no_push, no_prune,
-                   log_jobs)
+                   log_jobs, max_tasks_per_child, max_memory_per_child)
     except (Failure, LeasedError) as error:
         if not os.environ.get(SUPERVISOR_VARIABLE):
             raise
@@ -157,7 +163,8 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
 
 
 def run_worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
-               metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool) -> None:
+               metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool,
+               max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None) -> None:
     app = load_app(app_spec)
     queue_names = [name.strip() for name in queues.split(",") if name.strip()] if queues else None
     warn_about_unknown_queues(app, queue_names)
@@ -175,7 +182,8 @@ def run_worker(app_spec: str, concurrency: int, queues: str | None, poll_interva
         logging.getLogger("leased.worker").info("metrics on http://127.0.0.1:%d/metrics", metrics_port)
     try:
         app.worker(concurrency=concurrency, queues=queue_names, poll_interval=poll_interval,
-                   shutdown_grace=shutdown_grace, push=not no_push, prune=not no_prune).run()
+                   shutdown_grace=shutdown_grace, push=not no_push, prune=not no_prune,
+                   max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child).run()
     finally:
         app.close()
 
@@ -185,7 +193,7 @@ def log_attempt_end(event: Event) -> None:
     more than the job, and a log nobody reads. Failures and timeouts are logged anyway, at WARNING
     or ERROR by the worker, so only the other ends are logged here."""
     log = logging.getLogger("leased.worker")
-    if (isinstance(event, AttemptEnded) and event.outcome not in (Outcome.ERROR, Outcome.TIMEOUT)
+    if (isinstance(event, AttemptEnded) and event.outcome not in (Outcome.ERROR, Outcome.TIMEOUT, Outcome.CRASHED)
             and log.isEnabledFor(logging.INFO)):
         log.info("job %d (%s) attempt %d: %s in %s", event.job_id, event.task_name, event.attempt, event.outcome,
                  output.format_duration(event.seconds))

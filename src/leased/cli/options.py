@@ -45,6 +45,28 @@ class ProcessCount(click.ParamType):
             self.fail(f"{error}; e.g. --processes 4, or --processes auto for one per core", param, ctx)
 
 
+class ByteSize(click.ParamType):
+    """512MB, 2GB, 300KiB or a plain number of bytes, as int bytes (KB, MB, GB: powers of 1024, as RSS is shown)."""
+
+    name = "size"
+    UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024 ** 2, "MB": 1024 ** 2, "MIB": 1024 ** 2,
+             "G": 1024 ** 3, "GB": 1024 ** 3, "GIB": 1024 ** 3}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper()
+        number = text.rstrip("KMGIB")
+        unit = text[len(number):]
+        try:
+            size = int(float(number) * self.UNITS[unit])
+        except (ValueError, KeyError):
+            self.fail(f"{value!r} is not a size; e.g. 512MB or 2GB", param, ctx)
+        if size < 1:
+            self.fail(f"{value!r} must be more than zero", param, ctx)
+        return size
+
+
 def database_option(function: Callable) -> Callable:
     return click.option("--database", metavar="URL", envvar="LEASED_DATABASE_URL",
                         help="Database URL, instead of APP (default: $LEASED_DATABASE_URL).")(function)

@@ -23,6 +23,7 @@ class Handler(Protocol):
     backoff: Backoff
     transactional: bool  # runs in a transaction that commits with its end (engine/transactional.py)
     transaction: Callable[[], AbstractContextManager[Any]] | None  # a framework's opener of it; None: the backend's
+    isolation: str  # "thread", or "process": it runs in a child process (engine/children.py)
 
     def check_arguments(self, args: tuple | list, kwargs: dict[str, Any]) -> None: ...
 
@@ -33,17 +34,19 @@ class ClaimedAttempt:
     """One claimed attempt, from its claim until its end is written or its lease given back."""
 
     __slots__ = ("job", "lease", "context", "handler", "is_async", "task", "started", "thread_id", "time_limit",
-                 "lapse_cause", "closed")
+                 "lapse_cause", "closed", "stopped_child")
 
     def __init__(self, job: ClaimedJob, context: TaskContext, handler: Handler):
         self.job = job
         self.lease = job.lease
         self.context = context
         self.handler = handler
-        self.is_async = handler.is_async
+        # Runs on the loop; an isolated async handler's attempt waits for its child on a handler thread.
+        self.is_async = handler.is_async and handler.isolation != "process"
         self.task: asyncio.Task | None = None  # an async handler's, once started
         self.started = 0.0  # monotonic, when its handler was called
         self.thread_id: int | None = None  # a sync handler's thread, while the handler runs
         self.time_limit: asyncio.TimerHandle | None = None
         self.lapse_cause: str | None = None  # why this worker let the lease lapse, when it knows (e.g. a write lock)
         self.closed = False  # its end is recorded (or given up): a thread returning late changes nothing
+        self.stopped_child: str | None = None  # a process-isolated handler stopped: how its child was

@@ -30,6 +30,7 @@ from leased.engine.claimed import ClaimedAttempt
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
+from leased.engine.children import Call, Children, Crashed, Returned, Stopped, importable
 from leased.engine.transactional import Written, run_in_transaction, run_in_transaction_async
 from leased.errors import ArgumentsMismatch, PayloadError, PermanentError, ResultNotStored
 from leased.jobs import ClaimedJob, Outcome
@@ -42,9 +43,11 @@ MAX_TRACEBACK = 32_000
 
 
 class Executor:
-    def __init__(self, time_limits: TimeLimits, max_payload_bytes: int, backend: RuntimePort):
+    def __init__(self, time_limits: TimeLimits, max_payload_bytes: int, backend: RuntimePort,
+                 children: Children | None = None):
         self.time_limits = time_limits
         self.max_payload_bytes = max_payload_bytes
+        self.children = children or Children()  # process-isolated handlers' (spawned on first use)
         self._backend = backend  # a transactional handler's transaction, and its end written in it
 
     def run_sync(self, attempt: ClaimedAttempt) -> AttemptEnd | Written | None:
@@ -62,6 +65,10 @@ class Executor:
         attempt.started = time.monotonic()
         if job.timeout_seconds is not None:
             self.time_limits.arm_soon(attempt)
+        if handler.isolation == "process":
+            end = self._run_in_child(attempt, args, kwargs)
+            attempt.thread_id = None
+            return end if end is not None and context.finish() else None
         if handler.transactional:
             ended = run_in_transaction(
                 attempt, self._backend, lambda: handler.func(context, *args, **kwargs),
@@ -121,6 +128,30 @@ class Executor:
             end = self._result_end(attempt, task.result())
         return end if end is not None and context.finish() else None
 
+    def _run_in_child(self, attempt: ClaimedAttempt, args: list[Any], kwargs: dict[str, Any]) -> AttemptEnd | None:
+        """On a handler thread: the handler in a child process (engine/children.py); its end here."""
+        job, handler, context = attempt.job, attempt.handler, attempt.context
+        module, qualname = importable(handler.func, job.task_name)
+        call = Call(module, qualname, handler.takes_context, getattr(getattr(handler, "app", None), "database_url", None),
+                    job.id, job.attempt, context.worker_id, job.task_name, args, kwargs, self.max_payload_bytes)
+        try:
+            answer = self.children.run(call, context)
+        except Exception as error:  # e.g. arguments that cannot be sent to a child (not picklable)
+            return self._error_end(attempt, error)
+        if isinstance(answer, Returned):
+            return AttemptEnd(attempt.lease, Outcome.DONE, result_json=answer.result_json, workflow_id=job.workflow_id)
+        if isinstance(answer, Stopped):  # cancelled: its cause decides what is recorded
+            attempt.stopped_child = ("its child process did not stop when told and was killed (SIGKILL)"
+                                     if answer.killed else "its child process stopped when told (SIGTERM)")
+            return None
+        if isinstance(answer, Crashed):
+            return failed_end(job, Outcome.CRASHED, "ChildProcessDied",
+                              f"the handler's child process {answer.described}", None,
+                              retry=job.attempt < job.max_attempts, backoff=handler.backoff)
+        retry = not (answer.permanent or answer.unstorable) and job.attempt < job.max_attempts
+        return failed_end(job, Outcome.ERROR, "ResultNotStored" if answer.unstorable else answer.error_type,
+                          answer.message, answer.traceback, retry=retry, backoff=handler.backoff)
+
     def _arguments(self, attempt: ClaimedAttempt) -> tuple[list[Any], dict[str, Any]]:
         job, handler = attempt.job, attempt.handler
         handler.check_arguments(job.args, job.kwargs)
@@ -170,20 +201,25 @@ async def _contained(handler_call: Any) -> Any:
 
 
 def error_end(job: ClaimedJob, error: BaseException, *, retry: bool, backoff: Backoff | None = None) -> AttemptEnd:
+    return failed_end(job, Outcome.ERROR, type(error).__name__, str(error),
+                      "".join(traceback.format_exception(type(error), error, _handler_frames(error))),
+                      retry=retry, backoff=backoff)
+
+
+def failed_end(job: ClaimedJob, outcome: Outcome, error_type: str, message: str, traceback_text: str | None, *,
+               retry: bool, backoff: Backoff | None = None) -> AttemptEnd:
+    """An attempt that failed (`outcome` error or crashed), retried after the backoff or not."""
     delay = backoff.delay(job.attempt) if retry else None
-    message = clean_text(str(error), MAX_ERROR_MESSAGE)
+    message = clean_text(message, MAX_ERROR_MESSAGE)
     if retry:
         log.warning("job %d (%s) attempt %d/%d failed: %s: %s; retrying in %.1fs", job.id, job.task_name,
-                    job.attempt, job.max_attempts, type(error).__name__, one_line(message), delay)
+                    job.attempt, job.max_attempts, error_type, one_line(message), delay)
     else:
         log.error("job %d (%s) attempt %d/%d failed for good: %s: %s", job.id, job.task_name,
-                  job.attempt, job.max_attempts, type(error).__name__, one_line(message))
-    return AttemptEnd(
-        job.lease, Outcome.ERROR, error_type=type(error).__name__, error_message=message,
-        traceback=clean_text("".join(traceback.format_exception(type(error), error, _handler_frames(error))),
-                             MAX_TRACEBACK),
-        retry_in_seconds=delay, workflow_id=job.workflow_id,
-    )
+                  job.attempt, job.max_attempts, error_type, one_line(message))
+    return AttemptEnd(job.lease, outcome, error_type=error_type, error_message=message,
+                      traceback=None if traceback_text is None else clean_text(traceback_text, MAX_TRACEBACK),
+                      retry_in_seconds=delay, workflow_id=job.workflow_id)
 
 
 def _handler_frames(error: BaseException):

@@ -42,7 +42,8 @@ MAX_STACK = 32_000
 
 
 def timeout_end(job: ClaimedJob, backoff: Backoff, *, stopped_after: float | None = None,
-                stuck_after: float | None = None, stack: str | None = None) -> AttemptEnd:
+                stuck_after: float | None = None, stack: str | None = None, stopped_how: str | None = None
+                ) -> AttemptEnd:
     """The end of an attempt that ran past its limit, in words that stay true when read later: a
     sync handler that stopped when told (`stopped_after` seconds past the limit), or one still
     running `stuck_after` seconds past it, whose `stack` is where its thread hangs."""
@@ -50,7 +51,8 @@ def timeout_end(job: ClaimedJob, backoff: Backoff, *, stopped_after: float | Non
     delay = backoff.delay(job.attempt) if retry else None
     message = f"attempt {job.attempt} ran past its time limit of {job.timeout_seconds:g}s"
     if stopped_after is not None:
-        message += f"; its handler stopped when told (context.cancelled), {format_duration(stopped_after)} after it"
+        how = stopped_how or "its handler stopped when told (context.cancelled)"
+        message += f"; {how}, {format_duration(stopped_after)} after it"
     elif stuck_after is not None:
         message += (f"; its {THREAD_OUTLIVED} {format_duration(stuck_after)} after it and keeps its "
                     "slot until it returns; anything it returns is discarded")
@@ -162,8 +164,11 @@ class TimeLimits:
         if overrun.report is not None:
             overrun.report.cancel()
         if overrun.finish is not None:  # within the grace: it stopped when told
-            self._write_end(overrun, timeout_end(overrun.job, overrun.backoff, stack=overrun.stack_at_limit,
-                                                 stopped_after=self._loop.time() - overrun.limit_at))
+            child = attempt.stopped_child  # a process-isolated handler's: where the thread waited says nothing
+            self._write_end(overrun, timeout_end(overrun.job, overrun.backoff,
+                                                 stack=None if child else overrun.stack_at_limit,
+                                                 stopped_after=self._loop.time() - overrun.limit_at,
+                                                 stopped_how=child))
         if overrun.stuck:
             job, past = overrun.job, self._loop.time() - overrun.limit_at
             log.warning("job %d (%s) attempt %d: sync handler returned %.1fs past its time limit; its result was "

@@ -30,6 +30,7 @@ from leased.backends.ports import ClaimRequest, RuntimePort, WorkerRecord
 from leased.engine.announcer import Announcer
 from leased.engine.attempts import ClaimedAttempts, WorkerStats
 from leased.engine.claimer import Claimer
+from leased.engine.children import Children
 from leased.engine.completer import Completer
 from leased.engine.context import CancelReason
 from leased.engine.claimed import Handler
@@ -57,7 +58,8 @@ class Worker:
                  queues: list[str] | tuple[str, ...] | None = None, poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, worker_id: str | None = None,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, events: Events | None = None,
-                 push: bool = True, schedules: Sequence[ScheduledTicks] = (), pruner: Pruner | None = None):
+                 push: bool = True, schedules: Sequence[ScheduledTicks] = (), pruner: Pruner | None = None,
+                 children: Children | None = None):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.backend = backend
@@ -73,6 +75,8 @@ class Worker:
         self.push = push
         self.schedules = tuple(schedules)
         self.pruner = pruner  # deletes finished jobs past their retention (engine/pruner.py)
+        self.children = children or Children()  # process-isolated handlers' (engine/children.py)
+        self.children.worker_id, self.children.emit = self.id, self._emit_threadsafe
         self.handle_signals = True  # SIGINT/SIGTERM stop it when run() owns the main thread
         self._loop: asyncio.AbstractEventLoop | None = None
         self._force = asyncio.Event()  # set by the second stop(): cancel running jobs now
@@ -103,7 +107,8 @@ class Worker:
                                     recorded=lambda batch, results: self._claimed.recorded(batch, results))
         self._claimed = ClaimedAttempts(
             self.backend, self.tasks, self.concurrency,
-            executor=Executor(self._time_limits, self.max_payload_bytes, self.backend), completer=self._completer,
+            executor=Executor(self._time_limits, self.max_payload_bytes, self.backend, self.children),
+            completer=self._completer,
             heartbeat=self._lease_keeper.heartbeat, stats=self.stats, emit=self.events.emit, worker_id=self.id,
             slot_freed=lambda: self._claimer.slot_freed(), closed=lambda: self._claimer.attempt_closed(),
             thread_failed=lambda error: self._call_soon_threadsafe(self._service_failed, "handler thread", error))
@@ -169,8 +174,12 @@ class Worker:
         log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
                  ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
         try:
-            if not all(handler.is_async for handler in self.tasks.values()):
+            if not all(handler.is_async and handler.isolation != "process" for handler in self.tasks.values()):
                 await asyncio.to_thread(self._claimed.start_threads)
+            if any(getattr(handler, "isolation", "thread") == "process" for handler in self.tasks.values()):
+                # Children start in the background: the first isolated job takes one, or spawns its own.
+                threading.Thread(target=self.children.prefork, args=(min(self.concurrency, os.cpu_count() or 1),),
+                                 name="leased-prefork", daemon=True).start()
             await self._claimer.run(stop_when_idle)
         finally:
             self._stopping = True
@@ -179,6 +188,7 @@ class Worker:
                 service.cancel()
             await self._announcer.sign_off()
             self._claimed.close()
+            self.children.close()
             await self.backend.close_async()  # e.g. async transactional handlers' pool, on this loop
             self._lease_keeper.stop()
             for signum in signals:
