@@ -4,10 +4,12 @@
     python bench/isolation.py --cpu-jobs 400 --noop-jobs 5000 --rounds 5
     python bench/isolation.py --no-celery        # leased alone (no Redis needed)
 
-Two workloads, each drained by a real worker process with 2 slots (the machine's 2 cores):
+Two workloads, each drained by real worker processes with 2 slots in all (the machine's 2 cores):
 - CPU-bound: each job burns about 20 ms of one core in a pure-Python loop (calibrated here first).
-  On threads the two slots take turns on one interpreter lock; isolated, each runs in a child of
-  its own, as Celery's prefork pool (`celery worker --pool prefork -c 2`, Redis broker) does.
+  On threads (one `leased worker --concurrency 2`) the two slots take turns on one interpreter
+  lock; isolated, each runs in a child of its own, as Celery's prefork pool (`celery worker --pool
+  prefork -c 2`, Redis broker) does; `leased worker --processes 2 --concurrency 1` runs two worker
+  processes on threads.
 - No-op: the cost per job of crossing to a child and back, isolated against threads.
 Each job returns its own start and end; a rate is jobs ÷ (last end − first start), so start-up
 (the children's spawn, Celery's boot) is left out. The variants alternate within every round, so
@@ -57,8 +59,8 @@ def calibrate(target_seconds: float = 0.020) -> int:
         loops *= 2
 
 
-def leased_drain(kind: str, jobs: int, isolation: str, loops: int, slots: int = 2) -> float:
-    """jobs/s of a `leased worker` process with `slots` slots, tasks on `isolation`."""
+def leased_drain(kind: str, jobs: int, isolation: str, loops: int, slots: int = 2, processes: int = 1) -> float:
+    """jobs/s of `leased worker --processes P` with `slots` slots in all, tasks on `isolation`."""
     from leased import Leased
 
     with tempfile.TemporaryDirectory() as folder:
@@ -70,7 +72,8 @@ def leased_drain(kind: str, jobs: int, isolation: str, loops: int, slots: int = 
         env = {**os.environ, "LEASED_DATABASE_URL": url, "BENCH_ISOLATION": isolation, "BENCH_BURN_LOOPS": str(loops),
                "PYTHONPATH": os.pathsep.join([folder, str(BENCH), str(BENCH.parent / "src")])}
         worker = subprocess.Popen([sys.executable, "-m", "leased.cli.main", "worker", "bench_isolation_app:app",
-                                   "--concurrency", str(slots), "--poll-interval", "50ms", "--log-level", "warning"],
+                                   "--concurrency", str(slots // processes), "--processes", str(processes),
+                                   "--poll-interval", "50ms", "--log-level", "warning"],
                                   env=env, cwd=folder)
         try:
             deadline = time.monotonic() + 600
@@ -126,6 +129,8 @@ def main() -> None:
     for round_number in range(options.rounds):
         for name, run in [("cpu threads", lambda: leased_drain("cpu", options.cpu_jobs, "thread", loops)),
                           ("cpu isolated", lambda: leased_drain("cpu", options.cpu_jobs, "process", loops)),
+                          ("cpu --processes 2", lambda: leased_drain("cpu", options.cpu_jobs, "thread", loops,
+                                                                     processes=2)),
                           *([] if options.no_celery else [("cpu celery prefork", lambda: celery_drain(
                               options.cpu_jobs, loops))]),
                           ("noop threads", lambda: leased_drain("noop", options.noop_jobs, "thread", loops)),
@@ -138,8 +143,12 @@ def main() -> None:
     for name, value in median.items():
         print(f"  {name:20} {value:10,.1f} jobs/s")
     print(f"CPU-bound, isolated ÷ threads: {median['cpu isolated'] / median['cpu threads']:.2f}x")
+    print(f"CPU-bound, --processes 2 ÷ --processes 1: {median['cpu --processes 2'] / median['cpu threads']:.2f}x "
+          "(the issue's target: 1.7x)")
     if "cpu celery prefork" in median:
-        print(f"CPU-bound, leased isolated ÷ Celery prefork: {median['cpu isolated'] / median['cpu celery prefork']:.2f}x")
+        celery = median["cpu celery prefork"]
+        print(f"CPU-bound, ÷ Celery prefork -c 2: leased isolated {median['cpu isolated'] / celery:.2f}x, "
+              f"leased --processes 2 {median['cpu --processes 2'] / celery:.2f}x")
     cost = 1 / median["noop isolated"] - 1 / median["noop threads"]
     print(f"no-op, isolated ÷ threads: {median['noop isolated'] / median['noop threads']:.2f}x "
           f"({cost * 1e6:,.0f} µs more of the worker's time per job)")

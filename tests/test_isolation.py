@@ -5,6 +5,7 @@ process of the worker's, which a time limit stops however it is stuck, whose dea
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -14,7 +15,7 @@ from leased.jobs import JobStatus, Progress
 from leased.testing import advance
 
 import isolated_handlers as handlers
-from conftest import wait_for
+from conftest import running_worker, wait_for
 
 
 def alive(pid: int) -> bool:
@@ -198,3 +199,67 @@ def test_durable_steps_are_recorded_from_the_child(app):
     assert done.status is JobStatus.DONE
     assert [(step.name, step.attempt) for step in app.job_steps(job.id)] == [("first", 1)]
     assert done.result == app.job_steps(job.id)[0].result, "attempt 2 got attempt 1's recorded result"
+
+
+def test_isolation_is_chosen_per_call_through_using(app):
+    threaded = app.task(name="pid")(handlers.pid)
+    isolated = app.task(name="isolated_pid", isolation="process")(handlers.pid)
+    in_child = threaded.using(isolation="process").enqueue()
+    in_worker = isolated.using(isolation="thread").enqueue()
+    as_declared = threaded.enqueue()
+    assert (in_child.isolation, in_worker.isolation, as_declared.isolation) == ("process", "thread", None)
+    assert app.get_job(in_child.id).isolation == "process", "the choice is on the job's row"
+    app.run_until_empty()
+    assert app.get_job(in_child.id).result != os.getpid()
+    assert app.get_job(in_worker.id).result == os.getpid() == app.get_job(as_declared.id).result
+    from leased.cli.main import describe_job
+
+    assert re.search(r"\n  isolation +process \(chosen at enqueue\)\n", describe_job(app.get_job(in_child.id)))
+    [batched] = threaded.using(isolation="process").enqueue_many([()])
+    app.run_until_empty()
+    assert app.get_job(batched.id).result != os.getpid(), "enqueue_many carries it too"
+
+
+def test_using_refuses_an_isolation_the_task_cannot_have(app):
+    anonymous = app.task(name="anonymous")(lambda: None)
+    with pytest.raises(ConfigurationError, match="imports its handler by name"):
+        anonymous.using(isolation="process")
+    with pytest.raises(ConfigurationError, match="isolation must be 'thread' or 'process', got 'fork'"):
+        app.task(name="add")(handlers.add).using(isolation="fork")
+    transactional = app.task(name="transactional", transactional=True, takes_context=True)(handlers.stops_when_told)
+    with pytest.raises(ConfigurationError, match="cannot run in a child process"):
+        transactional.using(isolation="process")
+
+
+def test_the_workers_row_shows_its_children_recycles_memory_and_crashes(app):
+    """What the dashboard's worker rows and /metrics show: children alive and their RSS, those
+    started and recycled, and crashes by signal or exit code."""
+    import prometheus_client
+    from starlette.testclient import TestClient
+
+    from leased.metrics import worker_registry
+    from leased.web import dashboard
+
+    crashing = app.task(name="crashing", isolation="process", max_attempts=1)(handlers.segfaults)
+    exiting = app.task(name="exiting", isolation="process", max_attempts=1)(handlers.exits)
+    add = app.task(name="add", isolation="process")(handlers.add)
+    jobs = [crashing.enqueue(), exiting.enqueue(), add.enqueue(1, 2), add.enqueue(3, 4)]
+    registry = worker_registry(app.events)
+    with running_worker(app, concurrency=1, max_tasks_per_child=2):
+        wait_for(lambda: all(app.get_job(job.id).is_finished for job in jobs), message="the jobs to end")
+
+        def summary():
+            (row,) = app.workers()
+            children = row.children
+            return children if children is not None and children.started >= 3 and children.recycled == 1 else None
+
+        children = wait_for(summary, message="the worker's row to show its children")
+        assert children.crashes == {"SIGSEGV": 1, "exit 3": 1}
+        assert children.alive <= 1 and (children.rss_bytes > 0) == (children.alive == 1)
+        scraped = prometheus_client.generate_latest(registry).decode()
+        with TestClient(dashboard(app)) as client:
+            page = client.get("/").text
+    assert 'leased_child_crashes_total{how="SIGSEGV"} 1.0' in scraped
+    assert 'leased_child_crashes_total{how="exit 3"} 1.0' in scraped
+    assert "<th>Child processes</th>" in page and "1 × SIGSEGV" in page and "1 × exit 3" in page
+    assert f"{children.started} started, 1 recycled" in page

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -10,6 +11,30 @@ from leased.worker_ids import supervisor_pid
 
 WORKER_BEAT_SECONDS = 5.0
 WORKER_SILENT_AFTER = 3 * WORKER_BEAT_SECONDS  # a worker not seen for this long is shown as gone
+
+
+@dataclass(frozen=True, slots=True)
+class ChildrenSummary:
+    """A worker's children for process-isolated handlers (engine/children.py), as its row says."""
+
+    alive: int
+    started: int  # ever, by this worker
+    recycled: int  # retired after max_tasks_per_child or max_memory_per_child
+    crashes: dict[str, int]  # children that died mid-job, by how: a signal's name ("SIGSEGV") or "exit 3"
+    rss_bytes: int  # the alive children's resident memory, as each last said
+
+    def to_json(self) -> str:
+        return json.dumps({"alive": self.alive, "started": self.started, "recycled": self.recycled,
+                           "crashes": self.crashes, "rss_bytes": self.rss_bytes})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> ChildrenSummary | None:
+        if not text:
+            return None
+        data = json.loads(text)
+        return cls(int(data.get("alive", 0)), int(data.get("started", 0)), int(data.get("recycled", 0)),
+                   {str(how): int(count) for how, count in (data.get("crashes") or {}).items()},
+                   int(data.get("rss_bytes", 0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +50,7 @@ class WorkerInfo:
     running: int
     alive: bool
     stuck_handlers: int = 0  # handler threads still running past their job's time limit, each holding a slot
+    children: ChildrenSummary | None = None  # None: it has started no child (no process-isolated job yet)
 
     @property
     def supervisor_pid(self) -> int | None:

@@ -73,6 +73,7 @@ class ChildProcessEnded:
     reason: str
     jobs_run: int
     rss_bytes: int  # as it last said, after its last job (0 before one)
+    how: str | None = None  # a crashed one's signal ("SIGSEGV") or exit ("exit 3")
 
 
 Event = AttemptEnded | ListenerLost | ListenerReconnected | HandlerStuck | ChildProcessStarted | ChildProcessEnded

@@ -169,6 +169,7 @@ class Job:
     concurrency_key: str | None = None  # the key whose limit this job waits on and counts against
     workflow_id: int | None = None  # the workflow this job is a step of (leased.workflows), or None
     progress: Progress | None = None  # how far its latest attempt to report any got (TaskContext.progress)
+    isolation: str | None = None  # 'thread' or 'process' if its enqueue chose (Task.using); None: its task's
     created: bool | None = field(default=None, compare=False)
 
     @property
@@ -216,7 +217,7 @@ class ClaimedJob:
     more than running a no-op job."""
 
     __slots__ = ("id", "task_name", "queue_name", "args", "kwargs", "attempt", "max_attempts", "lease_seconds",
-                 "timeout_seconds", "workflow_id", "lease", "lease_from", "_build", "_job")
+                 "timeout_seconds", "workflow_id", "isolation", "lease", "lease_from", "_build", "_job")
 
     def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job]):
         self.id: int = row["id"]
@@ -229,6 +230,7 @@ class ClaimedJob:
         self.lease_seconds: float = row["lease_seconds"]
         self.timeout_seconds: float | None = row["timeout_seconds"]  # the handler's time limit; None: no limit
         self.workflow_id: int | None = row["workflow_id"]  # its workflow, whose steps its end may release
+        self.isolation: str | None = row["isolation"]  # chosen by its enqueue (Task.using); None: its task's
         self.lease = Lease(self.id, self.attempt, row["lease_owner"])
         # When the claim statement was sent (time.monotonic()), if the backend knows: the lease runs
         # from no earlier. None: the engine counts it from the start of the claim call.

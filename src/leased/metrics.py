@@ -146,6 +146,9 @@ def worker_registry(events: Events) -> CollectorRegistry:
     children_started = Counter("leased_child_processes_started", "Child processes started.", registry=registry)
     children_ended = Counter("leased_child_processes_ended", "Child processes ended, by why: recycled, stopped "
                              "(their attempt was cancelled), crashed, closed.", ["reason"], registry=registry)
+    child_crashes = Counter("leased_child_crashes", "Child processes that died mid-job, by how: the signal that "
+                            "killed them (SIGSEGV, SIGKILL: the OOM killer's) or their exit code (exit 3).", ["how"],
+                            registry=registry)
     child_rss = Gauge("leased_child_rss_bytes_at_end", "The resident memory of the child that ended last, as it "
                       "last said.", registry=registry)
 
@@ -165,6 +168,8 @@ def worker_registry(events: Events) -> CollectorRegistry:
         elif isinstance(event, ChildProcessEnded):
             children.dec()
             children_ended.labels(event.reason).inc()
+            if event.how is not None:
+                child_crashes.labels(event.how).inc()
             child_rss.set(event.rss_bytes)
 
     events.subscribe(count)

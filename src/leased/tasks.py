@@ -173,12 +173,17 @@ class TaskCall(Generic[P, R]):
     connection: Any = None
     timeout_seconds: float | None = None
     concurrency_key: str | None = None  # overrides the key the task computes from the arguments
+    isolation: str | None = None  # "thread" or "process" for these jobs; None: the task's own
 
     def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET, run_after: datetime | timedelta | None = _UNSET,
               idempotency_key: str | None = _UNSET, connection: Any = _UNSET, max_attempts: int = _UNSET,
               lease: float | timedelta = _UNSET, timeout: float | timedelta | None = _UNSET,
-              concurrency_key: str | None = _UNSET) -> TaskCall[P, R]:
+              concurrency_key: str | None = _UNSET, isolation: str = _UNSET) -> TaskCall[P, R]:
         changes: dict[str, Any] = {}
+        if isolation is not _UNSET:
+            task = self.task
+            chosen = check_isolation(task.name, isolation, task.func, task.is_async, task.transactional)
+            changes["isolation"] = chosen
         if concurrency_key is not _UNSET:
             if concurrency_key is not None and self.task.key_limit is None:
                 raise ConfigurationError(f"task {self.task.name!r} has no limit per key, so concurrency_key "
@@ -217,6 +222,7 @@ class TaskCall(Generic[P, R]):
         check_scalars = task.argument_types.check_scalars  # None when no parameter is annotated with one
         name, queue_name, priority, max_attempts = task.name, self.queue_name, self.priority, self.max_attempts
         lease, key, timeout, key_limit = self.lease_seconds, self.idempotency_key, self.timeout_seconds, task.key_limit
+        isolation = self.isolation
         run_at, delay = schedule(self.run_after)
         jobs = []
         for args, kwargs in calls:
@@ -227,7 +233,7 @@ class TaskCall(Generic[P, R]):
                 args, kwargs = typed.to_json(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
             job = NewJob(name, queue_name, args_json, kwargs_json, priority, max_attempts, lease, run_at, delay, key,
-                         timeout)
+                         timeout, isolation=isolation)
             jobs.append(job if key_limit is None else self._with_key(job, key_limit, args, kwargs))
         return jobs
 
@@ -341,7 +347,7 @@ class Task(Generic[P, R]):
 
     def using(self, **options: Any) -> TaskCall[P, R]:
         """Per-call options: queue_name, priority, run_after, idempotency_key, connection, max_attempts, lease,
-        timeout, concurrency_key."""
+        timeout, concurrency_key, isolation ("thread" or "process": where these jobs' handler runs)."""
         return self.defaults.using(**options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:

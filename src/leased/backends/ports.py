@@ -50,6 +50,7 @@ class NewJob(NamedTuple):
     # A workflow's step (leased.workflows): 'waiting' until its parents have ended, in its run.
     status: str = "pending"
     workflow_id: int | None = None
+    isolation: str | None = None  # 'thread' or 'process', chosen for this job (Task.using); None: its task's
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,7 @@ class WorkerRecord:
     tasks: tuple[str, ...]
     wake_port: int | None = None  # where the worker hears about new jobs, if it listens on a port
     stuck_handlers: int = 0  # handler threads still running past their job's time limit
+    children: str | None = None  # its process-isolated handlers' children, as JSON (admin.ChildrenSummary)
 
 
 # Periodic jobs (see leased/schedules.py): the state of each schedule, and what one run decided.

@@ -348,6 +348,8 @@ def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
         ("run after", output.local_time(job.run_after)),
         ("finished", output.local_time(job.finished_at)),
     ]
+    if job.isolation is not None:
+        fields.append(("isolation", f"{job.isolation} (chosen at enqueue)"))
     if job.progress is not None:
         fields.append(("progress", output.progress_text(job)))
     if job.lease_owner:

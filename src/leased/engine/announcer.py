@@ -1,6 +1,6 @@
 """The announcer: keeps the worker's row fresh, so that inspection (and producers waking it) know
-it is alive, and signs it off at the end. A handler getting stuck or coming back is announced at
-once (soon())."""
+it is alive, and signs it off at the end. A handler getting stuck or coming back, and a child
+process starting or ending, is announced at once (soon())."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 from dataclasses import replace
 from typing import Callable
 
-from leased.admin import WORKER_BEAT_SECONDS
+from leased.admin import WORKER_BEAT_SECONDS, ChildrenSummary
 from leased.backends.ports import RuntimePort, WorkerRecord
 from leased.engine.retrying import is_transient, one_line
 
@@ -18,10 +18,12 @@ log = logging.getLogger("leased.worker")
 
 
 class Announcer:
-    def __init__(self, backend: RuntimePort, record: WorkerRecord, stuck_handlers: Callable[[], int]):
+    def __init__(self, backend: RuntimePort, record: WorkerRecord, stuck_handlers: Callable[[], int],
+                 children: Callable[[], ChildrenSummary | None] = lambda: None):
         self._backend = backend
         self._record = record
         self._stuck_handlers = stuck_handlers
+        self._children = children
         self._soon = asyncio.Event()
         self._signed_off = False
         self._sign_off_lock = threading.Lock()
@@ -34,7 +36,10 @@ class Announcer:
         while True:
             self._soon.clear()
             try:
-                await asyncio.to_thread(self._register, replace(record, stuck_handlers=self._stuck_handlers()))
+                children = self._children()
+                await asyncio.to_thread(self._register, replace(
+                    record, stuck_handlers=self._stuck_handlers(),
+                    children=None if children is None else children.to_json()))
             except Exception as error:
                 if not is_transient(error):
                     raise  # an outage costs a beat: the next one announces again

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
+from leased.admin import ChildrenSummary
 from leased.engine.context import CancelReason, TaskContext
 from leased.errors import PermanentError
 from leased.events import ChildProcessEnded, ChildProcessStarted, Event
@@ -99,6 +100,16 @@ class Crashed:
             return f"was killed by {name}" + (" (out of memory? the kernel's OOM killer sends it)"
                                           if self.exitcode == -signal.SIGKILL else "")
         return f"exited with code {self.exitcode}"
+
+    @property
+    def how(self) -> str:
+        """Short, for counting crashes by: a signal's name ("SIGSEGV"), or "exit 3"."""
+        if self.exitcode < 0:
+            try:
+                return signal.Signals(-self.exitcode).name
+            except ValueError:
+                return f"signal {-self.exitcode}"
+        return f"exit {self.exitcode}"
 
 
 def check_per_child(name: str, value: object) -> int | None:
@@ -210,7 +221,7 @@ class Children:
         self._closed = False
         self.started = 0  # children spawned, ever
         self.recycled = 0  # retired after max_tasks_per_child or max_memory_per_child
-        self.crashed = 0  # died on their own, mid-job
+        self.crashes: dict[str, int] = {}  # died on their own, mid-job, by how (Crashed.how)
 
     def prefork(self, count: int) -> None:
         """Spawn children ahead, so the first jobs do not wait for one to start (on a thread)."""
@@ -236,10 +247,11 @@ class Children:
         with self._lock:
             self._busy.discard(child)
         if isinstance(answer, Crashed):
-            self.crashed += 1
+            with self._lock:
+                self.crashes[answer.how] = self.crashes.get(answer.how, 0) + 1
             log.warning("job %d (%s) attempt %d: its child process %s %s", call.job_id, call.task_name, call.attempt,
                         child.pid, answer.described)
-            self._end(child, "crashed")
+            self._end(child, "crashed", how=answer.how)
         elif isinstance(answer, Stopped):
             self._end(child, "stopped")
         else:
@@ -259,30 +271,36 @@ class Children:
 
     def _spawn(self) -> Child:
         child = Child()
-        self.started += 1
+        with self._lock:
+            self.started += 1
         self.emit(ChildProcessStarted(self.worker_id, child.pid or 0))
         return child
 
-    def _end(self, child: Child, reason: str, grace: float = 1.0) -> None:
+    def _end(self, child: Child, reason: str, grace: float = 1.0, how: str | None = None) -> None:
         """Stop the child (if it still runs) and say why it ended."""
         child.stop(grace=grace)
-        self.emit(ChildProcessEnded(self.worker_id, child.pid or 0, reason, child.jobs_run, child.rss_bytes))
+        self.emit(ChildProcessEnded(self.worker_id, child.pid or 0, reason, child.jobs_run, child.rss_bytes, how))
 
     def _give_back(self, child: Child) -> None:
         due = ((self.max_tasks_per_child is not None and child.jobs_run >= self.max_tasks_per_child)
                or (self.max_memory_per_child is not None and child.rss_bytes > self.max_memory_per_child))
         if due or self._closed:
             if due:
-                self.recycled += 1
+                with self._lock:
+                    self.recycled += 1
             self._end(child, "recycled" if due else "closed")
             return
         with self._lock:
             self._idle.append(child)
 
-    def counts(self) -> dict[str, int]:
+    def summary(self) -> ChildrenSummary | None:
+        """For the worker's row; None until a child has started."""
         with self._lock:
-            return {"idle": len(self._idle), "busy": len(self._busy), "started": self.started,
-                    "recycled": self.recycled, "crashed": self.crashed}
+            if not self.started:
+                return None
+            alive = [*self._idle, *self._busy]
+            return ChildrenSummary(len(alive), self.started, self.recycled, dict(self.crashes),
+                                   sum(child.rss_bytes for child in alive))
 
     def close(self) -> None:
         """The worker stopped: idle children exit now (a busy one as its job ends)."""

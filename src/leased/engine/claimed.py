@@ -33,7 +33,7 @@ class Handler(Protocol):
 class ClaimedAttempt:
     """One claimed attempt, from its claim until its end is written or its lease given back."""
 
-    __slots__ = ("job", "lease", "context", "handler", "is_async", "task", "started", "thread_id", "time_limit",
+    __slots__ = ("job", "lease", "context", "handler", "isolation", "is_async", "task", "started", "thread_id", "time_limit",
                  "lapse_cause", "closed", "stopped_child")
 
     def __init__(self, job: ClaimedJob, context: TaskContext, handler: Handler):
@@ -41,8 +41,11 @@ class ClaimedAttempt:
         self.lease = job.lease
         self.context = context
         self.handler = handler
+        # "thread" or "process": where the handler runs, as its enqueue chose or else its task. A
+        # transactional handler writes in the worker's transaction, so it stays (using() refuses it).
+        self.isolation = "thread" if handler.transactional else job.isolation or handler.isolation
         # Runs on the loop; an isolated async handler's attempt waits for its child on a handler thread.
-        self.is_async = handler.is_async and handler.isolation != "process"
+        self.is_async = handler.is_async and self.isolation != "process"
         self.task: asyncio.Task | None = None  # an async handler's, once started
         self.started = 0.0  # monotonic, when its handler was called
         self.thread_id: int | None = None  # a sync handler's thread, while the handler runs

@@ -32,7 +32,7 @@ from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
 from leased.engine.children import Call, Children, Crashed, Returned, Stopped, importable
 from leased.engine.transactional import Written, run_in_transaction, run_in_transaction_async
-from leased.errors import ArgumentsMismatch, PayloadError, PermanentError, ResultNotStored
+from leased.errors import ArgumentsMismatch, ConfigurationError, PayloadError, PermanentError, ResultNotStored
 from leased.jobs import ClaimedJob, Outcome
 from leased.payloads import clean_text, encode_result
 
@@ -65,7 +65,7 @@ class Executor:
         attempt.started = time.monotonic()
         if job.timeout_seconds is not None:
             self.time_limits.arm_soon(attempt)
-        if handler.isolation == "process":
+        if attempt.isolation == "process":
             end = self._run_in_child(attempt, args, kwargs)
             attempt.thread_id = None
             return end if end is not None and context.finish() else None
@@ -131,7 +131,11 @@ class Executor:
     def _run_in_child(self, attempt: ClaimedAttempt, args: list[Any], kwargs: dict[str, Any]) -> AttemptEnd | None:
         """On a handler thread: the handler in a child process (engine/children.py); its end here."""
         job, handler, context = attempt.job, attempt.handler, attempt.context
-        module, qualname = importable(handler.func, job.task_name)
+        try:
+            module, qualname = importable(handler.func, job.task_name)
+        except ConfigurationError as error:  # enqueued with using(isolation="process") when it was importable
+            return failed_end(job, Outcome.ERROR, "ConfigurationError", str(error), None, retry=False,
+                              backoff=handler.backoff)
         call = Call(module, qualname, handler.takes_context, getattr(getattr(handler, "app", None), "database_url", None),
                     job.id, job.attempt, context.worker_id, job.task_name, args, kwargs, self.max_payload_bytes)
         try:

@@ -76,7 +76,7 @@ class Worker:
         self.schedules = tuple(schedules)
         self.pruner = pruner  # deletes finished jobs past their retention (engine/pruner.py)
         self.children = children or Children()  # process-isolated handlers' (engine/children.py)
-        self.children.worker_id, self.children.emit = self.id, self._emit_threadsafe
+        self.children.worker_id, self.children.emit = self.id, self._child_event
         self.handle_signals = True  # SIGINT/SIGTERM stop it when run() owns the main thread
         self._loop: asyncio.AbstractEventLoop | None = None
         self._force = asyncio.Event()  # set by the second stop(): cancel running jobs now
@@ -100,7 +100,7 @@ class Worker:
         stopping: Callable[[], bool] = lambda: self._stopping
         self._announcer = Announcer(self.backend, WorkerRecord(self.id, socket.gethostname(), os.getpid(),
                                                                self.concurrency, self.queues, names),
-                                    lambda: self._time_limits.stuck)
+                                    lambda: self._time_limits.stuck, self.children.summary)
         self._lease_keeper = LeaseKeeper(self.backend, self._cancel, heartbeat_died=self._heartbeat_died,
                                          stopping=stopping)
         self._completer = Completer(self.backend, self._lease_keeper.heartbeat.overdue, self.id,
@@ -228,6 +228,11 @@ class Worker:
     def _emit_threadsafe(self, event: Event) -> None:
         """From another thread: subscribers run on the loop, as they expect."""
         self._call_soon_threadsafe(self.events.emit, event)
+
+    def _child_event(self, event: Event) -> None:
+        """A child started or ended (from a handler thread): said, and on the worker's row soon."""
+        self._emit_threadsafe(event)
+        self._call_soon_threadsafe(lambda: self._announcer.soon())
 
     def _install_signal_handlers(self) -> list[int]:
         if threading.current_thread() is not threading.main_thread() or not self.handle_signals:

@@ -61,6 +61,11 @@ def number(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+def memory(value: int) -> str:
+    """Bytes of memory, in MiB (a child's RSS)."""
+    return f"{value / 2**20:,.0f} MiB" if value >= 2**20 else f"{value / 2**10:,.0f} KiB"
+
+
 def count(value: int, estimated: bool = False) -> str:
     """A job count, marked "≈" with two significant figures when it is an estimate (leased.counts)."""
     return format_count(value, estimated)
@@ -92,5 +97,5 @@ _CODE_SPAN = re.compile(r"`([^`]+)`")
 
 
 def install(env: Environment) -> None:
-    env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, count=count,
+    env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, count=count, memory=memory,
                        pretty_json=pretty_json, short_json=short_json, code_spans=code_spans, old_transaction=sentence)

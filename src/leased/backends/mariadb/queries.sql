@@ -20,11 +20,11 @@ SET @leased_clock_offset = %(offset)s;
 -- Rows are inserted in the batch's order, so AUTO_INCREMENT gives ids in that order.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id)
+                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
 SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
        COALESCE(j.run_at, leased_now() + j.delay_seconds), leased_now(), j.idempotency_key,
        j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds,
-       j.status, j.workflow_id
+       j.status, j.workflow_id, j.isolation
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
     task_name VARCHAR(255) PATH '$[0]', queue_name VARCHAR(255) PATH '$[1]', args LONGTEXT PATH '$[2]',
@@ -32,7 +32,8 @@ FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     lease_seconds DOUBLE PATH '$[6]', run_at DOUBLE PATH '$[7]', delay_seconds DOUBLE PATH '$[8]',
     idempotency_key VARCHAR(255) PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
     concurrency_key VARCHAR(255) PATH '$[11]', key_concurrency INT PATH '$[12]', key_rate_count INT PATH '$[13]',
-    key_rate_seconds DOUBLE PATH '$[14]', status VARCHAR(16) PATH '$[15]', workflow_id BIGINT PATH '$[16]')) AS j
+    key_rate_seconds DOUBLE PATH '$[14]', status VARCHAR(16) PATH '$[15]', workflow_id BIGINT PATH '$[16]',
+    isolation VARCHAR(16) PATH '$[17]')) AS j
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
@@ -42,11 +43,11 @@ RETURNING id, run_after, created_at, idempotency_key;
 -- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id)
+                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s, %(kwargs_json)s, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s, COALESCE(%(run_at)s, leased_now() + %(delay_seconds)s), leased_now(),
         %(idempotency_key)s, %(timeout_seconds)s, %(concurrency_key)s, %(key_concurrency)s, %(key_rate_count)s,
-        %(key_rate_seconds)s, %(status)s, %(workflow_id)s)
+        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s)
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: pending_with_key
@@ -357,10 +358,11 @@ SELECT DISTINCT queue_name AS name FROM leased_jobs ORDER BY queue_name;
 
 -- name: register_worker
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, wake_host, stuck_handlers,
-                            started_at, last_seen_at)
+                            children, started_at, last_seen_at)
 VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, %(tasks)s, %(wake_port)s, %(host)s,
-        %(stuck_handlers)s, leased_now(), leased_now())
-ON DUPLICATE KEY UPDATE last_seen_at = leased_now(), stuck_handlers = VALUE(stuck_handlers);
+        %(stuck_handlers)s, %(children)s, leased_now(), leased_now())
+ON DUPLICATE KEY UPDATE last_seen_at = leased_now(), stuck_handlers = VALUE(stuck_handlers),
+                        children = VALUE(children);
 
 -- name: wake_ports
 -- Datagrams reach workers on this host only; the others poll.

@@ -59,7 +59,7 @@ def worker_params(worker: WorkerRecord) -> dict[str, Any]:
     return {"id": worker.id, "host": worker.host, "pid": worker.pid, "concurrency": worker.concurrency,
             "queues": None if worker.queues is None else json.dumps(list(worker.queues)),
             "tasks": json.dumps(list(worker.tasks)), "wake_port": worker.wake_port,
-            "stuck_handlers": worker.stuck_handlers}
+            "stuck_handlers": worker.stuck_handlers, "children": worker.children}
 
 
 def filter_params(where: JobFilter) -> dict[str, Any]:

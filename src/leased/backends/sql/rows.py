@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from leased.admin import WorkerInfo
+from leased.admin import ChildrenSummary, WorkerInfo
 from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Outcome, Progress, with_running_attempt
 from leased.limits import QueueLimit, Rate
 
@@ -38,6 +38,7 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         concurrency_key=row["concurrency_key"],
         workflow_id=row["workflow_id"],
         progress=Progress.from_json(row["progress"]),
+        isolation=row["isolation"],
     )
 
 
@@ -78,6 +79,7 @@ def worker_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable
         last_seen_at=to_time(row["last_seen_at"]), concurrency=row["concurrency"],
         queues=from_json(row["queues"]), tasks=from_json(row["tasks"]), running=row["running"],
         alive=row["silent_seconds"] < silent_after, stuck_handlers=row["stuck_handlers"],
+        children=ChildrenSummary.from_json(row["children"]),
     )
 
 
