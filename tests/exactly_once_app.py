@@ -46,10 +46,15 @@ def register(app: Leased):
     @app.task(name=TASK, lease=lease, max_attempts=MAX_ATTEMPTS, takes_context=True, transactional=transactional,
               backoff=Backoff(base=0.05, cap=0.2))
     def credit(context, index: int) -> int:
-        connection = context.connection if transactional else _own_connection(app)
-        connections.execute(connection, "UPDATE eo_counter SET value = value + 1 WHERE id = 1")
-        connections.execute(connection, "INSERT INTO eo_effects (job_id, attempt, worker_id) VALUES (?, ?, ?)",
-                            (context.job_id, context.attempt, context.worker_id))
+        def write(connection) -> None:
+            connections.execute(connection, "UPDATE eo_counter SET value = value + 1 WHERE id = 1")
+            connections.execute(connection, "INSERT INTO eo_effects (job_id, attempt, worker_id) VALUES (?, ?, ?)",
+                                (context.job_id, context.attempt, context.worker_id))
+
+        if transactional:
+            write(context.connection)
+        else:
+            _on_own_connection(app, write)
         time.sleep(step_seconds)
         return index
 
@@ -64,19 +69,30 @@ def register(app: Leased):
             time.sleep(step_seconds)
             return step
 
-        context.step("plain", lambda: effect(_own_connection(app), "plain"))
+        context.step("plain", lambda: _on_own_connection(app, lambda connection: effect(connection, "plain")))
         context.step("tx", lambda connection: effect(connection, "tx"), transactional=True)
-        context.step("last", lambda: effect(_own_connection(app), "last"))
+        context.step("last", lambda: _on_own_connection(app, lambda connection: effect(connection, "last")))
         return index
 
     return credit
 
 
-def _own_connection(app: Leased):
+def _on_own_connection(app: Leased, write):
+    """write(connection) on this handler thread's own connection, which is dropped when a write on it
+    fails (say, the server ended its session), as an app's would be: the attempt fails, and the
+    thread's next one connects again rather than failing on a dead connection."""
     if getattr(_own, "connection", None) is None:
         options = {"timeout": 30} if app.database_url.startswith("sqlite") else {}  # SQLite's busy timeout
         _own.connection = connections.connect(app.database_url, autocommit=True, **options)
-    return _own.connection
+    try:
+        return write(_own.connection)
+    except Exception:
+        connection, _own.connection = _own.connection, None
+        try:
+            connection.close()
+        except Exception:
+            pass
+        raise
 
 
 if __name__ == "__main__":

@@ -58,10 +58,13 @@ def test_max_tasks_per_child_gives_each_job_a_new_process(app):
 @pytest.mark.parametrize("handler", [handlers.sleeps_in_c, handlers.reads_forever])
 def test_a_handler_stuck_in_a_c_call_is_killed_at_its_time_limit(app, tmp_path, handler):
     stuck = app.task(name="stuck", isolation="process", timeout=1, max_attempts=1)(handler)
+    add = app.task(name="add", isolation="process")(handlers.add)
     job = stuck.enqueue(str(tmp_path / "pid"))
-    stats = app.run_until_empty()
+    after = add.using(priority=-1).enqueue(2, 2)  # claimed after the stuck one, on the one slot it held
+    stats = app.worker(concurrency=1).run(stop_when_idle=True)
     failed = app.get_job(job.id)
     assert failed.status is JobStatus.FAILED and stats.failed == 1
+    assert app.get_job(after.id).result == 4, "the next job runs on that slot, in a fresh child"
     (attempt,) = failed.history
     assert attempt.outcome is Outcome.TIMEOUT
     assert "its child process did not stop when told and was killed (SIGKILL)" in attempt.error_message
