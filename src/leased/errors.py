@@ -10,9 +10,10 @@ class ConfigurationError(LeasedError, ValueError):
 
 
 # Said where an async transactional handler meets a database that cannot run one.
-ASYNC_TRANSACTIONS_ON_POSTGRES = (
-    "an async transactional handler writes through psycopg's AsyncConnection, so it runs on PostgreSQL only; "
-    "on SQLite and MariaDB define it with def (it runs on a handler thread, with the driver's connection)")
+ASYNC_TRANSACTIONS_NOT_ON_MARIADB = (
+    "an async transactional handler writes through an async driver (psycopg's AsyncConnection on PostgreSQL, "
+    "aiosqlite on SQLite), and leased runs no async driver for MariaDB; define it with def (it runs on a "
+    "handler thread, with the driver's connection)")
 
 
 class SchemaNotReady(LeasedError):

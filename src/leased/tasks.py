@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSp
 from leased.backends import parse_database_url
 from leased.backends.ports import NewJob
 from leased.backoff import Backoff
-from leased.errors import ASYNC_TRANSACTIONS_ON_POSTGRES, ConfigurationError, PayloadError
+from leased.errors import ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, PayloadError
 from leased.jobs import Job, JobStatus
 from leased.limits import KeyLimit, check_key, key_limit
 from leased.payloads import encode_arguments
@@ -83,12 +83,16 @@ def check_transactional(name: str, transactional: object, transaction: Callable[
     if not takes_context:
         raise ConfigurationError(f"task {name!r} is transactional: its handler writes through context.connection, "
                                  "so declare it with takes_context=True as well")
-    if is_async and database_kind != "postgres":
-        raise ConfigurationError(f"task {name!r} is transactional and async: {ASYNC_TRANSACTIONS_ON_POSTGRES}")
+    if is_async and database_kind not in ("postgres", "sqlite"):
+        raise ConfigurationError(f"task {name!r} is transactional and async: {ASYNC_TRANSACTIONS_NOT_ON_MARIADB}")
+    if is_async and database_kind == "sqlite":
+        from leased.backends.sqlite.async_handlers import check_aiosqlite
+
+        check_aiosqlite()
     if is_async and transaction is not None:
         raise ConfigurationError(f"task {name!r} is transactional and async: a framework's transaction (the "
                                  "transaction= opener) is for sync handlers; an async one writes through "
-                                 "context.connection, a psycopg.AsyncConnection")
+                                 "context.connection, its backend's async connection")
     return True, transaction
 
 

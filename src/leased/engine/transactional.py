@@ -10,8 +10,9 @@ writes happen, and the attempt ends as a lost lease. A handler that raises, is c
 returns a result that cannot be stored rolls back too, and its end is written as any handler's
 is, by the completer. Effects outside the database (mail, HTTP) stay at-least-once.
 
-An async handler (PostgreSQL: a psycopg.AsyncConnection) takes the same way on the event loop
-(run_in_transaction_async); a cancel reaches it as asyncio.CancelledError, which rolls back.
+An async handler (a psycopg.AsyncConnection on PostgreSQL, an aiosqlite one on SQLite) takes the
+same way on the event loop (run_in_transaction_async); a cancel reaches it as
+asyncio.CancelledError, which rolls back.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from leased.backends.sql.rows import claimed_from_rows, history_from_rows, job_f
 from leased.backends.sql.scripts import schema_problem
 from leased.backends.sql.schedules import ScheduleStore
 from leased.backends.sql.workflows import WorkflowStore
-from leased.errors import (ASYNC_TRANSACTIONS_ON_POSTGRES, ConfigurationError, DatabaseConflict, InvalidTransition,
+from leased.errors import (ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, DatabaseConflict, InvalidTransition,
                            JobNotFound, SchemaNotReady)
 from leased.jobs import Attempt, ClaimedJob, DurableStep, Job, JobStatus, Lease, Outcome
 from leased.limits import QueueLimit
@@ -210,16 +210,16 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
                                          counted_as=f"{lease.worker_id}/{threading.get_native_id()}")
         return kept[0], released
 
-    # Async transactional handlers: a psycopg.AsyncConnection's, so PostgreSQL's alone.
+    # Async transactional handlers: PostgreSQL's and SQLite's backends write them (through an async driver).
     def attempt_transaction_async(self) -> Any:
-        raise ConfigurationError(ASYNC_TRANSACTIONS_ON_POSTGRES)
+        raise ConfigurationError(ASYNC_TRANSACTIONS_NOT_ON_MARIADB)
 
     async def finish_in_async(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
-        raise ConfigurationError(ASYNC_TRANSACTIONS_ON_POSTGRES)
+        raise ConfigurationError(ASYNC_TRANSACTIONS_NOT_ON_MARIADB)
 
     async def record_step_async(self, lease: Lease, name: str, result_json: str | None, seconds: float,
                                 connection: Any) -> bool:
-        raise ConfigurationError(ASYNC_TRANSACTIONS_ON_POSTGRES)
+        raise ConfigurationError(ASYNC_TRANSACTIONS_NOT_ON_MARIADB)
 
     async def close_async(self) -> None:
         return None

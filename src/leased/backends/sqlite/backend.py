@@ -16,15 +16,16 @@ import time
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, AsyncContextManager, Callable, Iterator, Sequence, TypeVar
 
 from leased.admin import WORKER_SILENT_AFTER
-from leased.backends.ports import ClaimRequest, NewJob
+from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob
 from leased.backends.sql.async_drivers import enqueue_aiosqlite
 from leased.backends.sql.callers import not_ours, type_name, wrong_connection
 from leased.backends.sql.enqueue import insert_statement
 from leased.backends.sql.migrate import Migrator
 from leased.backends.sql.scripts import MIGRATE_HINT, load_migrations, load_queries, schema_problem
+from leased.backends.sqlite.async_handlers import AsyncHandlerConnections
 from leased.backends.sqlite.locking import is_lock_error, lock_message, translated_lock_errors, write_lock
 from leased.backends.sql.wakeups import DatagramListener, Waker
 from leased.backends.sql.store import SQLStore
@@ -36,7 +37,7 @@ from leased.errors import (
     DatabaseUnavailable,
     SchemaNotReady,
 )
-from leased.jobs import ClaimedJob, Job
+from leased.jobs import ClaimedJob, Job, Lease
 from leased.payloads import decode
 
 T = TypeVar("T")
@@ -86,6 +87,8 @@ class SQLiteBackend(SQLStore):
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._async_handlers = AsyncHandlerConnections(
+            self._open, lambda connection: write_lock(self._write_lock, connection, self.path, None, BUSY_TIMEOUT_MS))
         self._waker = Waker(self._wake_ports)
         self.clock = Clock()  # what leased_now() reads on our connections and callers' (see leased.clock)
 
@@ -135,6 +138,22 @@ class SQLiteBackend(SQLStore):
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
                 raise
+
+    # An async transactional handler's: an aiosqlite connection in the same kind of transaction
+    # (async_handlers.py); its end and its steps are written by the same fenced code, on a thread.
+    def attempt_transaction_async(self) -> AsyncContextManager[Any]:
+        return self._async_handlers.transaction()
+
+    async def finish_in_async(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
+        return await asyncio.to_thread(self.finish_in, self._async_handlers.raw(connection), end)
+
+    async def record_step_async(self, lease: Lease, name: str, result_json: str | None, seconds: float,
+                                connection: Any) -> bool:
+        return await asyncio.to_thread(self.record_step, lease, name, result_json, seconds,
+                                       self._async_handlers.raw(connection))
+
+    async def close_async(self) -> None:
+        await self._async_handlers.close()
 
     @contextmanager
     def _transaction(self, wait_seconds: float | None = None, one_statement: bool = False
