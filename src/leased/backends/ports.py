@@ -253,6 +253,10 @@ class WorkerPort(Protocol):
     async def close_async(self) -> None:
         """Close what the backend opened on the running loop (the worker's, as it stops)."""
 
+    def serving_worker(self) -> AbstractContextManager[None]:
+        """Held while a worker runs in this process. A backend may size what serves the workers'
+        own calls by it (leased.backends.worker_calls; PostgreSQL does)."""
+
     def finish_in(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
         """Write one end in the transaction open on `connection` (attempt_transaction()'s, or a
         framework's on this database), fenced on its lease and on the lease's expiry by the

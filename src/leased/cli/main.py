@@ -24,6 +24,7 @@ from leased.cli.loading import Failure, load_app, open_app
 from leased.cli.options import ByteSize, Duration, ProcessCount, database_option
 from leased.cli.supervisor import CANNOT_START, Supervisor
 from leased.app import Leased
+from leased.backends.worker_calls import worker_calls
 from leased.errors import LeasedError
 from leased.events import AttemptEnded, Event
 from leased.jobs import DurableStep, Job, JobStatus, Outcome
@@ -151,8 +152,11 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
                                             ("--log-jobs", log_jobs)) if on]
         sys.exit(Supervisor(arguments, processes, metrics_port).run())
     try:
-        run_worker(app_spec, concurrency, queues, poll_interval, shutdown_grace, metrics_port, no_push, no_prune,
-                   log_jobs, max_tasks_per_child, max_memory_per_child)
+        # The process is the worker's: what it reads and writes before the worker starts (the schema,
+        # at the first call) shares the worker's own connection (leased.backends.worker_calls).
+        with worker_calls():
+            run_worker(app_spec, concurrency, queues, poll_interval, shutdown_grace, metrics_port, no_push,
+                       no_prune, log_jobs, max_tasks_per_child, max_memory_per_child)
     except (Failure, LeasedError) as error:
         if not os.environ.get(SUPERVISOR_VARIABLE):
             raise

@@ -25,6 +25,7 @@ import traceback
 from typing import Any, Callable
 
 from leased.backends.ports import AttemptEnd, RuntimePort
+from leased.backends.worker_calls import worker_calls
 from leased.backoff import Backoff
 from leased.engine.claimed import ClaimedAttempt
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
@@ -71,13 +72,13 @@ class Executor:
             return end if end is not None and context.finish() else None
         if handler.transactional:
             ended = run_in_transaction(
-                attempt, self._backend, lambda: handler.func(context, *args, **kwargs),
+                attempt, self._backend, lambda: _as_handler(handler.func, context, *args, **kwargs),
                 lambda error: _reported(context, self._error_end(attempt, error)),
                 lambda result: context.with_progress(self._result_end(attempt, result)))
             attempt.thread_id = None
             return ended
         try:
-            result = handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs)
+            result = _as_handler(handler.func, *((context,) if handler.takes_context else ()), *args, **kwargs)
         except BaseException as error:  # a KeyboardInterrupt too: see the module's docstring
             end = None if context.is_cancelled else self._error_end(attempt, error)
         else:
@@ -103,11 +104,11 @@ class Executor:
         attempt.started = time.monotonic()
         if handler.transactional:
             running = run_in_transaction_async(
-                attempt, self._backend, lambda: handler.func(context, *args, **kwargs),
+                attempt, self._backend, lambda: _as_handler_async(handler.func(context, *args, **kwargs)),
                 lambda error: _reported(context, self._error_end(attempt, error)),
                 lambda result: context.with_progress(self._result_end(attempt, result)))
         else:
-            running = handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs)
+            running = _as_handler_async(handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs))
         attempt.task = asyncio.get_running_loop().create_task(_contained(running))
         self.time_limits.arm(attempt)
         attempt.task.add_done_callback(lambda task: ended(attempt, self._async_end(attempt, task)))
@@ -195,6 +196,18 @@ class _Escaped(Exception):
     def __init__(self, error: BaseException):
         super().__init__(error)
         self.error = error
+
+
+# A handler's own calls (an enqueue, a step) are not the worker's: they take the app's connections,
+# not the few the worker's loops share (leased.backends.worker_calls).
+def _as_handler(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    with worker_calls(mine=False):
+        return func(*args, **kwargs)
+
+
+async def _as_handler_async(handler_call: Any) -> Any:
+    with worker_calls(mine=False):
+        return await handler_call
 
 
 async def _contained(handler_call: Any) -> Any:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from leased.backends.ports import RuntimePort
+from leased.backends.worker_calls import mark_worker_thread
 from leased.engine.retrying import one_line
 from leased.errors import DatabaseLocked
 from leased.jobs import Lease
@@ -141,6 +142,7 @@ class Heartbeat:
         return due
 
     def _run(self) -> None:
+        mark_worker_thread()
         try:
             while not self._stopped:
                 self._wake.wait(self._seconds_until_due(planning_a_nap=True))

@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from leased.backends.ports import Listener
+from leased.backends.worker_calls import mark_worker_thread
 from leased.engine.retrying import Outage, is_transient, one_line
 from leased.events import Event, ListenerLost, ListenerReconnected
 
@@ -38,6 +39,7 @@ class ListenerService:
         threading.Thread(target=self._run, name="leased-listener", daemon=True).start()
 
     def _run(self) -> None:
+        mark_worker_thread()
         try:
             self._listen()
         except BaseException as error:  # a dead listener stops the worker loudly, not silently

@@ -18,6 +18,8 @@ import queue
 import threading
 from typing import Callable, Generic, TypeVar
 
+from leased.backends.worker_calls import mark_worker_thread
+
 Item = TypeVar("Item")
 
 
@@ -149,6 +151,7 @@ class HandlerThreads(Generic[Item]):
             threading.Thread(target=self._serve, args=(item,), name=f"{self._name}-{number}", daemon=True).start()
 
     def _serve(self, item: Item | None) -> None:
+        mark_worker_thread()  # the handler's own calls are its own: see Executor
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         try:
             while True:

@@ -27,6 +27,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from leased.backends.ports import ClaimRequest, RuntimePort, WorkerRecord
+from leased.backends.worker_calls import worker_calls
 from leased.engine.announcer import Announcer
 from leased.engine.attempts import ClaimedAttempts, WorkerStats
 from leased.engine.claimer import Claimer
@@ -147,6 +148,12 @@ class Worker:
             self._force.set()
 
     async def run_async(self, *, stop_when_idle: bool = False) -> WorkerStats:
+        # Every call below, on this task and the tasks and threads it starts, is the worker's own
+        # (leased.backends.worker_calls); the handlers' calls are theirs (the executor says so).
+        with worker_calls(), self.backend.serving_worker():
+            return await self._run(stop_when_idle)
+
+    async def _run(self, stop_when_idle: bool) -> WorkerStats:
         self._compose()
         self._loop = asyncio.get_running_loop()
         signals = self._install_signal_handlers()

@@ -48,6 +48,7 @@ from leased.backends.postgres.outages import OwnPoolWarnings, described, first_l
     reason
 from leased.backends.sql.scripts import load_migrations, load_queries, schema_problem
 from leased.backends.sql.store import SQLStore
+from leased.backends.worker_calls import are_worker_calls
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition, SchemaNotReady
 from leased.jobs import ClaimedJob, Job, Lease, Outcome
@@ -66,7 +67,7 @@ HANDLER_CONNECTIONS = 100
 # How long the pool keeps retrying to replace a lost connection (psycopg_pool backs off 1, 2, 4, 8 s
 # for up to 5 minutes): after a second it gives up, and the next call that waits asks again at once.
 RECONNECT_SECONDS = 1.0
-OWN_POOLS = OwnPoolWarnings(("leased", "leased-claims", "leased-handlers", "leased-async-handlers"))
+OWN_POOLS = OwnPoolWarnings(("leased", "leased-worker", "leased-claims", "leased-handlers", "leased-async-handlers"))
 logging.getLogger("psycopg.pool").addFilter(OWN_POOLS)
 # The clock offset each session has, ours and callers' (the clock seam); absent: none.
 _CLOCK_SET: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -207,6 +208,13 @@ class PostgresBackend(SQLStore):
         self._url, self._connect_kwargs = url, _connect_kwargs(params)
         self._sizes = (min_connections, max_connections)
         self._pool: ConnectionPool | None = None
+        # The workers' own calls (leased.backends.worker_calls) share one connection per worker
+        # running in this process, apart from the main pool, which producers and handlers use: so
+        # a worker process holds this one, a claims connection and the listener, at any
+        # concurrency, and a handler's enqueue can neither grow them nor wait behind a renewal.
+        # Its writers are short statements that take turns (an end batch, a renewal, a beat).
+        self._worker_pool: ConnectionPool | None = None
+        self._workers = 0  # serving_worker() blocks open: the worker pool's size, at least 1
         # Claims get connections of their own, set up once for them (see claim_settings in
         # queries.sql): the claim is then one statement, where sending the settings with every
         # claim cost a transaction block and more time than the claim itself.
@@ -235,6 +243,29 @@ class PostgresBackend(SQLStore):
                 self._pool = self._new_pool("leased", *self._sizes, _set_up)
             return self._pool
 
+    def _open_worker_pool(self) -> ConnectionPool:
+        with self._pool_lock:
+            if self._worker_pool is None:
+                size = max(1, self._workers)
+                self._worker_pool = self._new_pool("leased-worker", size, size, _set_up)
+            return self._worker_pool
+
+    @contextmanager
+    def serving_worker(self) -> Iterator[None]:
+        """While a worker runs in this process: one more connection for the workers' own calls."""
+        self._resize_worker_pool(+1)
+        try:
+            yield
+        finally:
+            self._resize_worker_pool(-1)
+
+    def _resize_worker_pool(self, change: int) -> None:
+        with self._pool_lock:
+            self._workers += change
+            if self._worker_pool is not None:
+                size = max(1, self._workers)
+                self._worker_pool.resize(size, size)
+
     def _open_claims_pool(self) -> ConnectionPool:
         with self._pool_lock:
             if self._claims_pool is None:
@@ -248,10 +279,16 @@ class PostgresBackend(SQLStore):
             return self._handlers_pool
 
     def _pooled(self) -> bool:
-        """Whether the URL goes through a pooler; the first call connects to find out."""
+        """Whether the URL goes through a pooler; the first call connects to find out, opening the
+        pool the caller's calls use (a worker's finds it out on the worker pool, say)."""
         if self.behind_pooler is None:
-            self._open_pool()
+            self._pool_for_caller()
         return bool(self.behind_pooler)
+
+    def _pool_for_caller(self) -> ConnectionPool:
+        if are_worker_calls():
+            return self._worker_pool or self._open_worker_pool()
+        return self._pool or self._open_pool()
 
     def _new_pool(self, name: str, min_connections: int, max_connections: int,
                   configure: Callable[[psycopg.Connection], None] | None = None) -> ConnectionPool:
@@ -325,7 +362,7 @@ class PostgresBackend(SQLStore):
         elif for_handlers:
             pool, configure = self._handlers_pool or self._open_handlers_pool(), _set_up
         else:
-            pool, configure = self._pool or self._open_pool(), _set_up
+            pool, configure = self._pool_for_caller(), _set_up
         with self._checkout.connection(pool, None if self.behind_pooler else configure) as connection:
             yield connection
 
@@ -361,10 +398,10 @@ class PostgresBackend(SQLStore):
 
     def close(self) -> None:
         with self._pool_lock:
-            for pool in (self._pool, self._claims_pool, self._handlers_pool):
+            for pool in (self._pool, self._worker_pool, self._claims_pool, self._handlers_pool):
                 if pool is not None:
                     pool.close()
-            self._pool = self._claims_pool = self._handlers_pool = None
+            self._pool = self._worker_pool = self._claims_pool = self._handlers_pool = None
 
     def listener(self) -> Listener | None:
         if not self._pooled():
@@ -736,25 +773,25 @@ class PostgresBackend(SQLStore):
 
     @contextmanager
     def pruning(self) -> Iterator[bool]:
-        """Holds the pruners' advisory lock on a connection of its own while the pass runs. Behind a
-        pooler a session lock would stay with a server connection that is not ours: the lock is then
-        the transaction's, held open (taking no snapshot, so holding back no vacuum) for the pass."""
-        if self._pooled():
-            with self._connection() as connection, connection.transaction():
-                yield connection.execute(QUERIES["try_prune_lock_in_transaction"]).fetchone()["locked"]
-            return
-        # The pass's own connection, closed after it, which its batches use too (each still its own
-        # transaction). Taken from the pool, the lock held a pooled connection for the whole pass,
-        # the pool grew beside it for the worker's other writers and kept that connection idle for
-        # 10 minutes (passes come every 5): a worker held 4 connections from its first pass on, not 3.
+        """Holds the pruners' advisory lock on a connection of the pass's own, closed after it.
+        Taken from a pool, the lock would hold a pooled connection for the whole pass: the worker
+        pool's one, which the worker's other writers then wait for (or, in a pool that grows, a
+        connection more, kept idle for 10 minutes while passes come every 5)."""
         try:
             connection = psycopg.connect(self._url, **self._connect_kwargs)
         except psycopg.OperationalError as error:
             raise DatabaseUnavailable(f"cannot connect to {self._where}: {described(error)}") from None
         with connection:
+            if self._pooled():
+                # A session lock would stay with a server connection that is not ours: the lock is
+                # the transaction's, held open for the pass (taking no snapshot, so holding back no
+                # vacuum), and the batches take pooled connections.
+                with connection.transaction():
+                    yield connection.execute(QUERIES["try_prune_lock_in_transaction"]).fetchone()["locked"]
+                return
             self._prune_pass.connection = connection  # _checked_out hands it to this thread's calls
             try:
-                with self._connection() as pinned:
+                with self._connection() as pinned:  # the pass's batches, each still its own transaction
                     _set_up(pinned)
                     locked = pinned.execute(QUERIES["try_prune_lock"]).fetchone()["locked"]
                 yield locked

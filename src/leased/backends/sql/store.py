@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
@@ -223,6 +224,9 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
 
     async def close_async(self) -> None:
         return None
+
+    def serving_worker(self) -> AbstractContextManager[None]:
+        return nullcontext()  # one set of connections serves every caller (SQLite, MariaDB)
 
     def _fence(self, connection: Any, lease: Lease) -> Any:
         """The job's row, locked in the transaction on `connection`, if `lease` still holds it
