@@ -4,6 +4,8 @@
     PYTHONPATH=src /work/venv/bin/python bench/long_transaction.py                 # 60 s, 10 min open, 120 s
     PYTHONPATH=src /work/venv/bin/python bench/long_transaction.py --open-minutes 3 --rate 500
     PYTHONPATH=src /work/venv/bin/python bench/long_transaction.py --bytes-only    # bytes per finished job
+    PYTHONPATH=src /work/venv/bin/python bench/long_transaction.py --keep --earlier OLD/bench/long_transaction_results.json \
+        --earlier-label "before migration 0018"   # beside another checkout's soak, run there first
 
 On a fresh database, with autovacuum on for the run (common.autovacuum_on; put back after), a
 producer thread offers a steady `--rate` of no-op jobs (a batch every 20 ms, one enqueue_many
@@ -34,6 +36,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 from psycopg.rows import dict_row
@@ -401,6 +404,25 @@ def _ms(value) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
+def render_earlier(earlier: dict, soak: dict | None) -> list[str]:
+    """Another checkout's soak (--earlier), and its windows beside this one's."""
+    lines = [f"The same soak on an earlier leased ({earlier['label']}, at `{earlier['leased_commit']}`), "
+             "run just before on the same machine:", "", *phase_table(earlier), ""]
+    if soak:
+        lines += [f"Pickup per 10 s window, {earlier['label']} and now (p50 / p99 ms):", "",
+                  "| t (s) | phase | earlier p50 | earlier p99 | now p50 | now p99 |", "|---|---|---|---|---|---|"]
+        now = {window["window"]: window for window in soak["windows"]}
+        phases = {round(sample["t"] / WINDOW) - 1: sample["phase"] for sample in soak["samples"]}
+        for window in earlier["windows"]:
+            if window["window"] % 3 or window["window"] not in now:
+                continue
+            mine = now[window["window"]]
+            lines.append(f"| {(window['window'] + 1) * WINDOW:.0f} | {phases.get(window['window'], '')} | "
+                         f"{_ms(window['p50'])} | {_ms(window['p99'])} | {_ms(mine['p50'])} | {_ms(mine['p99'])} |")
+        lines.append("")
+    return lines
+
+
 def render(results: dict) -> str:
     env = results["environment"]
     lines = [f"## {TITLE}", "",
@@ -444,6 +466,8 @@ def render(results: dict) -> str:
         lines += [f"The same soak with the transaction open for {earlier.get('open_minutes', '?')} min, earlier the "
                   f"same day, on the schema before migration 0012 (leased at `{earlier['leased_commit']}`):", "",
                   *phase_table(earlier), ""]
+    if "soak_earlier" in results:
+        lines += render_earlier(results["soak_earlier"], results.get("soak"))
     if "compare" in results:
         lines += render_compare(results["compare"])
     if NOTES.exists():
@@ -466,6 +490,9 @@ def main() -> None:
     parser.add_argument("--drain-jobs", type=int, default=20_000)
     parser.add_argument("--drain-repeats", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="keep the saved results of the parts not run now")
+    parser.add_argument("--earlier", metavar="RESULTS_JSON", help="show the soak of another checkout's results "
+                        "file (its bench/long_transaction_results.json) beside this one's")
+    parser.add_argument("--earlier-label", default="an earlier leased", help="what that checkout is, in words")
     parser.add_argument("--render", action="store_true", help="only re-write the report from the saved results")
     options = parser.parse_args()
     if options.render:
@@ -490,6 +517,10 @@ def main() -> None:
                 log(f"bytes per job: {json.dumps(results['bytes'])}")
                 if not options.bytes_only:
                     results["soak"] = soak(options)
+    if options.earlier:
+        earlier = json.loads(Path(options.earlier).read_text())["soak"]
+        results["soak_earlier"] = {**earlier, "label": options.earlier_label}
+    if not options.render:
         RESULTS.write_text(json.dumps(results, indent=1, default=str))
     text = render(results)
     report.publish(TITLE, SECTION, text)

@@ -31,7 +31,7 @@ def leased_schema(url: str) -> list[tuple]:
         indexes = connection.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
             "AND tablename LIKE 'leased%' ORDER BY 1").fetchall()
-    return columns + [(name, re.sub(r"ON \w+\.", "ON ", definition)) for name, definition in indexes]
+    return columns + [(name, re.sub(r"ON (ONLY )?\w+\.", "ON ", definition)) for name, definition in indexes]
 
 
 def _mariadb_schema(url: str) -> list[tuple]:

@@ -25,8 +25,9 @@ HANDLERS = 20
 
 
 # What only the worker sends (queries.sql): its claim, its ends, its row, its LISTEN; and what an enqueue sends.
-WORKER_STATEMENTS = ("-- Jobs without a key", "-- Whether claims must", "-- The session settings of the connections that claim",
-                     "-- A batch of attempts' ends", "INSERT INTO leased_workers", "LISTEN ")
+WORKER_STATEMENTS = ("-- Jobs without a key", "-- Once a second, after a claim", "-- Whether claims must",
+                     "-- The session settings of the connections that claim", "-- A batch of attempts' ends",
+                     "INSERT INTO leased_workers", "LISTEN ")
 ENQUEUE_STATEMENT = "-- One job, as insert_jobs would insert it"
 
 

@@ -69,6 +69,7 @@ HANDLER_CONNECTIONS = 100
 RECONNECT_SECONDS = 1.0
 OWN_POOLS = OwnPoolWarnings(("leased", "leased-worker", "leased-claims", "leased-handlers", "leased-async-handlers"))
 logging.getLogger("psycopg.pool").addFilter(OWN_POOLS)
+log = logging.getLogger("leased.postgres")
 # The clock offset each session has, ours and callers' (the clock seam); absent: none.
 _CLOCK_SET: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
@@ -559,10 +560,20 @@ class PostgresBackend(SQLStore):
                     self._limits_in_use = True
                     if len(rows) < request.limit:
                         rows += self._claim_limited(connection, {**params, "limit": request.limit - len(rows)}, False)
+            if request.reclaim_expired:  # once a second
+                self._rotate_due(connection)
         jobs = self._claimed(rows)
         for job in jobs:
             job.lease_from = lease_from
         return jobs
+
+    def _rotate_due(self, connection: psycopg.Connection) -> None:
+        """The due set's oldest generation truncated, if it may be (migration 0018). After the claim
+        has committed: a rotation that fails costs its turn, never the jobs just claimed."""
+        try:
+            connection.execute(QUERIES["rotate_due"])
+        except psycopg.Error as error:
+            log.warning("the due set's rotation failed, to be tried again in a second: %s", described(error))
 
     @contextmanager
     def _claim_transaction(self, connection: psycopg.Connection) -> Iterator[None]:

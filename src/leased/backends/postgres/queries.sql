@@ -98,10 +98,14 @@ SELECT set_config('enable_sort', 'off', %(for_transaction)s),
        set_config('jit', 'off', %(for_transaction)s);
 
 -- name: claim
--- Jobs without a key in queues without a limit; claim_limited takes the others (see there).
+-- Jobs without a key in queues without a limit; claim_limited takes the others (see there). Read
+-- from leased_due (migration 0018). It never waits: due rows and jobs' rows that others hold are
+-- skipped. Of the rows it took, it deletes those whose job it locked, claimed or not: a row whose
+-- job is no longer pending or due (a cancel or a move that found the row held by a claim) is one
+-- that its writer could not delete. A job another writer holds keeps its row for the next claim.
 WITH due AS (
-    SELECT id FROM leased_jobs
-    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+    SELECT generation, priority, run_after, id FROM leased_due
+    WHERE run_after <= leased_now()
       AND task_name = ANY(%(task_names)s::text[])
       AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
       AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
@@ -109,15 +113,34 @@ WITH due AS (
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), seen AS (
+    -- Each job found by its primary key alone (see finish): without statistics the planner would
+    -- read the pending jobs' indexes of leased_jobs, the dead entries a held horizon keeps included.
+    SELECT due.generation, due.priority, due.run_after, due.id,
+           job.status = 'pending' AND job.concurrency_key IS NULL AND job.run_after <= leased_now() AS ready
+    FROM due
+    CROSS JOIN LATERAL (SELECT id, status, concurrency_key, run_after FROM leased_jobs
+                        WHERE id = due.id LIMIT 1 FOR UPDATE SKIP LOCKED) AS job
+), taken AS (
+    DELETE FROM leased_due AS row USING seen
+    WHERE row.generation = seen.generation AND row.priority = seen.priority AND row.run_after = seen.run_after
+      AND row.id = seen.id
 ), claimed AS (
     UPDATE leased_jobs AS job
     SET status = 'running', attempt = job.attempt + 1, lease_owner = %(worker_id)s,
         lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds), attempt_started_at = leased_now()
-    FROM due
-    WHERE job.id = due.id
+    FROM seen
+    WHERE job.id = seen.id AND seen.ready
     RETURNING job.*
 )
 SELECT * FROM claimed;
+
+-- name: rotate_due
+-- Once a second, after a claim (migration 0018): when the current generation has grown to 64 KB
+-- (about 800 jobs), and the oldest has at most 1,000 jobs still pending to carry over. A claim
+-- then steps over the dead entries of about three generations at most, however long another
+-- transaction holds the horizon back; and an idle queue truncates nothing.
+SELECT leased_rotate_due(65536, 1000) AS rotated;
 
 -- name: renew
 -- Rows are locked in id order, as finish and release lock them: writers that take many rows in
@@ -707,6 +730,14 @@ WITH RECURSIVE keys (key) AS (
     FROM due
     WHERE job.id = due.id
     RETURNING job.*
+), untracked AS (
+    -- The claimed jobs' due rows (migration 0018), but for those a plain claim has locked, which
+    -- it deletes itself.
+    DELETE FROM leased_due WHERE (generation, priority, run_after, id) IN (
+        SELECT due.generation, due.priority, due.run_after, due.id FROM claimed
+        CROSS JOIN LATERAL (SELECT generation, priority, run_after, id FROM leased_due
+                            WHERE priority = claimed.priority AND run_after = claimed.run_after AND id = claimed.id
+                            FOR UPDATE SKIP LOCKED) AS due)
 ), started AS (
     INSERT INTO leased_starts (limit_name, started_at)
     SELECT 'key:' || concurrency_key, leased_now() FROM claimed WHERE key_rate_count IS NOT NULL

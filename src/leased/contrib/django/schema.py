@@ -14,7 +14,7 @@ from typing import Any, Callable
 from leased.backends import migrator
 
 # Dropping, for `manage.py migrate leased zero`: children first.
-LEASED_TABLES = ("leased_durable_steps", "leased_dependencies", "leased_steps", "leased_workflows", "leased_schedule_ticks",
+LEASED_TABLES = ("leased_due", "leased_durable_steps", "leased_dependencies", "leased_steps", "leased_workflows", "leased_schedule_ticks",
                  "leased_schedules", "leased_starts", "leased_queue_limits", "leased_throughput",
                  "leased_queues", "leased_attempts", "leased_workers", "leased_jobs", "leased_schema_version")
 
@@ -33,3 +33,7 @@ def apply_leased_migrations(up_to: int) -> Callable[[Any, Any], None]:
 def drop_leased_tables(apps: Any, schema_editor: Any) -> None:
     for table in LEASED_TABLES:
         schema_editor.execute(f"DROP TABLE IF EXISTS {schema_editor.quote_name(table)}")
+    if schema_editor.connection.vendor == "postgresql":  # what else migration 0018 made
+        schema_editor.execute("DROP SEQUENCE IF EXISTS leased_due_current")
+        schema_editor.execute("DROP FUNCTION IF EXISTS leased_due_generation_for, leased_due_inserted, "
+                              "leased_due_changed, leased_rotate_due")

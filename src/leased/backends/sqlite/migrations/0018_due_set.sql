@@ -1,0 +1,4 @@
+-- PostgreSQL's migration 0018 gives its plain claim a due set of its own, truncated by generations,
+-- so that a transaction left open elsewhere does not slow claims (a horizon held back keeps every
+-- dead index entry a claim would step over). This database has nothing to change; the number is
+-- kept so that every dialect's schema has the same versions.
