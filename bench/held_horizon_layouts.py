@@ -239,8 +239,8 @@ def render(results: list[dict], arguments: argparse.Namespace) -> str:
               "jobs), and every claimed job leaves an entry at the head of that index. Under a held horizon no "
               "vacuum can remove it nor can the B-tree mark it dead, so each claim steps over every job claimed "
               "since the transaction began.",
-              "- **due table**: a narrow table of due jobs, deleted from at the claim. Its index's head fills with "
-              "the same dead entries, and the delete and the insert cost more: no better held, worse free.",
+              "- **due table**: a narrow table of due jobs, deleted from at the claim. Under a held horizon its "
+              "index's head fills with the same dead entries, so it slows down the same way.",
               "- **rotated**: the due table in three generations (LIST partitions); the oldest, once its jobs are "
               "claimed, is truncated, which removes its dead rows and index entries whatever any snapshot holds "
               "(PgQ's way). Its claims stay flat under the held horizon. Migration 0018 is this layout, kept by "

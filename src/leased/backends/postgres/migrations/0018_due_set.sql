@@ -121,8 +121,11 @@ BEGIN
     IF newest <> (SELECT last_value FROM leased_due_current) THEN
         RETURN false;  -- another rotation committed since this one read the sequence
     END IF;
+    -- Each job by its primary key (LIMIT 1: no other plan): a join may hash the whole of
+    -- leased_jobs, which a held horizon swells, while this holds the lock every claim waits for.
     EXECUTE format($count$
-        SELECT count(*) FROM (SELECT FROM %s AS due JOIN leased_jobs AS job ON job.id = due.id
+        SELECT count(*) FROM (SELECT FROM %s AS due
+                              CROSS JOIN LATERAL (SELECT status FROM leased_jobs WHERE id = due.id LIMIT 1) AS job
                               WHERE job.status = 'pending' LIMIT $1) AS rows$count$, oldest_table)
         INTO pending USING most_rows + 1;
     IF pending > most_rows THEN
@@ -134,7 +137,9 @@ BEGIN
     EXECUTE format($copy$
         INSERT INTO leased_due (generation, id, priority, run_after, queue_name, task_name)
         SELECT DISTINCT ON (job.id) $1, job.id, job.priority, job.run_after, job.queue_name, job.task_name
-        FROM %s AS due JOIN leased_jobs AS job ON job.id = due.id
+        FROM %s AS due
+        CROSS JOIN LATERAL (SELECT id, status, priority, run_after, queue_name, task_name, concurrency_key
+                            FROM leased_jobs WHERE id = due.id LIMIT 1) AS job
         WHERE job.status = 'pending' AND job.concurrency_key IS NULL$copy$, oldest_table)
         USING newest;
     EXECUTE format('TRUNCATE %s', oldest_table);
