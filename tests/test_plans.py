@@ -45,6 +45,17 @@ def test_a_burst_into_a_table_without_statistics_is_claimed_through_the_due_inde
     assert not re.search(r"->  (Incremental )?Sort ", plan) and "Bitmap" not in plan, plan
 
 
+def test_the_claims_generic_plan_reads_the_due_set_too(app, backend_name):
+    """The claim connections use generic plans (claim_settings), made without the parameters' values."""
+    if backend_name != "postgres":
+        return  # only PostgreSQL prepares the claim
+    app.counts()  # schema
+    plan = _postgres_claim_plan(app, "CASE WHEN i %% 100 = 0 THEN 'pending' ELSE 'done' END", analyze=True,
+                                generic=True)
+    _assert_claim_reads_due_set(plan)
+    assert not re.search(r"->  (Incremental )?Sort ", plan) and "Bitmap" not in plan, plan
+
+
 def _assert_claim_reads_due_set(plan: str) -> None:
     """PostgreSQL's claim reads leased_due (migration 0018): the head of each generation's index
     in claim order, merged, and each claimed job by primary key."""
@@ -54,7 +65,7 @@ def _assert_claim_reads_due_set(plan: str) -> None:
     assert "Seq Scan on leased_jobs" not in plan and "Seq Scan on leased_due" not in plan, plan
 
 
-def _postgres_claim_plan(app, status_sql: str, *, analyze: bool) -> str:
+def _postgres_claim_plan(app, status_sql: str, *, analyze: bool, generic: bool = False) -> str:
     """The claim's plan over HISTORY rows, under the planner settings the backend sends with it."""
     import psycopg
 
@@ -66,6 +77,13 @@ def _postgres_claim_plan(app, status_sql: str, *, analyze: bool) -> str:
             connection.execute("ANALYZE leased_jobs")
         with connection.transaction():
             connection.execute(POSTGRES["claim_settings"], {"for_transaction": True})
+            if generic:  # as a prepared claim runs: its plan made once, for any values
+                claim = POSTGRES["claim"]
+                for number, name in enumerate(("worker_id", "task_names", "queue_names", "limit"), 1):
+                    claim = claim.replace(f"%({name})s", f"${number}")
+                connection.execute(f"PREPARE generic_claim (text, text[], text[], integer) AS {claim}")
+                return "\n".join(row[0] for row in connection.execute(
+                    "EXPLAIN EXECUTE generic_claim ('w', ARRAY['t'], NULL, 10)"))
             return "\n".join(row[0] for row in connection.execute(  # EXPLAIN alone runs nothing
                 "EXPLAIN " + POSTGRES["claim"], {"worker_id": "w", "task_names": ["t"], "queue_names": None,
                                                  "limit": 10}))
