@@ -271,3 +271,26 @@ def test_a_rotation_reads_the_jobs_by_primary_key_however_large_the_table(app):
         assert connection.execute("SELECT leased_rotate_due(0, 1000)").fetchone()[0]
         assert sequential_scans() == before
     assert_due_set_matches_the_jobs(app)
+
+
+def test_the_upgrade_to_0018_puts_the_jobs_already_pending_in_the_due_set():
+    from leased.backends import migrator
+
+    with postgres_schema() as url:
+        with psycopg.connect(url, autocommit=True) as connection:
+            assert migrator("postgres").apply(connection, up_to=17)[-1] == 17
+            connection.execute(
+                "INSERT INTO leased_jobs (task_name, queue_name, status, max_attempts, lease_seconds, run_after, "
+                "concurrency_key) SELECT 't', 'default', CASE WHEN i % 3 = 0 THEN 'done' ELSE 'pending' END, 3, 30, "
+                "now() + CASE WHEN i = 1 THEN interval '1 day' ELSE interval '0' END, "
+                "CASE WHEN i = 2 THEN 'k' END FROM generate_series(1, 30) AS i")
+        app = Leased(url)
+        try:
+            app.task(name="t")(lambda: None)
+            app.counts()  # the first use migrates the rest
+            assert_due_set_matches_the_jobs(app)
+            assert generation_of(app)[1] == LATER and 2 not in generation_of(app)
+            claimed = {job.id for job in claim(app)}  # the keyed one through claim_limited
+            assert claimed == {i for i in range(2, 31) if i % 3}
+        finally:
+            app.close()
