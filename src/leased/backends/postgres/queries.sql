@@ -91,7 +91,7 @@ SELECT set_config('jit', 'off', false);
 -- window needs one) past the threshold where PostgreSQL would spend seconds compiling it.
 -- A generic plan for every prepared statement: the claim reads a partitioned table (leased_due,
 -- migration 0018), whose custom plan took as long to make as the claim took to run, and PostgreSQL
--- kept making one (a claim of 10: 1.1-1.4 ms with custom plans, 0.85 ms with the generic one; the
+-- kept making one (a claim of 10: 1.1-1.4 ms with custom plans, 0.65-0.82 ms with the generic one; the
 -- plan tests check the generic plan too).
 -- Behind a pooler (PgBouncer) the session is not ours to set: each claim's transaction sets them
 -- for itself (for_transaction, SET LOCAL), in the same round trip as the claim.
