@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """What a transaction left open elsewhere costs leased on PostgreSQL, with autovacuum on.
 
-    PYTHONPATH=src /work/venv/bin/python bench/long_transaction.py                 # 60 s, 10 min open, 120 s
-    PYTHONPATH=src /work/venv/bin/python bench/long_transaction.py --open-minutes 3 --rate 500
-    PYTHONPATH=src /work/venv/bin/python bench/long_transaction.py --bytes-only    # bytes per finished job
-    PYTHONPATH=src /work/venv/bin/python bench/long_transaction.py --keep --earlier OLD/bench/long_transaction_results.json \
+    PYTHONPATH=src .venv/bin/python bench/long_transaction.py                 # 60 s, 10 min open, 120 s
+    PYTHONPATH=src .venv/bin/python bench/long_transaction.py --open-minutes 3 --rate 500
+    PYTHONPATH=src .venv/bin/python bench/long_transaction.py --bytes-only    # bytes per finished job
+    PYTHONPATH=src .venv/bin/python bench/long_transaction.py --keep --earlier OLD/bench/long_transaction_results.json \
         --earlier-label "before migration 0018"   # beside another checkout's soak, run there first
 
 On a fresh database, with autovacuum on for the run (common.autovacuum_on; put back after), a
@@ -453,7 +453,9 @@ def render(results: dict) -> str:
         sizes = results["bytes"]["bytes_per_job"]
         jobs_total = sum(v for k, v in sizes.items() if k.startswith("leased_jobs") or k.startswith("pg_toast"))
         attempts_total = sum(v for k, v in sizes.items() if k.startswith("leased_attempts"))
-        lines += [f"Bytes per finished job ({results['bytes']['jobs']:,} jobs drained by a worker, then VACUUM): "
+        measured = (f", leased at `{results['bytes']['leased_commit']}`, {results['bytes']['date']}"
+                    if "leased_commit" in results["bytes"] else "")
+        lines += [f"Bytes per finished job ({results['bytes']['jobs']:,} jobs drained by a worker, then VACUUM{measured}): "
                   f"**{jobs_total:,.0f} without its attempt record, {jobs_total + attempts_total:,.0f} with it**.", "",
                   "| relation | bytes per job |", "|---|---|"]
         lines += [f"| {name} | {value:,.0f} |" for name, value in sorted(sizes.items(), key=lambda kv: -kv[1])]
@@ -498,22 +500,24 @@ def main() -> None:
     if options.render:
         results = json.loads(RESULTS.read_text())
     else:
-        results = {"command": ("PYTHONPATH=src /work/venv/bin/python bench/long_transaction.py "
+        results = {"command": ("PYTHONPATH=src .venv/bin/python bench/long_transaction.py "
                                + " ".join(sys.argv[1:])).strip(),
                    "environment": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "rate": options.rate,
                                    "before": options.before, "open_minutes": options.open_minutes,
                                    "after": options.after, "python": platform.python_version(),
                                    "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
                                    "leased_commit": leased_commit()}}
-        if options.keep and RESULTS.exists():
+        if options.keep and RESULTS.exists():  # the heading describes the soak: a run without one keeps its
             saved = json.loads(RESULTS.read_text())
+            ran_soak = not (options.compare or options.bytes_only)
             results = {**saved, "command": f"{saved['command']}\n{results['command']}",
-                       "environment": results["environment"]}
+                       "environment": results["environment"] if ran_soak else saved["environment"]}
         with autovacuum_on(log):
             if options.compare:
                 results["compare"] = compare(options)
             else:
-                results["bytes"] = bytes_per_job(options.bytes_jobs)
+                results["bytes"] = {**bytes_per_job(options.bytes_jobs), "leased_commit": leased_commit(),
+                                    "date": datetime.now(UTC).strftime("%Y-%m-%d")}
                 log(f"bytes per job: {json.dumps(results['bytes'])}")
                 if not options.bytes_only:
                     results["soak"] = soak(options)

@@ -1,6 +1,8 @@
 """PostgreSQL's due set (migration 0018): the plain claim reads leased_due, which triggers keep in
 step with leased_jobs whatever writes it, in generations that claiming workers rotate, truncating
 the oldest, so that a transaction held open elsewhere leaves no dead entries for claims to walk.
+Since migration 0019 it is the only index of pending jobs without a key, exact at every commit:
+the counts, `leased why` and the limited claim read it too.
 
 All on the real server: the held transaction is another session's, the rotations are the
 migration's own function, and the crash kills a real process in the middle of one.
@@ -14,6 +16,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import psycopg
@@ -241,6 +245,76 @@ def test_claims_cancels_and_rotations_at_once_lose_and_repeat_nothing(app):
     assert len(ran) == len(set(ran)) and done <= set(ran)  # a cancel may end a job whose handler ran
     assert sql(app, "SELECT max(attempt) FROM leased_jobs WHERE status = 'done'") == [(1,)]
     assert sum(rotations) >= 3 and generation_of(app) == {}
+
+
+@contextmanager
+def holding_due_row(app: Leased, job_id: int) -> Iterator[psycopg.Connection]:
+    """Another session holding a job's due row as a plain claim does between reading the due set
+    and locking the jobs (its `due` CTE): a claim that will find the job held and leave the row."""
+    with psycopg.connect(app.database_url) as connection:
+        assert connection.execute("SELECT id FROM leased_due WHERE id = %s FOR UPDATE", (job_id,)).fetchall()
+        yield connection
+        connection.commit()
+
+
+def blocked_on_a_lock(app: Leased) -> bool:
+    return bool(sql(app, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"))
+
+
+def test_a_cancel_waits_for_the_claim_holding_its_due_row_so_the_due_set_stays_exact(app):
+    """Migration 0019: the counts read the due set, so a writer taking a job out of it waits for a
+    claim that holds the job's due row, rather than leave the row behind for the next claim."""
+    job = app.tasks["t"].enqueue()
+    with holding_due_row(app, job.id) as claim_session:
+        cancel = threading.Thread(target=app.cancel, args=(job.id,))
+        cancel.start()
+        wait_for(lambda: blocked_on_a_lock(app), message="the cancel to wait for the due row")
+        assert claim_session.execute("SELECT id FROM leased_jobs WHERE id = %s FOR UPDATE SKIP LOCKED",
+                                     (job.id,)).fetchall() == []  # the claim finds the job held: it skips it
+    cancel.join(timeout=30)
+    assert app.get_job(job.id).status.value == "cancelled"
+    assert generation_of(app) == {} and app.job_counts().totals["pending"] == 0
+
+
+def test_a_limited_claim_waits_for_a_plain_claim_holding_its_jobs_due_row(app):
+    """The limited claim deletes its jobs' due rows; one a plain claim holds (which will find the
+    job locked and leave the row) is waited for, not skipped: no row is left for a running job."""
+    app.limit("slow", concurrency=1)  # limits in use: the worker's claims go through claim_limited
+    job = app.tasks["t"].enqueue()
+    claimed: list = []
+    with holding_due_row(app, job.id):
+        limited = threading.Thread(target=lambda: claimed.extend(claim(app)))
+        limited.start()
+        wait_for(lambda: blocked_on_a_lock(app), message="the limited claim to wait for the due row")
+    limited.join(timeout=30)
+    assert [claimed_job.id for claimed_job in claimed] == [job.id]
+    assert generation_of(app) == {}
+
+
+def test_the_upgrade_to_0019_drops_the_due_rows_left_behind():
+    """The triggers of 0018 skipped a due row a claim held, leaving it for the next claim; 0019's
+    counts read the due set, so the upgrade drops such rows and the two old indexes."""
+    from leased.backends import migrator
+
+    with postgres_schema() as url:
+        with psycopg.connect(url, autocommit=True) as connection:
+            assert migrator("postgres").apply(connection, up_to=18)[-1] == 18
+            connection.execute(
+                "INSERT INTO leased_jobs (task_name, queue_name, status, max_attempts, lease_seconds) "
+                "SELECT 't', 'default', 'pending', 3, 30 FROM generate_series(1, 4)")
+            connection.execute("ALTER TABLE leased_jobs DISABLE TRIGGER leased_jobs_due_changed")  # as a skip left it
+            connection.execute("UPDATE leased_jobs SET status = 'cancelled' WHERE id = 1")
+            connection.execute("UPDATE leased_jobs SET priority = 5 WHERE id = 2")
+            connection.execute("ALTER TABLE leased_jobs ENABLE TRIGGER leased_jobs_due_changed")
+        app = Leased(url)
+        try:
+            app.task(name="t")(lambda: None)
+            assert app.job_counts().totals["pending"] == 3  # the first use migrates the rest
+            indexes = {name for (name,) in sql(app, "SELECT indexname FROM pg_indexes WHERE tablename = 'leased_jobs'")}
+            assert not indexes & {"leased_jobs_due", "leased_jobs_queue_due"}
+            assert_due_set_matches_the_jobs(app)
+        finally:
+            app.close()
 
 
 def test_a_rotation_that_fails_costs_its_turn_not_the_jobs_just_claimed(app, caplog):

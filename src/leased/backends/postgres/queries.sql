@@ -81,7 +81,7 @@ SELECT set_config('jit', 'off', false);
 -- The plan: without statistics (a new table, or a burst before autovacuum's first ANALYZE) the
 -- planner guesses that few jobs are pending, combines the status and task indexes in a bitmap and
 -- sorts every pending row to return ten: 20 ms a claim at 20,000 pending, against 0.8 ms for
--- reading the head of leased_jobs_due, which is already in claim order. Ruling out the sort and
+-- reading the head of the due index, which is already in claim order. Ruling out the sort and
 -- the bitmap leaves that index scan whatever the statistics; ruling out sequential scans keeps the
 -- writes of the claimed rows on the primary key when a young table looks too small to bother.
 -- The commit does not wait for the WAL flush: if the server crashes, a claim from its last moments
@@ -105,9 +105,8 @@ SELECT set_config('enable_sort', 'off', %(for_transaction)s),
 -- name: claim
 -- Jobs without a key in queues without a limit; claim_limited takes the others (see there). Read
 -- from leased_due (migration 0018). It never waits: due rows and jobs' rows that others hold are
--- skipped. Of the rows it took, it deletes those whose job it locked, claimed or not: a row whose
--- job is no longer pending or due (a cancel or a move that found the row held by a claim) is one
--- that its writer could not delete. A job another writer holds keeps its row for the next claim.
+-- skipped. Of the rows it took, it deletes those whose job it locked. A job another writer holds
+-- keeps its row: that writer deletes it, if the job leaves the due set, once this claim commits.
 WITH due AS (
     SELECT generation, priority, run_after, id FROM leased_due
     WHERE run_after <= leased_now()
@@ -357,9 +356,9 @@ SELECT queue_name, status, count(*) AS n FROM leased_jobs GROUP BY queue_name, s
 SELECT min(id) AS low, max(id) AS high FROM leased_jobs;
 
 -- name: count_active
--- Exact, each part through a partial index of the claim or the reclaim: the due set and the leases.
-SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs
-WHERE status = 'pending' AND concurrency_key IS NULL GROUP BY queue_name
+-- Exact, each part from what the claims and the reclaim read: the due set (pending jobs without a
+-- key, migration 0019), and the partial indexes of keyed pending jobs and of the leases.
+SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_due GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'pending', count(*) FROM leased_jobs
 WHERE status = 'pending' AND concurrency_key IS NOT NULL GROUP BY queue_name
@@ -440,10 +439,9 @@ CREATE TABLE IF NOT EXISTS leased_schema_version (
 );
 
 -- name: oldest_due
--- Through the due set's partial indexes, as count_active: no index on all of status is needed.
+-- From the due set and the keyed jobs' partial index, as count_active: no index on all of status.
 SELECT queue_name, extract(epoch FROM leased_now() - min(run_after))::float8 AS seconds FROM (
-    SELECT queue_name, run_after FROM leased_jobs
-    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+    SELECT queue_name, run_after FROM leased_due WHERE run_after <= leased_now()
     UNION ALL
     SELECT queue_name, run_after FROM leased_jobs
     WHERE status = 'pending' AND concurrency_key IS NOT NULL AND run_after <= leased_now()
@@ -525,9 +523,16 @@ SELECT leased_now() AS now;
 -- Due pending jobs of the job's queue that a claim takes before it, in the claim's order (higher
 -- priority, then earlier run_after, then lower id), counted up to the limit given.
 SELECT count(*) AS n FROM (
-    SELECT 1 FROM leased_jobs AS job, leased_jobs AS other
+    SELECT 1 FROM leased_jobs AS job
+    CROSS JOIN LATERAL (  -- without a key, in the due set; with one, in their partial index
+        SELECT priority, run_after, id FROM leased_due
+        WHERE queue_name = job.queue_name AND run_after <= leased_now()
+        UNION ALL
+        SELECT priority, run_after, id FROM leased_jobs
+        WHERE status = 'pending' AND concurrency_key IS NOT NULL AND queue_name = job.queue_name
+          AND run_after <= leased_now()
+    ) AS other
     WHERE job.id = %(job_id)s
-      AND other.status = 'pending' AND other.queue_name = job.queue_name AND other.run_after <= leased_now()
       AND other.priority >= job.priority
       AND (other.priority > job.priority OR other.run_after < job.run_after
            OR (other.run_after = job.run_after AND other.id < job.id))
@@ -540,9 +545,15 @@ SELECT count(*) AS n FROM (
 WITH cancelled AS (
     UPDATE leased_jobs
     SET status = 'cancelled', finished_at = leased_now()
-    WHERE status = 'pending'
-      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-      AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
+    WHERE status = 'pending' AND id IN (  -- without a key, in the due set; with one, in their partial index
+        SELECT id FROM leased_due
+        WHERE (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
+        UNION ALL
+        SELECT id FROM leased_jobs
+        WHERE status = 'pending' AND concurrency_key IS NOT NULL
+          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text))
     RETURNING id, workflow_id
 )
 SELECT count(*) AS n,
@@ -652,10 +663,10 @@ SELECT pg_advisory_xact_lock(hashtext('leased.limits.' || current_schema()));
 -- each waiting key is found by skipping through leased_jobs_keyed_due (one probe per key), its room
 -- is its cap minus its running jobs (and its starts within the rate window), and only that many of
 -- its jobs are read. A key with no room costs one probe however many jobs wait behind it. The key's
--- next job in claim order (its head) carries the key's limits. Limited queues read their own head
--- through leased_jobs_queue_due; jobs without a key in other queues come from the due index as in
--- the plain claim. A paused queue's jobs are left out of all three. Room may be negative after a
--- limit was lowered: nothing is claimed.
+-- next job in claim order (its head) carries the key's limits. Jobs without a key come from the due
+-- set (migration 0019): limited queues read their own head through leased_due_queue, other queues
+-- the head of all as in the plain claim. A paused queue's jobs are left out of all three. Room may
+-- be negative after a limit was lowered: nothing is claimed.
 WITH RECURSIVE keys (key) AS (
     SELECT min(concurrency_key) FROM leased_jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL
     UNION ALL
@@ -687,8 +698,8 @@ WITH RECURSIVE keys (key) AS (
         %(limit)s) AS room
     FROM leased_queue_limits AS l
 ), candidates AS (
-    (SELECT id, priority, run_after, queue_name FROM leased_jobs
-     WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+    (SELECT id, priority, run_after, queue_name FROM leased_due
+     WHERE run_after <= leased_now()
        AND task_name = ANY(%(task_names)s::text[])
        AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
        AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
@@ -697,8 +708,8 @@ WITH RECURSIVE keys (key) AS (
      LIMIT %(limit)s)
     UNION ALL
     SELECT job.* FROM queue_room CROSS JOIN LATERAL (
-        SELECT id, priority, run_after, queue_name FROM leased_jobs
-        WHERE status = 'pending' AND concurrency_key IS NULL AND queue_name = queue_room.queue_name
+        SELECT id, priority, run_after, queue_name FROM leased_due
+        WHERE queue_name = queue_room.queue_name
           AND run_after <= leased_now() AND task_name = ANY(%(task_names)s::text[])
           AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
           AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
@@ -736,13 +747,15 @@ WITH RECURSIVE keys (key) AS (
     WHERE job.id = due.id
     RETURNING job.*
 ), untracked AS (
-    -- The claimed jobs' due rows (migration 0018), but for those a plain claim has locked, which
-    -- it deletes itself.
+    -- The claimed jobs' due rows (migration 0018). One a plain claim holds is waited for, not
+    -- skipped: that claim could not lock the job (this one had), so it leaves the row, and the
+    -- due set must hold no row of a job that is not pending (migration 0019). The plain claim
+    -- never waits, so this wait is short and cannot deadlock.
     DELETE FROM leased_due WHERE (generation, priority, run_after, id) IN (
         SELECT due.generation, due.priority, due.run_after, due.id FROM claimed
         CROSS JOIN LATERAL (SELECT generation, priority, run_after, id FROM leased_due
-                            WHERE priority = claimed.priority AND run_after = claimed.run_after AND id = claimed.id
-                            FOR UPDATE SKIP LOCKED) AS due)
+                            WHERE priority = claimed.priority AND run_after = claimed.run_after
+                              AND id = claimed.id) AS due)
 ), started AS (
     INSERT INTO leased_starts (limit_name, started_at)
     SELECT 'key:' || concurrency_key, leased_now() FROM claimed WHERE key_rate_count IS NOT NULL

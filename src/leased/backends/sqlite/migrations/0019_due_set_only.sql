@@ -1,0 +1,3 @@
+-- PostgreSQL's migration 0019 makes its due set (0018) the only index of pending jobs without a
+-- key, dropping two partial indexes of leased_jobs. This database keeps those indexes, which its
+-- claims read; the number is kept so that every dialect's schema has the same versions.
