@@ -88,6 +88,38 @@ def _postgres_claim_plan(app, status_sql: str, *, analyze: bool, generic: bool =
                                                  "limit": 10}))
 
 
+def test_the_reclaim_reads_the_running_jobs_once(app, backend_name):
+    """The once-a-second reclaim reads every entry of leased_jobs_leases, and under a held vacuum
+    horizon there is one for each job claimed since: it reads them once, and locks the lapsed
+    leases by primary key (it read them twice, the second time to count the workflow steps left)."""
+    if backend_name != "postgres":
+        return  # SQLite and MariaDB read their lease index by expiry
+    import psycopg
+
+    app.counts()  # schema
+    with psycopg.connect(app.database_url, autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO leased_jobs (task_name, queue_name, status, attempt, max_attempts, lease_seconds, "
+            "lease_owner, lease_expires_at, finished_at) SELECT 't', 'default', "
+            "CASE WHEN i %% 100 = 0 THEN 'running' ELSE 'done' END, 1, 3, 30, 'w', now() - interval '1 minute', "
+            "now() FROM generate_series(1, %s) AS i", (HISTORY,))
+        connection.execute("ANALYZE leased_jobs")
+        (plan,) = connection.execute("EXPLAIN (FORMAT JSON) " + POSTGRES["reclaim_expired"], {"steps": False}
+                                     ).fetchone()
+    nodes = list(_plan_nodes(plan[0]["Plan"]))
+    whole_reads = [node for node in nodes  # of the running jobs: not a probe by id
+                   if node.get("Index Name") == "leased_jobs_leases" and "(id =" not in node.get("Index Cond", "")
+                   or node["Node Type"] == "Seq Scan" and node.get("Relation Name") == "leased_jobs"]
+    assert len(whole_reads) == 1 and whole_reads[0]["Node Type"] != "Seq Scan", nodes
+    assert app.backend.reclaim_expired() == HISTORY // 100
+
+
+def _plan_nodes(node: dict):
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _plan_nodes(child)
+
+
 def test_sqlite_finish_looks_each_job_up_by_id(app, backend_name):
     """Not by status: that would scan every running job once per end in the batch."""
     if backend_name != "sqlite":

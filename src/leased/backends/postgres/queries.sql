@@ -276,9 +276,18 @@ WHERE a.outcome IS NULL;
 -- With steps false, a workflow's step on its last attempt is left out: it fails, and its failure
 -- settles its children (backends/sql/workflows.py), which a transaction of its own does with
 -- steps true (reclaim_expired_steps in backend.py); steps_left says whether any waits for it.
-WITH expired AS (
-    SELECT id, lease_owner, attempt_started_at FROM leased_jobs
+-- The running jobs are read once (lapsed), and only the few whose lease lapsed are locked, by
+-- primary key: while a transaction elsewhere holds the vacuum horizon back, leased_jobs_leases
+-- keeps an entry for every job claimed since, and each is a visit to the table (a second read
+-- for steps_left doubled that).
+WITH lapsed AS MATERIALIZED (
+    SELECT id, workflow_id IS NOT NULL AND attempt >= max_attempts AS last_step FROM leased_jobs
     WHERE status = 'running' AND lease_expires_at <= leased_now()
+), expired AS (
+    -- Checked again as locked: the job may have ended, or its lease been renewed, since lapsed read it.
+    SELECT id, lease_owner, attempt_started_at FROM leased_jobs
+    WHERE id = ANY(ARRAY(SELECT id FROM lapsed WHERE last_step = %(steps)s::bool))
+      AND status = 'running' AND lease_expires_at <= leased_now()
       AND (workflow_id IS NULL OR attempt < max_attempts) = NOT %(steps)s::bool
     FOR UPDATE SKIP LOCKED
 ), reclaimed AS (
@@ -317,8 +326,7 @@ WITH expired AS (
 SELECT count(*) AS n,
        coalesce(jsonb_agg(jsonb_build_object('id', id, 'status', status, 'workflow_id', workflow_id))
                 FILTER (WHERE workflow_id IS NOT NULL AND status = 'failed'), '[]') AS failed_steps,
-       (SELECT count(*) FROM leased_jobs WHERE status = 'running' AND lease_expires_at <= leased_now()
-          AND workflow_id IS NOT NULL AND attempt >= max_attempts) AS steps_left
+       (SELECT count(*) FROM lapsed WHERE last_step) AS steps_left
 FROM reclaimed;
 
 -- name: get_job
