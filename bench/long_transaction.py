@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import sys
 import threading
 import time
@@ -501,7 +502,7 @@ def main() -> None:
         results = json.loads(RESULTS.read_text())
     else:
         results = {"command": ("PYTHONPATH=src .venv/bin/python bench/long_transaction.py "
-                               + " ".join(sys.argv[1:])).strip(),
+                               + shlex.join(sys.argv[1:])).strip(),
                    "environment": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "rate": options.rate,
                                    "before": options.before, "open_minutes": options.open_minutes,
                                    "after": options.after, "python": platform.python_version(),
