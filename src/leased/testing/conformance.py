@@ -390,6 +390,15 @@ def counts_and_listings_agree_with_what_was_written(make: MakeBackend) -> None:
     assert _ids(backend.list_jobs(JobFilter(search=str(written[0].id)))) == [written[0].id]
     assert sorted(backend.task_names()) == ["a", "b"] and sorted(backend.queue_names()) == ["default", "mail"]
     assert backend.get_job(10**9) is None
+    # A pending job with a concurrency key is pending like the others (PostgreSQL finds keyed and
+    # unkeyed pending jobs in different places).
+    (keyed,) = enqueue(backend, new_job("b", queue_name="mail")._replace(concurrency_key="k", key_concurrency=1))
+    assert _ids(backend.list_jobs(JobFilter(status=JobStatus.PENDING))) == [keyed.id, written[2].id, written[1].id]
+    assert _ids(backend.list_jobs(JobFilter(status=JobStatus.PENDING, newest_first=False, after_id=written[1].id))) \
+        == [written[2].id, keyed.id]
+    assert backend.count_jobs(JobStatus.PENDING, None, None) == 3
+    assert backend.count_jobs(JobStatus.PENDING, "b", "mail") == 1
+    assert backend.count_jobs(JobStatus.PENDING, None, "mail") == 2
 
 
 @check

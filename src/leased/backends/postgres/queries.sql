@@ -336,8 +336,15 @@ SELECT * FROM leased_jobs WHERE id = %(job_id)s;
 SELECT * FROM leased_attempts WHERE job_id = %(job_id)s ORDER BY attempt;
 
 -- name: list_jobs_newest
+-- Pending jobs by primary key, their ids read from the due set and the keyed jobs' partial index:
+-- no index of leased_jobs holds every pending job (migration 0019), and the status filter alone
+-- would read the whole history. For any other status the condition is true, and a custom plan
+-- drops it.
 SELECT * FROM leased_jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(status)s::text IS DISTINCT FROM 'pending' OR id = ANY(ARRAY(
+      SELECT id FROM leased_due UNION ALL
+      SELECT id FROM leased_jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL)))
   AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(search)s::text IS NULL OR id = %(search_id)s::bigint OR idempotency_key = %(search)s::text)
@@ -348,6 +355,9 @@ LIMIT %(limit)s;
 -- name: list_jobs_oldest
 SELECT * FROM leased_jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(status)s::text IS DISTINCT FROM 'pending' OR id = ANY(ARRAY(
+      SELECT id FROM leased_due UNION ALL
+      SELECT id FROM leased_jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL)))
   AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(search)s::text IS NULL OR id = %(search_id)s::bigint OR idempotency_key = %(search)s::text)
@@ -570,10 +580,23 @@ SELECT count(*) AS n,
 FROM cancelled;
 
 -- name: count_jobs
-SELECT count(*) AS n FROM leased_jobs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text);
+-- Pending jobs are counted in the due set and the keyed jobs' partial index, which hold their task
+-- and queue (no index of leased_jobs holds every pending job: migration 0019); only the branch the
+-- status names runs.
+SELECT CASE WHEN %(status)s::text = 'pending' THEN
+    (SELECT count(*) FROM leased_due
+     WHERE (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+       AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text))
+    + (SELECT count(*) FROM leased_jobs
+       WHERE status = 'pending' AND concurrency_key IS NOT NULL
+         AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+         AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text))
+ELSE
+    (SELECT count(*) FROM leased_jobs
+     WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+       AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text))
+END AS n;
 
 -- name: set_clock_offset
 -- The clock seam for this session (see leased_now() in migration 0007); '' is none.
