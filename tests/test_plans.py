@@ -352,6 +352,7 @@ PENDING_PAGES = [
     {"status": "pending", "queue_name": "q2", "task_name": "t3"},
 ]
 PENDING_EVERY = 100
+STATUSES = "CASE WHEN {i} {percent} 10 = 3 THEN 'failed' WHEN {i} {percent} 100 = 7 THEN 'pending' ELSE 'done' END"
 
 
 def _reads(where: dict) -> tuple[str, ...]:
@@ -376,7 +377,7 @@ def test_a_filtered_page_of_jobs_reads_about_a_page(app, backend_name):
         try:
             cursor = driver.dict_cursor(connection)
             cursor.execute(history.format(task="concat('t', seq %% 4)", queue="concat('q', seq %% 5)",
-                                          status="CASE WHEN seq %% 10 = 3 THEN 'failed' WHEN seq %% 100 = 7 THEN 'pending' ELSE 'done' END", t="0",
+                                          status=STATUSES.format(i="seq", percent="%%"), t="0",
                                           rows="seq_1_to_%s") % HISTORY)
             cursor.execute("ANALYZE TABLE leased_jobs")
             cursor.fetchall()
@@ -394,7 +395,7 @@ def test_a_filtered_page_of_jobs_reads_about_a_page(app, backend_name):
     elif backend_name == "sqlite":
         connection = app.backend._connection()
         connection.execute(history.format(
-            task="'t' || (i % 4)", queue="'q' || (i % 5)", status="CASE WHEN i % 10 = 3 THEN 'failed' WHEN i % 100 = 7 THEN 'pending' ELSE 'done' END",
+            task="'t' || (i % 4)", queue="'q' || (i % 5)", status=STATUSES.format(i="i", percent="%"),
             t="0", rows="(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) SELECT i FROM n)"),
             (HISTORY,))
         connection.execute("ANALYZE")
@@ -411,7 +412,7 @@ def test_a_filtered_page_of_jobs_reads_about_a_page(app, backend_name):
         with psycopg.connect(app.database_url, autocommit=True) as connection:
             connection.execute(history.format(
                 task="'t' || (i %% 4)", queue="'q' || (i %% 5)",
-                status="CASE WHEN i %% 10 = 3 THEN 'failed' WHEN i %% 100 = 7 THEN 'pending' ELSE 'done' END", t="now()",
+                status=STATUSES.format(i="i", percent="%%"), t="now()",
                 rows="generate_series(1, %s) AS i").replace("'{}'", "'{}'"), (HISTORY,))
             connection.execute("ANALYZE leased_jobs")
             for where in PAGES + PENDING_PAGES:
