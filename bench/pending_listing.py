@@ -1,0 +1,76 @@
+"""How long the job list and count_jobs take for pending jobs behind a long finished history, on
+PostgreSQL (docs/reliability.md, "Since migration 0019").
+
+A fresh database (leased_bench_pending, dropped first) gets HISTORY finished jobs (written by SQL
+from one enqueued job) and PENDING pending ones (enqueue_many); each read is timed 15 times, the
+median printed. Run it in two checkouts to compare them:
+
+    PYTHONPATH=src .venv/bin/python bench/pending_listing.py 1000000 50
+    PYTHONPATH=src .venv/bin/python bench/pending_listing.py 1000000 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, Callable
+
+import psycopg
+
+from common import PG_ADMIN_URL, PG_HOST, PG_PORT, PG_USER
+from leased import Leased
+
+DATABASE = "leased_bench_pending"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("history", type=int, help="finished jobs")
+    parser.add_argument("pending", type=int, help="pending jobs, enqueued after the history")
+    options = parser.parse_args()
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+        admin.execute(f"CREATE DATABASE {DATABASE}")
+    url = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{DATABASE}"
+    app = Leased(url)
+
+    @app.task(name="t")
+    def t(i: int) -> None:
+        pass
+
+    template = t.enqueue(-1).id
+    with psycopg.connect(url, autocommit=True) as connection:
+        columns = ", ".join(row[0] for row in connection.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'leased_jobs' "
+            "AND column_name NOT IN ('id', 'status', 'finished_at') ORDER BY ordinal_position"))
+        connection.execute("UPDATE leased_jobs SET status = 'done', finished_at = now() WHERE id = %s", (template,))
+        connection.execute(f"INSERT INTO leased_jobs ({columns}, status, finished_at) SELECT {columns}, 'done', now() "
+                           "FROM leased_jobs, generate_series(2, %s) WHERE id = %s", (options.history, template))
+    for start in range(0, options.pending, 10_000):
+        t.enqueue_many([(i,) for i in range(start, min(options.pending, start + 10_000))])
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("VACUUM ANALYZE")
+    reads: dict[str, Callable[[], Any]] = {
+        "a page of pending jobs, newest first": lambda: app.list_jobs(status="pending", limit=50),
+        "a page of pending jobs, oldest first": lambda: app.list_jobs(status="pending", limit=50, order="oldest"),
+        "the same, of one task": lambda: app.list_jobs(status="pending", task_name="t", limit=50, order="oldest"),
+        "count of pending jobs": lambda: app.count_jobs(status="pending"),
+        "count of one task's pending jobs": lambda: app.count_jobs(status="pending", task_name="t"),
+        "a page of finished jobs, newest first": lambda: app.list_jobs(status="done", limit=50),
+    }
+    print(f"{options.history:,} finished jobs, {options.pending:,} pending (medians of 15)")
+    for label, read in reads.items():
+        times = []
+        for _ in range(15):
+            started = time.perf_counter()
+            read()
+            times.append((time.perf_counter() - started) * 1000)
+        print(f"  {label:40s} {statistics.median(times):8.2f} ms")
+    app.close()
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {DATABASE}")
+
+
+if __name__ == "__main__":
+    main()
