@@ -197,22 +197,33 @@ SELECT * FROM leased_jobs WHERE id = :job_id;
 SELECT * FROM leased_attempts WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: list_jobs_newest
-SELECT * FROM leased_jobs
-WHERE (:status IS NULL OR status = :status)
-  AND (:queue_name IS NULL OR queue_name = :queue_name)
-  AND (:task_name IS NULL OR task_name = :task_name)
-  AND (:search IS NULL OR id = :search_id OR idempotency_key = :search)
-  AND (:before_id IS NULL OR id < :before_id)
+-- The status filter is its own branch: SQLite does not look past `:status IS NULL OR status =
+-- :status` to the (status, id) index, and walked the whole table in id order for a status as rare
+-- as pending (54 ms for a page at a million jobs, 0.6 ms through the index). The branches merge in
+-- id order, and the one whose status condition is false reads nothing.
+WITH filtered AS NOT MATERIALIZED (
+    SELECT * FROM leased_jobs
+    WHERE (:queue_name IS NULL OR queue_name = :queue_name)
+      AND (:task_name IS NULL OR task_name = :task_name)
+      AND (:search IS NULL OR id = :search_id OR idempotency_key = :search)
+      AND (:before_id IS NULL OR id < :before_id))
+SELECT * FROM filtered WHERE status = :status
+UNION ALL
+SELECT * FROM filtered WHERE :status IS NULL
 ORDER BY id DESC
 LIMIT :limit;
 
 -- name: list_jobs_oldest
-SELECT * FROM leased_jobs
-WHERE (:status IS NULL OR status = :status)
-  AND (:queue_name IS NULL OR queue_name = :queue_name)
-  AND (:task_name IS NULL OR task_name = :task_name)
-  AND (:search IS NULL OR id = :search_id OR idempotency_key = :search)
-  AND (:after_id IS NULL OR id > :after_id)
+-- Two branches, as in list_jobs_newest.
+WITH filtered AS NOT MATERIALIZED (
+    SELECT * FROM leased_jobs
+    WHERE (:queue_name IS NULL OR queue_name = :queue_name)
+      AND (:task_name IS NULL OR task_name = :task_name)
+      AND (:search IS NULL OR id = :search_id OR idempotency_key = :search)
+      AND (:after_id IS NULL OR id > :after_id))
+SELECT * FROM filtered WHERE status = :status
+UNION ALL
+SELECT * FROM filtered WHERE :status IS NULL
 ORDER BY id
 LIMIT :limit;
 
@@ -394,10 +405,13 @@ UPDATE leased_jobs SET status = 'cancelled', finished_at = leased_now()
 WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'pending';
 
 -- name: count_jobs
-SELECT count(*) AS n FROM leased_jobs
-WHERE (:status IS NULL OR status = :status)
-  AND (:task_name IS NULL OR task_name = :task_name)
-  AND (:queue_name IS NULL OR queue_name = :queue_name);
+-- Two branches, as in list_jobs_newest: a status's jobs are counted in its index range.
+WITH filtered AS NOT MATERIALIZED (
+    SELECT status FROM leased_jobs
+    WHERE (:task_name IS NULL OR task_name = :task_name)
+      AND (:queue_name IS NULL OR queue_name = :queue_name))
+SELECT (SELECT count(*) FROM filtered WHERE status = :status)
+     + (SELECT count(*) FROM filtered WHERE :status IS NULL) AS n;
 
 -- name: explain_expired_jobs
 -- A worker's own account of why it let leases lapse (e.g. another connection held the write
