@@ -275,3 +275,18 @@ def test_bad_task_limits_are_one_line_errors(app):
 
     with pytest.raises(ConfigurationError, match="invalid concurrency_key ''"):
         keyed.enqueue("c")
+
+
+def test_full_claims_find_a_keyed_job_that_waits_behind_plain_ones(app, tasks):
+    """Claims that fill every slot with plain jobs never run short, the cue to look for limited
+    ones. On PostgreSQL, whose worker reclaims beside its claims, they still look once a second;
+    elsewhere the worker's claim looks with its once-a-second reclaim."""
+    if not app.backend.reclaims_beside_claims:
+        return
+    plain, _, sync, *_ = tasks
+    plain.enqueue_many([(n,) for n in range(3000)])
+    assert len(claim(app, limit=1)) == 1  # the first claim looks, and finds no limit in use
+    keyed = sync.using(priority=10).enqueue("c1")
+    claimed: list[int] = []
+    wait_for(lambda: claimed.extend(job.id for job in claim(app, limit=1)) or keyed.id in claimed,
+             message="a full claim to take the keyed job")

@@ -212,6 +212,11 @@ class ProducerPort(Protocol):
 class WorkerPort(Protocol):
     """What a worker's loops need: claim, keep, end and give back attempts; announce the worker; run schedules."""
 
+    # False: the worker's claim reclaims expired leases once a second, in its transaction
+    # (ClaimRequest.reclaim_expired). True: the worker calls reclaim_expired() once a second beside
+    # its claims (engine/reclaimer.py), because the reclaim can take longer than claims should wait.
+    reclaims_beside_claims: bool
+
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Atomically lease up to `limit` due jobs, counting the attempt and noting its start in the job
         row (its history record is written when it ends); they come in claim order (priority, then

@@ -1,5 +1,6 @@
 """The claimer: claims due jobs into the worker's free slots, and while jobs are short a little
-ahead of them; once a second the same claim first returns expired leases to the pool.
+ahead of them; once a second the same claim first returns expired leases to the pool, unless the
+reclaimer does that beside the claims (engine/reclaimer.py).
 
 It sleeps until a wake-up (a job enqueued here or announced by the database, a slot freed while
 it waits for one) or the poll interval, whichever comes first.
@@ -14,6 +15,7 @@ from dataclasses import replace
 from typing import Callable
 
 from leased.backends.ports import ClaimRequest, RuntimePort
+from leased.engine.reclaimer import RECLAIM_INTERVAL, Reclaimer
 from leased.engine.retrying import Outage, is_transient, one_line
 from leased.engine.slots import Slots
 from leased.engine.threads import LoopInbox
@@ -21,15 +23,15 @@ from leased.jobs import ClaimedJob
 
 log = logging.getLogger("leased.worker")
 
-RECLAIM_INTERVAL = 1.0
 CLAIM_GATHER_SECONDS = 0.002
 
 
 class Claimer:
     def __init__(self, backend: RuntimePort, request: ClaimRequest, slots: Slots, *, poll_interval: float,
                  start: Callable[[list[ClaimedJob], float], None], claimed: Callable[[], int],
-                 held_by_stuck: Callable[[], int], stopping: Callable[[], bool]):
+                 held_by_stuck: Callable[[], int], stopping: Callable[[], bool], reclaimer: Reclaimer | None = None):
         self._backend = backend
+        self._reclaimer = reclaimer  # reclaims beside the claims; None: the claims reclaim
         self._request = request
         self.slots = slots
         self._poll_interval = poll_interval
@@ -64,6 +66,7 @@ class Claimer:
         self._slots_freed.start(asyncio.get_running_loop())
         outage = Outage()
         next_reclaim = 0.0
+        reclaimed_while_idle = False
         concurrency = self.slots.concurrency
         while not self._stopping():
             wanted = self._wanted()
@@ -79,7 +82,7 @@ class Claimer:
                     continue
             try:
                 claimed_at = time.monotonic()
-                reclaim = claimed_at >= next_reclaim
+                reclaim = self._reclaimer is None and claimed_at >= next_reclaim
                 # A limit may refuse jobs only because ours still run: if they end during the claim,
                 # "nothing claimed, nothing running" does not mean the queue is empty.
                 was_running = bool(self._claimed())
@@ -99,6 +102,7 @@ class Claimer:
             if outage.ended():
                 log.info("worker %s: database reachable again", self._request.worker_id)
             if jobs:
+                reclaimed_while_idle = False
                 # The lease runs from the claim statement; the call may have waited for a connection
                 # first, for seconds through a failover, and that wait is not the handler's to lose.
                 self._start(jobs, claimed_at if jobs[0].lease_from is None else jobs[0].lease_from)
@@ -107,9 +111,15 @@ class Claimer:
             self._needs_slots = len(jobs) == wanted
             if len(jobs) < wanted:
                 if stop_when_idle and not jobs and not self._claimed():
-                    if not was_running:
-                        return
-                    continue  # ours ended during the claim: look again
+                    if was_running:
+                        continue  # ours ended during the claim: look again
+                    if self._reclaimer is not None and not reclaimed_while_idle:
+                        # Idle only once the leases that expired are back in the pool (a crashed
+                        # worker's job is ours to run), by this reclaim or the loop's just before it.
+                        await self._reclaimer.reclaim()
+                        reclaimed_while_idle = True
+                        continue
+                    return
                 await self._nap(None if stop_when_idle else self._poll_interval)
 
     async def _nap(self, timeout: float | None) -> None:

@@ -2,7 +2,8 @@
 
 Worker is the composition root of small services, each in its own module: the claimer
 (engine/claimer.py: claims into free slots, and while jobs are short a little ahead of them; once
-a second the same claim first returns expired leases to the pool), the claimed attempts
+a second the same claim first returns expired leases to the pool, or, where the backend asks, the
+reclaimer does that beside the claims: engine/reclaimer.py), the claimed attempts
 (engine/attempts.py: each one's way from its claim to its written end, and its cancellation), the
 executor (engine/executor.py: runs one attempt's handler), the completer (engine/completer.py:
 writes the ends that arrived meanwhile in one transaction, behind the handlers), the lease keeper
@@ -38,6 +39,7 @@ from leased.engine.claimed import Handler
 from leased.engine.executor import Executor
 from leased.engine.lease_keeper import LeaseKeeper
 from leased.engine.listening import ListenerService
+from leased.engine.reclaimer import Reclaimer
 from leased.engine.scheduler import ScheduledTicks, Scheduler
 from leased.engine.threads import call_soon_threadsafe
 from leased.engine.timelimits import TimeLimits
@@ -93,6 +95,7 @@ class Worker:
         self._announcer: Announcer
         self._lease_keeper: LeaseKeeper
         self._claimer: Claimer
+        self._reclaimer: Reclaimer | None
         self._completer: Completer
         self._claimed: ClaimedAttempts  # every claimed attempt until its end is written
 
@@ -113,10 +116,12 @@ class Worker:
             heartbeat=self._lease_keeper.heartbeat, stats=self.stats, emit=self.events.emit, worker_id=self.id,
             slot_freed=lambda: self._claimer.slot_freed(), closed=lambda: self._claimer.attempt_closed(),
             thread_failed=lambda error: self._call_soon_threadsafe(self._service_failed, "handler thread", error))
+        self._reclaimer = Reclaimer(self.backend, self.id, reclaimed=lambda: self._claimer.wake(), stopping=stopping) \
+            if self.backend.reclaims_beside_claims else None
         self._claimer = Claimer(self.backend, ClaimRequest(self.id, names, self.queues, limit=0),
                                 self._claimed.slots, poll_interval=self.poll_interval, start=self._claimed.start,
                                 claimed=lambda: len(self._claimed), held_by_stuck=lambda: self._time_limits.holding,
-                                stopping=stopping)
+                                stopping=stopping, reclaimer=self._reclaimer)
 
     # Control, from any thread.
     def run(self, *, stop_when_idle: bool = False) -> WorkerStats:
@@ -168,6 +173,8 @@ class Worker:
         services = [self._service("lease watchdog", self._lease_keeper.watch()),
                     self._service("completer", self._completer.run()),
                     self._service("announcer", self._announcer.run(getattr(listener, "port", None)))]
+        if self._reclaimer is not None:
+            services.append(self._service("reclaimer", self._reclaimer.run()))
         # run_until_empty() drains what is queued; ticking schedules would never let it be empty.
         if self.schedules and not stop_when_idle:
             services.append(self._service("scheduler", Scheduler(

@@ -59,6 +59,7 @@ _HERE = Path(__file__).parent
 QUERIES = load_queries(_HERE / "queries.sql")
 MIGRATIONS = load_migrations(_HERE / "migrations")
 CONNECT_TIMEOUT_SECONDS = 10
+LOOK_FOR_LIMITS_SECONDS = 1.0
 # The finish in a transactional handler's own transaction, where now() is when the handler began.
 FINISH_AT_STATEMENT_TIME = QUERIES["finish"].replace("leased_now()", "(leased_now() + (statement_timestamp() - now()))")
 # Transactional handlers' connections (a pool of their own, so that they never take the ones the
@@ -191,6 +192,9 @@ def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
 
 
 class PostgresBackend(SQLStore):
+    # The reclaim reads every job claimed since the oldest open transaction began, and a claim that
+    # waited for it kept every job enqueued meanwhile waiting (bench/long_transaction_notes.md).
+    reclaims_beside_claims = True
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10):
         if not 0 <= min_connections <= max_connections or max_connections < 1:
@@ -229,8 +233,9 @@ class PostgresBackend(SQLStore):
         self._identity: callers.Identity | None = None  # what connection_identity reads on ours
         # Whether limited jobs may wait, as last seen: while they do, every claim takes the lock that
         # serializes claims of limited jobs. The plain claim is safe whatever this says: it takes no
-        # limited job. A short plain claim and the once-a-second reclaim look again.
+        # limited job. A short plain claim looks again, and a full one once a second.
         self._limits_in_use = False
+        self._look_for_limits_at = 0.0  # monotonic: when a full plain claim looks next
         # Whether the URL reaches the server through a pooler: None until the first connection tells.
         self.behind_pooler: bool | None = None
         self.clock = Clock()  # leased_now()'s offset for this backend's sessions (see leased.clock)
@@ -553,14 +558,19 @@ class PostgresBackend(SQLStore):
             if self._limits_in_use:
                 rows = self._claim_limited(connection, params, request.reclaim_expired)
             else:
-                rows, in_use = self._claim_plain(connection, params, request.reclaim_expired)
+                # Whether limited jobs wait: asked by a claim with slots to spare, and once a second
+                # by a full one, which would otherwise never look.
+                look = request.reclaim_expired or lease_from >= self._look_for_limits_at
+                rows, in_use = self._claim_plain(connection, params, request.reclaim_expired, look)
+                if look:
+                    self._look_for_limits_at = lease_from + LOOK_FOR_LIMITS_SECONDS
                 if len(rows) < request.limit and in_use is None:  # slots to spare: look for limited jobs
                     in_use = connection.execute(QUERIES["limits_in_use"]).fetchone()["in_use"]
                 if in_use:
                     self._limits_in_use = True
                     if len(rows) < request.limit:
                         rows += self._claim_limited(connection, {**params, "limit": request.limit - len(rows)}, False)
-            if request.reclaim_expired:  # once a second
+            if request.reclaim_expired:  # a caller's claim that reclaims (the worker reclaims beside its claims)
                 self._rotate_due(connection)
         jobs = self._claimed(rows)
         for job in jobs:
@@ -568,8 +578,9 @@ class PostgresBackend(SQLStore):
         return jobs
 
     def _rotate_due(self, connection: psycopg.Connection) -> None:
-        """The due set's oldest generation truncated, if it may be (migration 0018). After the claim
-        has committed: a rotation that fails costs its turn, never the jobs just claimed."""
+        """The due set's oldest generation truncated, if it may be (migration 0018), after each
+        reclaim (once a second per worker), once the reclaim has committed: a rotation that fails
+        costs its turn, never the jobs just reclaimed or claimed."""
         try:
             connection.execute(QUERIES["rotate_due"])
         except psycopg.Error as error:
@@ -584,15 +595,16 @@ class PostgresBackend(SQLStore):
                 connection.execute(QUERIES["claim_settings"], {"for_transaction": True})
             yield
 
-    def _claim_plain(self, connection: psycopg.Connection, params: dict[str, Any], reclaim: bool
-                     ) -> tuple[list[dict[str, Any]], bool | None]:
-        """The claim of jobs no limit holds; with reclaim (once a second), also whether limited jobs wait."""
-        if not reclaim and not self.behind_pooler:
+    def _claim_plain(self, connection: psycopg.Connection, params: dict[str, Any], reclaim: bool,
+                     look_for_limits: bool) -> tuple[list[dict[str, Any]], bool | None]:
+        """The claim of jobs no limit holds, after a reclaim if asked; and whether limited jobs wait,
+        if asked (None when not)."""
+        if not (reclaim or look_for_limits or self.behind_pooler):
             return connection.execute(QUERIES["claim"], params).fetchall(), None
         with self._claim_transaction(connection):
             reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False}) if reclaim else None
             claimed = connection.execute(QUERIES["claim"], params)
-            in_use = connection.execute(QUERIES["limits_in_use"]) if reclaim else None
+            in_use = connection.execute(QUERIES["limits_in_use"]) if look_for_limits else None
         self._steps_to_reclaim(reclaimed)
         return claimed.fetchall(), None if in_use is None else in_use.fetchone()["in_use"]
 
@@ -662,7 +674,9 @@ class PostgresBackend(SQLStore):
             self._run("explain_expired", **_lease_arrays(leases), message=message)
 
     def reclaim_expired(self) -> int:
-        reclaimed = self._fetch_one("reclaim_expired", steps=False)
+        with self._connection() as connection:
+            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False}).fetchone()
+            self._rotate_due(connection)
         return reclaimed["n"] + (self._reclaim_expired_steps() if reclaimed["steps_left"] else 0)
 
     def _reclaim_expired_steps(self) -> int:

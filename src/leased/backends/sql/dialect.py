@@ -98,6 +98,9 @@ class Dialect:
         """A query met no leased table (no schema yet, or dropped)."""
         raise NotImplementedError
 
+    # SQLite and MariaDB reclaim in a claim's transaction once a second (see WorkerPort).
+    reclaims_beside_claims = False
+
     # The one verb each dialect writes itself: how two claims are kept from counting the same free
     # room under a limit is the database's write-lock semantics (SQLite's one writer, MariaDB's
     # named lock, PostgreSQL's advisory lock), and the claim is where the shape of the SQL is the speed.

@@ -1,0 +1,57 @@
+"""The reclaimer: once a second, returns the jobs whose lease expired to the pool, beside the
+claims, for a backend that asks for it (RuntimePort.reclaims_beside_claims).
+
+Elsewhere the claimer's claim does it once a second, in its own transaction, so that an idle
+worker's poll is one transaction. PostgreSQL asks for it beside: its reclaim reads every job
+claimed since the oldest transaction still open began (their dead entries in the running jobs'
+index), and a claim that waited for it made every job enqueued meanwhile wait too. Here it runs on
+the worker's main connection, which the completer and the heartbeat share, and no claim waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from leased.backends.ports import RuntimePort
+from leased.engine.retrying import is_transient, one_line
+
+log = logging.getLogger("leased.worker")
+
+RECLAIM_INTERVAL = 1.0
+
+
+class Reclaimer:
+    def __init__(self, backend: RuntimePort, worker_id: str, *, reclaimed: Callable[[], None],
+                 stopping: Callable[[], bool]):
+        self._backend = backend
+        self._worker_id = worker_id
+        self._reclaimed = reclaimed  # jobs went back to the pool: claim now, not at the next poll
+        self._stopping = stopping
+        self._lock = asyncio.Lock()  # one reclaim at a time: the loop's, or the claimer's when it is idle
+        self._failing = False
+
+    async def run(self) -> None:
+        while not self._stopping():
+            await self.reclaim()
+            await asyncio.sleep(RECLAIM_INTERVAL)
+
+    async def reclaim(self) -> int:
+        """Reclaim now; how many jobs went back to the pool (or failed). An outage reclaims nothing:
+        the claimer says the database is unavailable, and the next pass tries again."""
+        async with self._lock:
+            try:
+                reclaimed = await asyncio.to_thread(self._backend.reclaim_expired)
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                if not self._failing:
+                    log.info("worker %s: could not reclaim expired leases (%s); trying again each second",
+                             self._worker_id, one_line(error))
+                self._failing = True
+                return 0
+            self._failing = False
+            if reclaimed:
+                self._reclaimed()
+            return reclaimed
