@@ -15,7 +15,7 @@ import logging
 from typing import Callable
 
 from leased.backends.ports import RuntimePort
-from leased.engine.retrying import is_transient, one_line
+from leased.engine.retrying import Outage, is_transient, one_line
 
 log = logging.getLogger("leased.worker")
 
@@ -30,7 +30,7 @@ class Reclaimer:
         self._reclaimed = reclaimed  # jobs went back to the pool: claim now, not at the next poll
         self._stopping = stopping
         self._lock = asyncio.Lock()  # one reclaim at a time: the loop's, or the claimer's when it is idle
-        self._failing = False
+        self._outage = Outage()  # paced by the interval, not by it: it tells an outage's first failure
 
     async def run(self) -> None:
         while not self._stopping():
@@ -46,12 +46,12 @@ class Reclaimer:
             except Exception as error:
                 if not is_transient(error):
                     raise
-                if not self._failing:
+                self._outage.failed()
+                if self._outage.failures == 1:
                     log.info("worker %s: could not reclaim expired leases (%s); trying again each second",
                              self._worker_id, one_line(error))
-                self._failing = True
                 return 0
-            self._failing = False
+            self._outage.ended()
             if reclaimed:
                 self._reclaimed()
             return reclaimed
