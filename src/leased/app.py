@@ -13,7 +13,7 @@ from typing import Any, Callable, ParamSpec, TypeVar, overload
 
 from leased.admin import WORKER_SILENT_AFTER, OldTransaction, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect, parse_database_url
-from leased.backends.ports import Backend, JobFilter, NewJob, PruneRule, Throughput
+from leased.backends.ports import Backend, JobFilter, PruneRule, Throughput
 from leased.backoff import Backoff
 from leased.counts import JobCounts
 from leased.engine.children import Children, check_per_child
@@ -25,7 +25,7 @@ from leased.errors import (ConfigurationError, DatabaseLocked, DatabaseUnavailab
 from leased.events import Events
 from leased.explain import Explanation, explain, step_facts
 from leased.horizon import OLD_TRANSACTION_AFTER, check_old_transaction_after
-from leased.jobs import DurableStep, Job, JobStatus
+from leased.jobs import DurableStep, Job, JobStatus, NewJob
 from leased.limits import QueueLimit, check_concurrency, parse_rate
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.retention import Retention, app_retention, period

@@ -6,12 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from leased.jobs import JobStatus
-
-if TYPE_CHECKING:
-    from leased.backends.ports import NewJob
+from leased.jobs import JobStatus, NewJob
 
 
 class RunWhen(StrEnum):

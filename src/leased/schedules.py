@@ -25,8 +25,9 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from leased.backends.ports import NewJob, TickPlan
+from leased.backends.ports import TickPlan
 from leased.errors import ConfigurationError
+from leased.jobs import NewJob
 
 if TYPE_CHECKING:
     from leased.tasks import Task

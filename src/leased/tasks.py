@@ -12,10 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSpec, Protocol, Sequence, TypeVar
 
 from leased.backends import parse_database_url
-from leased.backends.ports import NewJob
 from leased.backoff import Backoff
 from leased.errors import ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, PayloadError
-from leased.jobs import Job, JobStatus
+from leased.jobs import Job, JobStatus, NewJob
 from leased.limits import KeyLimit, check_key, key_limit
 from leased.payloads import encode_arguments
 from leased.retention import task_retention
@@ -109,10 +108,20 @@ def check_isolation(name: str, isolation: object, func: Callable[..., Any], is_a
     if transactional:
         raise ConfigurationError(f"task {name!r}: a transactional handler writes in the worker's transaction, so it "
                                  "cannot run in a child process; drop isolation='process' or transactional=True")
-    from leased.engine.children import importable
-
     importable(func, name)
     return "process"
+
+
+def importable(func: Callable[..., Any], task_name: str) -> tuple[str, str]:
+    """(module, qualname) by which a child (engine/children.py) finds `func`, or a ConfigurationError
+    saying why not."""
+    qualname = getattr(func, "__qualname__", "")
+    module = getattr(func, "__module__", None)
+    if not module or not qualname or "<locals>" in qualname or "<lambda>" in qualname:
+        raise ConfigurationError(
+            f"task {task_name!r} runs in a child process (isolation='process'), which imports its handler "
+            f"by name: define {qualname or func!r} at a module's top level, not inside a function or as a lambda")
+    return module, qualname
 
 
 def schedule(run_after: datetime | timedelta | None) -> tuple[datetime | None, float]:

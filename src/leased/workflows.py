@@ -17,19 +17,23 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from leased.backends.ports import NewJob
 from leased.errors import ConfigurationError
-from leased.jobs import JobStatus
+from leased.jobs import JobStatus, NewJob
 from leased.payloads import encode_arguments
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
 from leased.tasks import MAX_IDEMPOTENCY_KEY, Task, TaskCall
 
-if TYPE_CHECKING:
-    from leased.app import Leased
-
 MAX_NAME = 255
+
+
+class WorkflowApp(Protocol):
+    """What a builder needs of its app (leased.app.Leased): the tasks it knows, and the write."""
+
+    tasks: Mapping[str, Task]
+
+    def enqueue_workflow(self, workflow: NewWorkflow, connection: Any = None) -> Enqueued: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,7 +70,7 @@ class _Planned:
 class Workflow:
     """A builder: add steps, then enqueue() them in one transaction. Nothing is written before."""
 
-    def __init__(self, app: Leased, name: str, idempotency_key: str | None = None):
+    def __init__(self, app: WorkflowApp, name: str, idempotency_key: str | None = None):
         self.app = app
         self.name = _check_name(name, "workflow name")
         if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key

@@ -13,44 +13,15 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from leased.admin import OldTransaction, WorkerInfo
 from leased.clock import Clock
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
 from leased.facts import JobFacts
-from leased.jobs import ClaimedJob, DurableStep, Job, JobStatus, Lease, Outcome
+from leased.jobs import ClaimedJob, DurableStep, Job, JobStatus, Lease, NewJob, Outcome
 from leased.limits import QueueLimit
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, WorkflowInfo
-
-
-class NewJob(NamedTuple):
-    """A job to write. A named tuple, not a frozen dataclass like the other parameter objects: a
-    bulk enqueue makes one per job, and a frozen dataclass costs a call of object.__setattr__ per
-    field to build (5 µs for these 17, more than the insert's own Python per job). Its fields are
-    in the order in which each backend's insert_jobs reads a job's array (see jobs_json)."""
-
-    task_name: str
-    queue_name: str
-    args_json: str
-    kwargs_json: str
-    priority: int
-    max_attempts: int
-    lease_seconds: float
-    run_at: datetime | None = None  # an absolute time, or
-    delay_seconds: float = 0.0  # seconds after the database's now
-    idempotency_key: str | None = None
-    timeout_seconds: float | None = None  # the handler's time limit per attempt; None: no limit
-    # Limits per key (see leased.limits): at most key_concurrency running, key_rate_count starts
-    # per key_rate_seconds; each None when not limited.
-    concurrency_key: str | None = None
-    key_concurrency: int | None = None
-    key_rate_count: int | None = None
-    key_rate_seconds: float | None = None
-    # A workflow's step (leased.workflows): 'waiting' until its parents have ended, in its run.
-    status: str = "pending"
-    workflow_id: int | None = None
-    isolation: str | None = None  # 'thread' or 'process', chosen for this job (Task.using); None: its task's
 
 
 @dataclass(frozen=True, slots=True)

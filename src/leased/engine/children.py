@@ -33,7 +33,8 @@ from typing import Any, Callable
 
 from leased.admin import ChildrenSummary
 from leased.engine.context import CancelReason, TaskContext
-from leased.errors import PermanentError
+from leased.backends import connect
+from leased.errors import ConfigurationError, PermanentError
 from leased.events import ChildProcessEnded, ChildProcessStarted, Event
 from leased.jobs import Lease
 from leased.payloads import encode_result
@@ -114,26 +115,11 @@ class Crashed:
 
 def check_per_child(name: str, value: object) -> int | None:
     """max_tasks_per_child and max_memory_per_child: a positive int, or None (no limit)."""
-    from leased.errors import ConfigurationError
-
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{name} must be a whole number of at least 1, or None for no limit; got {value!r}")
     return value
-
-
-def importable(func: Callable[..., Any], task_name: str) -> tuple[str, str]:
-    """(module, qualname) by which a child finds `func`, or a ConfigurationError saying why not."""
-    from leased.errors import ConfigurationError
-
-    qualname = getattr(func, "__qualname__", "")
-    module = getattr(func, "__module__", None)
-    if not module or not qualname or "<locals>" in qualname or "<lambda>" in qualname:
-        raise ConfigurationError(
-            f"task {task_name!r} runs in a child process (isolation='process'), which imports its handler "
-            f"by name: define {qualname or func!r} at a module's top level, not inside a function or as a lambda")
-    return module, qualname
 
 
 class Child:
@@ -323,8 +309,6 @@ class _ChildClaim:
 
     @property
     def job(self) -> Any:
-        from leased.errors import ConfigurationError
-
         raise ConfigurationError("context.job is not read in a child process (isolation='process'); "
                                  "use context.job_id and context.attempt, or pass what the handler needs as arguments")
 
@@ -427,10 +411,8 @@ def _resolve(module: str, qualname: str) -> Callable[..., Any]:
 def _store(stores: dict[str, Any], database_url: str | None) -> Any:
     if database_url is None:
         return None
-    if database_url not in stores:
-        from leased import Leased
-
-        stores[database_url] = Leased(database_url, migrate=False).backend
+    if database_url not in stores:  # the worker that started this child has checked the schema
+        stores[database_url] = connect(database_url)
     return stores[database_url]
 
 

@@ -9,14 +9,14 @@ from enum import StrEnum
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from leased.engine.durable import DurableSteps
+from leased.errors import ConfigurationError
 from leased.jobs import MAX_PROGRESS_NOTE, ClaimedJob, Job, Lease, Progress
+from leased.runs import ParentEnd
+from leased.workflows import BatchOutcome, RunningWorkflow, batch_outcome
 
 if TYPE_CHECKING:
     from leased.backends.ports import AttemptEnd
-
-if TYPE_CHECKING:
-    from leased.runs import ParentEnd
-    from leased.workflows import BatchOutcome, RunningWorkflow
 
 
 class CancelReason(StrEnum):
@@ -54,7 +54,7 @@ class TaskContext:
     _workflow: Any = field(default=None, init=False, repr=False)
     # A transactional task's connection, while its handler runs (engine/transactional.py).
     _connection: Any = field(default=None, init=False, repr=False)
-    _steps: dict[str, Any] | None = field(default=None, init=False, repr=False)  # durable steps recorded, by name
+    _steps: DurableSteps | None = field(default=None, init=False, repr=False)  # made on a handler's first step
     _progress: str | None = field(default=None, init=False, repr=False)  # the latest report, as JSON
 
     @property
@@ -76,8 +76,6 @@ class TaskContext:
         MySQLdb), in the transaction that commits with this attempt's end, and only if the worker
         still holds the job's lease then. Do not commit it: leased does."""
         if self._connection is None:
-            from leased.errors import ConfigurationError
-
             raise ConfigurationError(
                 f"job {self.job_id} ({self.claimed.task_name}) has no context.connection: only a task declared "
                 "with @app.task(transactional=True, takes_context=True) runs in a transaction of its own, "
@@ -106,15 +104,21 @@ class TaskContext:
         again; one that returned but whose record did not commit (the worker died) too. With
         `transactional=True`, `fn(connection)` writes in a transaction that commits with the
         record: once."""
-        from leased.engine.durable import run_step
-
-        return run_step(self, name, fn, transactional)
+        return self._durable_steps().run(name, fn, transactional, self._connection)
 
     async def astep(self, name: str, fn: Callable[..., Any]) -> Any:
         """step() for async handlers: `fn()` may return an awaitable."""
-        from leased.engine.durable import run_step_async
+        return await self._durable_steps().run_async(name, fn, self._connection)
 
-        return await run_step_async(self, name, fn)
+    def _durable_steps(self) -> DurableSteps:
+        if self._steps is None:
+            self._steps = DurableSteps(self.store, self.claimed, self._step_lease_lost)
+        return self._steps
+
+    def _step_lease_lost(self, step: str) -> JobCancelled:
+        """A step whose record found the lease gone stops the attempt: nothing of it was written."""
+        self.cancel(CancelReason.LEASE_LOST)
+        return JobCancelled(f"lease lost: step {step!r} could not be recorded")
 
     # A workflow's step (leased.workflows): its parents, and its run.
     @property
@@ -132,18 +136,12 @@ class TaskContext:
     @property
     def batch(self) -> BatchOutcome:
         """For the step after a batch: how many of its members succeeded and failed, and their results."""
-        from leased.workflows import batch_outcome
-
         return batch_outcome(self.parents)
 
     @property
     def workflow(self) -> RunningWorkflow:
         """This step's run, to add steps to while it runs (those waiting for it wait for them too)."""
-        from leased.workflows import RunningWorkflow
-
         if self.claimed.workflow_id is None:
-            from leased.errors import ConfigurationError
-
             raise ConfigurationError(f"job {self.job_id} is not a workflow's step: only steps add steps")
         if self._workflow is None:  # one per attempt: it numbers the steps it adds
             self._workflow = RunningWorkflow(self.store, self)

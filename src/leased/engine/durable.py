@@ -18,13 +18,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from leased.errors import ConfigurationError, PayloadError
+from leased.jobs import ClaimedJob
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, decode, encode_result
-
-if TYPE_CHECKING:
-    from leased.engine.context import TaskContext
 
 MAX_STEP_NAME = 255
 
@@ -36,12 +34,64 @@ def check_step_name(name: object) -> str:
     return name
 
 
-def recorded_steps(context: TaskContext) -> dict[str, Any]:
-    """The job's recorded steps by name, read once per attempt (none before a second attempt)."""
-    if context._steps is None:
-        context._steps = {} if context.attempt == 1 or context.store is None else {
-            step.name: step.result for step in context.store.durable_steps(context.job_id)}
-    return context._steps
+class DurableSteps:
+    """One attempt's durable steps: those earlier attempts recorded, read on first use, and those
+    this one records. `lease_lost(step)` cancels the attempt and gives the exception that stops it."""
+
+    def __init__(self, store: Any, claimed: ClaimedJob, lease_lost: Callable[[str], BaseException]):
+        self.store = store
+        self.claimed = claimed
+        self.lease_lost = lease_lost
+        self._recorded: dict[str, Any] | None = None
+
+    def recorded(self) -> dict[str, Any]:
+        """The job's recorded steps by name, read once per attempt (none before a second attempt)."""
+        if self._recorded is None:
+            self._recorded = {} if self.claimed.attempt == 1 or self.store is None else {
+                step.name: step.result for step in self.store.durable_steps(self.claimed.id)}
+        return self._recorded
+
+    def run(self, name: str, fn: Callable[..., Any], transactional: bool, handlers_connection: Any) -> Any:
+        """`handlers_connection`: a transactional handler's, with which the step commits at its end."""
+        _check_step(name, fn)
+        recorded = self.recorded()
+        if name in recorded:
+            return recorded[name]
+        began = time.monotonic()
+        if transactional and handlers_connection is None:
+            with self.store.attempt_transaction() as connection:
+                result_json = _result(name, fn(connection))
+                if not self.store.record_step(self.claimed.lease, name, result_json, time.monotonic() - began,
+                                              connection):
+                    raise self.lease_lost(name)  # leaves the block: the step's writes roll back
+        else:
+            result_json = _result(name, fn(handlers_connection) if transactional else fn())
+            if not self.store.record_step(self.claimed.lease, name, result_json, time.monotonic() - began,
+                                          handlers_connection):
+                raise self.lease_lost(name)
+        recorded[name] = result = decode(result_json)  # what later attempts get: the value as stored
+        return result
+
+    async def run_async(self, name: str, fn: Callable[..., Any], handlers_connection: Any) -> Any:
+        """`handlers_connection`: an async transactional handler's, with which the record commits."""
+        _check_step(name, fn)
+        recorded = await asyncio.to_thread(self.recorded)
+        if name in recorded:
+            return recorded[name]
+        began = time.monotonic()
+        value = fn()
+        if inspect.isawaitable(value):
+            value = await value
+        result_json = _result(name, value)
+        lease, seconds = self.claimed.lease, time.monotonic() - began
+        if handlers_connection is not None:
+            recorded_now = await self.store.record_step_async(lease, name, result_json, seconds, handlers_connection)
+        else:
+            recorded_now = await asyncio.to_thread(self.store.record_step, lease, name, result_json, seconds)
+        if not recorded_now:
+            raise self.lease_lost(name)
+        recorded[name] = result = decode(result_json)
+        return result
 
 
 def _check_step(name: object, fn: object) -> None:
@@ -50,60 +100,8 @@ def _check_step(name: object, fn: object) -> None:
         raise ConfigurationError(f"step {name!r}: fn must be callable, got {fn!r}")
 
 
-def run_step(context: TaskContext, name: str, fn: Callable[..., Any], transactional: bool) -> Any:
-    _check_step(name, fn)
-    recorded = recorded_steps(context)
-    if name in recorded:
-        return recorded[name]
-    began = time.monotonic()
-    handlers_connection = context._connection  # a transactional handler's: the step commits with its end
-    if transactional and handlers_connection is None:
-        with context.store.attempt_transaction() as connection:
-            result_json = _result(name, fn(connection))
-            kept = context.store.record_step(context.claimed.lease, name, result_json, time.monotonic() - began,
-                                             connection)
-            if not kept:
-                raise _lease_gone(context, name)  # leaves the block: the step's writes roll back
-    else:
-        result_json = _result(name, fn(handlers_connection) if transactional else fn())
-        kept = context.store.record_step(context.claimed.lease, name, result_json, time.monotonic() - began,
-                                         handlers_connection)
-        if not kept:
-            raise _lease_gone(context, name)
-    recorded[name] = result = decode(result_json)  # what later attempts get: the value as stored
-    return result
-
-
-async def run_step_async(context: TaskContext, name: str, fn: Callable[..., Any]) -> Any:
-    _check_step(name, fn)
-    recorded = await asyncio.to_thread(recorded_steps, context)
-    if name in recorded:
-        return recorded[name]
-    began = time.monotonic()
-    value = fn()
-    if inspect.isawaitable(value):
-        value = await value
-    result_json = _result(name, value)
-    lease, seconds = context.claimed.lease, time.monotonic() - began
-    if context._connection is not None:  # an async transactional handler's: the record commits with its end
-        recorded_now = await context.store.record_step_async(lease, name, result_json, seconds, context._connection)
-    else:
-        recorded_now = await asyncio.to_thread(context.store.record_step, lease, name, result_json, seconds)
-    if not recorded_now:
-        raise _lease_gone(context, name)
-    recorded[name] = result = decode(result_json)
-    return result
-
-
 def _result(name: str, value: Any) -> str | None:
     try:
         return encode_result(value, DEFAULT_MAX_PAYLOAD_BYTES)
     except PayloadError as error:
         raise PayloadError(f"step {name!r} returned what leased cannot store as its result: {error}") from None
-
-
-def _lease_gone(context: TaskContext, name: str) -> BaseException:
-    from leased.engine.context import CancelReason, JobCancelled
-
-    context.cancel(CancelReason.LEASE_LOST)
-    return JobCancelled(f"lease lost: step {name!r} could not be recorded")

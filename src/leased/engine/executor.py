@@ -27,15 +27,16 @@ from typing import Any, Callable
 from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.backends.worker_calls import worker_calls
 from leased.backoff import Backoff
+from leased.engine.children import Call, Children, Crashed, Returned, Stopped
 from leased.engine.claimed import ClaimedAttempt
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
 from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
-from leased.engine.children import Call, Children, Crashed, Returned, Stopped, importable
 from leased.engine.transactional import Written, run_in_transaction, run_in_transaction_async
 from leased.errors import ArgumentsMismatch, ConfigurationError, PayloadError, PermanentError, ResultNotStored
 from leased.jobs import ClaimedJob, Outcome
 from leased.payloads import clean_text, encode_result
+from leased.tasks import importable
 
 log = logging.getLogger("leased.worker")
 

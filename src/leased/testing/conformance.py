@@ -22,9 +22,9 @@ import threading
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable
 
-from leased.backends.ports import AttemptEnd, Backend, ClaimRequest, JobFilter, NewJob, PruneRule, WorkerRecord
+from leased.backends.ports import AttemptEnd, Backend, ClaimRequest, JobFilter, PruneRule, WorkerRecord
 from leased.errors import InvalidTransition, JobNotFound
-from leased.jobs import ClaimedJob, Job, JobStatus, Lease, Outcome
+from leased.jobs import ClaimedJob, Job, JobStatus, Lease, NewJob, Outcome
 from leased.limits import QueueLimit
 
 MakeBackend = Callable[[], Backend]

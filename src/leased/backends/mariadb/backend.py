@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from leased.admin import WORKER_SILENT_AFTER
-from leased.backends.ports import ClaimRequest, NewJob
+from leased.backends.ports import ClaimRequest
 from leased.backends.sql.callers import not_ours, wrong_connection
 from leased.backends.sql.enqueue import insert_statement
 from leased.backends.mariadb import driver
@@ -33,7 +33,7 @@ from leased.backends.sql.store import SQLStore
 from leased.backends.sql.wakeups import DatagramListener, Waker
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, SchemaNotReady
-from leased.jobs import ClaimedJob, Job
+from leased.jobs import ClaimedJob, Job, NewJob
 from leased.payloads import decode
 
 _HERE = Path(__file__).parent

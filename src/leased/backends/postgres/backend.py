@@ -34,7 +34,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from leased.admin import OldTransaction
-from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob, PruneRule
+from leased.backends.ports import AttemptEnd, ClaimRequest, PruneRule
 from leased.backends.sql.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.sql.callers import type_name, wrong_connection
 from leased.backends.sql.enqueue import insert_statement
@@ -51,7 +51,7 @@ from leased.backends.sql.store import SQLStore
 from leased.backends.worker_calls import are_worker_calls
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition, SchemaNotReady
-from leased.jobs import ClaimedJob, Job, Lease, Outcome
+from leased.jobs import ClaimedJob, Job, Lease, NewJob, Outcome
 from leased.limits import QueueLimit
 
 T = TypeVar("T")

@@ -8,10 +8,9 @@ import re
 from datetime import UTC
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from leased.backends.ports import NewJob
 from leased.backends.sql.enqueue import InsertJobs, Step, created_jobs, drive_async, enqueue_steps, jobs_json
 from leased.backends.sql.rows import job_from_row
-from leased.jobs import Job
+from leased.jobs import Job, NewJob
 from leased.payloads import decode
 
 Fetch = Callable[[str, Mapping[str, Any]], Awaitable[list[Any]]]  # (query name, params) -> rows

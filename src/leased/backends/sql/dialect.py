@@ -17,8 +17,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
-from leased.backends.ports import ClaimRequest, NewJob
-from leased.jobs import ClaimedJob, Job
+from leased.backends.ports import ClaimRequest
+from leased.jobs import ClaimedJob, Job, NewJob
 
 if TYPE_CHECKING:
     from leased.backends.sql.migrate import Migrator

@@ -17,8 +17,7 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any, Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 
-from leased.backends.ports import NewJob
-from leased.jobs import Job, JobDraft, JobStatus
+from leased.jobs import Job, JobDraft, JobStatus, NewJob
 
 ToTime = Callable[[Any], Any]
 

@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from leased.backends.sql.dialect import Dialect
-from leased.backends.ports import NewJob, ScheduleState, TickOutcome, TickSource
-from leased.jobs import Job, JobStatus
+from leased.backends.ports import ScheduleState, TickOutcome, TickSource
+from leased.jobs import Job, JobStatus, NewJob
 
 TICKS_KEPT = 100  # tick rows kept per schedule; older ones are pruned as new ones are written
 

@@ -29,14 +29,14 @@ from leased.backends.sql.inspection import InspectionReads
 from leased.backends.sql.params import (CANCELLED_BY_A_USER, ends_json, expired_failures, filter_params,
                                         finished_counts, leases_json, progress_json, queue_limit_params, released_records,
                                         running_records, worker_params)
-from leased.backends.ports import AttemptEnd, JobFilter, NewJob, PruneRule, WorkerRecord
+from leased.backends.ports import AttemptEnd, JobFilter, PruneRule, WorkerRecord
 from leased.backends.sql.rows import claimed_from_rows, history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
 from leased.backends.sql.scripts import schema_problem
 from leased.backends.sql.schedules import ScheduleStore
 from leased.backends.sql.workflows import WorkflowStore
 from leased.errors import (ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, DatabaseConflict, InvalidTransition,
                            JobNotFound, SchemaNotReady)
-from leased.jobs import Attempt, ClaimedJob, DurableStep, Job, JobStatus, Lease, Outcome
+from leased.jobs import Attempt, ClaimedJob, DurableStep, Job, JobStatus, Lease, NewJob, Outcome
 from leased.limits import QueueLimit
 
 T = TypeVar("T")

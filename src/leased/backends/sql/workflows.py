@@ -17,11 +17,10 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
-from leased.backends.ports import NewJob
 from leased.backends.sql.dialect import Dialect
 from leased.backends.sql.params import CANCELLED_BY_A_USER, running_records
 from leased.errors import ConfigurationError, InvalidTransition, WorkflowNotFound
-from leased.jobs import Job, JobStatus, Lease, Outcome
+from leased.jobs import Job, JobStatus, Lease, NewJob, Outcome
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen, StepInfo, WorkflowInfo
 
 ENDED_AS_FAILED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, AsyncContextManager, Callable, Iterator, Sequence, TypeVar
 
 from leased.admin import WORKER_SILENT_AFTER
-from leased.backends.ports import AttemptEnd, ClaimRequest, NewJob
+from leased.backends.ports import AttemptEnd, ClaimRequest
 from leased.backends.sql.async_drivers import enqueue_aiosqlite
 from leased.backends.sql.callers import not_ours, type_name, wrong_connection
 from leased.backends.sql.enqueue import insert_statement
@@ -37,7 +37,7 @@ from leased.errors import (
     DatabaseUnavailable,
     SchemaNotReady,
 )
-from leased.jobs import ClaimedJob, Job, Lease
+from leased.jobs import ClaimedJob, Job, Lease, NewJob
 from leased.payloads import decode
 
 T = TypeVar("T")
