@@ -10,8 +10,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conftest import raw_sql, running_worker, wait_for
-from leased import Backoff, CancelReason, JobStatus, Outcome, PermanentError, TaskContext
+from conftest import raw_scalar, raw_sql, running_worker, wait_for
+from leased import Backoff, CancelReason, JobStatus, Leased, Outcome, PermanentError, TaskContext
+from leased.backends.ports import ClaimRequest
 
 FAST = Backoff(base=0.01, cap=0.05, jitter=0.5)
 
@@ -275,8 +276,6 @@ def test_many_more_jobs_than_slots_all_finish(app):
 
 
 def test_jobs_of_unregistered_tasks_wait_instead_of_burning_attempts(app, database_url):
-    from leased import Leased
-
     producer = Leased(database_url)
 
     @producer.task(name="not_deployed_here")
@@ -469,10 +468,10 @@ def test_jobs_start_while_a_reclaim_is_under_way(app):
     entered, released = threading.Event(), threading.Event()
 
     class SlowReclaim(InjectedFault):
-        def reclaim_expired(self):
+        def reclaim_expired(self, skip_if_done_within=None):
             entered.set()
             released.wait(60)
-            return self._backend.reclaim_expired()
+            return self._backend.reclaim_expired(skip_if_done_within)
 
     ran = []
     quick = app.task(name="quick")(lambda i: ran.append(i))
@@ -486,6 +485,48 @@ def test_jobs_start_while_a_reclaim_is_under_way(app):
             assert not released.is_set()
         finally:
             released.set()  # before the worker stops: asyncio.run waits for its threads
+
+
+def test_periodic_reclaims_take_turns_across_workers(app):
+    """PostgreSQL's workers take turns at the periodic reclaim (migration 0020): one that comes
+    within the spacing of another worker's, or while it is under way, reads nothing, so a fleet
+    reclaims about once a second rather than once a second each. A reclaim that does not take
+    turns (run_until_empty's) always reads, and a turn recorded in the future (the database's clock
+    went back) counts as long past."""
+    if not app.backend.reclaims_beside_claims:
+        return
+    import psycopg
+
+    task = app.task(name="t")(lambda: None)
+    other = Leased(app.database_url, migrate=False).backend  # another worker's storage
+
+    def lapsed_jobs(count: int) -> None:
+        for _ in range(count):
+            task.enqueue()
+        assert len(app.backend.claim(ClaimRequest("w1", ("t",), None, count))) == count
+        raw_sql(app, "UPDATE leased_jobs SET lease_expires_at = leased_now() - interval '1 second' "
+                     "WHERE status = 'running'")
+
+    try:
+        lapsed_jobs(2)
+        assert app.backend.reclaim_expired(skip_if_done_within=60) == 2, "the first turn"
+        lapsed_jobs(2)
+        assert other.reclaim_expired(skip_if_done_within=60) == 0, "another worker's turn came moments ago"
+        assert raw_scalar(app, "SELECT count(*) FROM leased_jobs WHERE status = 'running'") == 2
+        assert other.reclaim_expired() == 2, "a reclaim that does not take turns"
+
+        lapsed_jobs(1)
+        raw_sql(app, "SELECT setval('leased_reclaim_turn_at', "
+                     "(extract(epoch FROM leased_now()) * 1000)::bigint + 3600 * 1000)")
+        assert other.reclaim_expired(skip_if_done_within=60) == 1, "a turn in the future is long past"
+
+        lapsed_jobs(1)
+        with psycopg.connect(app.database_url) as holder:  # a turn under way, in its transaction
+            assert holder.execute("SELECT leased_reclaim_turn(0)").fetchone()[0]
+            assert other.reclaim_expired(skip_if_done_within=0) == 0, "one turn at a time"
+        assert other.reclaim_expired(skip_if_done_within=0) == 1, "the holder's transaction ended"
+    finally:
+        other.close()
 
 
 class _ClaimsObserved:

@@ -184,8 +184,9 @@ class WorkerPort(Protocol):
     """What a worker's loops need: claim, keep, end and give back attempts; announce the worker; run schedules."""
 
     # False: the worker's claim reclaims expired leases once a second, in its transaction
-    # (ClaimRequest.reclaim_expired). True: the worker calls reclaim_expired() once a second beside
-    # its claims (engine/reclaimer.py), because the reclaim can take longer than claims should wait.
+    # (ClaimRequest.reclaim_expired). True: the worker calls reclaim_expired(skip_if_done_within=...)
+    # once a second beside its claims (engine/reclaimer.py), because the reclaim can take longer
+    # than claims should wait.
     reclaims_beside_claims: bool
 
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
@@ -253,9 +254,12 @@ class WorkerPort(Protocol):
         With `explains_expiry`, `message` is the worker's account of why it let the lease lapse,
         and replaces the reclaimer's guess on an attempt that expiry closed first."""
 
-    def reclaim_expired(self) -> int:
+    def reclaim_expired(self, skip_if_done_within: float | None = None) -> int:
         """Return jobs whose lease expired to the pool (or fail them, out of attempts, counted as
-        failed in their expired worker's rows of leased_throughput)."""
+        failed in their expired worker's rows of leased_throughput). With `skip_if_done_within`,
+        the backend may do nothing if a reclaim so asked began that many seconds ago or less, by
+        the database's clock, on any worker: a fleet's periodic reclaims take turns (PostgreSQL's
+        do; elsewhere each reclaims)."""
 
     def get_job(self, job_id: int) -> Job | None:
         """The job with its history: the lease keeper reads it to tell a user's cancel from a lease

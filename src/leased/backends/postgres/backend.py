@@ -193,7 +193,8 @@ def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
 
 class PostgresBackend(SQLStore):
     # The reclaim reads every job claimed since the oldest open transaction began, and a claim that
-    # waited for it kept every job enqueued meanwhile waiting (bench/long_transaction_notes.md).
+    # waited for it kept every job enqueued meanwhile waiting (bench/long_transaction_notes.md); the
+    # workers take turns at it (migration 0020, bench/fleet_reclaims.py).
     reclaims_beside_claims = True
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10):
@@ -579,7 +580,7 @@ class PostgresBackend(SQLStore):
 
     def _rotate_due(self, connection: psycopg.Connection) -> None:
         """The due set's oldest generation truncated, if it may be (migration 0018), after each
-        reclaim (once a second per worker), once the reclaim has committed: a rotation that fails
+        reclaim (once a second per worker, its turn or not), once the reclaim has committed: a rotation that fails
         costs its turn, never the jobs just reclaimed or claimed."""
         try:
             connection.execute(QUERIES["rotate_due"])
@@ -602,7 +603,7 @@ class PostgresBackend(SQLStore):
         if not (reclaim or look_for_limits or self.behind_pooler):
             return connection.execute(QUERIES["claim"], params).fetchall(), None
         with self._claim_transaction(connection):
-            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False}) if reclaim else None
+            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False, "spacing": None}) if reclaim else None
             claimed = connection.execute(QUERIES["claim"], params)
             in_use = connection.execute(QUERIES["limits_in_use"]) if look_for_limits else None
         self._steps_to_reclaim(reclaimed)
@@ -618,7 +619,7 @@ class PostgresBackend(SQLStore):
         """Claim limited and plain jobs alike, in claim order, under the lock that serializes
         claims of limited jobs (see queries.sql); one round trip."""
         with self._claim_transaction(connection):
-            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False}) if reclaim else None
+            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False, "spacing": None}) if reclaim else None
             connection.execute(QUERIES["limited_claim_lock"])
             claimed = connection.execute(QUERIES["claim_limited"], params)
             in_use = connection.execute(QUERIES["limits_in_use"])
@@ -673,9 +674,10 @@ class PostgresBackend(SQLStore):
         if leases and explains_expiry:
             self._run("explain_expired", **_lease_arrays(leases), message=message)
 
-    def reclaim_expired(self) -> int:
+    def reclaim_expired(self, skip_if_done_within: float | None = None) -> int:
         with self._connection() as connection:
-            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False}).fetchone()
+            reclaimed = connection.execute(QUERIES["reclaim_expired"],
+                                           {"steps": False, "spacing": skip_if_done_within}).fetchone()
             self._rotate_due(connection)
         return reclaimed["n"] + (self._reclaim_expired_steps() if reclaimed["steps_left"] else 0)
 
@@ -683,7 +685,7 @@ class PostgresBackend(SQLStore):
         """Fail the workflow steps whose last lease expired, and settle their children, in one
         transaction (the claim's reclaim leaves them: it runs in one round trip)."""
         def work(connection: psycopg.Connection) -> int:
-            reclaimed = self._execute(connection, "reclaim_expired", steps=True).fetchone()
+            reclaimed = self._execute(connection, "reclaim_expired", steps=True, spacing=None).fetchone()
             self._settle_rows(connection, reclaimed["failed_steps"])
             return reclaimed["n"]
 

@@ -280,9 +280,12 @@ WHERE a.outcome IS NULL;
 -- primary key: while a transaction elsewhere holds the vacuum horizon back, leased_jobs_leases
 -- keeps an entry for every job claimed since, and each is a visit to the table (a second read
 -- for steps_left doubled that).
+-- With a spacing, a worker's periodic reclaim that another worker's took the turn of reads nothing
+-- (migration 0020): the subquery is computed once, before the scan, which it gates.
 WITH lapsed AS MATERIALIZED (
     SELECT id, workflow_id IS NOT NULL AND attempt >= max_attempts AS last_step FROM leased_jobs
-    WHERE status = 'running' AND lease_expires_at <= leased_now()
+    WHERE (SELECT leased_reclaim_turn(%(spacing)s::double precision))
+      AND status = 'running' AND lease_expires_at <= leased_now()
 ), expired AS (
     -- Checked again as locked: the job may have ended, or its lease been renewed, since lapsed read it.
     SELECT id, lease_owner, attempt_started_at FROM leased_jobs

@@ -268,7 +268,8 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
 
         self._transact(work)
 
-    def reclaim_expired(self) -> int:
+    def reclaim_expired(self, skip_if_done_within: float | None = None) -> int:
+        # Never skipped: these workers reclaim in their claims, and only PostgreSQL's take turns.
         return self._transact(self._reclaim)
 
     def _reclaim(self, connection: Any) -> int:

@@ -1,0 +1,3 @@
+-- PostgreSQL's migration 0020 lets its workers' periodic reclaims take turns. This database's
+-- workers reclaim in their claims' transactions; the number is kept so that every dialect's schema
+-- has the same versions.
