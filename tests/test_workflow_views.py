@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from leased import JobStatus, Leased, PermanentError
 from leased.backends.ports import ClaimRequest
 from leased.cli.main import cli
-from leased.cli.output import step_tree
 from leased.explain import explain
 from leased.jobs import ClaimedJob
+from leased.run_views import step_tree
 from leased.runs import RunWhen, StepInfo, WorkflowStatus
 from test_cli import APP, Cli
 

@@ -21,9 +21,9 @@ from starlette.templating import Jinja2Templates
 
 from leased.admin import WorkerInfo
 from leased.app import Leased
-from leased.cli.output import STEP_STATUSES, parents_note, step_counts, step_tree
 from leased.errors import ConfigurationError, InvalidTransition, JobNotFound, WorkflowNotFound
 from leased.jobs import JobStatus
+from leased.run_views import STEP_STATUSES, parents_note, step_counts, step_tree
 from leased.runs import WorkflowInfo, WorkflowStatus
 from leased.web.charts import throughput_chart
 from leased.web.security import CSRF_FIELD, Csrf, Flash
