@@ -1,4 +1,5 @@
-"""The values leased hands out: a job, one attempt at it, and their statuses.
+"""The values of a job: one to write (NewJob), a job as leased hands it out, one attempt at it, and
+their statuses.
 
 They are plain frozen data. Nothing here talks to a database; persistence is the backend's.
 """

@@ -32,8 +32,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
 from leased.admin import ChildrenSummary
-from leased.engine.context import CancelReason, TaskContext
 from leased.backends import connect
+from leased.engine.context import CancelReason, TaskContext
 from leased.errors import ConfigurationError, PermanentError
 from leased.events import ChildProcessEnded, ChildProcessStarted, Event
 from leased.jobs import Lease

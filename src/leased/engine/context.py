@@ -6,7 +6,6 @@ import math
 import threading
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-
 from typing import TYPE_CHECKING, Any, Callable
 
 from leased.engine.durable import DurableSteps
