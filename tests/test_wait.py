@@ -52,11 +52,14 @@ def test_wait_sees_a_cancel_and_a_job_ended_by_another_process(app, gate, databa
     cancel = threading.Timer(0.05, app.cancel, (job.id,))  # here: woken by app.cancel
     cancel.start()
     assert app.wait(job.id, timeout=30).status is JobStatus.CANCELLED
+    cancel.join()  # app.cancel reads the job back after its commit, which the wait may beat
     elsewhere = Leased(database_url)  # another process's view: only the backoff's re-reads see it
     try:
         other = gated.enqueue()
-        threading.Timer(0.05, elsewhere.cancel, (other.id,)).start()
+        cancel = threading.Timer(0.05, elsewhere.cancel, (other.id,))
+        cancel.start()
         assert app.wait(other.id, timeout=30).status is JobStatus.CANCELLED
+        cancel.join()  # before the schema goes
     finally:
         elsewhere.close()
 
