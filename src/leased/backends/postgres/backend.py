@@ -83,6 +83,11 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def _reclaim_first(connection: psycopg.Connection) -> psycopg.Cursor:
+    """A claim's reclaim, at the start of its transaction: asked for by its caller, so it takes no turn."""
+    return connection.execute(QUERIES["reclaim_expired"], {"steps": False, "spacing": None})
+
+
 def _lease_arrays(leases: Sequence[Lease]) -> dict[str, Any]:
     return {"worker_id": leases[0].worker_id, "job_ids": [lease.job_id for lease in leases],
             "attempts": [lease.attempt for lease in leases]}
@@ -580,8 +585,8 @@ class PostgresBackend(SQLStore):
 
     def _rotate_due(self, connection: psycopg.Connection) -> None:
         """The due set's oldest generation truncated, if it may be (migration 0018), after each
-        reclaim (once a second per worker, its turn or not), once the reclaim has committed: a rotation that fails
-        costs its turn, never the jobs just reclaimed or claimed."""
+        reclaim (once a second per worker, its turn or not), once the reclaim has committed: a
+        rotation that fails costs its turn, never the jobs just reclaimed or claimed."""
         try:
             connection.execute(QUERIES["rotate_due"])
         except psycopg.Error as error:
@@ -603,7 +608,7 @@ class PostgresBackend(SQLStore):
         if not (reclaim or look_for_limits or self.behind_pooler):
             return connection.execute(QUERIES["claim"], params).fetchall(), None
         with self._claim_transaction(connection):
-            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False, "spacing": None}) if reclaim else None
+            reclaimed = _reclaim_first(connection) if reclaim else None
             claimed = connection.execute(QUERIES["claim"], params)
             in_use = connection.execute(QUERIES["limits_in_use"]) if look_for_limits else None
         self._steps_to_reclaim(reclaimed)
@@ -619,7 +624,7 @@ class PostgresBackend(SQLStore):
         """Claim limited and plain jobs alike, in claim order, under the lock that serializes
         claims of limited jobs (see queries.sql); one round trip."""
         with self._claim_transaction(connection):
-            reclaimed = connection.execute(QUERIES["reclaim_expired"], {"steps": False, "spacing": None}) if reclaim else None
+            reclaimed = _reclaim_first(connection) if reclaim else None
             connection.execute(QUERIES["limited_claim_lock"])
             claimed = connection.execute(QUERIES["claim_limited"], params)
             in_use = connection.execute(QUERIES["limits_in_use"])
