@@ -88,6 +88,12 @@ def _reclaim_first(connection: psycopg.Connection) -> psycopg.Cursor:
     return connection.execute(QUERIES["reclaim_expired"], {"steps": False, "spacing": None})
 
 
+def _split_stale(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """A claim's rows, and its count of due rows that did not hold (a row of its own, id NULL,
+    when it claimed nothing): see claim in queries.sql."""
+    return [row for row in rows if row["id"] is not None], rows[0]["stale_due_rows"] if rows else 0
+
+
 def _lease_arrays(leases: Sequence[Lease]) -> dict[str, Any]:
     return {"worker_id": leases[0].worker_id, "job_ids": [lease.job_id for lease in leases],
             "attempts": [lease.attempt for lease in leases]}
@@ -242,6 +248,7 @@ class PostgresBackend(SQLStore):
         # limited job. A short plain claim looks again, and a full one once a second.
         self._limits_in_use = False
         self._look_for_limits_at = 0.0  # monotonic: when a full plain claim looks next
+        self._due_set_mended = False  # whether this backend's first claim has mended the due set
         # Whether the URL reaches the server through a pooler: None until the first connection tells.
         self.behind_pooler: bool | None = None
         self.clock = Clock()  # leased_now()'s offset for this backend's sessions (see leased.clock)
@@ -557,31 +564,66 @@ class PostgresBackend(SQLStore):
         params = {"worker_id": request.worker_id, "task_names": list(request.task_names),
                   "queue_names": None if request.queue_names is None else list(request.queue_names),
                   "limit": request.limit}
+        if not self._due_set_mended:
+            self._mend_due_set()
         with self._connection(for_claims=True) as connection:
             # The lease runs from the claim statement, not from the call: the wait for a connection
             # (through a failover, seconds) must not eat into it (see ClaimedJob.lease_from).
             lease_from = time.monotonic()
-            if self._limits_in_use:
-                rows = self._claim_limited(connection, params, request.reclaim_expired)
-            else:
-                # Whether limited jobs wait: asked by a claim with slots to spare, and once a second
-                # by a full one, which would otherwise never look.
-                look = request.reclaim_expired or lease_from >= self._look_for_limits_at
-                rows, in_use = self._claim_plain(connection, params, request.reclaim_expired, look)
-                if look:
-                    self._look_for_limits_at = lease_from + LOOK_FOR_LIMITS_SECONDS
-                if len(rows) < request.limit and in_use is None:  # slots to spare: look for limited jobs
-                    in_use = connection.execute(QUERIES["limits_in_use"]).fetchone()["in_use"]
-                if in_use:
-                    self._limits_in_use = True
-                    if len(rows) < request.limit:
-                        rows += self._claim_limited(connection, {**params, "limit": request.limit - len(rows)}, False)
+            rows, stale = self._claim_pass(connection, params, request.reclaim_expired, lease_from)
+            # A claim that met due rows that do not hold deleted them (migration 0021): claim again at
+            # once, rather than take a short claim for an empty queue and nap beside pending jobs.
+            dropped = stale
+            while stale and len(rows) < request.limit:
+                more, stale = self._claim_pass(connection, {**params, "limit": request.limit - len(rows)}, False,
+                                               lease_from)
+                rows += more
+                dropped += stale
             if request.reclaim_expired:  # a caller's claim that reclaims (the worker reclaims beside its claims)
                 self._rotate_due(connection)
+        if dropped:
+            log.warning("dropped %d due rows whose jobs were gone or had moved (written by a TRUNCATE, an older "
+                        "release of leased or writes with triggers off); claimed again at once", dropped)
         jobs = self._claimed(rows)
         for job in jobs:
             job.lease_from = lease_from
         return jobs
+
+    def _claim_pass(self, connection: psycopg.Connection, params: dict[str, Any], reclaim: bool, lease_from: float
+                    ) -> tuple[list[dict[str, Any]], int]:
+        """One claim: the plain one, and the limited one while limited jobs wait. Returns the rows
+        claimed and how many due rows that did not hold it deleted (see claim in queries.sql)."""
+        if self._limits_in_use:
+            return _split_stale(self._claim_limited(connection, params, reclaim))
+        # Whether limited jobs wait: asked by a claim with slots to spare, and once a second by a
+        # full one, which would otherwise never look.
+        look = reclaim or lease_from >= self._look_for_limits_at
+        plain, in_use = self._claim_plain(connection, params, reclaim, look)
+        rows, stale = _split_stale(plain)
+        if look:
+            self._look_for_limits_at = lease_from + LOOK_FOR_LIMITS_SECONDS
+        if len(rows) < params["limit"] and in_use is None:  # slots to spare: look for limited jobs
+            in_use = connection.execute(QUERIES["limits_in_use"]).fetchone()["in_use"]
+        if in_use:
+            self._limits_in_use = True
+            if len(rows) < params["limit"]:
+                limited, more_stale = _split_stale(
+                    self._claim_limited(connection, {**params, "limit": params["limit"] - len(rows)}, False))
+                rows += limited
+                stale += more_stale
+        return rows, stale
+
+    def _mend_due_set(self) -> None:
+        """The due set made exact again at this process's first claim (migration 0021): rows that do
+        not hold dropped, and rows added for pending jobs written with triggers off, which no claim
+        could otherwise find. It reads the whole jobs table, so once per backend, and on a connection
+        for calls: the claims' settings rule out the sequential scan it wants."""
+        mended = self._fetch_one("mend_due")
+        self._due_set_mended = True
+        if mended["dropped"] or mended["added"]:
+            log.warning("the due set was out of step with the jobs (a TRUNCATE, an older release of leased, or writes "
+                        "with triggers off): dropped %d rows, added %d for pending jobs that had none",
+                        mended["dropped"], mended["added"])
 
     def _rotate_due(self, connection: psycopg.Connection) -> None:
         """The due set's oldest generation truncated, if it may be (migration 0018), after each

@@ -100,15 +100,22 @@ SELECT set_config('enable_sort', 'off', %(for_transaction)s),
        set_config('enable_seqscan', 'off', %(for_transaction)s),
        set_config('synchronous_commit', 'off', %(for_transaction)s),
        set_config('jit', 'off', %(for_transaction)s),
-       set_config('plan_cache_mode', 'force_generic_plan', %(for_transaction)s);
+       set_config('plan_cache_mode', 'force_generic_plan', %(for_transaction)s),
+       set_config('leased.claims_own_due_rows', 'on', %(for_transaction)s);
 
 -- name: claim
 -- Jobs without a key in queues without a limit; claim_limited takes the others (see there). Read
 -- from leased_due (migration 0018). It never waits: due rows and jobs' rows that others hold are
--- skipped. Of the rows it took, it deletes those whose job it locked. A job another writer holds
--- keeps its row: that writer deletes it, if the job leaves the due set, once this claim commits.
+-- skipped. A due row claims only the job it was written for (migration 0021): pending, without a
+-- key, at the row's priority, due time, queue and task, so a row whose job is gone or has moved
+-- (a TRUNCATE, writes with triggers off, a reused id) claims nothing. Of the rows it took, it
+-- deletes those whose job it claimed, and those that do not hold in its snapshot (the job is not
+-- held elsewhere: a writer holding a job deletes the row itself, if the job leaves the set, once
+-- this claim commits). stale_due_rows counts the second kind, on every row and on a row of its
+-- own (id NULL) when nothing was claimed: a claim that met some claims again at once, rather than
+-- reading a short claim as an empty queue.
 WITH due AS (
-    SELECT generation, priority, run_after, id FROM leased_due
+    SELECT generation, priority, run_after, id, queue_name, task_name FROM leased_due
     WHERE run_after <= leased_now()
       AND task_name = ANY(%(task_names)s::text[])
       AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
@@ -120,14 +127,22 @@ WITH due AS (
 ), seen AS (
     -- Each job found by its primary key alone (see finish): without statistics the planner would
     -- read the pending jobs' indexes of leased_jobs, the dead entries a held horizon keeps included.
-    SELECT due.generation, due.priority, due.run_after, due.id,
-           job.status = 'pending' AND job.concurrency_key IS NULL AND job.run_after <= leased_now() AS ready
+    SELECT due.generation, due.priority, due.run_after, due.id, job.id IS NOT NULL AS ready,
+           CASE WHEN job.id IS NULL THEN NOT EXISTS (
+               SELECT FROM leased_jobs AS held
+               WHERE held.id = due.id AND held.status = 'pending' AND held.concurrency_key IS NULL
+                 AND (held.priority, held.run_after, held.queue_name, held.task_name)
+                     = (due.priority, due.run_after, due.queue_name, due.task_name)) END AS stale
     FROM due
-    CROSS JOIN LATERAL (SELECT id, status, concurrency_key, run_after FROM leased_jobs
-                        WHERE id = due.id LIMIT 1 FOR UPDATE SKIP LOCKED) AS job
+    LEFT JOIN LATERAL (SELECT id FROM leased_jobs
+                       WHERE id = due.id AND status = 'pending' AND concurrency_key IS NULL
+                         AND (priority, run_after, queue_name, task_name)
+                             = (due.priority, due.run_after, due.queue_name, due.task_name)
+                       LIMIT 1 FOR UPDATE SKIP LOCKED) AS job ON true
 ), taken AS (
     DELETE FROM leased_due AS row USING seen
-    WHERE row.generation = seen.generation AND row.priority = seen.priority AND row.run_after = seen.run_after
+    WHERE (seen.ready OR seen.stale)
+      AND row.generation = seen.generation AND row.priority = seen.priority AND row.run_after = seen.run_after
       AND row.id = seen.id
 ), claimed AS (
     UPDATE leased_jobs AS job
@@ -137,7 +152,14 @@ WITH due AS (
     WHERE job.id = seen.id AND seen.ready
     RETURNING job.*
 )
-SELECT * FROM claimed;
+SELECT claimed.*, stale.n AS stale_due_rows
+FROM (SELECT count(*) FILTER (WHERE stale) AS n FROM seen) AS stale
+LEFT JOIN claimed ON true
+WHERE claimed.id IS NOT NULL OR stale.n > 0;
+
+-- name: mend_due
+-- The due set made exact again, once per worker process at its first claim (migration 0021).
+SELECT * FROM leased_mend_due();
 
 -- name: rotate_due
 -- Once a second, after a claim (migration 0018): when the current generation has grown to 64 KB
@@ -732,7 +754,7 @@ WITH RECURSIVE keys (key) AS (
         %(limit)s) AS room
     FROM leased_queue_limits AS l
 ), candidates AS (
-    (SELECT id, priority, run_after, queue_name FROM leased_due
+    (SELECT id, priority, run_after, queue_name, task_name FROM leased_due
      WHERE run_after <= leased_now()
        AND task_name = ANY(%(task_names)s::text[])
        AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
@@ -742,7 +764,7 @@ WITH RECURSIVE keys (key) AS (
      LIMIT %(limit)s)
     UNION ALL
     SELECT job.* FROM queue_room CROSS JOIN LATERAL (
-        SELECT id, priority, run_after, queue_name FROM leased_due
+        SELECT id, priority, run_after, queue_name, task_name FROM leased_due
         WHERE queue_name = queue_room.queue_name
           AND run_after <= leased_now() AND task_name = ANY(%(task_names)s::text[])
           AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
@@ -752,7 +774,7 @@ WITH RECURSIVE keys (key) AS (
     ) AS job
     UNION ALL
     SELECT job.* FROM key_room CROSS JOIN LATERAL (
-        SELECT id, priority, run_after, queue_name FROM leased_jobs
+        SELECT id, priority, run_after, queue_name, task_name FROM leased_jobs
         WHERE status = 'pending' AND concurrency_key = key_room.key AND run_after <= leased_now()
           AND task_name = ANY(%(task_names)s::text[])
           AND (%(queue_names)s::text[] IS NULL OR queue_name = ANY(%(queue_names)s::text[]))
@@ -764,15 +786,22 @@ WITH RECURSIVE keys (key) AS (
     SELECT candidates.*, row_number() OVER (PARTITION BY queue_name ORDER BY priority DESC, run_after, id) AS place
     FROM candidates
 ), chosen AS (
-    SELECT ranked.id FROM ranked LEFT JOIN queue_room USING (queue_name)
+    SELECT ranked.id, ranked.priority, ranked.run_after, ranked.queue_name, ranked.task_name
+    FROM ranked LEFT JOIN queue_room USING (queue_name)
     WHERE queue_room.queue_name IS NULL OR ranked.place <= queue_room.room
     ORDER BY ranked.priority DESC, ranked.run_after, ranked.id
     LIMIT %(limit)s
 ), due AS (
     -- A job the plain claim took since the snapshot is no longer pending when its lock is granted.
-    -- An array of ids: looked up by primary key, where a join may hash every pending job.
-    SELECT id FROM leased_jobs WHERE id = ANY(ARRAY(SELECT id FROM chosen)) AND status = 'pending'
-    FOR UPDATE SKIP LOCKED
+    -- Each by primary key (LIMIT 1), where a join may hash every pending job; and only where it is
+    -- as its candidate row says (migration 0021): a due row left for a job that is gone or moved
+    -- claims nothing, as in the plain claim, which deletes such rows.
+    SELECT job.id FROM chosen CROSS JOIN LATERAL (
+        SELECT id FROM leased_jobs
+        WHERE id = chosen.id AND status = 'pending'
+          AND (priority, run_after, queue_name, task_name)
+              = (chosen.priority, chosen.run_after, chosen.queue_name, chosen.task_name)
+        LIMIT 1 FOR UPDATE SKIP LOCKED) AS job
 ), claimed AS (
     UPDATE leased_jobs AS job
     SET status = 'running', attempt = job.attempt + 1, lease_owner = %(worker_id)s,
@@ -799,8 +828,22 @@ WITH RECURSIVE keys (key) AS (
 ), forgotten AS (
     -- Starts older than the longest window (an hour) count for nothing.
     DELETE FROM leased_starts WHERE started_at < leased_now() - interval '1 hour'
+), stale AS (
+    -- Due rows chosen that do not hold in this snapshot (migration 0021): deleted and counted, as
+    -- in the plain claim (stale_due_rows), so that the caller claims again at once. A keyed
+    -- candidate has no due row: nothing matches it here.
+    DELETE FROM leased_due AS row USING chosen
+    WHERE row.id = chosen.id AND row.priority = chosen.priority AND row.run_after = chosen.run_after
+      AND NOT EXISTS (SELECT FROM leased_jobs AS job
+                      WHERE job.id = chosen.id AND job.status = 'pending' AND job.concurrency_key IS NULL
+                        AND (job.priority, job.run_after, job.queue_name, job.task_name)
+                            = (chosen.priority, chosen.run_after, chosen.queue_name, chosen.task_name))
+    RETURNING row.id
 )
-SELECT * FROM claimed;
+SELECT claimed.*, stale.n AS stale_due_rows
+FROM (SELECT count(*) AS n FROM stale) AS stale
+LEFT JOIN claimed ON true
+WHERE claimed.id IS NOT NULL OR stale.n > 0;
 
 -- name: set_queue_limit
 INSERT INTO leased_queue_limits (queue_name, concurrency, rate_count, rate_seconds)

@@ -33,7 +33,8 @@ def apply_leased_migrations(up_to: int) -> Callable[[Any, Any], None]:
 def drop_leased_tables(apps: Any, schema_editor: Any) -> None:
     for table in LEASED_TABLES:
         schema_editor.execute(f"DROP TABLE IF EXISTS {schema_editor.quote_name(table)}")
-    if schema_editor.connection.vendor == "postgresql":  # what else migrations 0018 and 0020 made
+    if schema_editor.connection.vendor == "postgresql":  # what else migrations 0018, 0020 and 0021 made
         schema_editor.execute("DROP SEQUENCE IF EXISTS leased_due_current, leased_reclaim_turn_at")
         schema_editor.execute("DROP FUNCTION IF EXISTS leased_due_generation_for, leased_due_inserted, "
-                              "leased_due_changed, leased_rotate_due, leased_reclaim_turn")
+                              "leased_due_changed, leased_rotate_due, leased_reclaim_turn, leased_due_truncated, "
+                              "leased_mend_due")
