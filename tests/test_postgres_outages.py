@@ -18,7 +18,7 @@ import pytest
 
 from conftest import _POSTGRES_PROBLEM, POSTGRES_URL, REQUIRE_POSTGRES, postgres_schema, running_worker, wait_for
 from leased import Leased, Outcome
-from leased.errors import DatabaseUnavailable
+from leased.errors import DatabaseConflict, DatabaseUnavailable
 
 if _POSTGRES_PROBLEM:
     if REQUIRE_POSTGRES:
@@ -132,3 +132,36 @@ def test_a_multi_host_url_that_reaches_no_host_gives_each_hosts_reason_in_one_li
     message = str(raised.value)
     assert "\n" not in message, message
     assert f"127.0.0.1:{first}: Connection refused" in message and f"127.0.0.1:{second}: Connection refused" in message
+
+
+@pytest.mark.parametrize("setting", ["lock_timeout = '100ms'", "statement_timeout = '300ms'"])
+def test_a_dbas_timeout_on_the_role_is_an_outage_the_worker_rides_out(url, setting, caplog):
+    """DBAs set lock_timeout and statement_timeout on roles. A table lock held past them used to kill
+    every worker with a traceback (LockNotAvailable, QueryCanceled) and hand producers the raw
+    error: now the producer gets a DatabaseConflict naming the timeout, and the worker waits it out."""
+    Leased(url).migrate()
+    role = f"leased_dba_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN SUPERUSER")
+        admin.execute(f"ALTER ROLE {role} SET {setting}")
+    app = Leased(urlunsplit(urlsplit(url)._replace(netloc=f"{role}@{urlsplit(url).hostname}:{urlsplit(url).port}")))
+    try:
+        ran: list[int] = []
+        count = app.task(name="count")(ran.append)
+        count.enqueue_many([(n,) for n in range(20)])
+        caplog.set_level(logging.WARNING, logger="leased.worker")
+        with psycopg.connect(url) as holder:
+            holder.execute("LOCK TABLE leased_jobs IN ACCESS EXCLUSIVE MODE")  # held until the rollback below
+            with pytest.raises(DatabaseConflict, match="timeout") as raised:
+                count.enqueue(99)
+            assert "\n" not in str(raised.value) and "nothing was written" in str(raised.value)
+            with running_worker(app) as worker:  # raises on exit if the worker stopped on the error
+                wait_for(lambda: "canceling statement" in caplog.text, message="the worker to meet the timeout")
+                holder.rollback()
+                wait_for(lambda: len(ran) == 20, message="the jobs to run once the lock is gone")
+                assert not worker._stopping
+        assert sorted(ran) == list(range(20)) and app.job_counts().totals["done"] == 20
+    finally:
+        app.close()
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP ROLE {role}")

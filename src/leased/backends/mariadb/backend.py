@@ -52,6 +52,7 @@ OLDEST_MARIADB = (10, 6)
 # Server error numbers: a transaction the server broke off (worth running again), a table that is
 # not there, and a key already taken.
 ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT = 1213, 1205
+ER_STATEMENT_TIMEOUT = 1969  # max_statement_time, which a DBA may set per user: another try is the cure
 ER_NO_SUCH_TABLE, ER_DUP_ENTRY = 1146, 1062
 # Client errors: the server is gone, or never answered.
 CONNECTION_LOST = {2002, 2003, 2005, 2006, 2013, 2055, 1927, 4031}
@@ -261,7 +262,7 @@ class MariaDBBackend(SQLStore):
             raise DatabaseUnavailable(f"lost the connection to {self._where} (the driver closed it)") from error
         except driver.OperationalError as error:
             number = _errno(error)
-            if number in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT):
+            if number in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_STATEMENT_TIMEOUT):
                 raise DatabaseConflict(f"{self._where}: {error.args[-1]}; nothing was written") from error
             if number in CONNECTION_LOST or number is None or number >= 2000:
                 self._forget_connection()  # the next call connects again

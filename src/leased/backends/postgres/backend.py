@@ -359,6 +359,12 @@ class PostgresBackend(SQLStore):
                 yield connection
         except (errors.DeadlockDetected, errors.SerializationFailure) as error:
             raise DatabaseConflict(f"{self._where}: {first_line(error)}; nothing was written") from error
+        except (errors.LockNotAvailable, errors.QueryCanceled) as error:
+            # A DBA's lock_timeout or statement_timeout (on a role, a database), or a cancel: the
+            # server rolled the statement's transaction back. Another try is the cure, as for a
+            # deadlock; a worker rides it out as an outage rather than dying of it.
+            raise DatabaseConflict(f"{self._where}: {first_line(error)} (the server's lock_timeout or "
+                                   "statement_timeout, or a cancel); nothing was written") from error
         except errors.UndefinedTable as error:
             if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
                 raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
