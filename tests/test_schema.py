@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -36,7 +37,9 @@ def test_concurrent_migrators_all_succeed_with_one_schema(database_url):
                                   stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outputs = [process.communicate(timeout=60) for process in processes]
     assert [process.returncode for process in processes] == [0] * 4, outputs
-    assert sorted(out.strip() for out, _ in outputs) == [str(EVERY_VERSION), "[]", "[]", "[]"]
+    # Each version in a transaction of its own: the migrators may share the work, never repeat it.
+    applied = [version for out, _ in outputs for version in ast.literal_eval(out.strip())]
+    assert sorted(applied) == EVERY_VERSION
 
 
 def test_printed_sql_builds_the_schema_that_migrate_builds(backend_name, tmp_path):

@@ -820,6 +820,15 @@ class PostgresBackend(SQLStore):
                 with connection.transaction():
                     yield connection
 
+    @contextmanager
+    def _migration_connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """A transaction to apply a version in, whose lock waits are short (migration_lock_timeout):
+        a DDL statement waiting for its lock holds up every claim, enqueue and renewal queued behind
+        it, so it gives way and the runner tries again (SQLStore._apply_up_to)."""
+        with self._transaction() as connection:
+            connection.execute(QUERIES["migration_lock_timeout"])
+            yield connection
+
     def _time_in(self, value: datetime) -> datetime:
         return value
 

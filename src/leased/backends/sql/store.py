@@ -44,6 +44,8 @@ T = TypeVar("T")
 # given up) is run again, at once after 1, 2, 4, ... ms: nothing of it was written, and the one
 # that won is about to commit. Past it, DatabaseConflict goes on to the engine's retry policy.
 CONFLICT_RETRIES = 5
+# How long `leased migrate` (and a first use) keeps trying a version whose locks another session holds.
+MIGRATION_PATIENCE_SECONDS = 120.0
 
 
 class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
@@ -466,10 +468,32 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         applied = self._applied_versions()
         if applied - {migration.version for migration in migrations}:
             raise SchemaNotReady(schema_problem(applied, migrations, self._where))
-        if all(migration.version in applied for migration in migrations):
-            return []
-        with self._migration_connection() as connection:
-            return self._migrator.apply(connection)
+        done: list[int] = []
+        for migration in migrations:
+            if migration.version not in applied:
+                done += self._apply_up_to(migration.version)
+        return done
+
+    def _apply_up_to(self, version: int) -> list[int]:
+        """One version in a transaction of its own: a version's locks are held only while it runs,
+        and one version never upgrades a lock another took (0018's CREATE TRIGGER, then 0019's DROP
+        INDEX, in one transaction deadlocked with running workers). A dialect that bounds its lock
+        waits (PostgreSQL's lock_timeout) gives way to the workers queued behind it and tries again,
+        for MIGRATION_PATIENCE_SECONDS at most."""
+        deadline = time.monotonic() + MIGRATION_PATIENCE_SECONDS
+        tries = 0
+        while True:
+            try:
+                with self._migration_connection() as connection:
+                    return self._migrator.apply(connection, up_to=version)
+            except DatabaseConflict as error:
+                tries += 1
+                if time.monotonic() >= deadline:
+                    raise DatabaseConflict(
+                        f"migration {version} could not take the locks it needs in {MIGRATION_PATIENCE_SECONDS:.0f} s "
+                        f"({tries} tries; the last: {error}): a long transaction holds leased's tables? `leased why` "
+                        "on a pending job, or pg_stat_activity, names it") from error
+                time.sleep(min(0.1 * tries, 1.0))  # room for the claims and enqueues that queued behind it
 
     def migration_sql(self) -> str:
         return self._migrator.script()
