@@ -240,11 +240,57 @@ def test_a_schema_newer_than_the_code_is_refused_with_or_without_migrate(databas
             f"INSERT INTO leased_schema_version (version, applied_at) VALUES (9999, {_now_literal(database_url)})")
     for app in (Leased(database_url), Leased(database_url, migrate=False)):
         with pytest.raises(SchemaNotReady, match=r"newer than this leased \(it has version 9999, this leased knows up "
-                                                 rf"to {EVERY_VERSION[-1]}\): upgrade leased"):
+                                                 rf"to {EVERY_VERSION[-1]}, and version 9999 needs newer code\): "
+                                                 "upgrade leased"):
             app.counts()
         with pytest.raises(SchemaNotReady, match="newer than this leased"):
             app.migrate()
         app.close()
+
+
+def test_a_newer_schema_runs_older_code_where_its_versions_say_it_may(database_url):
+    """A rolling deploy: the database migrated by the next release, this release's processes
+    restarted on it. A version saying code of this release runs on it (migration 0022's table) is
+    run on, migrate applying nothing; one saying it needs newer code is refused, named."""
+    from leased import SchemaNotReady
+    from leased.backends.sql.scripts import Migration
+
+    current = EVERY_VERSION[-1]
+    additive = Migration(current + 1, "additive", "CREATE TABLE leased_additive (id integer);\n"
+                         "INSERT INTO leased_schema_compatibility (version, oldest_code_version) "
+                         f"VALUES ({current + 1}, {current});")
+    breaking = Migration(current + 2, "breaking", "CREATE TABLE leased_breaking (id integer);\n"
+                         "INSERT INTO leased_schema_compatibility (version, oldest_code_version) "
+                         f"VALUES ({current + 2}, {current + 2});")
+    backend_class = type(connect(database_url))
+    migrator = backend_class._migrator
+    try:
+        backend_class._migrator = replace(migrator, migrations=[*migrator.migrations, additive])
+        Leased(database_url).migrate()  # the next release migrates
+    finally:
+        backend_class._migrator = migrator
+    older = Leased(database_url)  # this release, restarted: it runs, and has nothing to apply
+    assert older.migrate() == [] and older.counts() is not None
+    try:
+        backend_class._migrator = replace(migrator, migrations=[*migrator.migrations, additive, breaking])
+        Leased(database_url).migrate()  # the release after that
+    finally:
+        backend_class._migrator = migrator
+    with pytest.raises(SchemaNotReady, match=rf"version {current + 2} needs newer code"):
+        older.backend.check_schema()  # what a process of this release checks when it starts
+    older.close()
+    restarted = Leased(database_url, migrate=False)
+    with pytest.raises(SchemaNotReady, match=rf"version {current + 2} needs newer code"):
+        restarted.counts()
+    restarted.close()
+
+
+def test_every_migration_from_0022_says_which_older_code_runs_on_it():
+    for backend in ("sqlite", "postgres", "mariadb"):
+        for migration in scripts.load_migrations(BACKENDS_DIR / backend / "migrations"):
+            if migration.version >= 22:
+                assert re.search(r"INSERT INTO leased_schema_compatibility \(version, oldest_code_version\) "
+                                 rf"VALUES \({migration.version}, \d+\)", migration.sql), (backend, migration.name)
 
 
 def _now_literal(url: str) -> str:

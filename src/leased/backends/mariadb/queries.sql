@@ -393,6 +393,11 @@ SELECT RELEASE_LOCK(CONCAT('leased_migrate:', DATABASE())) AS released;
 -- name: applied_versions
 SELECT version FROM leased_schema_version;
 
+-- name: schema_compatibility
+-- Which older code runs on the versions applied (migration 0022): read when the schema is newer
+-- than this code.
+SELECT version, oldest_code_version FROM leased_schema_compatibility;
+
 -- name: create_version_table
 CREATE TABLE IF NOT EXISTS leased_schema_version (
     version INT NOT NULL PRIMARY KEY,

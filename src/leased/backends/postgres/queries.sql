@@ -482,6 +482,11 @@ SELECT pg_advisory_xact_lock(119182682449252);
 -- name: applied_versions
 SELECT version FROM leased_schema_version;
 
+-- name: schema_compatibility
+-- Which older code runs on the versions applied (migration 0022): read when the schema is newer
+-- than this code.
+SELECT version, oldest_code_version FROM leased_schema_compatibility;
+
 -- name: create_version_table
 CREATE TABLE IF NOT EXISTS leased_schema_version (
     version integer PRIMARY KEY,

@@ -6,6 +6,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -58,15 +59,22 @@ def load_migrations(folder: Path) -> list[Migration]:
 MIGRATE_HINT = "run `leased migrate APP` (or app.migrate() in your code)"
 
 
-def schema_problem(applied: set[int], migrations: list[Migration], where: str) -> str | None:
+def schema_problem(applied: set[int], migrations: list[Migration], where: str,
+                   compatibility: Mapping[int, int] | None = None) -> str | None:
     """Why a database whose recorded versions are `applied` cannot run this leased, or None.
-    One text for every entry point (worker, CLI, dashboard, producers), said in one line."""
+    One text for every entry point (worker, CLI, dashboard, producers), said in one line.
+    `compatibility` is {version: the oldest code version that runs on it} (migration 0022), read
+    for a schema newer than this code: versions it does not know stop it only where they say so,
+    and a version without a row (before 0022, or a branch's) needs code of its own version."""
     known = {migration.version for migration in migrations}
     if not applied:
         return f"leased's schema is missing from {where}: {MIGRATE_HINT} to create it"
-    if applied - known:
+    needing_newer = sorted(version for version in applied - known
+                           if (compatibility or {}).get(version, version) > max(known))
+    if needing_newer:
         return (f"leased's schema in {where} is newer than this leased (it has version {max(applied)}, this leased "
-                f"knows up to {max(known)}): upgrade leased to the release that migrated it, or a later one")
+                f"knows up to {max(known)}, and version {needing_newer[0]} needs newer code): upgrade leased to "
+                "the release that migrated it, or a later one")
     missing = sorted(known - applied)
     if missing:
         return (f"leased's schema in {where} is older than this leased (version{'s' if len(missing) > 1 else ''} "

@@ -456,18 +456,37 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
                 return set()
             raise
 
+    def _schema_compatibility(self, applied: set[int]) -> dict[int, int]:
+        """{version: oldest code version that runs on it} (migration 0022), read only for a schema
+        with versions this code does not know: a current one costs no round trip."""
+        if not applied - {migration.version for migration in self._migrator.migrations}:
+            return {}
+        try:
+            return {row["version"]: row["oldest_code_version"] for row in self._rows("schema_compatibility")}
+        except Exception as error:
+            if isinstance(error, SchemaNotReady) or self._is_missing_table(error):  # a branch's before 0022
+                return {}
+            raise
+
+    def _schema_problem(self, applied: set[int]) -> str | None:
+        return schema_problem(applied, self._migrator.migrations, self._where, self._schema_compatibility(applied))
+
     def check_schema(self, callers_connection: Any = None) -> None:
-        """Raises SchemaNotReady unless the schema is exactly what this code runs on (no lock taken)."""
-        problem = schema_problem(self._applied_versions(), self._migrator.migrations, self._where)
+        """Raises SchemaNotReady unless this code runs on the schema: exactly its own, or a newer one
+        whose versions say older code runs on them (no lock taken)."""
+        problem = self._schema_problem(self._applied_versions())
         if problem:
             raise SchemaNotReady(problem)
 
     def migrate(self, callers_connection: Any = None) -> list[int]:
-        """Apply what is missing. Finding the schema current takes no lock; a newer one is refused."""
+        """Apply what is missing. Finding the schema current takes no lock; a newer one is refused
+        unless this code runs on it (see check_schema), and then nothing is applied."""
         migrations = self._migrator.migrations
         applied = self._applied_versions()
         if applied - {migration.version for migration in migrations}:
-            raise SchemaNotReady(schema_problem(applied, migrations, self._where))
+            problem = self._schema_problem(applied)
+            if problem:
+                raise SchemaNotReady(problem)
         done: list[int] = []
         for migration in migrations:
             if migration.version not in applied:

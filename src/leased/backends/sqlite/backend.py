@@ -341,7 +341,9 @@ class SQLiteBackend(SQLStore):
     def check_schema(self, callers_connection: sqlite3.Connection | None = None) -> None:
         if callers_connection is not None:  # inside the caller's transaction: a connection of ours would wait on it
             self._check_reach(_callers(callers_connection))
-            problem = schema_problem(_applied_versions(callers_connection), self._migrator.migrations, self._where)
+            applied = _applied_versions(callers_connection)
+            problem = schema_problem(applied, self._migrator.migrations, self._where,
+                                     _schema_compatibility(callers_connection) if applied else None)
             if problem:
                 raise SchemaNotReady(problem)
             return
@@ -392,6 +394,18 @@ def _callers(connection: Any) -> sqlite3.Connection:
     if not isinstance(connection, sqlite3.Connection):
         raise ConfigurationError(wrong_connection(connection, "sqlite3.Connection", "SQLite"))
     return connection
+
+
+def _schema_compatibility(connection: sqlite3.Connection) -> dict[int, int]:
+    """{version: oldest code version that runs on it} (migration 0022), on any connection."""
+    cursor = connection.cursor()
+    cursor.row_factory = None
+    try:
+        return dict(cursor.execute(QUERIES["schema_compatibility"]).fetchall())
+    except sqlite3.OperationalError as error:
+        if _is_missing_table(error):
+            return {}
+        raise
 
 
 def _applied_versions(connection: sqlite3.Connection) -> set[int]:

@@ -369,6 +369,11 @@ ORDER BY w.started_at;
 -- name: applied_versions
 SELECT version FROM leased_schema_version;
 
+-- name: schema_compatibility
+-- Which older code runs on the versions applied (migration 0022): read when the schema is newer
+-- than this code.
+SELECT version, oldest_code_version FROM leased_schema_compatibility;
+
 -- name: create_version_table
 CREATE TABLE IF NOT EXISTS leased_schema_version (
     version INTEGER PRIMARY KEY,
