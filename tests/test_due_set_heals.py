@@ -259,3 +259,18 @@ def test_left_rows_of_other_jobs_do_not_hold_a_rotation_back(postgres_app):
     assert len(app.backend.claim(ClaimRequest("w", TASKS, None, 25))) == 25
     assert raw_scalar(app, rotate)  # 5 rows hold, 5 more name their jobs: the 5 carried over, the rest dropped
     assert sorted(raw_scalar(app, "SELECT array_agg(id) FROM leased_due")) == [job.id for job in jobs[25:]]
+
+
+def test_a_drained_generation_is_truncated_without_waiting_for_new_enqueues(postgres_app):
+    """A burst drained: its generation's dead entries went only two rotations later, each waiting
+    for 64 KB of new enqueues, and every claim stepped over them meanwhile."""
+    app = postgres_app
+    burst = app.tasks["t"].enqueue_many([()] * 1500)  # over 64 KB of due rows
+    generation = raw_scalar(app, f"SELECT generation FROM leased_due WHERE id = {burst[0].id}")
+    assert raw_scalar(app, "SELECT leased_rotate_due(65536, 100000)")  # the burst's is no longer current
+    while claimed := app.backend.claim(ClaimRequest("w", TASKS, None, 500)):
+        app.backend.finish([AttemptEnd(job.lease, Outcome.DONE) for job in claimed])
+    drained = f"SELECT pg_relation_size('leased_due_{generation}')"
+    assert raw_scalar(app, drained) > 0
+    assert not raw_scalar(app, "SELECT leased_rotate_due(65536, 1000)")  # no rotation due: no new enqueues
+    assert raw_scalar(app, drained) == 0

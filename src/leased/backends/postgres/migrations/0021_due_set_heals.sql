@@ -47,6 +47,56 @@ CREATE TRIGGER leased_jobs_due_changed AFTER UPDATE ON leased_jobs FOR EACH ROW
                                 NEW.concurrency_key))
     EXECUTE FUNCTION leased_due_changed();
 
+-- Whether any row of a generation holds (see below): its jobs wait in it.
+CREATE OR REPLACE FUNCTION leased_due_generation_holds_a_job(generation_table regclass) RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    holds boolean;
+BEGIN
+    EXECUTE format($holds$
+        SELECT EXISTS (SELECT FROM %s AS due
+                       CROSS JOIN LATERAL (
+                           SELECT FROM leased_jobs
+                           WHERE id = due.id AND status = 'pending' AND concurrency_key IS NULL
+                             AND (priority, run_after, queue_name, task_name)
+                                 = (due.priority, due.run_after, due.queue_name, due.task_name)
+                           LIMIT 1) AS job)$holds$, generation_table)
+        INTO holds;
+    RETURN holds;
+END
+$$;
+
+-- A generation other than the current one that no longer holds a job (a drained burst's) is
+-- truncated at once, not rotations later: each rotation waits for 64 KB of new enqueues, and until
+-- the third one every claim stepped over the burst's dead entries (a million jobs drained: the first
+-- claim 157 ms, later ones 7-10 ms against about 1). Writers add rows to the current generation
+-- only, so a look, the lock without waiting and a last look are all it takes. Called by the
+-- rotation, under its advisory lock, when no rotation is due. Returns whether it truncated one.
+CREATE OR REPLACE FUNCTION leased_truncate_drained_due(current_generation smallint) RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    generation smallint;
+    drained regclass;
+BEGIN
+    FOR generation IN SELECT other FROM unnest(ARRAY[0, 1, 2]::smallint[]) AS other
+                      WHERE other <> current_generation LOOP
+        drained := format('leased_due_%s', generation)::regclass;
+        CONTINUE WHEN pg_relation_size(drained) = 0 OR leased_due_generation_holds_a_job(drained);
+        BEGIN
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', drained);
+        EXCEPTION WHEN lock_not_available THEN
+            CONTINUE;
+        END;
+        CONTINUE WHEN leased_due_generation_holds_a_job(drained);
+        EXECUTE format('TRUNCATE %s', drained);
+        RETURN true;
+    END LOOP;
+    RETURN false;
+END
+$$;
+
 -- A due row holds when its job is pending without a key, at the priority, due time, queue and task
 -- the row says: every reader that trusts a row against its job asks that (the claims, the rotation,
 -- the mend), as (priority, run_after, queue_name, task_name) compared whole.
@@ -63,8 +113,11 @@ DECLARE
     oldest_table regclass := format('leased_due_%s', oldest)::regclass;
     pending integer;
 BEGIN
-    IF pg_relation_size(format('leased_due_%s', newest)::regclass) < min_bytes
-       OR NOT pg_try_advisory_xact_lock(hashtext('leased.due.' || current_schema())) THEN
+    IF NOT pg_try_advisory_xact_lock(hashtext('leased.due.' || current_schema())) THEN
+        RETURN false;
+    END IF;
+    IF pg_relation_size(format('leased_due_%s', newest)::regclass) < min_bytes THEN
+        PERFORM leased_truncate_drained_due(newest);
         RETURN false;
     END IF;
     BEGIN
