@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import os
 import sqlite3
+import subprocess
 import threading
 import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -31,6 +38,57 @@ def test_sqlite_disk_full_fails_enqueue_clearly_and_keeps_the_file_intact(tmp_pa
     reopened = Leased(f"sqlite:///{tmp_path / 'small.db'}")
     assert all(reopened.get_job(job_id).status is JobStatus.PENDING for job_id in kept)
     reopened.close()
+
+
+@contextmanager
+def small_disk(folder: Path, size: str = "4m") -> Iterator[Path]:
+    """A real filesystem that fills up: a tmpfs of `size`, mounted for the test (root only)."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"cannot mount a tmpfs for the full-disk test: {mounted.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs (root only): {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk refuses more; remove it to give the space back."""
+    filler = disk / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(descriptor, b"\0" * 4096)
+    except OSError as error:
+        assert error.errno == errno.ENOSPC, error
+    finally:
+        os.close(descriptor)
+    return filler
+
+
+def test_a_full_disk_is_an_outage_the_sqlite_worker_waits_out(tmp_path, caplog):
+    """Every SQLite worker used to exit within a second of the disk filling, and the queue stayed
+    stopped until someone restarted them: now they wait, say so, and resume when space returns."""
+    with small_disk(tmp_path / "disk") as disk:
+        app = Leased(f"sqlite:///{disk / 'jobs.db'}")
+        ran: list[int] = []
+        count = app.task(name="count")(ran.append)
+        count.enqueue_many([(n,) for n in range(20)])
+        filler = fill(disk)
+        with pytest.raises(DatabaseFull, match="is full .* nothing was written"):
+            count.enqueue(99)
+        caplog.set_level(logging.WARNING, logger="leased.worker")
+        with running_worker(app) as worker:  # raises on exit if the worker stopped on the error
+            wait_for(lambda: "is full" in caplog.text, message="the worker to meet the full disk")
+            assert not ran and not worker._stopping
+            filler.unlink()
+            wait_for(lambda: len(ran) == 20, message="the jobs to run once space returns")
+        assert sorted(ran) == list(range(20)) and app.job_counts().totals["done"] == 20
+        app.close()
 
 
 @pytest.mark.parametrize("url", ["postgresql://postgres@127.0.0.1:1/test", "mariadb://root@127.0.0.1:1/test"])

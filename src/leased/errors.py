@@ -61,6 +61,11 @@ class DatabaseLocked(DatabaseUnavailable):
     """SQLite's write lock stayed with another connection past the wait (an open transaction)."""
 
 
+class DatabaseFull(DatabaseUnavailable):
+    """The database refused a write for lack of space; nothing of that write was kept. An outage
+    like any other to a worker, which waits until space returns rather than stopping."""
+
+
 class DatabaseConflict(LeasedError):
     """The database broke off a transaction to settle a conflict (a deadlock, a serialization
     failure); nothing of it was written, and another try is expected to succeed."""
@@ -68,10 +73,6 @@ class DatabaseConflict(LeasedError):
 
 # What the engine retries after a pause, rather than stopping: no driver's class ever reaches it.
 TRANSIENT_ERRORS: tuple[type[LeasedError], ...] = (DatabaseUnavailable, DatabaseConflict)
-
-
-class DatabaseFull(LeasedError):
-    """The database refused a write for lack of space; nothing of that write was kept."""
 
 
 class PermanentError(Exception):
