@@ -200,6 +200,8 @@ def test_user_mistakes_are_one_line_errors(sqlite_cli, args, message):
 
 def test_usage_errors_exit_2_without_traceback(sqlite_cli):
     assert "not a duration" in sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--delay", "5x", code=2).stderr
+    too_far = sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--delay", "999999999d", code=2).stderr
+    assert "more than 100 years" in too_far and "Traceback" not in too_far
     assert "missing JOB_ID" in sqlite_cli.run("show", APP, code=2).stderr
 
 

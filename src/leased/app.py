@@ -27,6 +27,7 @@ from leased.explain import Explanation, explain, step_facts
 from leased.horizon import OLD_TRANSACTION_AFTER, check_old_transaction_after
 from leased.jobs import DurableStep, Job, JobStatus, NewJob
 from leased.limits import QueueLimit, check_concurrency, parse_rate
+from leased.names import check_name
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from leased.retention import Retention, app_retention, period
 from leased.runs import Enqueued, NewWorkflow, WorkflowInfo
@@ -146,7 +147,8 @@ class Leased:
         whose death ends the attempt as `crashed`; the handler must be defined at a module's top level."""
 
         def register(function: Callable[P, R]) -> Task[P, R]:
-            task_name = name or f"{function.__module__}.{function.__qualname__}"
+            task_name = check_name(f"{function.__module__}.{function.__qualname__}" if name is None else name,
+                                   "task name")
             if task_name in self.tasks and self.tasks[task_name].func is not function:
                 raise ConfigurationError(f"two handlers registered as task {task_name!r}; give one another name=")
             task = Task(self, function, name=task_name, queue_name=queue_name, priority=priority,
@@ -171,7 +173,8 @@ class Leased:
         """
 
         def register(function: Callable[..., R]) -> Task[..., R]:
-            task_name = name or f"{function.__module__}.{function.__qualname__}"
+            task_name = check_name(f"{function.__module__}.{function.__qualname__}" if name is None else name,
+                                   "task name")
             schedule = make_schedule(task_name, cron, every, timezone, catch_up, catch_up_limit, overlap)
             handler = tick_handler(function, schedule, leading=1 if task_options.get("takes_context") else 0)
             task = self.task(name=task_name, **task_options)(handler)

@@ -7,6 +7,7 @@ import re
 from datetime import timedelta
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+LONGEST_SECONDS = 100 * 366 * 86_400
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, None: 1}
 
 
@@ -16,7 +17,10 @@ def parse_duration(text: str) -> float:
     if match is None:
         raise ValueError(f"{text!r} is not a duration: use e.g. 250ms, 10s, 5m, 2h, 1d or a number of seconds")
     number, unit = match.groups()
-    return float(number) * _UNIT_SECONDS[unit.lower() if unit else None]
+    seconds = float(number) * _UNIT_SECONDS[unit.lower() if unit else None]
+    if seconds > LONGEST_SECONDS:  # past this a timedelta overflows, and no job or retention means it
+        raise ValueError(f"{text!r} is more than 100 years: give at most 36600d")
+    return seconds
 
 
 def format_duration(value: float | timedelta | None) -> str:

@@ -8,7 +8,7 @@ import math
 import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSpec, Protocol, Sequence, TypeVar
 
 from leased.backends import parse_database_url
@@ -16,6 +16,7 @@ from leased.backoff import Backoff
 from leased.errors import ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, PayloadError
 from leased.jobs import Job, JobStatus, NewJob
 from leased.limits import KeyLimit, check_key, key_limit
+from leased.names import check_name
 from leased.payloads import encode_arguments
 from leased.retention import task_retention
 from leased.suggest import did_you_mean
@@ -24,9 +25,13 @@ from leased.typed import ArgumentTypes
 P = ParamSpec("P")
 R = TypeVar("R")
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")  # whole: fullmatch, where $ let "default\n" in
 PRIORITY_RANGE = (-32768, 32767)
-MAX_IDEMPOTENCY_KEY = 255
+MAX_ATTEMPTS = 2**31 - 1
+# A job due further ahead than this is a mistake (a delay in the wrong unit); past the year 9999 no
+# reader could show it, and a row enqueue wrote before refusing broke every listing that held it.
+LONGEST_DELAY = timedelta(days=100 * 366)
+EARLIEST_RUN_AFTER = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _UNSET: Any = object()
 
 
@@ -50,7 +55,7 @@ def check_timeout(value: object) -> float | None:
 
 
 def check_queue_name(value: object) -> str:
-    if not isinstance(value, str) or not QUEUE_NAME.match(value):
+    if not isinstance(value, str) or not QUEUE_NAME.fullmatch(value):
         raise ConfigurationError(f"invalid queue_name {value!r}: use 1-100 letters, digits or _.:- "
                                  "starting with a letter or digit")
     return value
@@ -65,8 +70,10 @@ def check_priority(value: object) -> int:
 
 
 def check_max_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"invalid max_attempts {value!r}: use a whole number >= 1")
+    # Every database counts attempts in a 32-bit integer: 2**40 was cut in silence on MariaDB, and
+    # refused with a raw DataError on PostgreSQL.
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise ConfigurationError(f"invalid max_attempts {value!r}: use a whole number from 1 to {MAX_ATTEMPTS:,}")
     return value
 
 
@@ -129,12 +136,18 @@ def schedule(run_after: datetime | timedelta | None) -> tuple[datetime | None, f
     if run_after is None:
         return None, 0.0
     if isinstance(run_after, timedelta):
+        if run_after > LONGEST_DELAY:
+            raise ConfigurationError(f"run_after {run_after!r} is more than 100 years ahead: give a delay of at "
+                                     "most timedelta(days=36600) (a delay in the wrong unit?)")
         return None, max(run_after.total_seconds(), 0.0)
     if isinstance(run_after, datetime):
         if run_after.tzinfo is None or run_after.utcoffset() is None:
             raise ConfigurationError(
                 f"run_after {run_after!r} is a naive datetime; give it a timezone "
                 "(datetime.now(timezone.utc) + ...) or pass a timedelta")
+        if not EARLIEST_RUN_AFTER <= run_after <= datetime.now(timezone.utc) + LONGEST_DELAY:
+            raise ConfigurationError(f"run_after {run_after.isoformat()} is out of range: give a time from 1970 "
+                                     "to 100 years from now")
         return run_after, 0.0
     raise ConfigurationError(f"run_after must be a timezone-aware datetime or a timedelta, got {run_after!r}")
 
@@ -210,11 +223,8 @@ class TaskCall(Generic[P, R]):
             schedule(run_after)
             changes["run_after"] = run_after
         if idempotency_key is not _UNSET:
-            if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key
-                                                or len(idempotency_key) > MAX_IDEMPOTENCY_KEY):
-                raise ConfigurationError(f"invalid idempotency_key {idempotency_key!r}: use a non-empty string "
-                                         f"of at most {MAX_IDEMPOTENCY_KEY} characters")
-            changes["idempotency_key"] = idempotency_key
+            changes["idempotency_key"] = None if idempotency_key is None else check_name(idempotency_key,
+                                                                                          "idempotency_key")
         if connection is not _UNSET:
             changes["connection"] = connection
         if max_attempts is not _UNSET:

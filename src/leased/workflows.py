@@ -23,9 +23,9 @@ from leased.errors import ConfigurationError
 from leased.jobs import JobStatus, NewJob
 from leased.payloads import encode_arguments
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
-from leased.tasks import MAX_IDEMPOTENCY_KEY, Task, TaskCall
+from leased.names import check_name
+from leased.tasks import Task, TaskCall
 
-MAX_NAME = 255
 
 
 class WorkflowApp(Protocol):
@@ -72,12 +72,8 @@ class Workflow:
 
     def __init__(self, app: WorkflowApp, name: str, idempotency_key: str | None = None):
         self.app = app
-        self.name = _check_name(name, "workflow name")
-        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key
-                                            or len(idempotency_key) > MAX_IDEMPOTENCY_KEY):
-            raise ConfigurationError(f"invalid idempotency_key {idempotency_key!r}: use a non-empty string of at "
-                                     f"most {MAX_IDEMPOTENCY_KEY} characters")
-        self.idempotency_key = idempotency_key
+        self.name = check_name(name, "workflow name")
+        self.idempotency_key = None if idempotency_key is None else check_name(idempotency_key, "idempotency_key")
         self._steps: list[_Planned] = []
         self._names: dict[str, int] = {}
 
@@ -168,7 +164,7 @@ class Workflow:
 
     def _step_name(self, name: str | None, task_name: str) -> str:
         if name is not None:
-            name = _check_name(name, "step name")
+            name = check_name(name, "step name")
             if name in self._names:
                 raise ConfigurationError(f"workflow {self.name!r} has a step named {name!r} already; give each step "
                                          "its own name=")
@@ -206,7 +202,7 @@ class RunningWorkflow:
         planned = []
         for task, args, kwargs, name, after, when in steps:
             call = _call(task)
-            step_name = _check_name(name, "step name") if name is not None else self._derived(call.task.name)
+            step_name = check_name(name, "step name") if name is not None else self._derived(call.task.name)
             parents = tuple(-1 - int(job_id) for job_id in after)
             planned.append(_Planned(call, _step_job(call, tuple(args), dict(kwargs)), step_name, parents,
                                     _run_when(when, step_name), None))
@@ -273,9 +269,3 @@ def _run_when(when: Any, step: str) -> RunWhen:
     except ValueError:
         choices = ", ".join(repr(value.value) for value in RunWhen)
         raise ConfigurationError(f"step {step!r}: invalid when={when!r}; use one of {choices}") from None
-
-
-def _check_name(name: Any, what: str) -> str:
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
-        raise ConfigurationError(f"invalid {what} {name!r}: use a non-empty string of at most {MAX_NAME} characters")
-    return name

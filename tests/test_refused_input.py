@@ -1,0 +1,69 @@
+"""Refused input is never half-written: every name, key, count and time a user gives is checked
+before anything is written, by one rule on every database (leased/names.py, tasks.py), and the
+refusal is one line naming the field. Before, a run_after out of range was committed and then
+broke every listing that held it, MariaDB cut a long task name and clamped max_attempts in
+silence (its INSERT IGNORE), and a queue named "default\\n" was accepted and never served.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from conftest import raw_scalar
+from leased import ConfigurationError
+
+LONG = "x" * 256
+
+
+def jobs_written(app) -> int:
+    return raw_scalar(app, "SELECT count(*) FROM leased_jobs")
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"run_after": datetime.max.replace(tzinfo=timezone.utc)}, "run_after"),
+    ({"run_after": datetime(1900, 1, 1, tzinfo=timezone.utc)}, "run_after"),
+    ({"run_after": timedelta(days=3_000_000)}, "run_after"),
+    ({"max_attempts": 2**40}, "max_attempts"),
+    ({"max_attempts": 2**31}, "max_attempts"),
+    ({"queue_name": "default\n"}, "queue_name"),
+    ({"idempotency_key": "a\x00b"}, "idempotency_key"),
+    ({"idempotency_key": "\ud800"}, "idempotency_key"),
+    ({"idempotency_key": "late\n"}, "idempotency_key"),
+    ({"idempotency_key": LONG}, "idempotency_key"),
+])
+def test_an_enqueue_refused_writes_nothing(app, options, field):
+    task = app.task(name="t")(lambda: None)
+    task.enqueue()  # the schema, and one job
+    with pytest.raises(ConfigurationError, match=field) as refused:
+        task.using(**options).enqueue()
+    assert "\n" not in str(refused.value)
+    assert jobs_written(app) == 1
+
+
+@pytest.mark.parametrize("name", ["", " ", LONG, "a\nb", "nul\x00", "\ud800", "rev\u202eersed", " padded"])
+def test_a_task_name_is_checked_when_registered(app, name):
+    with pytest.raises(ConfigurationError, match="invalid task name"):
+        app.task(name=name)(lambda: None)
+    with pytest.raises(ConfigurationError, match="invalid task name"):
+        app.periodic("*/5 * * * *", name=name)(lambda scheduled_at: None)
+
+
+@pytest.mark.parametrize("name", ["", LONG, "a\nb", "\ud800"])
+def test_workflow_and_step_names_are_checked_before_anything_is_written(app, name):
+    task = app.task(name="t")(lambda: None)
+    task.enqueue()
+    with pytest.raises(ConfigurationError, match="invalid workflow name"):
+        app.workflow(name)
+    workflow = app.workflow("w")
+    with pytest.raises(ConfigurationError, match="invalid step name"):
+        workflow.add(task, name=name)
+    assert jobs_written(app) == 1
+
+
+def test_the_longest_names_are_kept_whole_on_every_database(app):
+    name, key = "n" * 255, "k" * 255
+    job = app.task(name=name)(lambda: None).using(idempotency_key=key, max_attempts=2**31 - 1).enqueue()
+    stored = app.get_job(job.id)
+    assert (stored.task_name, stored.idempotency_key, stored.max_attempts) == (name, key, 2**31 - 1)
