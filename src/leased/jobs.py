@@ -247,9 +247,10 @@ class ClaimedJob:
     more than running a no-op job."""
 
     __slots__ = ("id", "task_name", "queue_name", "args", "kwargs", "attempt", "max_attempts", "lease_seconds",
-                 "timeout_seconds", "workflow_id", "isolation", "lease", "lease_from", "_build", "_job")
+                 "timeout_seconds", "workflow_id", "isolation", "lease", "lease_from", "unreadable", "_build", "_job")
 
-    def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job]):
+    def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job],
+                 unreadable: str | None = None):
         self.id: int = row["id"]
         self.task_name: str = row["task_name"]
         self.queue_name: str = row["queue_name"]
@@ -265,6 +266,8 @@ class ClaimedJob:
         # When the claim statement was sent (time.monotonic()), if the backend knows: the lease runs
         # from no earlier. None: the engine counts it from the start of the claim call.
         self.lease_from: float | None = None
+        # Why its stored arguments could not be read (None: they were): the attempt fails with it.
+        self.unreadable = unreadable
         self._build = build
         self._job: Job | None = None
 

@@ -46,6 +46,8 @@ _dumps_arguments = _encoder_without_markers()
 def _check_json(value: Any, where: str) -> None:
     try:
         _dumps(value)
+    except RecursionError:
+        raise PayloadError(f"{where} is nested too deeply to store as JSON; flatten it, or pass an id") from None
     except (TypeError, ValueError) as error:
         raise PayloadError(
             f"{where} is not JSON-serializable ({error}); pass plain JSON values "
@@ -146,12 +148,12 @@ def decode(text: str | None) -> Any:
         value, end = _scan(text, 0)
         if end == len(text):
             return value
-    except (StopIteration, ValueError, TypeError):
+    except (StopIteration, ValueError, TypeError, RecursionError):
         pass  # not plain JSON from end to end (or not JSON): json.loads decides, and explains
     try:
         return json.loads(text)
-    except (TypeError, ValueError) as error:
-        return Unreadable(str(text), str(error))
+    except (TypeError, ValueError, RecursionError) as error:  # another program's row, nested past any depth
+        return Unreadable(str(text), f"{type(error).__name__}: {error}")
 
 
 def clean_text(text: str | None, limit: int) -> str | None:

@@ -160,6 +160,8 @@ class Executor:
 
     def _arguments(self, attempt: ClaimedAttempt) -> tuple[list[Any], dict[str, Any]]:
         job, handler = attempt.job, attempt.handler
+        if job.unreadable is not None:  # a row another program wrote: this job's failure, no retry
+            raise PayloadError(job.unreadable)
         handler.check_arguments(job.args, job.kwargs)
         return handler.handler_arguments(job.args, job.kwargs)  # typed parameters decoded
 

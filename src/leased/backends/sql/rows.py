@@ -19,8 +19,8 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         task_name=row["task_name"],
         queue_name=row["queue_name"],
         status=JobStatus(row["status"]),
-        args=from_json(row["args"]),
-        kwargs=from_json(row["kwargs"]),
+        args=_readable(from_json, row["args"]),
+        kwargs=_readable(from_json, row["kwargs"]),
         priority=row["priority"],
         attempt=row["attempt"],
         max_attempts=row["max_attempts"],
@@ -30,7 +30,7 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         finished_at=to_time(row["finished_at"]),
         last_error=row["last_error"],
         idempotency_key=row["idempotency_key"],
-        result=from_json(row["result"]),
+        result=_readable(from_json, row["result"]),
         lease_owner=row["lease_owner"],
         lease_expires_at=to_time(row["lease_expires_at"]),
         timeout_seconds=row["timeout_seconds"],
@@ -42,12 +42,36 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
     )
 
 
+def _readable(from_json: Callable[[Any], Any], value: Any) -> Any:
+    """A stored JSON value, or, where another program stored one that cannot be read back, a text
+    saying so: the job is still listed and shown (its run fails with the same reason)."""
+    try:
+        return from_json(value)
+    except (ValueError, TypeError, RecursionError) as error:
+        return f"<unreadable: {type(error).__name__}: {str(error)[:200]}>"
+
+
 def claimed_from_rows(rows: list[Mapping[str, Any]], to_time: ToTime, from_json: Callable[[Any], Any]
                       ) -> list[ClaimedJob]:
     """Claimed rows, in claim order (priority, then due time, then id), as the worker runs them."""
     rows.sort(key=lambda row: (-row["priority"], row["run_after"], row["id"]))
-    return [ClaimedJob(row, from_json(row["args"]), from_json(row["kwargs"]),
-                       lambda row=row: job_from_row(row, to_time, from_json)) for row in rows]
+    return [_claimed(row, to_time, from_json) for row in rows]
+
+
+def _claimed(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[Any], Any]) -> ClaimedJob:
+    """One claimed row. Arguments that cannot be read (nested past the decoder's depth, not JSON:
+    a row another program wrote) are that job's failure, said when it runs (ClaimedJob.unreadable),
+    not the claim's: raised here they stopped the worker and held the jobs claimed with it."""
+    unreadable = None
+    try:
+        args, kwargs = from_json(row["args"]), from_json(row["kwargs"])
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise ValueError(f"args must be a JSON array and kwargs an object, got {type(args).__name__} and "
+                             f"{type(kwargs).__name__}")
+    except (ValueError, TypeError, RecursionError) as error:
+        args, kwargs = [], {}
+        unreadable = f"the job's stored arguments cannot be read: {type(error).__name__}: {str(error)[:200]}"
+    return ClaimedJob(row, args, kwargs, lambda: job_from_row(row, to_time, from_json), unreadable)
 
 
 def history_from_rows(job: Mapping[str, Any], attempts: list[Mapping[str, Any]], to_time: ToTime
