@@ -38,6 +38,11 @@ ON_TIME_SECONDS = 60.0  # a tick this late when first seen still runs under catc
 DST_MARGIN = timedelta(hours=3)  # more than any zone's change of offset at a DST transition
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CRON_FIELDS = "minute hour day-of-month month day-of-week"
+# How far back from now an every= schedule's arithmetic may reach (every × the ticks it catches up):
+# from the epoch its ticks count from back to year 1, where datetime ends. Now is never before the
+# epoch, so such a look-back stays within datetime's range, and so does the next tick (now + every)
+# until the year 8000.
+LONGEST_LOOK_BACK = _EPOCH - datetime(1, 1, 1, tzinfo=UTC)  # 719162 days
 
 
 _iterators = threading.local()  # one croniter per expression and thread: parsing costs ten steps
@@ -190,6 +195,8 @@ def make_schedule(name: str, cron: str | None, every: timedelta | None, timezone
                                  "from 1 to 10000")
     if overlap not in OVERLAP_POLICIES:
         raise ConfigurationError(f"{where}: invalid overlap {overlap!r}; use one of {', '.join(OVERLAP_POLICIES)}")
+    if every is not None:
+        _check_look_back(where, every, catch_up_limit if catch_up == "all" else 1)
     if cron is not None:
         _check_cron(where, cron)
     schedule = Schedule(name, cron, every, timezone, catch_up, catch_up_limit, overlap)
@@ -199,6 +206,22 @@ def make_schedule(name: str, cron: str | None, every: timedelta | None, timezone
         except _cron_errors():
             raise ConfigurationError(f"{where}: cron expression {cron!r} never matches a date") from None
     return schedule
+
+
+def _check_look_back(where: str, every: timedelta, ticks: int) -> None:
+    """Each wake-up plans from `every` × `ticks` before now (ticks: catch_up_limit under
+    catch_up="all", else 1): past LONGEST_LOOK_BACK, that is before year 1, and every worker with
+    the task would fail to compute it."""
+    longest, step = _microseconds(LONGEST_LOOK_BACK), _microseconds(every)
+    computed = f"leased computes a schedule's ticks at most {LONGEST_LOOK_BACK.days} days (about 1969 years) back"
+    if step > longest:
+        raise ConfigurationError(f"{where}: every={every!r} is too long: {computed}; "
+                                 f"use every=timedelta(days={LONGEST_LOOK_BACK.days}) at most")
+    if step * ticks > longest:
+        days = step * ticks // _microseconds(timedelta(days=1))
+        raise ConfigurationError(f"{where}: every × catch_up_limit ({days} days) is too long: catch_up='all' "
+                                 f"looks back over that many ticks, and {computed}; "
+                                 f"use catch_up_limit={longest // step} at most, or a shorter every")
 
 
 def _check_cron(where: str, cron: object) -> None:
