@@ -43,6 +43,9 @@ _CRON_FIELDS = "minute hour day-of-month month day-of-week"
 # epoch, so such a look-back stays within datetime's range, and so does the next tick (now + every)
 # until the year 8000.
 LONGEST_LOOK_BACK = _EPOCH - datetime(1, 1, 1, tzinfo=UTC)  # 719162 days
+# What tick arithmetic raises when it leaves datetime's range or cannot be done (an interval of
+# zero, say); croniter's errors are ValueErrors.
+TICK_ERRORS: tuple[type[Exception], ...] = (ArithmeticError, ValueError)
 
 
 _iterators = threading.local()  # one croniter per expression and thread: parsing costs ten steps
@@ -224,6 +227,11 @@ def _check_look_back(where: str, every: timedelta, ticks: int) -> None:
                                  f"use catch_up_limit={longest // step} at most, or a shorter every")
 
 
+def computable_every(every: timedelta) -> bool:
+    """Whether ticks `every` apart can be computed: what make_schedule accepts, for one tick."""
+    return timedelta(seconds=1) <= every and _microseconds(every) <= _microseconds(LONGEST_LOOK_BACK)
+
+
 def _check_cron(where: str, cron: object) -> None:
     if not isinstance(cron, str) or len(cron.split()) != 5:
         raise ConfigurationError(f"{where}: invalid cron expression {cron!r}: give five fields ({_CRON_FIELDS}); "
@@ -260,14 +268,16 @@ def tick_handler(function: Callable[..., Any], schedule: Schedule, leading: int)
 
 
 def stored_schedule(name: str, expression: str, timezone: str) -> Schedule | None:
-    """The schedule a stored row describes (for inspection without the code), or None if unreadable."""
+    """The schedule a stored row describes (for inspection without the code), or None if it cannot be
+    read or its ticks cannot be computed (a row edited by hand, or written by another version)."""
     try:
-        if expression.startswith("every ") and expression.endswith("s"):
-            return Schedule(name, None, timedelta(seconds=float(expression[6:-1])), timezone)
         ZoneInfo(timezone)
+        if expression.startswith("every ") and expression.endswith("s"):
+            every = timedelta(seconds=float(expression[6:-1]))
+            return Schedule(name, None, every, timezone) if computable_every(every) else None
         croniter(expression)
         return Schedule(name, expression, None, timezone)
-    except (*_cron_errors(), ZoneInfoNotFoundError):
+    except (*TICK_ERRORS, *_cron_errors(), ZoneInfoNotFoundError):
         return None
 
 
@@ -299,10 +309,19 @@ def describe_schedules(registered: dict[str, Schedule], now: datetime, states: l
         infos.append(ScheduleInfo(
             name=name, expression=schedule.expression if schedule else state.expression,
             timezone=schedule.timezone if schedule else state.timezone,
-            next_run_at=None if schedule is None else schedule.next_tick_after(last or now),
+            next_run_at=None if schedule is None else _next_run(schedule, last or now),
             last_tick_at=last, last_job_id=state and state.last_job_id,
             last_job_status=state and state.last_job_status and state.last_job_status.value,
             last_success_at=state and state.last_success_at, skipped_ticks=state.skipped_ticks if state else 0,
             last_skipped_at=state and state.last_skipped_at,
             registered=(name in registered) if registered else None))
     return infos
+
+
+def _next_run(schedule: Schedule, after: datetime) -> datetime | None:
+    """The tick after `after`; None when it cannot be computed (a last tick edited to year 9999, say),
+    which inspection shows as no next run rather than failing for every schedule."""
+    try:
+        return schedule.next_tick_after(after)
+    except TICK_ERRORS:
+        return None
