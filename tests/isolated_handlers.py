@@ -79,3 +79,25 @@ def steps(context):
     if context.attempt == 1:
         raise ConnectionError("after the first step")
     return first
+
+
+class Unprintable(ValueError):
+    """A handler's own exception whose __str__, __repr__ or both raise (`refuses` names which)."""
+
+    def __init__(self, refuses):
+        super().__init__("the handler failed")
+        self.refuses = refuses
+
+    def __str__(self):
+        if "__str__" in self.refuses:
+            raise RuntimeError("__str__ refuses")
+        return super().__str__()
+
+    def __repr__(self):
+        if "__repr__" in self.refuses:
+            raise RuntimeError("__repr__ refuses")
+        return super().__repr__()
+
+
+def raises_unprintable(refuses):
+    raise Unprintable(refuses)

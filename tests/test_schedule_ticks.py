@@ -159,6 +159,9 @@ def test_a_changed_expression_takes_effect_at_the_next_tick():
     ({"every": timedelta(minutes=1), "catch_up": "some"}, "invalid catch_up 'some'"),
     ({"every": timedelta(minutes=1), "catch_up_limit": 0}, "invalid catch_up_limit 0"),
     ({"every": timedelta(minutes=1), "overlap": "queue"}, "invalid overlap 'queue'"),
+    ({"every": timedelta(days=999_999_999)}, "every=datetime.timedelta(days=999999999) is too long"),
+    ({"every": timedelta(days=365), "catch_up": "all", "catch_up_limit": 10_000},
+     "every × catch_up_limit (3650000 days) is too long"),
 ])
 def test_bad_schedules_are_one_line_errors_at_decoration(tmp_path, options, message):
     app = Leased(f"sqlite:///{tmp_path / 'jobs.db'}")
@@ -175,3 +178,19 @@ def test_a_handler_without_scheduled_at_is_refused(tmp_path):
     with pytest.raises(ConfigurationError, match="must take a `scheduled_at` parameter"):
         @app.periodic(every=timedelta(minutes=1), name="digest")
         def digest(): ...
+
+
+@pytest.mark.parametrize("options, fix", [
+    ({"every": timedelta(days=999_999_999)}, "use every=timedelta(days=719162) at most"),
+    ({"every": timedelta(days=365), "catch_up": "all", "catch_up_limit": 10_000}, "use catch_up_limit=1970 at most"),
+])
+def test_a_schedule_whose_ticks_cannot_be_computed_is_refused_with_the_fix(options, fix):
+    with pytest.raises(ConfigurationError, match=re.escape(fix)):
+        schedule(**options)
+
+
+def test_the_longest_every_accepted_computes_its_ticks():
+    for longest in (schedule(every=timedelta(days=719_162)),
+                    schedule(every=timedelta(days=365), catch_up="all", catch_up_limit=1970)):
+        plan = longest.plan(NOW - longest.every, NOW)
+        assert plan.last_tick <= NOW and longest.next_tick_after(NOW) > NOW

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import raw_scalar, raw_sql, time_literal
+from conftest import raw_scalar, raw_sql, running_worker, time_literal, wait_for
 from leased import Leased
 from leased.engine.scheduler import Scheduler
 
@@ -259,3 +259,56 @@ def test_the_last_success_and_status_are_what_inspection_shows(app):
     done = state(app, "report")
     assert done.last_job_status == "done" and done.last_success_at is not None
 
+
+
+def test_a_schedule_whose_stored_state_cannot_be_computed_is_skipped_and_the_others_tick(app, caplog):
+    @app.periodic(every=timedelta(seconds=1), name="healthy")
+    def healthy(scheduled_at): ...
+
+    @app.periodic(every=timedelta(hours=1), name="broken")
+    def broken(scheduled_at): ...
+
+    scheduler(app).run_once()
+    # Edited by hand (or written by another version): the tick after it is past year 9999.
+    set_last_tick(app, "broken", datetime(9999, 12, 31, 23, 30, tzinfo=UTC))
+    with running_worker(app, poll_interval=0.05) as worker:
+        wait_for(lambda: len(scheduled_times(app, "healthy")) >= 2 or worker._stopping, message="two healthy ticks")
+        assert not worker._stopping, "the worker stopped over one schedule's arithmetic"
+    assert app.list_jobs(task_name="broken") == []
+    reported = [record.getMessage() for record in caplog.records if "schedule broken" in record.getMessage()]
+    assert len(reported) == 1, "logged once, not at every wake-up"
+    assert "cannot compute its ticks" in reported[0] and "skipped" in reported[0]
+    assert state(app, "broken").next_run_at is None, "inspection shows it without a next run, and does not fail"
+
+
+class ReadBeforeTheEdit:
+    """The real backend, but its read of the schedules answers what was stored before a hand edit,
+    as if the edit landed between a wake-up's read and its write transaction."""
+
+    def __init__(self, backend, states):
+        self.backend, self.states = backend, states
+
+    def schedule_states(self):
+        return self.states
+
+    def run_schedules(self, sources):
+        return self.backend.run_schedules(sources)
+
+
+def test_a_schedule_edited_between_the_read_and_the_write_is_left_out_and_the_others_tick(app, caplog):
+    @app.periodic(every=timedelta(seconds=1), name="healthy")
+    def healthy(scheduled_at): ...
+
+    @app.periodic(every=timedelta(hours=1), name="broken")
+    def broken(scheduled_at): ...
+
+    scheduler(app).run_once()
+    for name in ("healthy", "broken"):  # both due
+        set_last_tick(app, name, state(app, name).last_tick_at - timedelta(hours=1))
+    read = app.backend.schedule_states()
+    set_last_tick(app, "broken", datetime(9999, 12, 31, 23, 30, tzinfo=UTC))
+    Scheduler(ReadBeforeTheEdit(app.backend, read), list(app.schedules.values()), wake_claimer=lambda: None,
+              poll_interval=1.0, worker_id="test").run_once()
+    assert len(scheduled_times(app, "healthy")) == 1 and app.list_jobs(task_name="broken") == []
+    reported = [record.getMessage() for record in caplog.records if "schedule broken" in record.getMessage()]
+    assert len(reported) == 1 and "9999-12-31T23:30:00+00:00" in reported[0]

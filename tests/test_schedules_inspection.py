@@ -9,12 +9,13 @@ import re
 import subprocess
 import sys
 import warnings
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from leased import Leased
+from conftest import raw_sql
 from test_schedules import scheduler, set_last_tick, state
 
 pytest.importorskip("starlette", reason="the dashboard needs the web extra: pip install -e '.[web]'")
@@ -110,3 +111,32 @@ def test_metrics_carry_each_schedule_last_success_for_alerting(ticked):
 
 def test_an_empty_database_lists_no_schedules(app):
     assert Leased(app.database_url).list_schedules() == []
+
+
+@pytest.fixture
+def uncomputable(app):
+    """Stored schedules whose ticks no arithmetic can compute, as a hand edit or another version could
+    leave them: no interval, an interval past any date (both no longer in the code), and `late`, in
+    the code, whose last tick is at the end of year 9999."""
+    for name in ("zero", "huge", "late"):
+        app.periodic(every=timedelta(hours=1), name=name)(lambda scheduled_at: None)
+    scheduler(app).run_once()
+    raw_sql(app, "UPDATE leased_schedules SET expression = 'every 0s' WHERE name = 'zero'")
+    raw_sql(app, "UPDATE leased_schedules SET expression = 'every 1e300s' WHERE name = 'huge'")
+    set_last_tick(app, "late", datetime(9999, 12, 31, 23, 30, tzinfo=UTC))
+    del app.schedules["zero"], app.schedules["huge"]
+    return app
+
+
+def test_schedules_that_cannot_be_computed_are_shown_without_a_next_run(uncomputable, database_url):
+    listed = {info.name: (info.expression, info.next_run_at) for info in uncomputable.list_schedules()}
+    assert listed == {"zero": ("every 0s", None), "huge": ("every 1e300s", None), "late": ("every 3600s", None)}
+    client = TestClient(dashboard(uncomputable))
+    page = client.get("/schedules")
+    assert page.status_code == 200 and "every 1e300s" in page.text and "every 0s" in page.text
+    assert client.get("/metrics").status_code == 200
+    env = {**os.environ, "PYTHONPATH": str(SRC), "TZ": "UTC"}
+    done = subprocess.run([sys.executable, "-m", "leased.cli.main", "schedules", "--database", database_url],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert {line.split()[0] for line in done.stdout.splitlines()[1:]} == {"zero", "huge", "late"}

@@ -38,6 +38,14 @@ ON_TIME_SECONDS = 60.0  # a tick this late when first seen still runs under catc
 DST_MARGIN = timedelta(hours=3)  # more than any zone's change of offset at a DST transition
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CRON_FIELDS = "minute hour day-of-month month day-of-week"
+# How far back from now an every= schedule's arithmetic may reach (every × the ticks it catches up):
+# from the epoch its ticks count from back to year 1, where datetime ends. Now is never before the
+# epoch, so such a look-back stays within datetime's range, and so does the next tick (now + every)
+# until the year 8000.
+LONGEST_LOOK_BACK = _EPOCH - datetime(1, 1, 1, tzinfo=UTC)  # 719162 days
+# What tick arithmetic raises when it leaves datetime's range or cannot be done (an interval of
+# zero, say); croniter's errors are ValueErrors.
+TICK_ERRORS: tuple[type[Exception], ...] = (ArithmeticError, ValueError)
 
 
 _iterators = threading.local()  # one croniter per expression and thread: parsing costs ten steps
@@ -190,6 +198,8 @@ def make_schedule(name: str, cron: str | None, every: timedelta | None, timezone
                                  "from 1 to 10000")
     if overlap not in OVERLAP_POLICIES:
         raise ConfigurationError(f"{where}: invalid overlap {overlap!r}; use one of {', '.join(OVERLAP_POLICIES)}")
+    if every is not None:
+        _check_look_back(where, every, catch_up_limit if catch_up == "all" else 1)
     if cron is not None:
         _check_cron(where, cron)
     schedule = Schedule(name, cron, every, timezone, catch_up, catch_up_limit, overlap)
@@ -199,6 +209,27 @@ def make_schedule(name: str, cron: str | None, every: timedelta | None, timezone
         except _cron_errors():
             raise ConfigurationError(f"{where}: cron expression {cron!r} never matches a date") from None
     return schedule
+
+
+def _check_look_back(where: str, every: timedelta, ticks: int) -> None:
+    """Each wake-up plans from `every` × `ticks` before now (ticks: catch_up_limit under
+    catch_up="all", else 1): past LONGEST_LOOK_BACK, that is before year 1, and every worker with
+    the task would fail to compute it."""
+    longest, step = _microseconds(LONGEST_LOOK_BACK), _microseconds(every)
+    computed = f"leased computes a schedule's ticks at most {LONGEST_LOOK_BACK.days} days (about 1969 years) back"
+    if step > longest:
+        raise ConfigurationError(f"{where}: every={every!r} is too long: {computed}; "
+                                 f"use every=timedelta(days={LONGEST_LOOK_BACK.days}) at most")
+    if step * ticks > longest:
+        days = step * ticks // _microseconds(timedelta(days=1))
+        raise ConfigurationError(f"{where}: every × catch_up_limit ({days} days) is too long: catch_up='all' "
+                                 f"looks back over that many ticks, and {computed}; "
+                                 f"use catch_up_limit={longest // step} at most, or a shorter every")
+
+
+def computable_every(every: timedelta) -> bool:
+    """Whether ticks `every` apart can be computed: what make_schedule accepts, for one tick."""
+    return timedelta(seconds=1) <= every and _microseconds(every) <= _microseconds(LONGEST_LOOK_BACK)
 
 
 def _check_cron(where: str, cron: object) -> None:
@@ -237,14 +268,16 @@ def tick_handler(function: Callable[..., Any], schedule: Schedule, leading: int)
 
 
 def stored_schedule(name: str, expression: str, timezone: str) -> Schedule | None:
-    """The schedule a stored row describes (for inspection without the code), or None if unreadable."""
+    """The schedule a stored row describes (for inspection without the code), or None if it cannot be
+    read or its ticks cannot be computed (a row edited by hand, or written by another version)."""
     try:
-        if expression.startswith("every ") and expression.endswith("s"):
-            return Schedule(name, None, timedelta(seconds=float(expression[6:-1])), timezone)
         ZoneInfo(timezone)
+        if expression.startswith("every ") and expression.endswith("s"):
+            every = timedelta(seconds=float(expression[6:-1]))
+            return Schedule(name, None, every, timezone) if computable_every(every) else None
         croniter(expression)
         return Schedule(name, expression, None, timezone)
-    except (*_cron_errors(), ZoneInfoNotFoundError):
+    except (*TICK_ERRORS, *_cron_errors(), ZoneInfoNotFoundError):
         return None
 
 
@@ -276,10 +309,19 @@ def describe_schedules(registered: dict[str, Schedule], now: datetime, states: l
         infos.append(ScheduleInfo(
             name=name, expression=schedule.expression if schedule else state.expression,
             timezone=schedule.timezone if schedule else state.timezone,
-            next_run_at=None if schedule is None else schedule.next_tick_after(last or now),
+            next_run_at=None if schedule is None else _next_run(schedule, last or now),
             last_tick_at=last, last_job_id=state and state.last_job_id,
             last_job_status=state and state.last_job_status and state.last_job_status.value,
             last_success_at=state and state.last_success_at, skipped_ticks=state.skipped_ticks if state else 0,
             last_skipped_at=state and state.last_skipped_at,
             registered=(name in registered) if registered else None))
     return infos
+
+
+def _next_run(schedule: Schedule, after: datetime) -> datetime | None:
+    """The tick after `after`; None when it cannot be computed (a last tick edited to year 9999, say),
+    which inspection shows as no next run rather than failing for every schedule."""
+    try:
+        return schedule.next_tick_after(after)
+    except TICK_ERRORS:
+        return None

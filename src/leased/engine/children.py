@@ -26,7 +26,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
@@ -34,6 +33,7 @@ from typing import Any, Callable
 from leased.admin import ChildrenSummary
 from leased.backends import connect
 from leased.engine.context import CancelReason, TaskContext
+from leased.engine.error_text import message_of, traceback_of
 from leased.errors import ConfigurationError, PermanentError
 from leased.events import ChildProcessEnded, ChildProcessStarted, Event
 from leased.jobs import Lease
@@ -387,7 +387,7 @@ async def _run_async(coroutine: Any, running: list[tuple[asyncio.AbstractEventLo
 
 def _raised(error: BaseException, unstorable: bool) -> tuple:
     frames = error.__traceback__.tb_next if error.__traceback__ is not None else None  # from the handler's frame
-    return ("raised", type(error).__name__, str(error), "".join(traceback.format_exception(type(error), error, frames)),
+    return ("raised", type(error).__name__, message_of(error), traceback_of(error, frames),
             isinstance(error, PermanentError), unstorable, _rss())
 
 

@@ -21,7 +21,6 @@ import logging
 import os
 import threading
 import time
-import traceback
 from typing import Any, Callable
 
 from leased.backends.ports import AttemptEnd, RuntimePort
@@ -30,6 +29,7 @@ from leased.backoff import Backoff
 from leased.engine.children import Call, Children, Crashed, Returned, Stopped
 from leased.engine.claimed import ClaimedAttempt
 from leased.engine.context import CancelReason, JobCancelled, TaskContext
+from leased.engine.error_text import message_of, traceback_of
 from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
 from leased.engine.transactional import Written, run_in_transaction, run_in_transaction_async
@@ -221,9 +221,8 @@ async def _contained(handler_call: Any) -> Any:
 
 
 def error_end(job: ClaimedJob, error: BaseException, *, retry: bool, backoff: Backoff | None = None) -> AttemptEnd:
-    return failed_end(job, Outcome.ERROR, type(error).__name__, str(error),
-                      "".join(traceback.format_exception(type(error), error, _handler_frames(error))),
-                      retry=retry, backoff=backoff)
+    return failed_end(job, Outcome.ERROR, type(error).__name__, message_of(error),
+                      traceback_of(error, _handler_frames(error)), retry=retry, backoff=backoff)
 
 
 def failed_end(job: ClaimedJob, outcome: Outcome, error_type: str, message: str, traceback_text: str | None, *,

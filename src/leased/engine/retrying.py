@@ -8,6 +8,7 @@ the lease instead (engine/heartbeat.py): a renewal is only worth something befor
 
 from __future__ import annotations
 
+from leased.engine.error_text import message_of
 from leased.errors import TRANSIENT_ERRORS
 
 
@@ -45,5 +46,5 @@ class Outage:
 
 
 def one_line(error: object) -> str:
-    text = str(error).strip().splitlines()
+    text = message_of(error).strip().splitlines()  # it is given errors a handler's own code raised too
     return text[0] if text else type(error).__name__
