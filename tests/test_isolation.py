@@ -84,6 +84,18 @@ def test_a_handler_that_checks_its_context_stops_when_told_and_reports_progress(
     assert attempt.progress == Progress(1, 3, "waiting to be told", attempt=1), "progress crosses the boundary"
 
 
+def test_a_time_limit_counts_the_handler_not_its_childs_start(app):
+    """An isolated handler's limit used to run from the attempt's start, so a child that took longer
+    to start and import the handler than the limit failed every attempt, the handler unrun."""
+    import slow_import_handlers
+
+    quick = app.task(name="quick", isolation="process", timeout=1, max_attempts=1)(slow_import_handlers.quick)
+    job = quick.enqueue(1)
+    app.run_until_empty()
+    done = app.get_job(job.id)
+    assert (done.status, done.result) == (JobStatus.DONE, 2), done.history
+
+
 def test_a_child_that_segfaults_ends_the_attempt_crashed_and_is_retried(app):
     crashing = app.task(name="crashing", isolation="process", max_attempts=2)(handlers.segfaults)
     add = app.task(name="add", isolation="process")(handlers.add)

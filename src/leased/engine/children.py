@@ -140,9 +140,11 @@ class Child:
     def pid(self) -> int | None:
         return self.process.pid
 
-    def run(self, call: Call, context: TaskContext) -> Returned | Raised | Stopped | Crashed:
+    def run(self, call: Call, context: TaskContext, handler_started: Callable[[], None] = lambda: None
+            ) -> Returned | Raised | Stopped | Crashed:
         """On the attempt's handler thread: run `call` here and wait for its answer, passing its
-        progress on and stopping it if the attempt is cancelled."""
+        progress on, calling `handler_started` when the child begins the handler (its imports
+        done), and stopping it if the attempt is cancelled."""
         self.connection.send(call)
         self.jobs_run += 1
         while True:
@@ -155,6 +157,9 @@ class Child:
                 except (EOFError, OSError):
                     return self._died()
                 kind = message[0]
+                if kind == "started":
+                    handler_started()
+                    continue
                 if kind == "progress":
                     if context.report_progress is not None:
                         context._progress = message[1]
@@ -221,10 +226,11 @@ class Children:
                 self._end(child, "closed", grace=0)
                 return
 
-    def run(self, call: Call, context: TaskContext) -> Returned | Raised | Stopped | Crashed:
+    def run(self, call: Call, context: TaskContext, handler_started: Callable[[], None] = lambda: None
+            ) -> Returned | Raised | Stopped | Crashed:
         child = self._take()
         try:
-            answer = child.run(call, context)
+            answer = child.run(call, context, handler_started)
         except BaseException:
             with self._lock:
                 self._busy.discard(child)
@@ -361,6 +367,7 @@ def _answer(call: Call, contexts: list[TaskContext], running: list[tuple[asyncio
                                   report_progress=lambda lease, report: send(("progress", report)))
             contexts[:] = [context]
             handler_args = [context, *handler_args]
+        send(("started",))  # the handler's time limit counts from here, not from the process's start
         try:
             if inspect.iscoroutinefunction(func):  # an event loop of its own, for this one call
                 result = asyncio.run(_run_async(func(*handler_args, **call.kwargs), running))

@@ -33,8 +33,8 @@ class Handler(Protocol):
 class ClaimedAttempt:
     """One claimed attempt, from its claim until its end is written or its lease given back."""
 
-    __slots__ = ("job", "lease", "context", "handler", "isolation", "is_async", "task", "started", "thread_id", "time_limit",
-                 "lapse_cause", "closed", "stopped_child")
+    __slots__ = ("job", "lease", "context", "handler", "isolation", "is_async", "task", "started", "limit_from", "thread_id",
+                 "time_limit", "lapse_cause", "closed", "stopped_child")
 
     def __init__(self, job: ClaimedJob, context: TaskContext, handler: Handler):
         self.job = job
@@ -48,6 +48,9 @@ class ClaimedAttempt:
         self.is_async = handler.is_async and self.isolation != "process"
         self.task: asyncio.Task | None = None  # an async handler's, once started
         self.started = 0.0  # monotonic, when its handler was called
+        # Monotonic, when its time limit counts from: its start, or for a handler in a child process,
+        # when the child began it (a process's start and imports are not the handler's time).
+        self.limit_from = 0.0
         self.thread_id: int | None = None  # a sync handler's thread, while the handler runs
         self.time_limit: asyncio.TimerHandle | None = None
         self.lapse_cause: str | None = None  # why this worker let the lease lapse, when it knows (e.g. a write lock)

@@ -42,6 +42,9 @@ log = logging.getLogger("leased.worker")
 
 MAX_ERROR_MESSAGE = 4_000
 MAX_TRACEBACK = 32_000
+# How long a child process may take to begin a handler (start, imports) beyond the handler's own
+# time limit, before the limit stops it anyway: a start that hangs is still bounded.
+CHILD_START_SECONDS = 60.0
 
 
 class Executor:
@@ -64,8 +67,13 @@ class Executor:
         except PayloadError as error:
             return error_end(job, _found_as(ArgumentsMismatch, error), retry=False) if context.finish() else None
         attempt.thread_id = threading.get_ident()
-        attempt.started = time.monotonic()
+        attempt.started = attempt.limit_from = time.monotonic()
         if job.timeout_seconds is not None:
+            # A child process's start (a new process, its imports) is not the handler's time: its
+            # limit is armed again when the handler begins (_handler_started), and until then a
+            # start that hangs is bounded by CHILD_START_SECONDS more.
+            if attempt.isolation == "process":
+                attempt.limit_from += CHILD_START_SECONDS
             self.time_limits.arm_soon(attempt)
         if attempt.isolation == "process":
             end = self._run_in_child(attempt, args, kwargs)
@@ -102,7 +110,7 @@ class Executor:
                   if context.finish() else None)
             return
         handler = attempt.handler
-        attempt.started = time.monotonic()
+        attempt.started = attempt.limit_from = time.monotonic()
         if handler.transactional:
             running = run_in_transaction_async(
                 attempt, self._backend, lambda: _as_handler_async(handler.func(context, *args, **kwargs)),
@@ -141,7 +149,7 @@ class Executor:
         call = Call(module, qualname, handler.takes_context, getattr(getattr(handler, "app", None), "database_url", None),
                     job.id, job.attempt, context.worker_id, job.task_name, args, kwargs, self.max_payload_bytes)
         try:
-            answer = self.children.run(call, context)
+            answer = self.children.run(call, context, lambda: self._handler_started(attempt))
         except Exception as error:  # e.g. arguments that cannot be sent to a child (not picklable)
             return self._error_end(attempt, error)
         if isinstance(answer, Returned):
@@ -157,6 +165,12 @@ class Executor:
         retry = not (answer.permanent or answer.unstorable) and job.attempt < job.max_attempts
         return failed_end(job, Outcome.ERROR, "ResultNotStored" if answer.unstorable else answer.error_type,
                           answer.message, answer.traceback, retry=retry, backoff=handler.backoff)
+
+    def _handler_started(self, attempt: ClaimedAttempt) -> None:
+        """A child began the handler: its time limit counts from now."""
+        attempt.limit_from = time.monotonic()
+        if attempt.job.timeout_seconds is not None:
+            self.time_limits.arm_soon(attempt)
 
     def _arguments(self, attempt: ClaimedAttempt) -> tuple[list[Any], dict[str, Any]]:
         job, handler = attempt.job, attempt.handler

@@ -125,7 +125,8 @@ class TimeLimits:
         limit = attempt.job.timeout_seconds
         if limit is None or attempt.closed:
             return
-        attempt.time_limit = self._loop.call_later(max(0.0, attempt.started + limit - time.monotonic()),
+        self.disarm(attempt)  # armed again: a child's handler began after its process started (executor.py)
+        attempt.time_limit = self._loop.call_later(max(0.0, attempt.limit_from + limit - time.monotonic()),
                                                    self._on_limit, attempt.job.lease)
 
     def arm_soon(self, attempt: ClaimedAttempt) -> None:
