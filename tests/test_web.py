@@ -25,6 +25,7 @@ with warnings.catch_warnings():
 
 from leased import JobStatus, Leased
 from leased.web import dashboard
+from leased.web import server
 from leased.web.server import is_loopback
 
 MARKUP = "<script>alert('pwned')</script>"
@@ -314,6 +315,41 @@ def test_mounted_under_a_prefix(app, jobs):
     assert "is pending again" in client.get(response.headers["location"]).text
 
 
+# DNS rebinding: a page whose own name is made to resolve to 127.0.0.1 is same-origin with the dashboard,
+# so neither the browser nor the CSRF token stops it; only the name it asks for (the Host header) differs.
+def loopback_dashboard(app: Leased, *also: str) -> TestClient:
+    """The dashboard as `leased dashboard` serves it on 127.0.0.1 without a token."""
+    return TestClient(dashboard(app, allowed_hosts=server.loopback_hosts("127.0.0.1", also)),
+                      base_url="http://localhost:8080")
+
+
+def test_loopback_dashboard_without_a_token_answers_only_to_loopback_names(app, jobs):
+    client = loopback_dashboard(app)
+    job_page, cancel = f"/jobs/{jobs['failed'][0]}", f"/jobs/{jobs['pending'][0]}/cancel"
+    token = csrf_token(client, job_page)
+    before = snapshot(app)
+    for host in ("evil.example", "evil.example:8080", "localhost.evil.example", "127.0.0.1.nip.io", ""):
+        refused = client.get(job_page, headers={"Host": host})
+        assert refused.status_code == 421 and "kaboom" not in refused.text, host
+        assert "LEASED_DASHBOARD_TOKEN" in refused.text and "--allow-host" in refused.text
+        assert client.post(cancel, data={"csrf_token": token}, headers={"Host": host}).status_code == 421
+    assert snapshot(app) == before
+    for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080", "jobs.localhost:8080", "LOCALHOST", "localhost."):
+        assert client.get(job_page, headers={"Host": host}).status_code == 200, host
+
+
+def test_loopback_dashboard_answers_to_a_host_named_on_the_command_line(app, jobs):
+    client = loopback_dashboard(app, "jobs.internal")
+    assert client.get("/", headers={"Host": "jobs.internal:8080"}).status_code == 200
+    assert client.get("/", headers={"Host": "localhost:8080"}).status_code == 200
+    assert client.get("/", headers={"Host": "evil.example"}).status_code == 421
+
+
+def test_loopback_hosts_include_the_address_listened_on():
+    assert "[::1]" in server.loopback_hosts("::1") and "127.0.0.2" in server.loopback_hosts("127.0.0.2")
+    assert "myhost.localdomain" in server.loopback_hosts("myhost.localdomain")
+
+
 # Serving.
 def test_only_loopback_counts_as_local():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.0.0.2")
@@ -350,6 +386,22 @@ def test_command_serves_with_a_token(app, jobs):
         basic = base64.b64encode(b"me:s3cret-token").decode()
         page = httpx.get(url + "jobs?status=failed", headers={"Authorization": f"Basic {basic}"})
         assert page.status_code == 200 and "kaboom" in page.text
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+def test_command_on_loopback_without_a_token_refuses_a_rebound_host_name(app, jobs):
+    import httpx
+
+    process = dashboard_command("--database", app.database_url, "--port", "0")
+    try:
+        line = process.stdout.readline()
+        url = re.search(r"http://\S+/", line).group(0)
+        page = url + f"jobs/{jobs['failed'][0]}"
+        refused = httpx.get(page, headers={"Host": "evil.example:8080"})
+        assert refused.status_code == 421 and "kaboom" not in refused.text
+        assert httpx.get(page, headers={"Host": "localhost:8080"}).status_code == 200
     finally:
         process.terminate()
         process.communicate(timeout=30)

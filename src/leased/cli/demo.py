@@ -217,7 +217,8 @@ def serve_dashboard(app: Leased, port: int, concurrency: int, out: TextIO) -> No
     """The dashboard on this machine, with a worker behind it so that a retry there runs again."""
     from leased.web import dashboard, server
 
-    asgi_app = dashboard(app)  # raises the one-line "needs leased[web]" error before anything starts
+    # Raises the one-line "needs leased[web]" error before anything starts.
+    asgi_app = dashboard(app, allowed_hosts=server.loopback_hosts("127.0.0.1"))
     sock = server.listen("127.0.0.1", port)
     worker = app.worker(concurrency=concurrency, queues=[QUEUE], poll_interval=0.5, shutdown_grace=5)
     thread = threading.Thread(target=worker.run, name="leased-demo-worker", daemon=True)

@@ -609,12 +609,16 @@ def migrate(ctx: click.Context, app_spec: str | None, database: str | None, prin
               help="Address to listen on. Anything but loopback needs $LEASED_DASHBOARD_TOKEN.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--read-only", is_flag=True, help="No action buttons; every POST is refused.")
+@click.option("--allow-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="Without a token, answer to this Host name too (e.g. a proxy's); loopback names always work.")
 @click.pass_context
 def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, host: str, port: int,
-              read_only: bool) -> None:
+              read_only: bool, allowed_hosts: tuple[str, ...]) -> None:
     """Serve the web dashboard: queues, workers, jobs, retry and cancel.
 
     With $LEASED_DASHBOARD_TOKEN set, the browser asks for it (as the password, any user name).
+    Without it, only loopback names (localhost, 127.0.0.1) and --allow-host ones are answered, so
+    that no web page can reach the dashboard by pointing its own name at this machine.
     """
     import importlib.util
 
@@ -628,7 +632,9 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
         raise Failure(f"refusing to serve on {host or 'every interface'} without a token: set "
                       f"{server.TOKEN_VARIABLE} to a long random secret, or listen on 127.0.0.1")
     app = open_app(ctx, app_spec, database)
-    asgi_app = make_dashboard(app, read_only=read_only, token=token)
+    # With a token a rebinding page gets nowhere (the browser keeps the password for this origin only).
+    asgi_app = make_dashboard(app, read_only=read_only, token=token,
+                              allowed_hosts=None if token else server.loopback_hosts(host, allowed_hosts))
     try:
         sock = server.listen(host, port)
     except OSError as error:
