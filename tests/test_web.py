@@ -315,6 +315,21 @@ def test_mounted_under_a_prefix(app, jobs):
     assert "is pending again" in client.get(response.headers["location"]).text
 
 
+def test_a_post_from_another_origin_is_refused_even_with_a_valid_csrf_token(app, client, jobs):
+    token = csrf_token(client)
+    before = snapshot(app)
+    retry = f"/jobs/{jobs['failed'][0]}/retry"
+    for origin in ("http://evil.example", "http://testserver.evil.example", "http://testserver:8080", "null"):
+        response = client.post(retry, data={"csrf_token": token}, headers={"Origin": origin}, follow_redirects=False)
+        assert response.status_code == 403 and "Origin" in response.text, origin
+    assert snapshot(app) == before
+    # The scheme is not compared: behind a proxy that ends TLS, the page is https and the request http.
+    for origin, job_id in (("http://testserver", jobs["failed"][0]), ("https://testserver", jobs["failed"][1])):
+        response = client.post(f"/jobs/{job_id}/retry", data={"csrf_token": token}, headers={"Origin": origin},
+                               follow_redirects=False)
+        assert response.status_code == 303, origin
+
+
 # DNS rebinding: a page whose own name is made to resolve to 127.0.0.1 is same-origin with the dashboard,
 # so neither the browser nor the CSRF token stops it; only the name it asks for (the Host header) differs.
 def loopback_dashboard(app: Leased, *also: str) -> TestClient:

@@ -6,6 +6,11 @@
 - CSRF: a signed double-submit token. A random session id lives in an HttpOnly cookie; forms carry
   HMAC(secret, session id). A page on another site can neither read the cookie nor compute the
   HMAC, and a cookie planted by a neighbouring subdomain does not verify without the secret.
+- Origin: a browser names the page a POST comes from; one from another host is refused before its
+  CSRF token is looked at. The token already stops a foreign page (it cannot read it); this refuses
+  the request even where a token leaked, as Django does. Only the host and port are compared: behind
+  a proxy that ends TLS the page says https and the request arrives as http. A POST without Origin
+  (curl, scripts) is left to the token.
 - Host: `leased dashboard` on loopback without a token answers only to loopback names (see
   allowed_hosts in leased.web.dashboard). Otherwise a page elsewhere could point its own name at
   127.0.0.1 (DNS rebinding), become same-origin with the dashboard, and read and submit its forms.
@@ -21,6 +26,7 @@ import hmac
 import json
 import secrets
 from typing import Any, Iterable
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -122,6 +128,18 @@ class HostCheck:
             "(DNS rebinding). To open it under that name, set LEASED_DASHBOARD_TOKEN, or name the host with "
             "`leased dashboard --allow-host NAME`.\n", status_code=421)
         await response(scope, receive, send)
+
+
+def foreign_origin(request: Request) -> str | None:
+    """Why a POST must be refused because a page on another host sent it, or None."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return None
+    host = request.headers.get("host", "").lower()
+    if origin != "null" and urlsplit(origin).netloc.lower() == host and host:
+        return None
+    return (f"this POST came from a page at Origin {origin[:100]!r}, not from this dashboard at {host[:100]!r}; "
+            "behind a proxy, pass the Host header on (nginx: proxy_set_header Host $host)\n")
 
 
 def _cookie_path(request: Request) -> str:
