@@ -24,6 +24,7 @@ from leased.cli.loading import Failure, load_app, open_app
 from leased.cli.options import ByteSize, Duration, ProcessCount, database_option
 from leased.cli.supervisor import CANNOT_START, Supervisor
 from leased.app import Leased
+from leased.backends.urls import redacted
 from leased.backends.worker_calls import worker_calls
 from leased.errors import LeasedError
 from leased.events import AttemptEnded, Event
@@ -407,7 +408,7 @@ def why(ctx: click.Context, target: tuple[str, ...], database: str | None, as_js
     app_spec, job_id = job_target(target)
     explicit_database = ctx.get_parameter_source("database") is not ParameterSource.ENVIRONMENT
     explanation = open_app(ctx, app_spec, database).why(job_id).naming_app(
-        app_spec, shlex.join(["--database", database]) if database and explicit_database else None)
+        app_spec, shlex.join(["--database", redacted(database)]) if database and explicit_database else None)
     if as_json:
         click.echo(output.to_json(dataclasses.asdict(explanation)))
         return
