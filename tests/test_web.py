@@ -109,7 +109,7 @@ def test_overview_groups_the_processes_of_a_supervisor_under_it_and_its_host(cli
     headings = re.findall(r'<tr class="worker-group"><th colspan="7" scope="rowgroup">(.*?)</th></tr>', html, re.S)
     assert [" ".join(heading.split()) for heading in headings] == [
         "supervisor 4200 on web-1: 2 of 2 processes alive", "supervisor 4200 on web-2: 1 of 1 processes alive"]
-    rows = re.findall(r'<code class="worker-id">([^<]+)</code>', html)
+    rows = re.findall(r'<code class="worker-id"><bdi>([^<]+)</bdi></code>', html)
     assert rows == ["web-1:4200/4242:aaaaaaaa", "web-1:4200/4243:bbbbbbbb", "web-1:5000:cccccccc",
                     "web-2:4200/4300:dddddddd"]
 
@@ -141,7 +141,7 @@ def test_pause_and_resume_buttons(app, client, jobs):
 
 def test_job_page_shows_payload_result_and_every_attempt(client, app, jobs):
     done = client.get(f"/jobs/{jobs['done'][3]}").text
-    assert "<pre class=\"json\">[\n  3,\n  1\n]</pre>" in done
+    assert "<pre class=\"json\"><bdi>[\n  3,\n  1\n]</bdi></pre>" in done
     assert "&#34;sum&#34;: 4" in done  # the result, pretty and escaped
     failed = client.get(f"/jobs/{jobs['failed'][1]}").text
     assert 'badge status-failed' in failed and 'outcome-error' in failed
@@ -154,7 +154,8 @@ def test_job_page_shows_payload_result_and_every_attempt(client, app, jobs):
 def test_job_page_says_why_the_job_is_where_it_is(client, jobs):
     failed = client.get(f"/jobs/{jobs['failed'][1]}").text
     assert '<section class="panel why">' in failed
-    assert '<li data-code="attempts_exhausted">It used its only attempt, which failed with ValueError: kaboom' in failed
+    assert ('<li data-code="attempts_exhausted">It used its only attempt, which failed with '
+            '<bdi>ValueError: kaboom') in failed
     assert f"<code>leased retry APP {jobs['failed'][1]}</code>" in failed
     pending = client.get(f"/jobs/{jobs['pending'][0]}").text
     assert '<li data-code="no_workers">No live worker: none has announced itself' in pending
@@ -257,6 +258,54 @@ def test_markup_from_the_database_is_shown_as_text(client, jobs):
         assert MARKUP not in html and "<script>alert" not in html
         assert escaped in html  # in the payload, the error message and the traceback
     assert client.get(f"/jobs?q={MARKUP}").text.count("<script>alert") == 0
+
+
+BIDI_OVERRIDE = "\u202e"
+
+
+def text_outside_bdi(html: str) -> str:
+    """The page's text that is not inside a <bdi> element. Attribute values (tooltips) and a select's
+    options are left out: each is shown on its own, where an override reverses nothing else."""
+    from html.parser import HTMLParser
+
+    class Outside(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.depth, self.text = 0, []
+
+        def handle_starttag(self, tag, attrs):
+            self.depth += tag in ("bdi", "option")
+
+        def handle_endtag(self, tag):
+            self.depth -= tag in ("bdi", "option")
+
+        def handle_data(self, data):
+            if not self.depth:
+                self.text.append(data)
+
+    parser = Outside()
+    parser.feed(html)
+    return "".join(parser.text)
+
+
+def test_text_from_jobs_is_isolated_so_a_bidi_override_cannot_reverse_the_page(app):
+    # U+202E shows everything after it right to left, up to the end of the paragraph: the page's own
+    # words after an error message too, unless the message is isolated (<bdi>).
+    sneaky_text = "\x1b[2J\x07\u202eevil"
+
+    @app.task(name="sneaky", max_attempts=1)
+    def sneaky(note):
+        raise ValueError(sneaky_text)
+
+    job = sneaky.enqueue(sneaky_text)
+    app.run_until_empty()
+    client = TestClient(dashboard(app))
+    for url in (f"/jobs/{job.id}", "/jobs", "/jobs?status=failed", "/"):
+        html = client.get(url).text
+        assert BIDI_OVERRIDE in html or url == "/", url
+        assert BIDI_OVERRIDE not in text_outside_bdi(html), url
+    page = client.get(f"/jobs/{job.id}").text
+    assert f"<bdi>ValueError: {sneaky_text}</bdi>" in page
 
 
 def test_read_only_has_no_buttons_and_refuses_posts(app, jobs):
