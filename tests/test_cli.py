@@ -41,8 +41,17 @@ def boom():
     raise ValueError("kaboom")
 
 
+@app.task(name="sneaky", max_attempts=1)
+def sneaky():
+    raise ValueError("\\x1b[2J\\x07\\u202eevil\\nsecond line")
+
+
 not_an_app = 42
 """
+# A handler's error message that would clear the screen, ring the bell and reverse the text after it.
+SNEAKY = "\x1b[2J\x07\u202eevil\nsecond line"
+RAW_CONTROLS = ("\x1b", "\x07", "\u202e")
+SNEAKY_SHOWN = "\\x1b[2J\\x07\\u202eevil"
 
 
 def register_tasks(app: Leased) -> None:
@@ -55,6 +64,10 @@ def register_tasks(app: Leased) -> None:
     @app.task(name="boom", max_attempts=1)
     def boom():
         raise ValueError("kaboom")
+
+    @app.task(name="sneaky", max_attempts=1)
+    def sneaky():
+        raise ValueError(SNEAKY)
 
 
 class Cli:
@@ -234,6 +247,36 @@ def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
     assert "ERROR   job" in text and "failed for good: ValueError: kaboom" in text
     assert "Traceback" not in text
     assert ": done in " not in text  # quiet by default: no line per job (see --log-jobs)
+
+
+def test_terminal_controls_in_an_error_are_shown_escaped(sqlite_cli):
+    app = Leased(sqlite_cli.url)
+    register_tasks(app)
+    job = app.get_task("sneaky").enqueue()
+    app.run_until_empty()
+    app.close()
+    for command in (["show", APP, str(job.id)], ["why", APP, str(job.id)], ["jobs", APP],
+                    ["show", APP, str(job.id), "--json"]):
+        printed = sqlite_cli.run(*command).stdout
+        assert not any(control in printed for control in RAW_CONTROLS), (command, printed)
+    shown = sqlite_cli.run("show", APP, str(job.id)).stdout
+    assert SNEAKY_SHOWN in shown
+    # The traceback keeps its lines and indentation: only what a terminal would obey is escaped.
+    assert f"\n      raise ValueError(SNEAKY)\n  ValueError: {SNEAKY_SHOWN}\n  second line\n" in shown
+    assert SNEAKY_SHOWN in sqlite_cli.run("why", APP, str(job.id)).stdout
+    assert json.loads(sqlite_cli.run("show", APP, str(job.id), "--json").stdout)["last_error"] == f"ValueError: {SNEAKY}"
+
+
+def test_worker_log_escapes_terminal_controls_in_an_error(sqlite_cli, tmp_path):
+    app = Leased(sqlite_cli.url)
+    register_tasks(app)
+    jobs = [app.get_task("sneaky").enqueue()]
+    try:
+        text = run_worker_until_finished(sqlite_cli, app, jobs, tmp_path / "worker.log")
+    finally:
+        app.close()
+    assert "failed for good: ValueError: " + SNEAKY_SHOWN in text
+    assert not any(control in text for control in RAW_CONTROLS), text
 
 
 def test_worker_log_jobs_logs_a_line_per_attempt_at_info(sqlite_cli, tmp_path):

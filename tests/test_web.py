@@ -25,6 +25,7 @@ with warnings.catch_warnings():
 
 from leased import JobStatus, Leased
 from leased.web import dashboard
+from leased.web import server
 from leased.web.server import is_loopback
 
 MARKUP = "<script>alert('pwned')</script>"
@@ -108,7 +109,7 @@ def test_overview_groups_the_processes_of_a_supervisor_under_it_and_its_host(cli
     headings = re.findall(r'<tr class="worker-group"><th colspan="7" scope="rowgroup">(.*?)</th></tr>', html, re.S)
     assert [" ".join(heading.split()) for heading in headings] == [
         "supervisor 4200 on web-1: 2 of 2 processes alive", "supervisor 4200 on web-2: 1 of 1 processes alive"]
-    rows = re.findall(r'<code class="worker-id">([^<]+)</code>', html)
+    rows = re.findall(r'<code class="worker-id"><bdi>([^<]+)</bdi></code>', html)
     assert rows == ["web-1:4200/4242:aaaaaaaa", "web-1:4200/4243:bbbbbbbb", "web-1:5000:cccccccc",
                     "web-2:4200/4300:dddddddd"]
 
@@ -140,7 +141,7 @@ def test_pause_and_resume_buttons(app, client, jobs):
 
 def test_job_page_shows_payload_result_and_every_attempt(client, app, jobs):
     done = client.get(f"/jobs/{jobs['done'][3]}").text
-    assert "<pre class=\"json\">[\n  3,\n  1\n]</pre>" in done
+    assert "<pre class=\"json\"><bdi>[\n  3,\n  1\n]</bdi></pre>" in done
     assert "&#34;sum&#34;: 4" in done  # the result, pretty and escaped
     failed = client.get(f"/jobs/{jobs['failed'][1]}").text
     assert 'badge status-failed' in failed and 'outcome-error' in failed
@@ -153,7 +154,8 @@ def test_job_page_shows_payload_result_and_every_attempt(client, app, jobs):
 def test_job_page_says_why_the_job_is_where_it_is(client, jobs):
     failed = client.get(f"/jobs/{jobs['failed'][1]}").text
     assert '<section class="panel why">' in failed
-    assert '<li data-code="attempts_exhausted">It used its only attempt, which failed with ValueError: kaboom' in failed
+    assert ('<li data-code="attempts_exhausted">It used its only attempt, which failed with '
+            '<bdi>ValueError: kaboom') in failed
     assert f"<code>leased retry APP {jobs['failed'][1]}</code>" in failed
     pending = client.get(f"/jobs/{jobs['pending'][0]}").text
     assert '<li data-code="no_workers">No live worker: none has announced itself' in pending
@@ -258,6 +260,54 @@ def test_markup_from_the_database_is_shown_as_text(client, jobs):
     assert client.get(f"/jobs?q={MARKUP}").text.count("<script>alert") == 0
 
 
+BIDI_OVERRIDE = "\u202e"
+
+
+def text_outside_bdi(html: str) -> str:
+    """The page's text that is not inside a <bdi> element. Attribute values (tooltips) and a select's
+    options are left out: each is shown on its own, where an override reverses nothing else."""
+    from html.parser import HTMLParser
+
+    class Outside(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.depth, self.text = 0, []
+
+        def handle_starttag(self, tag, attrs):
+            self.depth += tag in ("bdi", "option")
+
+        def handle_endtag(self, tag):
+            self.depth -= tag in ("bdi", "option")
+
+        def handle_data(self, data):
+            if not self.depth:
+                self.text.append(data)
+
+    parser = Outside()
+    parser.feed(html)
+    return "".join(parser.text)
+
+
+def test_text_from_jobs_is_isolated_so_a_bidi_override_cannot_reverse_the_page(app):
+    # U+202E shows everything after it right to left, up to the end of the paragraph: the page's own
+    # words after an error message too, unless the message is isolated (<bdi>).
+    sneaky_text = "\x1b[2J\x07\u202eevil"
+
+    @app.task(name="sneaky", max_attempts=1)
+    def sneaky(note):
+        raise ValueError(sneaky_text)
+
+    job = sneaky.enqueue(sneaky_text)
+    app.run_until_empty()
+    client = TestClient(dashboard(app))
+    for url in (f"/jobs/{job.id}", "/jobs", "/jobs?status=failed", "/"):
+        html = client.get(url).text
+        assert BIDI_OVERRIDE in html or url == "/", url
+        assert BIDI_OVERRIDE not in text_outside_bdi(html), url
+    page = client.get(f"/jobs/{job.id}").text
+    assert f"<bdi>ValueError: {sneaky_text}</bdi>" in page
+
+
 def test_read_only_has_no_buttons_and_refuses_posts(app, jobs):
     client = TestClient(dashboard(app, read_only=True))
     page = client.get(f"/jobs/{jobs['failed'][0]}").text
@@ -314,6 +364,56 @@ def test_mounted_under_a_prefix(app, jobs):
     assert "is pending again" in client.get(response.headers["location"]).text
 
 
+def test_a_post_from_another_origin_is_refused_even_with_a_valid_csrf_token(app, client, jobs):
+    token = csrf_token(client)
+    before = snapshot(app)
+    retry = f"/jobs/{jobs['failed'][0]}/retry"
+    for origin in ("http://evil.example", "http://testserver.evil.example", "http://testserver:8080", "null"):
+        response = client.post(retry, data={"csrf_token": token}, headers={"Origin": origin}, follow_redirects=False)
+        assert response.status_code == 403 and "Origin" in response.text, origin
+    assert snapshot(app) == before
+    # The scheme is not compared: behind a proxy that ends TLS, the page is https and the request http.
+    for origin, job_id in (("http://testserver", jobs["failed"][0]), ("https://testserver", jobs["failed"][1])):
+        response = client.post(f"/jobs/{job_id}/retry", data={"csrf_token": token}, headers={"Origin": origin},
+                               follow_redirects=False)
+        assert response.status_code == 303, origin
+
+
+# DNS rebinding: a page whose own name is made to resolve to 127.0.0.1 is same-origin with the dashboard,
+# so neither the browser nor the CSRF token stops it; only the name it asks for (the Host header) differs.
+def loopback_dashboard(app: Leased, *also: str) -> TestClient:
+    """The dashboard as `leased dashboard` serves it on 127.0.0.1 without a token."""
+    return TestClient(dashboard(app, allowed_hosts=server.loopback_hosts("127.0.0.1", also)),
+                      base_url="http://localhost:8080")
+
+
+def test_loopback_dashboard_without_a_token_answers_only_to_loopback_names(app, jobs):
+    client = loopback_dashboard(app)
+    job_page, cancel = f"/jobs/{jobs['failed'][0]}", f"/jobs/{jobs['pending'][0]}/cancel"
+    token = csrf_token(client, job_page)
+    before = snapshot(app)
+    for host in ("evil.example", "evil.example:8080", "localhost.evil.example", "127.0.0.1.nip.io", ""):
+        refused = client.get(job_page, headers={"Host": host})
+        assert refused.status_code == 421 and "kaboom" not in refused.text, host
+        assert "LEASED_DASHBOARD_TOKEN" in refused.text and "--allow-host" in refused.text
+        assert client.post(cancel, data={"csrf_token": token}, headers={"Host": host}).status_code == 421
+    assert snapshot(app) == before
+    for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080", "jobs.localhost:8080", "LOCALHOST", "localhost."):
+        assert client.get(job_page, headers={"Host": host}).status_code == 200, host
+
+
+def test_loopback_dashboard_answers_to_a_host_named_on_the_command_line(app, jobs):
+    client = loopback_dashboard(app, "jobs.internal")
+    assert client.get("/", headers={"Host": "jobs.internal:8080"}).status_code == 200
+    assert client.get("/", headers={"Host": "localhost:8080"}).status_code == 200
+    assert client.get("/", headers={"Host": "evil.example"}).status_code == 421
+
+
+def test_loopback_hosts_include_the_address_listened_on():
+    assert "[::1]" in server.loopback_hosts("::1") and "127.0.0.2" in server.loopback_hosts("127.0.0.2")
+    assert "myhost.localdomain" in server.loopback_hosts("myhost.localdomain")
+
+
 # Serving.
 def test_only_loopback_counts_as_local():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.0.0.2")
@@ -350,6 +450,22 @@ def test_command_serves_with_a_token(app, jobs):
         basic = base64.b64encode(b"me:s3cret-token").decode()
         page = httpx.get(url + "jobs?status=failed", headers={"Authorization": f"Basic {basic}"})
         assert page.status_code == 200 and "kaboom" in page.text
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+def test_command_on_loopback_without_a_token_refuses_a_rebound_host_name(app, jobs):
+    import httpx
+
+    process = dashboard_command("--database", app.database_url, "--port", "0")
+    try:
+        line = process.stdout.readline()
+        url = re.search(r"http://\S+/", line).group(0)
+        page = url + f"jobs/{jobs['failed'][0]}"
+        refused = httpx.get(page, headers={"Host": "evil.example:8080"})
+        assert refused.status_code == 421 and "kaboom" not in refused.text
+        assert httpx.get(page, headers={"Host": "localhost:8080"}).status_code == 200
     finally:
         process.terminate()
         process.communicate(timeout=30)

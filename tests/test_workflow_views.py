@@ -260,7 +260,7 @@ def test_dashboard_workflow_pages_and_their_retry_and_cancel(app, client):
     ids = run.job_ids
     listed = client.get("/workflows").text
     assert '<a href="/workflows" aria-current="page">Workflows</a>' in listed
-    assert f'<a href="/workflows/{run.id}">nightly</a>' in listed and "6 of 6 steps done" in listed
+    assert f'<a href="/workflows/{run.id}"><bdi>nightly</bdi></a>' in listed and "6 of 6 steps done" in listed
     assert 'class="badge run-failed">failed</span>' in listed
     assert "No runs of a workflow named" in client.get("/workflows?name=other").text
     assert client.get("/workflows?before_id=x").status_code == 400
@@ -273,7 +273,7 @@ def test_dashboard_workflow_pages_and_their_retry_and_cancel(app, client):
     assert names == [("orders", "0"), ("check", "1"), ("merge", "2"), ("notify", "3"), ("undo", "3"),
                      ("refunds", "0")]
     for name, job_id in ids.items():
-        assert f'<a href="/jobs/{job_id}">{name}</a>' in html
+        assert f'<a href="/jobs/{job_id}"><bdi>{name}</bdi></a>' in html
     assert "parent check failed" in html and "after orders, refunds" in html
     assert f'action="/workflows/{run.id}/retry"' in html and f'action="/workflows/{run.id}/cancel"' not in html
     step_page = client.get(f"/jobs/{ids['merge']}").text

@@ -14,6 +14,7 @@ from typing import Any, Callable, ParamSpec, TypeVar, overload
 from leased.admin import WORKER_SILENT_AFTER, OldTransaction, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect, parse_database_url
 from leased.backends.ports import Backend, JobFilter, PruneRule, Throughput
+from leased.backends.urls import redacted
 from leased.backoff import Backoff
 from leased.counts import JobCounts
 from leased.engine.children import Children, check_per_child
@@ -69,7 +70,7 @@ class Leased:
         self.old_transaction_after = check_old_transaction_after(old_transaction_after)
 
     def __repr__(self) -> str:
-        return f"Leased({self.database_url!r})"
+        return f"Leased({redacted(self.database_url)!r})"
 
     @property
     def backend(self) -> Backend:

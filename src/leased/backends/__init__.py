@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from leased.backends.ports import Backend
+from leased.backends.urls import redacted
 from leased.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -25,12 +26,17 @@ class DatabaseUrl(NamedTuple):
 def parse_database_url(url: object) -> DatabaseUrl:
     """Which backend a URL names, without connecting: a mistake is refused where it was written
     (Leased(...)), not at the first enqueue."""
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"invalid database URL {url!r}: {URL_HELP}")
-    scheme = urlsplit(url).scheme.lower()
+    if not isinstance(url, str):
+        raise ConfigurationError(f"invalid database URL: a {type(url).__name__}, not a string; {URL_HELP}")
+    if "://" not in url:
+        raise ConfigurationError(f"invalid database URL {redacted(url)!r}: {URL_HELP}")
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as error:  # an unclosed [ of an IPv6 address
+        raise ConfigurationError(f"invalid database URL {redacted(url)!r} ({error}): {URL_HELP}") from None
     kind = SCHEMES.get(scheme)
     if kind is None:
-        raise ConfigurationError(f"unsupported database URL scheme {scheme!r} in {url!r}: {URL_HELP}")
+        raise ConfigurationError(f"unsupported database URL scheme {scheme!r} in {redacted(url)!r}: {URL_HELP}")
     if kind != "sqlite":
         return DatabaseUrl(kind, url)
     path = url[len("sqlite://"):]
@@ -38,7 +44,7 @@ def parse_database_url(url: object) -> DatabaseUrl:
         path = path[1:]  # sqlite:///jobs.db is relative, sqlite:////var/jobs.db absolute
     if not path or path == ":memory:":
         raise ConfigurationError(
-            f"invalid database URL {url!r}: SQLite needs a file that every worker and thread can open "
+            f"invalid database URL {redacted(url)!r}: SQLite needs a file that every worker and thread can open "
             "(e.g. sqlite:///jobs.db, or a temporary file in tests)")
     return DatabaseUrl(kind, url, path)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from leased import Backoff, Job, Leased, PermanentError, TaskContext
+from leased.backends.urls import redacted
 from leased.cli import output
 from leased.engine.worker import Worker
 
@@ -155,7 +156,7 @@ def run_demo(database: str | None, *, job_count: int = 40, concurrency: int = 4,
     leased_logger.setLevel(logging.CRITICAL)
     demo_app = make_app(url)
     try:
-        print(f"leased demo: {job_count} sample jobs on {url}, one worker running {concurrency} at a time "
+        print(f"leased demo: {job_count} sample jobs on {redacted(url)}, one worker running {concurrency} at a time "
               f"(--seed {_seed} replays this run)\n", file=out, flush=True)
         job_ids = enqueue_burst(demo_app, job_count, random.Random(_seed))
         worker = demo_app.worker(concurrency=concurrency, queues=[QUEUE], poll_interval=0.1, shutdown_grace=5)
@@ -217,7 +218,8 @@ def serve_dashboard(app: Leased, port: int, concurrency: int, out: TextIO) -> No
     """The dashboard on this machine, with a worker behind it so that a retry there runs again."""
     from leased.web import dashboard, server
 
-    asgi_app = dashboard(app)  # raises the one-line "needs leased[web]" error before anything starts
+    # Raises the one-line "needs leased[web]" error before anything starts.
+    asgi_app = dashboard(app, allowed_hosts=server.loopback_hosts("127.0.0.1"))
     sock = server.listen("127.0.0.1", port)
     worker = app.worker(concurrency=concurrency, queues=[QUEUE], poll_interval=0.5, shutdown_grace=5)
     thread = threading.Thread(target=worker.run, name="leased-demo-worker", daemon=True)
@@ -264,19 +266,22 @@ def summarize(app: Leased, url: str, job_ids: list[int], retries: int, elapsed: 
             print(f"  ... and {len(failed) - MAX_FAILED_SHOWN} more", file=out)
     if not hints:
         return
-    database = shlex.quote(url)
+    # A password is never printed: with one, the commands take the URL from LEASED_DATABASE_URL,
+    # which keeps it out of `ps` as well.
+    has_password = redacted(url) != url
+    database = "" if has_password else f" --database {shlex.quote(url)}"
     # A failed email succeeds when retried (the relay is back); a declined card fails again.
     emails = [job.id for job in failed if job.task_name == "demo.send_email"]
     declined = {job.id for job in failed if job.task_name == "demo.charge_card"}
     example = emails[0] if emails else failed[0].id if failed else job_ids[0]
-    print("\ntry next", file=out)
+    print("\ntry next" + (f" (with LEASED_DATABASE_URL set to {redacted(url)})" if has_password else ""), file=out)
     commands = ["leased demo --dashboard   # the same, then the web dashboard (pip install 'leased[web]')",
-                f"leased jobs --database {database} --status failed",
-                f"leased show --database {database} {example}"]
+                f"leased jobs{database} --status failed",
+                f"leased show{database} {example}"]
     if failed:
         worker = "leased worker leased.cli.demo:app"
-        if url != DEFAULT_URL:
-            worker = f"LEASED_DATABASE_URL={database} {worker}"
+        if url != DEFAULT_URL and not has_password:
+            worker = f"LEASED_DATABASE_URL={shlex.quote(url)} {worker}"
         again = "runs it again" if emails or example not in declined else "runs it again: the card is declined again"
-        commands += [f"leased retry --database {database} {example}", f"{worker}   # {again}; Ctrl-C stops"]
+        commands += [f"leased retry{database} {example}", f"{worker}   # {again}; Ctrl-C stops"]
     print("\n".join("  " + command for command in commands), file=out, flush=True)

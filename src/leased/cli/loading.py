@@ -22,7 +22,7 @@ class Failure(click.ClickException):
     """A user-facing error: one line on stderr, exit status 1."""
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        output.echo(f"error: {self.format_message()}", err=True)
 
 
 def load_app(spec: str) -> Leased:

@@ -24,11 +24,13 @@ from leased.cli.loading import Failure, load_app, open_app
 from leased.cli.options import ByteSize, Duration, ProcessCount, database_option
 from leased.cli.supervisor import CANNOT_START, Supervisor
 from leased.app import Leased
+from leased.backends.urls import redacted
 from leased.backends.worker_calls import worker_calls
 from leased.errors import LeasedError
 from leased.events import AttemptEnded, Event
 from leased.jobs import DurableStep, Job, JobStatus, Outcome
 from leased.suggest import did_you_mean
+from leased.terminal import printable
 from leased.worker_ids import SUPERVISOR_VARIABLE
 
 
@@ -219,14 +221,23 @@ def warn_about_new_queue(app: Leased, queue_name: str) -> None:
     known = app.known_queue_names() | {queue for worker in app.workers() if worker.alive
                                        for queue in worker.queues or ()}
     if queue_name not in known:
-        click.echo(f"warning: queue {queue_name!r}{did_you_mean(queue_name, known)} is new: no task, schedule, "
+        output.echo(f"warning: queue {queue_name!r}{did_you_mean(queue_name, known)} is new: no task, schedule, "
                    f"worker or job of this app uses it (known queues: {', '.join(sorted(known)) or 'none'}); "
                    "the job waits there until a worker serves it", err=True)
 
 
+class PrintableFormatter(logging.Formatter):
+    """Log lines carry handlers' error messages (and tracebacks): escaped as the commands' output is."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), stream=sys.stderr, datefmt="%Y-%m-%d %H:%M:%S",
-                        format="%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter("%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s",
+                                            datefmt="%Y-%m-%d %H:%M:%S"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     # The connection pool narrates every connection at INFO; its warnings are what a reader needs.
     logging.getLogger("psycopg").setLevel(max(logging.getLogger().level, logging.WARNING))
 
@@ -267,15 +278,15 @@ def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, k
         warn_about_new_queue(app, queue_name)
     job = task.using(**options).enqueue(*args, **kwargs)
     if as_json:
-        click.echo(output.to_json(output.job_to_dict(job)))
+        output.echo(output.to_json(output.job_to_dict(job)))
         return
     if not job.created:
-        click.echo(f"job {job.id} already {job.status} with idempotency key {job.idempotency_key} "
+        output.echo(f"job {job.id} already {job.status} with idempotency key {job.idempotency_key} "
                    "(not enqueued again)")
         return
     wait = job.run_after - datetime.now(UTC)
     when = "now" if wait.total_seconds() < 1 else f"in {output.format_duration(wait)}"
-    click.echo(f"job {job.id} {job.status}: {job.task_name} on queue {job.queue_name}, "
+    output.echo(f"job {job.id} {job.status}: {job.task_name} on queue {job.queue_name}, "
                f"runs {when} ({output.local_time(job.run_after)})")
 
 
@@ -296,18 +307,18 @@ def jobs(ctx: click.Context, app_spec: str | None, database: str | None, status:
     found = app.list_jobs(status=status, queue_name=queue_name, task_name=task_name, limit=limit,
                           before_id=before_id)
     if as_json:
-        click.echo(output.to_json([output.job_to_dict(job) for job in found]))
+        output.echo(output.to_json([output.job_to_dict(job) for job in found]))
         if not found and (unknown := unknown_filters(app, task_name, queue_name)):
-            click.echo(f"no jobs match: {unknown}", err=True)  # stdout stays the JSON a script reads
+            output.echo(f"no jobs match: {unknown}", err=True)  # stdout stays the JSON a script reads
         return
     if not found:
         unknown = unknown_filters(app, task_name, queue_name)
-        click.echo("no jobs" + (" match" if status or queue_name or task_name or before_id else "")
+        output.echo("no jobs" + (" match" if status or queue_name or task_name or before_id else "")
                    + (f": {unknown}" if unknown else ""))
         return
-    click.echo(output.jobs_table(found))
+    output.echo(output.jobs_table(found))
     if len(found) == limit:
-        click.echo(f"(first {limit}; next page: --before-id {found[-1].id})", err=True)
+        output.echo(f"(first {limit}; next page: --before-id {found[-1].id})", err=True)
 
 
 def unknown_filters(app: Leased, task_name: str | None, queue_name: str | None) -> str:
@@ -335,9 +346,9 @@ def show(ctx: click.Context, target: tuple[str, ...], database: str | None, as_j
     app = open_app(ctx, app_spec, database)
     job, steps = app.get_job(job_id), app.job_steps(job_id)
     if as_json:
-        click.echo(output.to_json({**output.job_to_dict(job), "steps": [dataclasses.asdict(step) for step in steps]}))
+        output.echo(output.to_json({**output.job_to_dict(job), "steps": [dataclasses.asdict(step) for step in steps]}))
         return
-    click.echo(describe_job(job, steps))
+    output.echo(describe_job(job, steps))
 
 
 def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
@@ -407,11 +418,11 @@ def why(ctx: click.Context, target: tuple[str, ...], database: str | None, as_js
     app_spec, job_id = job_target(target)
     explicit_database = ctx.get_parameter_source("database") is not ParameterSource.ENVIRONMENT
     explanation = open_app(ctx, app_spec, database).why(job_id).naming_app(
-        app_spec, shlex.join(["--database", database]) if database and explicit_database else None)
+        app_spec, shlex.join(["--database", redacted(database)]) if database and explicit_database else None)
     if as_json:
-        click.echo(output.to_json(dataclasses.asdict(explanation)))
+        output.echo(output.to_json(dataclasses.asdict(explanation)))
         return
-    click.echo(explanation.text)
+    output.echo(explanation.text)
 
 
 @cli.command()
@@ -429,13 +440,13 @@ def retry(ctx: click.Context, target: tuple[str, ...], database: str | None, eve
         app = open_app(ctx, bulk_target(target, "--failed"), database)
         if confirmed_bulk(app, "retry", JobStatus.FAILED, task_name, queue_name, yes):
             count = app.retry_failed(task_name=task_name, queue_name=queue_name)
-            click.echo(f"{output.plural(count, 'failed job')}{bulk_scope(task_name, queue_name)} pending again, "
+            output.echo(f"{output.plural(count, 'failed job')}{bulk_scope(task_name, queue_name)} pending again, "
                        "to run now")
         return
     reject_bulk_filters("--failed", task_name, queue_name, yes)
     app_spec, job_id = job_target(target)
     job = open_app(ctx, app_spec, database).retry(job_id)
-    click.echo(f"job {job.id} ({job.task_name}) is {job.status} again: up to {job.max_attempts - job.attempt} "
+    output.echo(f"job {job.id} ({job.task_name}) is {job.status} again: up to {job.max_attempts - job.attempt} "
                f"more attempt(s), from now")
 
 
@@ -458,14 +469,14 @@ def cancel(ctx: click.Context, target: tuple[str, ...], database: str | None, ev
         app = open_app(ctx, bulk_target(target, "--pending"), database)
         if confirmed_bulk(app, "cancel", JobStatus.PENDING, task_name, queue_name, yes):
             count = app.cancel_pending(task_name=task_name, queue_name=queue_name)
-            click.echo(f"{output.plural(count, 'pending job')}{bulk_scope(task_name, queue_name)} cancelled")
+            output.echo(f"{output.plural(count, 'pending job')}{bulk_scope(task_name, queue_name)} cancelled")
         return
     reject_bulk_filters("--pending", task_name, queue_name, yes)
     app_spec, job_id = job_target(target)
     app = open_app(ctx, app_spec, database)
     was_running = app.get_job(job_id).status == JobStatus.RUNNING  # only for the message; a race is harmless
     job = app.cancel(job_id)
-    click.echo(f"job {job.id} ({job.task_name}) cancelled" + ("; its worker will stop the handler" if was_running
+    output.echo(f"job {job.id} ({job.task_name}) cancelled" + ("; its worker will stop the handler" if was_running
                                                               else ""))
 
 
@@ -493,7 +504,7 @@ def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | N
     count = app.count_jobs(status=status, task_name=task_name, queue_name=queue_name)
     what = f"{output.plural(count, f'{status} job')}{bulk_scope(task_name, queue_name)}"
     if count == 0:
-        click.echo(f"no {status} jobs{bulk_scope(task_name, queue_name)}: nothing to {verb}"
+        output.echo(f"no {status} jobs{bulk_scope(task_name, queue_name)}: nothing to {verb}"
                    + (f"; {unknown}" if (unknown := unknown_filters(app, task_name, queue_name)) else ""))
         return False
     if yes:
@@ -502,7 +513,7 @@ def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | N
         raise Failure(f"refusing to {verb} {what} without confirmation: stdin is not a terminal; add --yes")
     if click.confirm(f"{verb} {what}?", default=False):
         return True
-    click.echo("nothing changed")
+    output.echo("nothing changed")
     return False
 
 
@@ -520,14 +531,14 @@ def workflows(ctx: click.Context, app_spec: str | None, database: str | None, na
     """List workflow runs, newest first, with their status and progress."""
     found = open_app(ctx, app_spec, database).list_workflows(limit=limit, before_id=before_id, name=name)
     if as_json:
-        click.echo(output.to_json([output.workflow_to_dict(info) for info in found]))
+        output.echo(output.to_json([output.workflow_to_dict(info) for info in found]))
         return
     if not found:
-        click.echo("no workflows" + (" match" if name or before_id else ""))
+        output.echo("no workflows" + (" match" if name or before_id else ""))
         return
-    click.echo(output.workflows_table(found))
+    output.echo(output.workflows_table(found))
     if len(found) == limit:
-        click.echo(f"(first {limit}; next page: --before-id {found[-1].id})", err=True)
+        output.echo(f"(first {limit}; next page: --before-id {found[-1].id})", err=True)
 
 
 @cli.command()
@@ -558,15 +569,15 @@ def workflow(ctx: click.Context, target: tuple[str, ...], database: str | None, 
         else:
             count = app.cancel_workflow(workflow_id)
             done = f"{output.plural(count, 'step')} cancelled" if count else "nothing to cancel: every step has ended"
-        click.echo(f"workflow {workflow_id} ({name}): {done}", err=as_json)
+        output.echo(f"workflow {workflow_id} ({name}): {done}", err=as_json)
     info = app.get_workflow(workflow_id)
     if as_json:
-        click.echo(output.to_json(output.workflow_to_dict(info)))
+        output.echo(output.to_json(output.workflow_to_dict(info)))
         return
     if retry_run or cancel_run:
-        click.echo(f"now {info.status}: {info.progress}")
+        output.echo(f"now {info.status}: {info.progress}")
         return
-    click.echo(describe_workflow(info))
+    output.echo(describe_workflow(info))
 
 
 def describe_workflow(info: Any) -> str:
@@ -593,13 +604,13 @@ def migrate(ctx: click.Context, app_spec: str | None, database: str | None, prin
     """
     app = open_app(ctx, app_spec, database, migrating=True)
     if print_sql:
-        click.echo(app.migration_sql(), nl=False)
+        output.echo(app.migration_sql(), nl=False)
         return
     applied = app.migrate()
     if applied:
-        click.echo("applied migration" + ("s " if len(applied) > 1 else " ") + ", ".join(f"{v:04d}" for v in applied))
+        output.echo("applied migration" + ("s " if len(applied) > 1 else " ") + ", ".join(f"{v:04d}" for v in applied))
     else:
-        click.echo("schema up to date: no migrations to apply")
+        output.echo("schema up to date: no migrations to apply")
 
 
 @cli.command()
@@ -609,12 +620,16 @@ def migrate(ctx: click.Context, app_spec: str | None, database: str | None, prin
               help="Address to listen on. Anything but loopback needs $LEASED_DASHBOARD_TOKEN.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--read-only", is_flag=True, help="No action buttons; every POST is refused.")
+@click.option("--allow-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="Without a token, answer to this Host name too (e.g. a proxy's); loopback names always work.")
 @click.pass_context
 def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, host: str, port: int,
-              read_only: bool) -> None:
+              read_only: bool, allowed_hosts: tuple[str, ...]) -> None:
     """Serve the web dashboard: queues, workers, jobs, retry and cancel.
 
     With $LEASED_DASHBOARD_TOKEN set, the browser asks for it (as the password, any user name).
+    Without it, only loopback names (localhost, 127.0.0.1) and --allow-host ones are answered, so
+    that no web page can reach the dashboard by pointing its own name at this machine.
     """
     import importlib.util
 
@@ -628,13 +643,15 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
         raise Failure(f"refusing to serve on {host or 'every interface'} without a token: set "
                       f"{server.TOKEN_VARIABLE} to a long random secret, or listen on 127.0.0.1")
     app = open_app(ctx, app_spec, database)
-    asgi_app = make_dashboard(app, read_only=read_only, token=token)
+    # With a token a rebinding page gets nowhere (the browser keeps the password for this origin only).
+    asgi_app = make_dashboard(app, read_only=read_only, token=token,
+                              allowed_hosts=None if token else server.loopback_hosts(host, allowed_hosts))
     try:
         sock = server.listen(host, port)
     except OSError as error:
         raise Failure(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     notes = [note for note, on in (("read-only", read_only), ("token required", token)) if on]
-    click.echo(f"leased dashboard on {server.url(sock)}" + (f" ({', '.join(notes)})" if notes else "")
+    output.echo(f"leased dashboard on {server.url(sock)}" + (f" ({', '.join(notes)})" if notes else "")
                + "; Ctrl-C stops it")
     with sock:
         server.run(asgi_app, sock)

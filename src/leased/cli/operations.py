@@ -29,18 +29,18 @@ def stats(ctx: click.Context, app_spec: str | None, database: str | None, as_jso
     app = open_app(ctx, app_spec, database)
     counts = JobCounts(app.counts()) if exact else app.job_counts()
     if as_json:
-        click.echo(output.to_json(counts.by_queue))
+        output.echo(output.to_json(counts.by_queue))
         if counts.estimated:
-            click.echo("estimated: " + ", ".join(sorted(counts.estimated)), err=True)
+            output.echo("estimated: " + ", ".join(sorted(counts.estimated)), err=True)
         return
-    click.echo(output.counts_table(counts.by_queue, counts.estimated) if counts.by_queue else "no jobs yet")
+    output.echo(output.counts_table(counts.by_queue, counts.estimated) if counts.by_queue else "no jobs yet")
     paused = app.backend.paused_queues()
     if paused:
-        click.echo("paused: " + ", ".join(f"{queue} (for {output.format_duration(seconds)})"
+        output.echo("paused: " + ", ".join(f"{queue} (for {output.format_duration(seconds)})"
                                            for queue, seconds in paused.items()))
     limits = app.limits()
     if limits:
-        click.echo("\n" + limits_table(limits))
+        output.echo("\n" + limits_table(limits))
 
 
 @click.command()
@@ -55,11 +55,11 @@ def schedules(ctx: click.Context, app_spec: str | None, database: str | None, as
     """
     found = open_app(ctx, app_spec, database).list_schedules()
     if as_json:
-        click.echo(output.to_json([dataclasses.asdict(info) for info in found]))
+        output.echo(output.to_json([dataclasses.asdict(info) for info in found]))
     elif not found:
-        click.echo("no schedules" + ("" if app_spec else " stored yet"))
+        output.echo("no schedules" + ("" if app_spec else " stored yet"))
     else:
-        click.echo(output.schedules_table(found, datetime.now(UTC)))
+        output.echo(output.schedules_table(found, datetime.now(UTC)))
 
 
 # Limits per queue, across all workers.
@@ -82,7 +82,7 @@ def limit(ctx: click.Context, app_spec: str, queue_name: str, concurrency: int |
     if not force:
         app.check_known_queue(queue_name, "limit")  # as `leased pause` does: a typo is named, not stored
     queue_limit = app.limit(queue_name, concurrency=concurrency, rate_limit=rate_limit)
-    click.echo(f"queue {queue_name}: " + ("no limits" if clear else queue_limit.describe()))
+    output.echo(f"queue {queue_name}: " + ("no limits" if clear else queue_limit.describe()))
 
 
 @click.command()
@@ -94,11 +94,11 @@ def limits(ctx: click.Context, app_spec: str | None, database: str | None, as_js
     """List the queues' limits."""
     found = open_app(ctx, app_spec, database).limits()
     if as_json:
-        click.echo(output.to_json({name: {"concurrency": queue_limit.concurrency,
+        output.echo(output.to_json({name: {"concurrency": queue_limit.concurrency,
                                           "rate_limit": queue_limit.rate_limit and str(queue_limit.rate_limit)}
                                    for name, queue_limit in found.items()}))
     else:
-        click.echo(limits_table(found) if found else "no queue has a limit")
+        output.echo(limits_table(found) if found else "no queue has a limit")
 
 
 def limits_table(found: dict[str, QueueLimit]) -> str:
@@ -124,7 +124,7 @@ def pause(ctx: click.Context, target: tuple[str, ...], database: str | None, for
     """Stop workers claiming QUEUE's jobs; running jobs finish and enqueue still works."""
     app_spec, queue = queue_target(target)
     paused = open_app(ctx, app_spec, database).pause(queue, force=force)
-    click.echo(f"queue {queue} " + ("paused: workers claim none of its jobs until `leased resume`" if paused
+    output.echo(f"queue {queue} " + ("paused: workers claim none of its jobs until `leased resume`" if paused
                                     else "was paused already"))
 
 
@@ -136,7 +136,7 @@ def resume(ctx: click.Context, target: tuple[str, ...], database: str | None) ->
     """Let workers claim QUEUE's jobs again, at once."""
     app_spec, queue = queue_target(target)
     resumed = open_app(ctx, app_spec, database).resume(queue)
-    click.echo(f"queue {queue} " + ("resumed" if resumed else "was not paused"))
+    output.echo(f"queue {queue} " + ("resumed" if resumed else "was not paused"))
 
 
 @click.command()
@@ -156,7 +156,7 @@ def prune(ctx: click.Context, app_spec: str | None, database: str | None, older_
     app = open_app(ctx, app_spec, database)
     counts = app.prune(older_than=older_than, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"
-    click.echo(f"{verb} " + ", ".join(f"{count:,} {status}" for status, count in counts.items())
+    output.echo(f"{verb} " + ", ".join(f"{count:,} {status}" for status, count in counts.items())
                + f" ({sum(counts.values()):,} jobs)")
 
 

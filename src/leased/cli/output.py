@@ -1,6 +1,7 @@
 """Terminal output: aligned tables, compact local times and durations, JSON for scripts.
 
-Pure functions returning strings, so the commands stay short and the formats are easy to test.
+Pure functions returning strings, so the commands stay short and the formats are easy to test;
+`echo` is the one way they reach the terminal, with what a job holds escaped (leased.terminal).
 """
 
 from __future__ import annotations
@@ -12,13 +13,22 @@ from datetime import datetime, timedelta
 from typing import Any, Collection, Iterable, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import click
+
 from leased.counts import format_count
 from leased.durations import format_duration, parse_duration  # noqa: F401  (re-exported for the commands)
 from leased.jobs import Job, JobStatus, Progress
 from leased.run_views import parents_note, step_counts, step_tree
+from leased.terminal import printable, printable_json
 
 NONE = "-"
 ELLIPSIS = "..."  # ASCII: some terminals and log collectors mangle the Unicode ellipsis
+
+
+def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """Print for a command. Error messages, names and payloads come from handlers and producers, so
+    a control character in them is shown escaped, never sent to the terminal to obey."""
+    click.echo(printable(text), err=err, nl=nl)
 
 
 # Times and durations.
@@ -175,7 +185,8 @@ def _json_default(value: Any) -> Any:
 
 
 def to_json(value: Any, *, pretty: bool = True) -> str:
-    return json.dumps(value, default=_json_default, ensure_ascii=False, indent=2 if pretty else None)
+    # Still JSON for scripts, and still the same values: the controls become \\u escapes.
+    return printable_json(json.dumps(value, default=_json_default, ensure_ascii=False, indent=2 if pretty else None))
 
 
 def readable_json(value: Any, width: int = 72) -> str:

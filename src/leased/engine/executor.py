@@ -37,6 +37,7 @@ from leased.errors import ArgumentsMismatch, ConfigurationError, PayloadError, P
 from leased.jobs import ClaimedJob, Outcome
 from leased.payloads import clean_text, encode_result
 from leased.tasks import importable
+from leased.terminal import printable
 
 log = logging.getLogger("leased.worker")
 
@@ -244,12 +245,15 @@ def failed_end(job: ClaimedJob, outcome: Outcome, error_type: str, message: str,
     """An attempt that failed (`outcome` error or crashed), retried after the backoff or not."""
     delay = backoff.delay(job.attempt) if retry else None
     message = clean_text(message, MAX_ERROR_MESSAGE)
+    # The handler's own words, bound for whatever log handler the application set up: a terminal's
+    # controls in them are written out rather than obeyed (the stored message keeps them).
+    shown = printable(one_line(message))
     if retry:
         log.warning("job %d (%s) attempt %d/%d failed: %s: %s; retrying in %.1fs", job.id, job.task_name,
-                    job.attempt, job.max_attempts, error_type, one_line(message), delay)
+                    job.attempt, job.max_attempts, error_type, shown, delay)
     else:
         log.error("job %d (%s) attempt %d/%d failed for good: %s: %s", job.id, job.task_name,
-                  job.attempt, job.max_attempts, error_type, one_line(message))
+                  job.attempt, job.max_attempts, error_type, shown)
     return AttemptEnd(job.lease, outcome, error_type=error_type, error_message=message,
                       traceback=None if traceback_text is None else clean_text(traceback_text, MAX_TRACEBACK),
                       retry_in_seconds=delay, workflow_id=job.workflow_id)

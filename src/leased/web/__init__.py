@@ -9,7 +9,7 @@ Nothing here is imported by `import leased`; starlette and jinja2 load only when
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -21,7 +21,8 @@ MISSING_EXTRA = "the dashboard needs the web extra: pip install 'leased[web]'"
 
 
 def dashboard(leased: Leased, *, read_only: bool = False, token: str | None = None,
-              secret: str | bytes | None = None, refresh_seconds: float = REFRESH_SECONDS) -> Starlette:
+              secret: str | bytes | None = None, refresh_seconds: float = REFRESH_SECONDS,
+              allowed_hosts: Iterable[str] | None = None) -> Starlette:
     """The dashboard for `leased` as an ASGI application.
 
     read_only: no action buttons, and every POST is refused (403).
@@ -30,6 +31,10 @@ def dashboard(leased: Leased, *, read_only: bool = False, token: str | None = No
     secret: signs the CSRF and flash cookies. Defaults to one derived from the token, else a random one
         per process; give one when several processes serve the same address.
     refresh_seconds: how often open pages update themselves (0 turns it off).
+    allowed_hosts: answer only requests whose Host header names one of these ('*.example' for the
+        names under example; the port is not compared), 421 to any other. `leased dashboard` sets it
+        on loopback without a token (leased.web.server.loopback_hosts), against DNS rebinding. None
+        answers to any Host: mounted in your application, its own host checks apply.
     """
     try:
         from leased.web.app import build
@@ -39,4 +44,5 @@ def dashboard(leased: Leased, *, read_only: bool = False, token: str | None = No
 
             raise ConfigurationError(MISSING_EXTRA) from error
         raise
-    return build(leased, read_only=read_only, token=token, secret=secret, refresh_seconds=refresh_seconds)
+    return build(leased, read_only=read_only, token=token, secret=secret, refresh_seconds=refresh_seconds,
+                 allowed_hosts=allowed_hosts)

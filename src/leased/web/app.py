@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_context
 from starlette.applications import Starlette
@@ -19,13 +19,13 @@ from leased.app import Leased
 from leased.errors import DatabaseUnavailable, SchemaNotReady
 from leased.web import formatting
 from leased.web.pages import Pages
-from leased.web.security import Csrf, Flash, SecurityHeaders, TokenAuth, make_secret
+from leased.web.security import Csrf, Flash, HostCheck, SecurityHeaders, TokenAuth, make_secret
 
 HERE = Path(__file__).parent
 
 
 def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | bytes | None,
-          refresh_seconds: float) -> Starlette:
+          refresh_seconds: float, allowed_hosts: Iterable[str] | None) -> Starlette:
     # Autoescape everything: payloads, results and tracebacks come from the database and may hold
     # markup, which must show as text.
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
@@ -54,6 +54,8 @@ def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | b
     ]
     # Outermost first. The token guards every route, static files and /metrics included.
     middleware = [Middleware(SecurityHeaders)]
+    if allowed_hosts is not None:
+        middleware.append(Middleware(HostCheck, allowed=allowed_hosts))
     if token is not None:
         middleware.append(Middleware(TokenAuth, token=token))
     # What the database cannot answer is a page that says so and what to do, never a 500 with a

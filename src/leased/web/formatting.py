@@ -96,6 +96,29 @@ def code_spans(text: str) -> Markup:
 _CODE_SPAN = re.compile(r"`([^`]+)`")
 
 
+def isolated(value: Any) -> Markup:
+    """Text from a job (a name, an error, a payload, a traceback) in a <bdi>, escaped. A bidi
+    override in it (U+202E shows what follows right to left, up to the end of the paragraph) then
+    ends with it, instead of reversing the page's own words after it."""
+    return Markup("<bdi>%s</bdi>") % value
+
+
+# The facts of a `why` reason that a handler wrote, quoted inside the reason's sentence.
+_HANDLERS_TEXT = ("error_message", "last_error")
+
+
+def explained(reason: Any) -> Markup:
+    """A `why` reason as HTML: code_spans, with the handler's error quoted in it isolated."""
+    texts = [reason.data.get(key) for key in _HANDLERS_TEXT]
+    quoted = sorted({text for text in texts if isinstance(text, str) and text}, key=len, reverse=True)
+    if not quoted:
+        return code_spans(reason.message)
+    pieces = re.split("(" + "|".join(map(re.escape, quoted)) + ")", reason.message)
+    # re.split with one group: the sentence's own words at even places, the quoted error at odd ones.
+    return Markup("").join(isolated(piece) if place % 2 else code_spans(piece) for place, piece in enumerate(pieces))
+
+
 def install(env: Environment) -> None:
     env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, count=count, memory=memory,
-                       pretty_json=pretty_json, short_json=short_json, code_spans=code_spans, old_transaction=sentence)
+                       pretty_json=pretty_json, short_json=short_json, code_spans=code_spans, old_transaction=sentence,
+                       isolated=isolated, explained=explained)

@@ -26,7 +26,7 @@ from leased.jobs import JobStatus
 from leased.run_views import STEP_STATUSES, parents_note, step_counts, step_tree
 from leased.runs import WorkflowInfo, WorkflowStatus
 from leased.web.charts import throughput_chart
-from leased.web.security import CSRF_FIELD, Csrf, Flash
+from leased.web.security import CSRF_FIELD, Csrf, Flash, foreign_origin
 
 PAGE_SIZE = 50
 MAX_JOB_ID = 2**63 - 1
@@ -274,6 +274,9 @@ class Pages:
         """The POSTed form, or a 403 response if this POST must not do anything."""
         if self.read_only:
             return PlainTextResponse("the dashboard is read-only\n", status_code=403)
+        refused = foreign_origin(request)
+        if refused is not None:
+            return PlainTextResponse(refused, status_code=403)
         form = await request.form()
         if not self.csrf.valid(request, form.get(CSRF_FIELD)):
             return PlainTextResponse("missing or invalid CSRF token: reload the page and try again\n",

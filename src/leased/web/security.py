@@ -6,6 +6,14 @@
 - CSRF: a signed double-submit token. A random session id lives in an HttpOnly cookie; forms carry
   HMAC(secret, session id). A page on another site can neither read the cookie nor compute the
   HMAC, and a cookie planted by a neighbouring subdomain does not verify without the secret.
+- Origin: a browser names the page a POST comes from; one from another host is refused before its
+  CSRF token is looked at. The token already stops a foreign page (it cannot read it); this refuses
+  the request even where a token leaked, as Django does. Only the host and port are compared: behind
+  a proxy that ends TLS the page says https and the request arrives as http. A POST without Origin
+  (curl, scripts) is left to the token.
+- Host: `leased dashboard` on loopback without a token answers only to loopback names (see
+  allowed_hosts in leased.web.dashboard). Otherwise a page elsewhere could point its own name at
+  127.0.0.1 (DNS rebinding), become same-origin with the dashboard, and read and submit its forms.
 - Flash: the one-line confirmation shown after an action's redirect, in a signed cookie read once.
 """
 
@@ -17,7 +25,8 @@ import hashlib
 import hmac
 import json
 import secrets
-from typing import Any
+from typing import Any, Iterable
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -80,6 +89,57 @@ class TokenAuth:
             return False
         _, _, password = decoded.partition(":")
         return _same(password, self.token)
+
+
+def host_name(host_header: str) -> str:
+    """The name in a Host header, without its port, in lower case and without a final dot
+    ('LocalHost.:8080' -> 'localhost', '[::1]:8080' -> '[::1]')."""
+    host = host_header.strip().lower()
+    name = host[:host.find("]") + 1] if host.startswith("[") else host.partition(":")[0]
+    return name.rstrip(".")
+
+
+def host_allowed(name: str, allowed: Iterable[str]) -> bool:
+    """Whether `name` is one of `allowed`, where '*.example' stands for every name under example."""
+    for pattern in allowed:
+        suffix = pattern[1:]
+        if name == pattern or (pattern.startswith("*.") and name.endswith(suffix) and name != suffix):
+            return True
+    return False
+
+
+class HostCheck:
+    """ASGI middleware: 421 for a Host header that names none of `allowed` (the port is not compared:
+    a forwarded port, such as ssh -L 9000:localhost:8080, changes it, and a rebinding page must use
+    the real one anyway)."""
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str]):
+        self.app = app
+        self.allowed = tuple(host_name(name) if not name.startswith("*.") else name.lower() for name in allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        host = Request(scope).headers.get("host", "")
+        if scope["type"] != "http" or host_allowed(host_name(host), self.allowed):
+            await self.app(scope, receive, send)
+            return
+        response = PlainTextResponse(
+            f"this dashboard has no token, so it answers only to {', '.join(self.allowed)}, not to "
+            f"{host[:100]!r}: another name could be a web page that points its own name at this machine "
+            "(DNS rebinding). To open it under that name, set LEASED_DASHBOARD_TOKEN, or name the host with "
+            "`leased dashboard --allow-host NAME`.\n", status_code=421)
+        await response(scope, receive, send)
+
+
+def foreign_origin(request: Request) -> str | None:
+    """Why a POST must be refused because a page on another host sent it, or None."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return None
+    host = request.headers.get("host", "").lower()
+    if origin != "null" and urlsplit(origin).netloc.lower() == host and host:
+        return None
+    return (f"this POST came from a page at Origin {origin[:100]!r}, not from this dashboard at {host[:100]!r}; "
+            "behind a proxy, pass the Host header on (nginx: proxy_set_header Host $host)\n")
 
 
 def _cookie_path(request: Request) -> str:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import ipaddress
 import signal
 import socket
-from typing import Any
+from typing import Any, Iterable
 
 TOKEN_VARIABLE = "LEASED_DASHBOARD_TOKEN"
+# What a browser on this machine calls a loopback server; `*.localhost` resolves to it too (RFC 6761).
+LOOPBACK_NAMES = ("localhost", "*.localhost", "127.0.0.1", "[::1]")
 
 
 def is_loopback(host: str) -> bool:
@@ -27,6 +29,13 @@ def is_loopback(host: str) -> bool:
     except OSError:
         return False
     return bool(addresses) and all(ipaddress.ip_address(address.split("%")[0]).is_loopback for address in addresses)
+
+
+def loopback_hosts(listening_on: str, also: Iterable[str] = ()) -> list[str]:
+    """The Host names a loopback dashboard without a token answers to: the loopback names, the
+    address it listens on (as a Host header writes it), and the names the user gave (--allow-host)."""
+    bound = listening_on.strip("[]")
+    return list(dict.fromkeys([*LOOPBACK_NAMES, f"[{bound}]" if ":" in bound else bound, *also]))
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -30,6 +30,7 @@ from leased.backends.mariadb.limited import pick_limited
 from leased.backends.sql.migrate import Migrator
 from leased.backends.sql.scripts import load_migrations, load_queries, schema_problem
 from leased.backends.sql.store import SQLStore
+from leased.backends.urls import redacted
 from leased.backends.sql.wakeups import DatagramListener, Waker
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, SchemaNotReady
@@ -104,7 +105,7 @@ def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
     parts = urlsplit(url)
     database = parts.path.lstrip("/")
     if not database:
-        raise ConfigurationError(f"invalid MariaDB URL {url!r}: name the database, e.g. mariadb://user@host/dbname")
+        raise ConfigurationError(f"invalid MariaDB URL {redacted(url)!r}: name the database, e.g. mariadb://user@host/dbname")
     arguments: dict[str, Any] = {
         "host": parts.hostname or "127.0.0.1", "port": parts.port or 3306, "user": unquote(parts.username or "root"),
         "password": unquote(parts.password or ""), "database": database, "charset": "utf8mb4",

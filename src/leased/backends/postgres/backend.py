@@ -48,6 +48,7 @@ from leased.backends.postgres.outages import OwnPoolWarnings, described, first_l
     reason
 from leased.backends.sql.scripts import load_migrations, load_queries, schema_problem
 from leased.backends.sql.store import SQLStore
+from leased.backends.urls import redacted, scrubbed
 from leased.backends.worker_calls import are_worker_calls
 from leased.clock import Clock
 from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, InvalidTransition, SchemaNotReady
@@ -182,7 +183,8 @@ def _parsed(url: str, what: str) -> dict[str, Any]:
     try:
         return conninfo_to_dict(url)
     except psycopg.ProgrammingError as error:
-        raise ConfigurationError(f"invalid {what}: {first_line(error)}") from None
+        # libpq's message may quote the URL, or the piece of it that it could not read: the password.
+        raise ConfigurationError(f"invalid {what} {redacted(url)!r}: {scrubbed(first_line(error), url)}") from None
 
 
 def _described(params: dict[str, Any]) -> str:
