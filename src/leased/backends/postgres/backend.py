@@ -89,6 +89,19 @@ def _reclaim_first(connection: psycopg.Connection) -> psycopg.Cursor:
     return connection.execute(QUERIES["reclaim_expired"], {"steps": False, "spacing": None})
 
 
+# What a role that runs leased needs, by what a refusal names (docs/reliability.md, Least privilege).
+_GRANTS = {"sequence": "GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA <leased's schema> TO <role>",
+           "schema": "GRANT USAGE ON SCHEMA <leased's schema> TO <role>",
+           "table": "GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA <leased's schema> TO <role>"}
+
+
+def _missing_grant(error: psycopg.Error) -> str:
+    """The grant a refusal ("permission denied for sequence ...") asks for, in one clause."""
+    text = first_line(error)
+    kind = next((kind for kind in _GRANTS if f"for {kind} " in text), None)
+    return f"the role needs {_GRANTS[kind]}" if kind else "the role lacks one of the grants leased needs"
+
+
 def _split_stale(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """A claim's rows, and its count of due rows that did not hold (a row of its own, id NULL,
     when it claimed nothing): see claim in queries.sql."""
@@ -367,6 +380,9 @@ class PostgresBackend(SQLStore):
             # deadlock; a worker rides it out as an outage rather than dying of it.
             raise DatabaseConflict(f"{self._where}: {first_line(error)} (the server's lock_timeout or "
                                    "statement_timeout, or a cancel); nothing was written") from error
+        except errors.InsufficientPrivilege as error:
+            raise ConfigurationError(f"{self._where}: {first_line(error)}: {_missing_grant(error)} "
+                                     "(docs/reliability.md, Least privilege)") from error
         except errors.UndefinedTable as error:
             if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
                 raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
