@@ -242,7 +242,9 @@ def test_worker_runs_jobs_and_stops_on_sigterm(cli, app, tmp_path):
     text = run_worker_until_finished(cli, app, jobs, tmp_path / "worker.log", "--concurrency", "2")
     assert [app.get_job(job.id).result for job in jobs[:5]] == [0, 2, 4, 6, 8]
     assert app.get_job(jobs[5].id).status == "failed"
-    assert "INFO    worker" in text and " started: concurrency 2" in text
+    # The start line names the database served (SQLite's by its absolute path): a worker on the wrong
+    # one shows at once.
+    assert "INFO    worker" in text and f" started on {app.backend.where}: concurrency 2" in text
     assert " stopped: 5 done, 1 failed, 0 retried (of 6 claimed)\n" in text  # a sentence, not WorkerStats(...)
     assert "ERROR   job" in text and "failed for good: ValueError: kaboom" in text
     assert "Traceback" not in text

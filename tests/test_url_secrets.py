@@ -116,3 +116,12 @@ def test_why_names_the_database_without_its_password(tmp_path, backend_name):
             app.close()
     assert result.returncode == 0, result.stdout + result.stderr
     assert SECRET not in result.stdout and "leased retry --database" in result.stdout
+
+
+def test_a_relative_sqlite_path_is_named_absolute(tmp_path, monkeypatch):
+    """`sqlite:///shop.db` names another file from another directory: start lines and errors say
+    which file, whole, so a worker started in the wrong place shows it."""
+    monkeypatch.chdir(tmp_path)
+    app = Leased("sqlite:///shop.db")
+    assert app.backend.where == f"SQLite database '{tmp_path / 'shop.db'}'"
+    app.close()

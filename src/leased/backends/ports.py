@@ -189,6 +189,12 @@ class WorkerPort(Protocol):
     # than claims should wait.
     reclaims_beside_claims: bool
 
+    @property
+    def where(self) -> str:
+        """The database, named for people: SQLite's absolute path, a server's database, host and
+        port, never a password. Start lines say it, so a worker on the wrong database shows."""
+        ...
+
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Atomically lease up to `limit` due jobs, counting the attempt and noting its start in the job
         row (its history record is written when it ends); they come in claim order (priority, then

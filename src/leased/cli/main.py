@@ -651,8 +651,8 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
     except OSError as error:
         raise Failure(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     notes = [note for note, on in (("read-only", read_only), ("token required", token)) if on]
-    output.echo(f"leased dashboard on {server.url(sock)}" + (f" ({', '.join(notes)})" if notes else "")
-               + "; Ctrl-C stops it")
+    output.echo(f"leased dashboard on {server.url(sock)}, serving {app.backend.where}"
+                + (f" ({', '.join(notes)})" if notes else "") + "; Ctrl-C stops it")
     with sock:
         server.run(asgi_app, sock)
 

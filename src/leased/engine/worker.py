@@ -185,8 +185,8 @@ class Worker:
             ListenerService(listener, self.queues, wake_claimer=self.notify, emit=self._emit_threadsafe,
                             failed=lambda error: self._call_soon_threadsafe(self._service_failed, "listener", error),
                             stopping=lambda: self._stopping, worker_id=self.id).start()
-        log.info("worker %s started: concurrency %d, queues %s, tasks %s", self.id, self.concurrency,
-                 ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
+        log.info("worker %s started on %s: concurrency %d, queues %s, tasks %s", self.id, self.backend.where,
+                 self.concurrency, ",".join(self.queues) if self.queues else "all", ", ".join(sorted(self.tasks)))
         try:
             if not all(handler.is_async and handler.isolation != "process" for handler in self.tasks.values()):
                 await asyncio.to_thread(self._claimed.start_threads)

@@ -101,6 +101,10 @@ class Dialect:
     # SQLite and MariaDB reclaim in a claim's transaction once a second (see WorkerPort).
     reclaims_beside_claims = False
 
+    @property
+    def where(self) -> str:
+        return self._where
+
     # The one verb each dialect writes itself: how two claims are kept from counting the same free
     # room under a limit is the database's write-lock semantics (SQLite's one writer, MariaDB's
     # named lock, PostgreSQL's advisory lock), and the claim is where the shape of the SQL is the speed.

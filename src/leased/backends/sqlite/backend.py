@@ -81,7 +81,10 @@ def prepare_connection(connection: sqlite3.Connection, now: Callable[[], float] 
 class SQLiteBackend(SQLStore):
     def __init__(self, path: str):
         self.path = path
-        self._where = f"SQLite database {path!r}"
+        # The absolute path: a relative one names another file from another directory, and the
+        # worker or CLI started there would serve a new, empty database without anyone noticing.
+        shown = path if path == ":memory:" or path.startswith("file:") else os.path.abspath(path)
+        self._where = f"SQLite database {shown!r}"
         self._files_reached: set[str] = set()  # callers' main database files found to be ours
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
