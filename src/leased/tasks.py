@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSp
 
 from leased.backends import parse_database_url
 from leased.backoff import Backoff
+from leased.durations import parse_duration
 from leased.errors import ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, PayloadError
 from leased.jobs import Job, JobStatus, NewJob
 from leased.limits import KeyLimit, check_key, key_limit
@@ -35,11 +36,24 @@ EARLIEST_RUN_AFTER = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _UNSET: Any = object()
 
 
-def lease_seconds(value: float | timedelta, field: str = "lease") -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+def _seconds(value: object) -> object:
+    """A duration as seconds: a timedelta, a number, or text as the CLI and retention take it
+    ("250ms", "30s", "5m", "2h", "1d"); anything else unchanged, for the caller to refuse."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ValueError:
+            return value
+    return value
+
+
+def lease_seconds(value: float | timedelta | str, field: str = "lease") -> float:
+    seconds = _seconds(value)
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 86_400:
-        raise ConfigurationError(f"{field} must be a number of seconds or a timedelta between 0 and one day, "
-                                 f"got {value!r}")
+        raise ConfigurationError(f"{field} must be a number of seconds, a timedelta or a duration such as '5m', "
+                                 f"between 0 and one day, got {value!r}")
     return float(seconds)
 
 
@@ -47,10 +61,10 @@ def check_timeout(value: object) -> float | None:
     """A time limit in seconds per attempt, or None for none."""
     if value is None:
         return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    seconds = _seconds(value)
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
-        raise ConfigurationError(f"invalid timeout {value!r}: use a number of seconds above 0 or a timedelta, "
-                                 "or None for no time limit")
+        raise ConfigurationError(f"invalid timeout {value!r}: use a number of seconds above 0, a timedelta or a "
+                                 "duration such as '5m', or None for no time limit")
     return float(seconds)
 
 
