@@ -193,6 +193,11 @@ def test_migrate_sql_leaves_the_database_alone(sqlite_cli, tmp_path):
     (["enqueue", APP, "nope"], "unknown task 'nope'; known tasks: add, boom"),
     (["enqueue", APP, "add", "[1]"], "arguments do not match add(a, b)"),
     (["enqueue", APP, "add", "[1, 2]", "--priority", "100000"], "invalid priority 100000"),
+    # Ids past 64 bits reached SQLite as an OverflowError traceback; "²" passed str.isdigit().
+    (["show", APP, "9223372036854775808"], "no job with id 9223372036854775808"),
+    (["retry", APP, "99999999999999999999"], "no job with id 99999999999999999999"),
+    (["workflow", APP, "99999999999999999999"], "no workflow with id 99999999999999999999"),
+    (["show", APP, "\u00b2"], "a job id is a whole number, got '\u00b2'"),
     (["jobs", "missing_module:app"], "cannot import 'missing_module'"),
     (["jobs", "tasks_app:nothing"], "module 'tasks_app' has no attribute 'nothing'"),
     (["jobs", "tasks_app:not_an_app"], "not a leased.Leased instance"),
@@ -213,6 +218,7 @@ def test_user_mistakes_are_one_line_errors(sqlite_cli, args, message):
 
 def test_usage_errors_exit_2_without_traceback(sqlite_cli):
     assert "not a duration" in sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--delay", "5x", code=2).stderr
+    assert "is not an id" in sqlite_cli.run("jobs", APP, "--before-id", "99999999999999999999", code=2).stderr
     too_far = sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--delay", "999999999d", code=2).stderr
     assert "more than 100 years" in too_far and "Traceback" not in too_far
     assert "missing JOB_ID" in sqlite_cli.run("show", APP, code=2).stderr

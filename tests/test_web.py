@@ -507,3 +507,25 @@ def test_without_the_schema_every_page_says_to_migrate_not_a_500(database_url):
     app.migrate()
     assert client.get("/").status_code == 200
     app.close()
+
+
+@pytest.mark.parametrize("path, status", [
+    ("/jobs?before_id=%C2%B2", 400),  # "²": str.isdigit() passed it, and int() raised
+    ("/jobs?after_id=%D9%A3", 400),  # an Arabic-Indic digit: int() reads it, an id it is not
+    ("/workflows?before_id=%C2%B2", 400),
+    ("/jobs/" + "9" * 5000, 404),  # past Python's int() limit: a 500 before
+    ("/jobs/" + "9" * 19, 404),  # past every database's 64-bit ids
+    ("/workflows/" + "9" * 5000, 404),
+])
+def test_odd_ids_in_urls_are_a_4xx_never_a_500(client, path, status):
+    assert client.get(path).status_code == status
+
+
+def test_a_job_whose_arguments_nest_deeper_than_the_pretty_printer_is_shown(app, client):
+    """1,200 deep: JSON's decoder reads it back, but indenting it recursed past Python's limit (a 500)."""
+    from conftest import raw_sql
+
+    job = app.task(name="deep")(lambda value: None).enqueue(1)
+    raw_sql(app, f"UPDATE leased_jobs SET args = '{'[' * 1201 + ']' * 1201}' WHERE id = {job.id}")
+    page = client.get(f"/jobs/{job.id}")
+    assert page.status_code == 200 and "[[[[" in page.text

@@ -11,6 +11,8 @@ import os
 import socket
 import uuid
 
+from leased.digits import whole_number
+
 SUPERVISOR_VARIABLE = "LEASED_SUPERVISOR"
 
 
@@ -18,7 +20,7 @@ def default_worker_id() -> str:
     host, pid, nonce = socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]
     supervisor = os.environ.get(SUPERVISOR_VARIABLE, "")
     supervisor_host, _, supervisor_pid = supervisor.rpartition(":")
-    if supervisor_host == host and supervisor_pid.isdigit():
+    if supervisor_host == host and whole_number(supervisor_pid) is not None:
         return f"{host}:{supervisor_pid}/{pid}:{nonce}"
     return f"{host}:{pid}:{nonce}"
 
@@ -29,4 +31,4 @@ def supervisor_pid(worker_id: str) -> int | None:
     if len(parts) != 3 or "/" not in parts[1]:
         return None
     supervisor, _, pid = parts[1].partition("/")
-    return int(supervisor) if supervisor.isdigit() and pid.isdigit() else None
+    return whole_number(supervisor) if whole_number(pid) is not None else None

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from leased.admin import OldTransaction, WorkerInfo
 from leased.clock import Clock
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
+from leased.digits import whole_number
 from leased.facts import JobFacts
 from leased.jobs import ClaimedJob, DurableStep, Job, JobStatus, Lease, NewJob, Outcome
 from leased.limits import QueueLimit
@@ -75,7 +76,7 @@ class JobFilter:
 
     @property
     def search_id(self) -> int | None:
-        return int(self.search) if self.search and self.search.isdigit() and len(self.search) < 19 else None
+        return whole_number(self.search)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,12 @@ from click.core import ParameterSource
 
 from leased.cli import operations, output
 from leased.cli.loading import Failure, load_app, open_app
-from leased.cli.options import ByteSize, Duration, ProcessCount, database_option
+from leased.cli.options import ByteSize, Duration, Id, ProcessCount, database_option
 from leased.cli.supervisor import CANNOT_START, Supervisor
 from leased.app import Leased
 from leased.backends.urls import redacted
 from leased.backends.worker_calls import worker_calls
+from leased.digits import whole_number
 from leased.errors import LeasedError
 from leased.events import AttemptEnded, Event
 from leased.jobs import DurableStep, Job, JobStatus, Outcome
@@ -55,10 +56,12 @@ def job_target(values: tuple[str, ...], noun: str = "job") -> tuple[str | None, 
     app_spec, raw = (None, values[0]) if len(values) == 1 else values
     if app_spec is None and ":" in raw:
         raise click.UsageError(f"missing {placeholder}")
-    try:
-        return app_spec, int(raw)
-    except ValueError:
-        raise Failure(f"a {noun} id is a whole number, got {raw!r}") from None
+    number = whole_number(raw)
+    if number is None and raw.isascii() and raw.isdigit():  # more digits than any id has
+        raise Failure(f"no {noun} with id {raw[:40]}{'...' if len(raw) > 40 else ''}")
+    if number is None:
+        raise Failure(f"a {noun} id is a whole number, got {raw[:40]!r}")
+    return app_spec, number
 
 
 JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
@@ -297,7 +300,7 @@ def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, k
 @click.option("--queue", "queue_name", metavar="QUEUE")
 @click.option("--task", "task_name", metavar="TASK")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--before-id", type=int, metavar="ID", help="Next page: jobs older than ID (the last id shown).")
+@click.option("--before-id", type=Id(), metavar="ID", help="Next page: jobs older than ID (the last id shown).")
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON array.")
 @click.pass_context
 def jobs(ctx: click.Context, app_spec: str | None, database: str | None, status: str | None,
@@ -523,7 +526,7 @@ def confirmed_bulk(app: Leased, verb: str, status: JobStatus, task_name: str | N
 @database_option
 @click.option("--name", metavar="NAME", help="Only the runs of workflows of this name.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--before-id", type=int, metavar="ID", help="Next page: runs older than ID (the last id shown).")
+@click.option("--before-id", type=Id(), metavar="ID", help="Next page: runs older than ID (the last id shown).")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as a JSON array.")
 @click.pass_context
 def workflows(ctx: click.Context, app_spec: str | None, database: str | None, name: str | None, limit: int,

@@ -7,7 +7,20 @@ from typing import Any, Callable
 import click
 
 from leased.cli.supervisor import process_count
+from leased.digits import whole_number
 from leased.durations import parse_duration
+
+
+class Id(click.ParamType):
+    """A job's or a workflow's id: 1-18 digits (click's int took 20 digits to SQLite, a traceback)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        number = value if isinstance(value, int) else whole_number(str(value))
+        if number is None:
+            self.fail(f"{str(value)[:40]!r} is not an id: use a whole number of at most 18 digits", param, ctx)
+        return number
 
 
 class Duration(click.ParamType):

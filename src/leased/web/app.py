@@ -8,6 +8,7 @@ from typing import Any, Iterable
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_context
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -22,6 +23,22 @@ from leased.web.pages import Pages
 from leased.web.security import Csrf, Flash, HostCheck, SecurityHeaders, TokenAuth, make_secret
 
 HERE = Path(__file__).parent
+
+
+class IdConvertor(Convertor):
+    """A job's or a workflow's id in a path: 1-18 ASCII digits, which every database's 64-bit id
+    holds. Starlette's int took 5,000 digits to int(), past Python's limit: a 500, not a 404."""
+
+    regex = "[0-9]{1,18}"
+
+    def convert(self, value: str) -> int:
+        return int(value)
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("id", IdConvertor())
 
 
 def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | bytes | None,
@@ -39,13 +56,13 @@ def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | b
         Route("/", pages.overview, name="overview"),
         Route("/jobs", pages.jobs, name="jobs"),
         Route("/jobs/retry-failed", pages.retry_failed, methods=["POST"], name="retry_failed"),
-        Route("/jobs/{job_id:int}", pages.job, name="job"),
-        Route("/jobs/{job_id:int}/retry", pages.retry, methods=["POST"], name="retry"),
-        Route("/jobs/{job_id:int}/cancel", pages.cancel, methods=["POST"], name="cancel"),
+        Route("/jobs/{job_id:id}", pages.job, name="job"),
+        Route("/jobs/{job_id:id}/retry", pages.retry, methods=["POST"], name="retry"),
+        Route("/jobs/{job_id:id}/cancel", pages.cancel, methods=["POST"], name="cancel"),
         Route("/workflows", pages.workflows, name="workflows"),
-        Route("/workflows/{workflow_id:int}", pages.workflow, name="workflow"),
-        Route("/workflows/{workflow_id:int}/retry", pages.retry_workflow, methods=["POST"], name="retry_workflow"),
-        Route("/workflows/{workflow_id:int}/cancel", pages.cancel_workflow, methods=["POST"], name="cancel_workflow"),
+        Route("/workflows/{workflow_id:id}", pages.workflow, name="workflow"),
+        Route("/workflows/{workflow_id:id}/retry", pages.retry_workflow, methods=["POST"], name="retry_workflow"),
+        Route("/workflows/{workflow_id:id}/cancel", pages.cancel_workflow, methods=["POST"], name="cancel_workflow"),
         Route("/schedules", pages.schedules, name="schedules"),
         Route("/queues/{queue_name}/pause", pages.pause_queue, methods=["POST"], name="pause_queue"),
         Route("/queues/{queue_name}/resume", pages.resume_queue, methods=["POST"], name="resume_queue"),

@@ -78,14 +78,26 @@ def _json_default(value: Any) -> Any:
 
 
 def pretty_json(value: Any) -> str:
-    """Indented JSON; the template escapes it, so a payload holding markup shows as text."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=_json_default)
+    """Indented JSON; the template escapes it, so a payload holding markup shows as text. Indenting
+    recurses in Python, which a value nested ~1,000 deep exhausted (a 500 for the job's page): such a
+    value is shown on one line, or said to be too deep."""
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=_json_default)
+    except RecursionError:
+        return _one_line(value)
 
 
 def short_json(value: Any, width: int = 80) -> str:
     """A result on one line, cut to `width`: a step's row is no place for a whole payload."""
-    text = json.dumps(value, ensure_ascii=False, default=_json_default)
+    text = _one_line(value)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _one_line(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, default=_json_default)
+    except RecursionError:
+        return "(nested too deeply to show)"
 
 
 def code_spans(text: str) -> Markup:

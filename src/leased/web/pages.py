@@ -21,6 +21,7 @@ from starlette.templating import Jinja2Templates
 
 from leased.admin import WorkerInfo
 from leased.app import Leased
+from leased.digits import whole_number
 from leased.errors import ConfigurationError, InvalidTransition, JobNotFound, WorkflowNotFound
 from leased.jobs import JobStatus
 from leased.run_views import STEP_STATUSES, parents_note, step_counts, step_tree
@@ -29,7 +30,6 @@ from leased.web.charts import throughput_chart
 from leased.web.security import CSRF_FIELD, Csrf, Flash, foreign_origin
 
 PAGE_SIZE = 50
-MAX_JOB_ID = 2**63 - 1
 ORDERS = ("newest", "oldest")
 
 
@@ -59,9 +59,10 @@ class JobsQuery:
             value = text(name)
             if value is None:
                 return None
-            if not value.isdigit() or len(value) > 18:
-                raise BadRequest(f"{name} must be a job id (a whole number), got {value!r}")
-            return int(value)
+            number = whole_number(value)
+            if number is None:
+                raise BadRequest(f"{name} must be a job id (a whole number), got {value[:40]!r}")
+            return number
 
         status, order = text("status"), text("order") or "newest"
         if status is not None and status not in {s.value for s in JobStatus}:
@@ -219,8 +220,6 @@ class Pages:
     def job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         try:
-            if job_id > MAX_JOB_ID:  # the database would refuse it as out of range, not as missing
-                raise JobNotFound(job_id)
             job, why = self.leased.job_and_why(job_id)
         except JobNotFound:
             return self.problem(request, 404, "No such job", f"There is no job with id {job_id}.")
@@ -235,10 +234,10 @@ class Pages:
     def workflows(self, request: Request) -> Response:
         name = (request.query_params.get("name") or "").strip() or None
         raw = (request.query_params.get("before_id") or "").strip()
-        if raw and (not raw.isdigit() or len(raw) > 18):
+        before_id = whole_number(raw)
+        if raw and before_id is None:
             return self.problem(request, 400, "Bad request", f"before_id must be a workflow id (a whole number), "
-                                                             f"got {raw!r}")
-        before_id = int(raw) if raw else None
+                                                             f"got {raw[:40]!r}")
         runs = self.leased.list_workflows(limit=PAGE_SIZE + 1, before_id=before_id, name=name)
         more = len(runs) > PAGE_SIZE
         runs = runs[:PAGE_SIZE]
@@ -253,8 +252,6 @@ class Pages:
     def workflow(self, request: Request) -> Response:
         workflow_id = request.path_params["workflow_id"]
         try:
-            if workflow_id > MAX_JOB_ID:
-                raise WorkflowNotFound(workflow_id)
             info = self.leased.get_workflow(workflow_id)
         except WorkflowNotFound:
             return self.problem(request, 404, "No such workflow", f"There is no workflow with id {workflow_id}.")
@@ -293,9 +290,7 @@ class Pages:
         form = await self._checked_form(request)
         if isinstance(form, Response):
             return form
-        job_id = request.path_params["job_id"]
-        if job_id > MAX_JOB_ID:
-            return PlainTextResponse(f"no job with id {job_id}\n", status_code=404)
+        job_id = request.path_params["job_id"]  # 1-18 digits (IdConvertor): within every database's ids
         back = request.url_for("job", job_id=job_id).path
         try:
             done = await run_in_threadpool(act, job_id)
@@ -325,8 +320,6 @@ class Pages:
         if isinstance(form, Response):
             return form
         workflow_id = request.path_params["workflow_id"]
-        if workflow_id > MAX_JOB_ID:
-            return PlainTextResponse(f"no workflow with id {workflow_id}\n", status_code=404)
         back = request.url_for("workflow", workflow_id=workflow_id).path
         try:
             done = await run_in_threadpool(act, workflow_id)

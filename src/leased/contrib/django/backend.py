@@ -37,6 +37,7 @@ from leased.backoff import Backoff
 from leased.contrib.django.connection import database_url, raw_connection
 from leased.contrib.django.options import TASK_OPTIONS, LeasedTask, task_options
 from leased.contrib.django.results import new_result, task_as_enqueued, task_result
+from leased.digits import whole_number
 from leased.engine.worker import Worker
 from leased.errors import ConfigurationError
 from leased.tasks import Task as LeasedHandler, check_queue_name
@@ -104,7 +105,8 @@ class LeasedBackend(BaseTaskBackend):
         from leased.contrib.django.models import read_job  # models need the app registry
 
         job_id = str(result_id)
-        job = read_job(self.database, int(job_id)) if job_id.isdigit() and len(job_id) < 19 else None
+        number = whole_number(job_id)
+        job = read_job(self.database, number) if number is not None else None
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         module_path, alias = split_job_task_name(job.task_name)
