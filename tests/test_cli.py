@@ -635,3 +635,19 @@ def test_every_time_shown_names_its_zone(sqlite_cli):
     shown = sqlite_cli.run("show", APP, str(job)).stdout
     assert [line.split()[-1] for line in shown.splitlines() if line.strip().startswith(("created", "run after"))] \
         == ["JST", "JST"]
+
+
+def test_piped_tables_print_error_text_whole(sqlite_cli):
+    """Cut to 120 columns when not on a terminal, an error read "PermanentEr...": a pipe, a log or
+    grep gets it whole ($COLUMNS still fits a table to a width)."""
+    from conftest import raw_sql
+
+    app = Leased(sqlite_cli.url)
+    register_tasks(app)
+    job = app.get_task("boom").enqueue()
+    long_error = "PermanentError: " + "the ledger and the bank disagree " * 8
+    raw_sql(app, f"UPDATE leased_jobs SET status = 'failed', last_error = '{long_error}' WHERE id = {job.id}")
+    assert long_error.strip() in sqlite_cli.run("jobs", APP).stdout
+    sqlite_cli.env["COLUMNS"] = "100"
+    assert long_error.strip() not in sqlite_cli.run("jobs", APP).stdout
+    app.close()

@@ -124,7 +124,7 @@ def test_workflow_command_shows_the_run_as_a_tree_and_workflows_lists_it(app, tm
     assert f" {run.job_ids['orders']} " in rows["orders"] and " done " in rows["orders"]
     assert '{"rows": 6}' in rows["orders"]
     assert " failed " in rows["check"] and "1/1" in rows["check"] and "PermanentError: totals differ" in rows["check"]
-    assert " cancelled " in rows["merge"] and "after orders, refunds" in rows["merge"]
+    assert " cancelled " in rows["merge"] and "also after orders, refunds" in rows["merge"]
     assert "parent check failed" in rows["merge"]
     assert "when finished" in rows["notify"] and '"ops"' in rows["notify"] and "when failed" in rows["undo"]
 
@@ -274,7 +274,7 @@ def test_dashboard_workflow_pages_and_their_retry_and_cancel(app, client):
                      ("refunds", "0")]
     for name, job_id in ids.items():
         assert f'<a href="/jobs/{job_id}"><bdi>{name}</bdi></a>' in html
-    assert "parent check failed" in html and "after orders, refunds" in html
+    assert "parent check failed" in html and "also after orders, refunds" in html
     assert f'action="/workflows/{run.id}/retry"' in html and f'action="/workflows/{run.id}/cancel"' not in html
     step_page = client.get(f"/jobs/{ids['merge']}").text
     assert f'<a class="workflow-link" href="/workflows/{run.id}">Workflow {run.id}</a>' in step_page

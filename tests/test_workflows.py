@@ -4,6 +4,7 @@ fan-out at run time, idempotency, retention, and bad input refused before anythi
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
@@ -134,6 +135,38 @@ def test_a_chain_passes_each_result_on(app, tasks):
     run = wf.enqueue()
     app.run_until_empty()
     assert [step.result for step in app.get_workflow(run.id).steps] == [3, 13, 113]
+
+
+@dataclass
+class Page:
+    url: str
+    words: int
+
+
+def test_a_chain_takes_typed_handlers(app):
+    """The stand-in for the previous step's result was type-checked like a real argument: a chain
+    into `def parse(html: str)` (or a dataclass parameter) was refused at chain(), and the steps
+    added before the refusal were already in the builder."""
+    @app.task(name="fetch")
+    def fetch(url: str) -> str:
+        return f"<p>{url} has three words</p>"
+
+    @app.task(name="parse")
+    def parse(html: str, prefix: str) -> dict:
+        return {"url": prefix + html[3:8], "words": 3}
+
+    @app.task(name="store")
+    def store(page: Page) -> str:
+        return f"{page.url}: {page.words}"
+
+    wf = app.workflow("crawl")
+    wf.chain((fetch, "a.io"), (parse, "https://"), store)
+    with pytest.raises(PayloadError, match="arguments do not match parse"):
+        app.workflow("short").chain((fetch, "a.io"), parse)  # its shape is still checked: prefix missing
+    run = wf.enqueue()
+    app.run_until_empty()
+    assert [step.result for step in app.get_workflow(run.id).steps] == [
+        "<p>a.io has three words</p>", {"url": "https://a.io ", "words": 3}, "https://a.io : 3"]
 
 
 def test_a_batch_tells_its_last_step_how_many_succeeded_and_failed(app, tasks):

@@ -70,11 +70,13 @@ def step_counts(counts: dict[str, int], skipped: int = 0) -> str:
 
 
 def parents_note(row: TreeRow, named: int = 2) -> str:
-    """The parents the tree's indent does not show, its when= if not the default, who added it."""
+    """The parents the tree's indent does not show, its when= if not the default, who added it.
+    "also after": the parent it is indented under is one more, which "after a, b +3 more" left out
+    of every count a reader made (six parents read as five)."""
     notes = []
     if row.others:
         shown = ", ".join(row.others[:named]) + (f" +{len(row.others) - named} more" if len(row.others) > named else "")
-        notes.append(f"after {shown}")
+        notes.append(f"also after {shown}")
     if str(row.step.run_when) != "succeeded":
         notes.append(f"when {row.step.run_when}")
     if row.step.added_by:

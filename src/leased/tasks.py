@@ -249,10 +249,13 @@ class TaskCall(Generic[P, R]):
             changes["timeout_seconds"] = check_timeout(timeout)
         return replace(self, **changes)
 
-    def new_job(self, args: tuple, kwargs: dict[str, Any]) -> NewJob:
-        return self._new_jobs([(args, kwargs)])[0]
+    def new_job(self, args: tuple, kwargs: dict[str, Any], *, after_result: bool = False) -> NewJob:
+        """The job of a call. `after_result`: a chain's step, whose first argument is the previous
+        step's result, written when the step is released: the call's shape is checked with a
+        stand-in for it, but not the stand-in's type (a `def parse(html: str)` refused None)."""
+        return self._new_jobs([(args, kwargs)], after_result)[0]
 
-    def _new_jobs(self, calls: Iterable[tuple[tuple, dict[str, Any]]]) -> list[NewJob]:
+    def _new_jobs(self, calls: Iterable[tuple[tuple, dict[str, Any]]], after_result: bool = False) -> list[NewJob]:
         task, check, limit = self.task, self.task.check_arguments, self.task.app.max_payload_bytes
         # Looked up once: this loop is most of a bulk enqueue's Python.
         typed = task.argument_types if task.argument_types else None
@@ -263,10 +266,10 @@ class TaskCall(Generic[P, R]):
         run_at, delay = schedule(self.run_after)
         jobs = []
         for args, kwargs in calls:
-            check(args, kwargs)
-            if check_scalars is not None:  # order_id: int refuses "one"
+            check((None, *args) if after_result else args, kwargs)
+            if check_scalars is not None and not after_result:  # order_id: int refuses "one"
                 check_scalars(args, kwargs)
-            if typed is not None:  # dataclass and pydantic arguments: validated, then stored as plain JSON
+            if typed is not None and not after_result:  # dataclasses, pydantic: validated, stored as plain JSON
                 args, kwargs = typed.to_json(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
             job = NewJob(name, queue_name, args_json, kwargs_json, priority, max_attempts, lease, run_at, delay, key,

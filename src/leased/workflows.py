@@ -21,7 +21,6 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from leased.errors import ConfigurationError
 from leased.jobs import JobStatus, NewJob
-from leased.payloads import encode_arguments
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
 from leased.names import check_name
 from leased.tasks import Task, TaskCall
@@ -243,12 +242,8 @@ def _new_step(planned: _Planned) -> NewStep:
 
 
 def _step_job(call: TaskCall, args: tuple, kwargs: dict[str, Any], chained: bool = False) -> NewJob:
-    if not chained:
-        return call.new_job(args, kwargs)
-    # A chain's step gets its previous step's result as its first argument, written at release:
-    # checked here with a stand-in for it, stored without.
-    args_json, _ = encode_arguments(args, {}, call.task.app.max_payload_bytes)
-    return call.new_job((None, *args), kwargs)._replace(args_json=args_json)
+    # A chain's step gets its previous step's result as its first argument, written at release.
+    return call.new_job(args, kwargs, after_result=chained)
 
 
 def _call(task: Any) -> TaskCall:

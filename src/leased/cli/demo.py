@@ -118,7 +118,7 @@ class Progress:
         line = f"{output.format_duration(elapsed):>6}  {text}"
         if self.tty:
             # Cut to the terminal: a line that wraps can no longer be redrawn in place.
-            line = output.truncate(line, output.terminal_width() - 1)
+            line = output.truncate(line, (output.terminal_width() or 120) - 1)
             self.stream.write("\r" + line.ljust(self.width) + ("\n" if final else ""))
             self.width = len(line)
         elif final or (text != self.last_text and time.monotonic() - self.last_printed >= 0.5):

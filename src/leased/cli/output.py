@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import sys
 from datetime import datetime, timedelta
 from typing import Any, Collection, Iterable, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -61,8 +63,11 @@ def plural(count: int, noun: str) -> str:
 
 
 # Text fitting.
-def terminal_width() -> int:
-    # Falls back to 120 columns when stdout is not a terminal (pipes, CI logs), or honours $COLUMNS.
+def terminal_width() -> int | None:
+    """The columns to fit a table to: the terminal's, or $COLUMNS. None when stdout is no terminal
+    and $COLUMNS is unset (a pipe, a log, grep): the text is printed whole, not cut at 120."""
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return None
     return shutil.get_terminal_size((120, 24)).columns
 
 
