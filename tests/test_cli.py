@@ -433,7 +433,7 @@ def test_worker_warns_about_a_queue_never_seen(cli, app):
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         lines = []
-        wait_for(lambda: lines.append(worker.stderr.readline()) or " started: " in lines[-1] or worker.poll(),
+        wait_for(lambda: lines.append(worker.stderr.readline()) or " started on " in lines[-1] or worker.poll(),
                  message="the worker to start")
     finally:
         worker.send_signal(signal.SIGTERM)
