@@ -394,8 +394,8 @@ class MariaDBBackend(SQLStore):
         if not picked:
             return []
         ids = {"job_ids": self._ids(picked), "worker_id": worker_id}
-        self._execute(connection, "refuse_rows", job_ids=ids["job_ids"])
         self._execute(connection, "take_leases", **ids)
+        self._execute(connection, "refuse_rows", job_ids=ids["job_ids"])
         if limited:
             self._execute(connection, "record_starts", job_ids=ids["job_ids"])
             self._execute(connection, "forget_old_starts")

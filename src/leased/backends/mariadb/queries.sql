@@ -69,25 +69,26 @@ ORDER BY due_rank, run_after, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: take_leases
+-- The jobs whose ids a claim read (and locked), leased to the worker; refuse_rows then ends those
+-- whose row no enqueue of leased writes (after: the claim's locks are taken in the order they were).
+-- Joined to the ids, not `id IN (SELECT ...)`: MariaDB plans a single-table UPDATE or DELETE with
+-- a subquery as a scan (here of every pending job); the multi-table form looks each id up.
+UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
+SET status = 'running', attempt = attempt + 1, lease_owner = %(worker_id)s,
+    lease_expires_at = leased_now() + lease_seconds, attempt_started_at = leased_now()
+WHERE status = 'pending' AND attempt < 2147483647 AND lease_seconds > 0 AND lease_seconds <= 86400;
+
 -- name: refuse_rows
--- Of the jobs a claim read (and locked), those whose row no enqueue of leased writes (another
--- program's, a DBA's): their attempt cannot grow or their lease cannot be computed, which failed
--- the whole claim, every claim, so nothing ran. Each is failed, naming the column and its value.
+-- Of the jobs a claim read (and locked), those take_leases left pending: rows no enqueue of leased
+-- writes (another program's, a DBA's), whose attempt cannot grow or whose lease cannot be computed,
+-- which failed the whole claim, every claim, so nothing ran. Each is failed, naming the column.
 UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
 SET status = 'failed', finished_at = leased_now(),
     last_error = CONCAT('RowRefused: ', IF(attempt >= 2147483647, CONCAT('attempt ', attempt),
                                            CONCAT('lease_seconds ', lease_seconds)),
                         ' is out of range; the row was not written by leased''s enqueue')
 WHERE status = 'pending' AND NOT (attempt < 2147483647 AND lease_seconds > 0 AND lease_seconds <= 86400);
-
--- name: take_leases
--- The jobs whose ids a claim read (and locked), leased to the worker (refuse_rows first).
--- Joined to the ids, not `id IN (SELECT ...)`: MariaDB plans a single-table UPDATE or DELETE with
--- a subquery as a scan (here of every pending job); the multi-table form looks each id up.
-UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
-SET status = 'running', attempt = attempt + 1, lease_owner = %(worker_id)s,
-    lease_expires_at = leased_now() + lease_seconds, attempt_started_at = leased_now()
-WHERE status = 'pending';
 
 -- name: leased_jobs
 SELECT * FROM leased_jobs
