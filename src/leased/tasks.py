@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSp
 
 from leased.backends import parse_database_url
 from leased.backoff import Backoff
-from leased.durations import parse_duration
+from leased.durations import LONGEST_SECONDS, parse_duration
 from leased.errors import ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, PayloadError
 from leased.jobs import Job, JobStatus, NewJob
 from leased.limits import KeyLimit, check_key, key_limit
@@ -29,9 +29,10 @@ R = TypeVar("R")
 QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")  # whole: fullmatch, where $ let "default\n" in
 PRIORITY_RANGE = (-32768, 32767)
 MAX_ATTEMPTS = 2**31 - 1
-# A job due further ahead than this is a mistake (a delay in the wrong unit); past the year 9999 no
-# reader could show it, and a row enqueue wrote before refusing broke every listing that held it.
-LONGEST_DELAY = timedelta(days=100 * 366)
+# A job due further ahead than durations allow (100 years) is a mistake (a delay in the wrong unit);
+# past the year 9999 no reader could show it, and a row enqueue wrote before refusing broke every
+# listing that held it.
+LONGEST_DELAY = timedelta(seconds=LONGEST_SECONDS)
 EARLIEST_RUN_AFTER = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _UNSET: Any = object()
 

@@ -127,32 +127,25 @@ WITH due AS (
 ), seen AS (
     -- Each job found by its primary key alone (see finish): without statistics the planner would
     -- read the pending jobs' indexes of leased_jobs, the dead entries a held horizon keeps included.
-    SELECT due.generation, due.priority, due.run_after, due.id, job.id IS NOT NULL AND NOT job.refused AS ready,
-           coalesce(job.refused, false) AS refused,
+    SELECT due.generation, due.priority, due.run_after, due.id,
+           job.id IS NOT NULL AND job.refused IS NULL AS ready, job.refused,
            CASE WHEN job.id IS NULL THEN NOT EXISTS (
                SELECT FROM leased_jobs AS held
                WHERE held.id = due.id AND held.status = 'pending' AND held.concurrency_key IS NULL
                  AND (held.priority, held.run_after, held.queue_name, held.task_name)
                      = (due.priority, due.run_after, due.queue_name, due.task_name)) END AS stale
     FROM due
-    LEFT JOIN LATERAL (SELECT id, NOT (attempt < 2147483647 AND lease_seconds > 0 AND lease_seconds <= 86400)
-                              AS refused
-                       FROM leased_jobs
+    LEFT JOIN LATERAL (SELECT id, leased_refused_row(attempt, lease_seconds) AS refused FROM leased_jobs
                        WHERE id = due.id AND status = 'pending' AND concurrency_key IS NULL
                          AND (priority, run_after, queue_name, task_name)
                              = (due.priority, due.run_after, due.queue_name, due.task_name)
                        LIMIT 1 FOR UPDATE SKIP LOCKED) AS job ON true
 ), refused AS (
-    -- A row no enqueue of leased writes (another program's, a DBA's): its attempt cannot grow or its
-    -- lease cannot be computed, which failed the whole claim, every claim, so nothing ran. The job
-    -- is failed, naming the column and its value; its update trigger deletes its due row.
-    UPDATE leased_jobs AS job
-    SET status = 'failed', finished_at = leased_now(),
-        last_error = 'RowRefused: ' || CASE WHEN job.attempt >= 2147483647 THEN 'attempt ' || job.attempt
-                                            ELSE 'lease_seconds ' || job.lease_seconds END
-                     || ' is out of range; the row was not written by leased''s enqueue'
+    -- A row no enqueue of leased writes: failed with why, not claimed (leased_refused_row, migration
+    -- 0021); its update trigger deletes its due row.
+    UPDATE leased_jobs AS job SET status = 'failed', finished_at = leased_now(), last_error = seen.refused
     FROM seen
-    WHERE job.id = seen.id AND seen.refused
+    WHERE job.id = seen.id AND seen.refused IS NOT NULL
 ), taken AS (
     DELETE FROM leased_due AS row USING seen
     WHERE (seen.ready OR seen.stale)
@@ -823,27 +816,22 @@ WITH RECURSIVE keys (key) AS (
     -- as its candidate row says (migration 0021): a due row left for a job that is gone or moved
     -- claims nothing, as in the plain claim, which deletes such rows.
     SELECT job.id, job.refused FROM chosen CROSS JOIN LATERAL (
-        SELECT id, NOT (attempt < 2147483647 AND lease_seconds > 0 AND lease_seconds <= 86400) AS refused
-        FROM leased_jobs
+        SELECT id, leased_refused_row(attempt, lease_seconds) AS refused FROM leased_jobs
         WHERE id = chosen.id AND status = 'pending'
           AND (priority, run_after, queue_name, task_name)
               = (chosen.priority, chosen.run_after, chosen.queue_name, chosen.task_name)
         LIMIT 1 FOR UPDATE SKIP LOCKED) AS job
 ), refused AS (
-    -- As in the plain claim: a row no enqueue of leased writes is failed, not claimed.
-    UPDATE leased_jobs AS job
-    SET status = 'failed', finished_at = leased_now(),
-        last_error = 'RowRefused: ' || CASE WHEN job.attempt >= 2147483647 THEN 'attempt ' || job.attempt
-                                            ELSE 'lease_seconds ' || job.lease_seconds END
-                     || ' is out of range; the row was not written by leased''s enqueue'
+    -- As in the plain claim: a row no enqueue of leased writes is failed with why, not claimed.
+    UPDATE leased_jobs AS job SET status = 'failed', finished_at = leased_now(), last_error = due.refused
     FROM due
-    WHERE job.id = due.id AND due.refused
+    WHERE job.id = due.id AND due.refused IS NOT NULL
 ), claimed AS (
     UPDATE leased_jobs AS job
     SET status = 'running', attempt = job.attempt + 1, lease_owner = %(worker_id)s,
         lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds), attempt_started_at = leased_now()
     FROM due
-    WHERE job.id = due.id AND NOT due.refused
+    WHERE job.id = due.id AND due.refused IS NULL
     RETURNING job.*
 ), untracked AS (
     -- The claimed jobs' due rows (migration 0018). One a plain claim holds is waited for, not

@@ -38,4 +38,5 @@ def drop_leased_tables(apps: Any, schema_editor: Any) -> None:
         schema_editor.execute("DROP SEQUENCE IF EXISTS leased_due_current, leased_reclaim_turn_at")
         schema_editor.execute("DROP FUNCTION IF EXISTS leased_due_generation_for, leased_due_inserted, "
                               "leased_due_changed, leased_rotate_due, leased_reclaim_turn, leased_due_truncated, "
-                              "leased_mend_due, leased_due_generation_holds_a_job, leased_truncate_drained_due")
+                              "leased_mend_due, leased_due_generation_holds_a_job, leased_truncate_drained_due, "
+                              "leased_refused_row")

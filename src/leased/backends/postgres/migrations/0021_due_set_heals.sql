@@ -191,5 +191,16 @@ BEGIN
 END
 $$;
 
+-- Why a pending job's row cannot be claimed, or NULL when it can: a row no enqueue of leased
+-- writes (another program's, a DBA's) whose attempt cannot grow or whose lease cannot be computed
+-- failed the whole claim statement, every claim, so nothing in the database ran. The claims fail
+-- such a job with this text instead (queries.sql), and claim the rest. A SQL function: inlined.
+CREATE OR REPLACE FUNCTION leased_refused_row(attempt integer, lease_seconds double precision) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 'RowRefused: ' || CASE WHEN attempt >= 2147483647 THEN 'attempt ' || attempt
+                                    ELSE 'lease_seconds ' || lease_seconds END
+             || ' is out of range; the row was not written by leased''s enqueue'
+      WHERE NOT (attempt < 2147483647 AND lease_seconds > 0 AND lease_seconds <= 86400) $$;
+
 -- Rows an older release's claims or a TRUNCATE left before this migration.
 SELECT leased_mend_due();
