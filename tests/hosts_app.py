@@ -13,12 +13,23 @@ from pathlib import Path
 from leased import Backoff, Leased
 
 app = Leased(os.environ["LEASED_DATABASE_URL"])
+HOST = os.environ.get("HOSTS_HOST", "?")
+MARKERS = Path(os.environ.get("HOSTS_MARKERS", "."))
 if os.environ.get("HOSTS_PRUNE_AT_ONCE"):  # the worker's first pruning pass as it starts, not within a minute
     from leased.engine import pruner
 
     pruner.FIRST_PASS_WITHIN = 0.0
-HOST = os.environ.get("HOSTS_HOST", "?")
-MARKERS = Path(os.environ.get("HOSTS_MARKERS", "."))
+    _prune = pruner.prune
+
+    def _prune_and_say_so(*args, **kwargs):
+        """A pass holds a connection of its own while it runs: `pruned-<host>` says this host's
+        first pass is over, so that a test counting connections can wait for it."""
+        try:
+            return _prune(*args, **kwargs)
+        finally:
+            (MARKERS / f"pruned-{HOST}").touch()
+
+    pruner.prune = _prune_and_say_so
 LEASE = 2.0  # short, so that a cut host's jobs come back within seconds
 RETRY_IN = 2.5  # flaky's one retry is due this long after its failure, by the database's clock
 

@@ -284,6 +284,10 @@ def test_a_worker_holds_the_same_connections_at_concurrency_1_10_and_100(fleet, 
         worker_of(process, app)
     names = {f"leased-host-{host.name}": host for host in machines}
     wait_for(lambda: all(app.backend.get_job(job.id) is None for job in old), message="a pruning pass")
+    # Every worker's first pass, not only the one that took the lock: a pass that starts late
+    # would hold its connection of its own while the peaks are sampled.
+    wait_for(lambda: all((tmp_path / f"pruned-{host.name}").exists() for host in machines),
+             message="every worker's first pruning pass")
 
     def idle() -> dict[str, int] | bool:
         counts = connections_by_name(schema_url)
