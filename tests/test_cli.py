@@ -302,6 +302,27 @@ def test_worker_log_jobs_logs_a_line_per_attempt_at_info(sqlite_cli, tmp_path):
     assert len(boom) == 1 and "failed for good" in boom[0]  # a failure is logged once, by the worker
 
 
+def test_worker_log_format_json_writes_an_object_per_line_naming_each_job(sqlite_cli, tmp_path):
+    app = Leased(sqlite_cli.url)
+    register_tasks(app)
+    jobs = [app.get_task("add").enqueue(1, 2), app.get_task("sneaky").enqueue()]
+    try:
+        text = run_worker_until_finished(sqlite_cli, app, jobs, tmp_path / "worker.log", "--log-jobs",
+                                         "--log-format", "json")
+    finally:
+        app.close()
+    lines = [json.loads(line) for line in text.splitlines()]  # every line is one object
+    assert text.isascii()  # a handler's controls and bidi marks are escaped by JSON itself
+    worker_id = lines[0]["worker_id"]
+    assert all(line["worker_id"] == worker_id for line in lines)
+    [done] = [line for line in lines if line.get("outcome") == "done"]
+    assert done.items() >= {"job_id": jobs[0].id, "task": "add", "queue": "default", "attempt": 1}.items()
+    assert done["duration_seconds"] >= 0 and done["level"] == "info"
+    [failed] = [line for line in lines if line.get("outcome") == "error"]
+    assert failed.items() >= {"job_id": jobs[1].id, "task": "sneaky", "attempt": 1, "max_attempts": 1,
+                              "level": "error", "error_type": "ValueError"}.items()
+
+
 def test_demo_runs_to_completion_and_replays_with_a_seed(tmp_path):
     runner = Cli(tmp_path, "sqlite:///unused.db")
 

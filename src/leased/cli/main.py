@@ -30,6 +30,7 @@ from leased.digits import whole_number
 from leased.errors import LeasedError
 from leased.events import AttemptEnded, Event
 from leased.jobs import DurableStep, Job, JobStatus, Outcome
+from leased.logs import JsonFormatter
 from leased.suggest import did_you_mean
 from leased.terminal import printable
 from leased.worker_ids import SUPERVISOR_VARIABLE
@@ -119,6 +120,9 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
               help="On SIGINT/SIGTERM, how long running jobs may finish before they are released.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"], case_sensitive=False), default="text",
+              show_default=True, help="json: one object per line, with the job's id, task, queue, attempt, "
+                                      "worker id and outcome as fields (and the trace's ids when traced).")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
               help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT/metrics (needs leased[web]).")
 @click.option("--no-push", is_flag=True,
@@ -136,20 +140,21 @@ def demo(database: str | None, job_count: int, concurrency: int, seed: int | Non
 @click.option("--max-memory-per-child", type=ByteSize(), metavar="SIZE",
               help="Retire such a child, between jobs, once its RSS passes SIZE (e.g. 512MB).")
 def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
-           log_level: str, metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool,
-           processes: int, max_tasks_per_child: int | None, max_memory_per_child: int | None) -> None:
+           log_level: str, log_format: str, metrics_port: int | None, no_push: bool, no_prune: bool,
+           log_jobs: bool, processes: int, max_tasks_per_child: int | None, max_memory_per_child: int | None) -> None:
     """Run jobs until SIGINT or SIGTERM.
 
     On the first signal no new jobs are claimed and running ones may finish within the grace
     period; a second signal cancels them and gives them back at once.
     """
-    configure_logging(log_level)
+    configure_logging(log_level, log_format)
     if processes > 1:
         if metrics_port is not None and metrics_port + processes - 1 > 65535:
             raise click.BadParameter(f"{processes} processes need ports {metrics_port} to "
                                      f"{metrics_port + processes - 1}; choose a lower one", param_hint="'--metrics-port'")
         arguments = [app_spec, "--concurrency", str(concurrency), "--poll-interval", f"{poll_interval!r}s",
-                     "--shutdown-grace", f"{shutdown_grace!r}s", "--log-level", log_level]
+                     "--shutdown-grace", f"{shutdown_grace!r}s", "--log-level", log_level,
+                     "--log-format", log_format]
         arguments += ["--queues", queues] if queues else []
         arguments += ["--max-tasks-per-child", str(max_tasks_per_child)] if max_tasks_per_child else []
         arguments += ["--max-memory-per-child", str(max_memory_per_child)] if max_memory_per_child else []
@@ -205,7 +210,10 @@ def log_attempt_end(event: Event) -> None:
     if (isinstance(event, AttemptEnded) and event.outcome not in (Outcome.ERROR, Outcome.TIMEOUT, Outcome.CRASHED)
             and log.isEnabledFor(logging.INFO)):
         log.info("job %d (%s) attempt %d: %s in %s", event.job_id, event.task_name, event.attempt, event.outcome,
-                 output.format_duration(event.seconds))
+                 output.format_duration(event.seconds),
+                 extra={"leased": {"job_id": event.job_id, "task": event.task_name, "queue": event.queue_name,
+                                   "attempt": event.attempt, "worker_id": event.worker_id,
+                                   "outcome": str(event.outcome), "duration_seconds": event.seconds}})
 
 
 def warn_about_unknown_queues(app: Leased, queue_names: list[str] | None) -> None:
@@ -236,10 +244,13 @@ class PrintableFormatter(logging.Formatter):
         return printable(super().format(record))
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, log_format: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(PrintableFormatter("%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s",
-                                            datefmt="%Y-%m-%d %H:%M:%S"))
+    if log_format.lower() == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(PrintableFormatter("%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s",
+                                                datefmt="%Y-%m-%d %H:%M:%S"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
     # The connection pool narrates every connection at INFO; its warnings are what a reader needs.
     logging.getLogger("psycopg").setLevel(max(logging.getLogger().level, logging.WARNING))

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from leased import logs
 from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.engine.completer import Completer, Recorded
 from leased.engine.transactional import Written
@@ -138,16 +139,16 @@ class ClaimedAttempts:
             elif result is False:
                 job = attempt.job
                 log.warning("job %d (%s) attempt %d: lease lost before the result was written; "
-                            "result discarded", job.id, job.task_name, job.attempt)
+                            "result discarded", job.id, job.task_name, job.attempt, extra=logs.extra(job))
                 self._abandon(attempt, CancelReason.LEASE_LOST, closing)
             else:  # the lease will expire and the job run again
                 job = attempt.job
                 if is_transient(result):  # an outage outlasted the lease: one line, as for every outage
                     log.warning("job %d (%s) attempt %d: could not record its end (%s); it runs again once its "
-                                "lease expires", job.id, job.task_name, job.attempt, one_line(result))
+                                "lease expires", job.id, job.task_name, job.attempt, one_line(result), extra=logs.extra(job))
                 else:
                     log.error("job %d (%s) attempt %d: could not record its end", job.id, job.task_name,
-                              job.attempt, exc_info=result)
+                              job.attempt, exc_info=result, extra=logs.extra(job))
                 closing.append((attempt, None, False))
         self._close(closing)
 
@@ -195,9 +196,10 @@ class ClaimedAttempts:
         except Exception as error:
             if is_transient(error):
                 log.warning("job %d: could not give it back (%s); it returns when its lease expires",
-                            attempt.job.id, one_line(error))
+                            attempt.job.id, one_line(error), extra=logs.extra(attempt.job))
             else:
-                log.exception("job %d: could not give it back; it returns when its lease expires", attempt.job.id)
+                log.exception("job %d: could not give it back; it returns when its lease expires", attempt.job.id,
+                              extra=logs.extra(attempt.job))
         self._close([(attempt, Outcome.LEASE_LOST, False)])
 
     def _count(self, end: AttemptEnd) -> None:
@@ -215,7 +217,8 @@ class ClaimedAttempts:
             return
         attempt.lapse_cause = cause
         log.warning("job %d (%s) attempt %d: %s%s; cancelling its handler", lease.job_id, attempt.job.task_name,
-                    lease.attempt, reason, f" (the worker {cause})" if cause else "")
+                    lease.attempt, reason, f" (the worker {cause})" if cause else "",
+                    extra=logs.extra(attempt.job, cancelled_because=str(reason)))
         if attempt.task is not None:
             attempt.task.cancel()  # the task's end reports it
         elif reason is CancelReason.TIMEOUT:  # a sync handler (limits are armed as handlers start) runs on

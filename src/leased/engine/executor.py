@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from leased import logs
 from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.backends.worker_calls import worker_calls
 from leased.backoff import Backoff
@@ -59,6 +60,10 @@ class Executor:
     def run_sync(self, attempt: ClaimedAttempt) -> AttemptEnd | Written | None:
         """On a handler thread: run the handler once. None means it was cancelled and nothing is to
         be written; Written, a transactional handler's end, written with its writes."""
+        with _logging_about(attempt):
+            return self._run_sync(attempt)
+
+    def _run_sync(self, attempt: ClaimedAttempt) -> AttemptEnd | Written | None:
         context = attempt.context
         if context.is_cancelled:
             return None
@@ -100,6 +105,11 @@ class Executor:
                     ended: Callable[[ClaimedAttempt, AttemptEnd | Written | None], None]) -> None:
         """On the loop: start the handler as a task; `ended(attempt, end)` is called when it is done
         (end None: cancelled, nothing to write)."""
+        with _logging_about(attempt):  # the task and its done callback copy the context as it is here
+            self._start_async(attempt, ended)
+
+    def _start_async(self, attempt: ClaimedAttempt,
+                     ended: Callable[[ClaimedAttempt, AttemptEnd | Written | None], None]) -> None:
         context = attempt.context
         if context.is_cancelled:
             ended(attempt, None)
@@ -216,6 +226,11 @@ class _Escaped(Exception):
         self.error = error
 
 
+def _logging_about(attempt: ClaimedAttempt):
+    """What the handler logs, and the worker logs of its end, name the job (leased.logs)."""
+    return logs.about(**logs.job_fields(attempt.job, worker_id=attempt.context.worker_id))
+
+
 # A handler's own calls (an enqueue, a step) are not the worker's: they take the app's connections,
 # not the few the worker's loops share (leased.backends.worker_calls).
 def _as_handler(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -250,10 +265,12 @@ def failed_end(job: ClaimedJob, outcome: Outcome, error_type: str, message: str,
     shown = printable(one_line(message))
     if retry:
         log.warning("job %d (%s) attempt %d/%d failed: %s: %s; retrying in %.1fs", job.id, job.task_name,
-                    job.attempt, job.max_attempts, error_type, shown, delay)
+                    job.attempt, job.max_attempts, error_type, shown, delay,
+                    extra=logs.extra(job, outcome=outcome.value, error_type=error_type, retry_in_seconds=delay))
     else:
         log.error("job %d (%s) attempt %d/%d failed for good: %s: %s", job.id, job.task_name,
-                  job.attempt, job.max_attempts, error_type, shown)
+                  job.attempt, job.max_attempts, error_type, shown,
+                  extra=logs.extra(job, outcome=outcome.value, error_type=error_type))
     return AttemptEnd(job.lease, outcome, error_type=error_type, error_message=message,
                       traceback=None if traceback_text is None else clean_text(traceback_text, MAX_TRACEBACK),
                       retry_in_seconds=delay, workflow_id=job.workflow_id)

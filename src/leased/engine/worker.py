@@ -27,6 +27,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from leased import logs
 from leased.backends.ports import ClaimRequest, RuntimePort, WorkerRecord
 from leased.backends.worker_calls import worker_calls
 from leased.engine.announcer import Announcer
@@ -155,7 +156,8 @@ class Worker:
     async def run_async(self, *, stop_when_idle: bool = False) -> WorkerStats:
         # Every call below, on this task and the tasks and threads it starts, is the worker's own
         # (leased.backends.worker_calls); the handlers' calls are theirs (the executor says so).
-        with worker_calls(), self.backend.serving_worker():
+        # What it logs, on them too, names the worker (leased.logs).
+        with worker_calls(), self.backend.serving_worker(), logs.about(worker_id=self.id):
             return await self._run(stop_when_idle)
 
     async def _run(self, stop_when_idle: bool) -> WorkerStats:
