@@ -20,11 +20,12 @@ SET @leased_clock_offset = %(offset)s;
 -- Rows are inserted in the batch's order, so AUTO_INCREMENT gives ids in that order.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
+                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+                                trace_context)
 SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
        COALESCE(j.run_at, leased_now() + j.delay_seconds), leased_now(), j.idempotency_key,
        j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds,
-       j.status, j.workflow_id, j.isolation
+       j.status, j.workflow_id, j.isolation, j.trace_context
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
     task_name VARCHAR(255) PATH '$[0]', queue_name VARCHAR(255) PATH '$[1]', args LONGTEXT PATH '$[2]',
@@ -33,7 +34,7 @@ FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     idempotency_key VARCHAR(255) PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
     concurrency_key VARCHAR(255) PATH '$[11]', key_concurrency INT PATH '$[12]', key_rate_count INT PATH '$[13]',
     key_rate_seconds DOUBLE PATH '$[14]', status VARCHAR(16) PATH '$[15]', workflow_id BIGINT PATH '$[16]',
-    isolation VARCHAR(16) PATH '$[17]')) AS j
+    isolation VARCHAR(16) PATH '$[17]', trace_context TEXT PATH '$[18]')) AS j
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
@@ -43,11 +44,12 @@ RETURNING id, run_after, created_at, idempotency_key;
 -- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
+                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+                                trace_context)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s, %(kwargs_json)s, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s, COALESCE(%(run_at)s, leased_now() + %(delay_seconds)s), leased_now(),
         %(idempotency_key)s, %(timeout_seconds)s, %(concurrency_key)s, %(key_concurrency)s, %(key_rate_count)s,
-        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s)
+        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s, %(trace_context)s)
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: pending_with_key

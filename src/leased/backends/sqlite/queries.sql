@@ -4,7 +4,8 @@
 -- name: insert_jobs
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
 -- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds,
--- concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation],
+-- concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+-- trace_context],
 -- and the batch one array of them.
 -- A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
 -- the caller matches rows to jobs (RETURNING's own order is unspecified): the rows are inserted
@@ -13,14 +14,16 @@
 -- starts with INSERT, which is how Python's sqlite3 knows to open the caller's transaction first.
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                         key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
+                         key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+                         trace_context)
 WITH clock AS MATERIALIZED (SELECT leased_now() AS now)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
        json_extract(value, '$[6]'), coalesce(json_extract(value, '$[7]'), clock.now + json_extract(value, '$[8]')),
        clock.now, json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
        json_extract(value, '$[12]'), json_extract(value, '$[13]'), json_extract(value, '$[14]'),
-       json_extract(value, '$[15]'), json_extract(value, '$[16]'), json_extract(value, '$[17]')
+       json_extract(value, '$[15]'), json_extract(value, '$[16]'), json_extract(value, '$[17]'),
+       json_extract(value, '$[18]')
 FROM json_each(:jobs), clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ORDER BY key
@@ -35,11 +38,12 @@ RETURNING id, run_after, created_at, idempotency_key;
 -- still be called twice in one statement).
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                         key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
+                         key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+                         trace_context)
 SELECT :task_name, :queue_name, :args_json, :kwargs_json, :priority, :max_attempts, :lease_seconds,
        coalesce(:run_at, clock.now + :delay_seconds), clock.now, :idempotency_key, :timeout_seconds,
        :concurrency_key, :key_concurrency, :key_rate_count, :key_rate_seconds, :status, :workflow_id,
-       :isolation
+       :isolation, :trace_context
 FROM (SELECT leased_now() AS now) AS clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
