@@ -2,6 +2,11 @@
 
 Build: .venv/bin/sphinx-build -W --keep-going -n -b html docs docs/_build/html
 (tests/test_docs.py builds it the same way: any warning, broken reference or broken link fails.)
+
+screenshots/site-*.png show the built site; re-take them after a change to its look with
+    chromium --headless --hide-scrollbars --window-size=1280,900 --screenshot=docs/screenshots/site-home.png \
+        file://$PWD/docs/_build/html/index.html
+(and reference/api.html for site-api-reference.png).
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ myst_enable_extensions = ["colon_fence"]
 
 # Signatures as written in the code, without the module path on every type.
 autodoc_member_order = "bysource"
-autodoc_typehints = "description"
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True  # `retention=_UNSET`, not `<object object at 0x...>`
 autodoc_typehints_format = "short"
-autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_default_options = {"members": True}  # the errors page adds show-inheritance
 add_module_names = False
 # Docstrings write code in single backquotes, as Markdown does: show it as code.
 default_role = "code"
@@ -42,9 +48,12 @@ default_role = "code"
 intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
 
 html_theme = "furo"
+# Click's help texts write options as --pending: keep two hyphens, not an en dash.
+smartquotes = False
 html_title = f"leased {release}"
 html_static_path: list[str] = []
-pygments_style = "sphinx"
+# A fence with no language is a synopsis, a tree or a transcript: not Python to colour.
+highlight_language = "none"
 
 # Cross-references are checked (-n): every name a signature or a page mentions must resolve,
 # except these, which have no page to point to.
@@ -52,7 +61,7 @@ nitpicky = True
 nitpick_ignore_regex = [
     # The standard library's: its inventory would come from docs.python.org, and the build
     # runs without a network.
-    ("py:(class|obj|exc)", r"(datetime|enum|threading|typing|collections\.abc|concurrent\.futures|asyncio)\..*"),
+    ("py:(class|obj|exc)", r"(datetime|enum|threading|typing|contextlib|collections\.abc|concurrent\.futures|asyncio)\..*"),
     ("py:(class|obj)", r"(timedelta|datetime|Callable|Awaitable|Iterator|AsyncIterator)"),
     # Type variables of the generic Task: `P` a handler's parameters, `R` its result.
     ("py:(class|obj)", r"~?(leased\.(app|tasks|workflows)\.)?[PR]"),
@@ -60,7 +69,7 @@ nitpick_ignore_regex = [
     # records): documented in their modules, not promised to users.
     ("py:class", r"(leased\.workflows\.)?WorkflowApp|(leased\.backends\.ports\.)?AttemptEnd"),
     ("py:class", r"leased\.jobs\.(NewJob|Lease|ClaimedJob)|leased\.runs\.NewWorkflow|leased\.backends\.ports\.TickPlan"),
-    ("py:class", r"ScheduledTicks|AbstractContextManager|Producer|RuntimePort|Handler|Events|Pruner|Children"),
+    ("py:class", r"ScheduledTicks|AbstractContextManager|(leased\.tasks\.)?Producer|RuntimePort|Handler|Events|Pruner|Children"),
     # What autodoc shows of a string annotation it could not evaluate: the text itself.
     ("py:class", r"'.*"),
 ]
