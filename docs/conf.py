@@ -67,8 +67,7 @@ nitpick_ignore_regex = [
     ("py:(class|obj)", r"~?(leased\.(app|tasks|workflows)\.)?[PR]"),
     # Internal types a public signature names (a protocol the app satisfies, the engine's own
     # records): documented in their modules, not promised to users.
-    ("py:class", r"(leased\.workflows\.)?WorkflowApp|(leased\.backends\.ports\.)?AttemptEnd"),
-    ("py:class", r"leased\.jobs\.(NewJob|Lease|ClaimedJob)|leased\.runs\.NewWorkflow|leased\.backends\.ports\.TickPlan"),
+    ("py:class", r"(leased\.workflows\.)?WorkflowApp|AttemptEnd"),
     ("py:class", r"ScheduledTicks|AbstractContextManager|(leased\.tasks\.)?Producer|RuntimePort|Handler|Events|Pruner|Children"),
     # What autodoc shows of a string annotation it could not evaluate: the text itself.
     ("py:class", r"'.*"),
