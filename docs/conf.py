@@ -38,7 +38,8 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True  # `retention=_UNSET`, not `<object object at 0x...>`
 autodoc_typehints_format = "short"
-autodoc_default_options = {"members": True}  # the errors page adds show-inheritance
+# Every public field and member, documented or not: a dataclass field says what it is by its type.
+autodoc_default_options = {"members": True, "undoc-members": True}  # the errors page adds show-inheritance
 add_module_names = False
 # Docstrings write code in single backquotes, as Markdown does: show it as code.
 default_role = "code"
@@ -69,6 +70,7 @@ nitpick_ignore_regex = [
     # records): documented in their modules, not promised to users.
     ("py:class", r"(leased\.workflows\.)?WorkflowApp|AttemptEnd"),
     ("py:class", r"ScheduledTicks|AbstractContextManager|(leased\.tasks\.)?Producer|RuntimePort|Handler|Events|Pruner|Children"),
-    # What autodoc shows of a string annotation it could not evaluate: the text itself.
-    ("py:class", r"'.*"),
+    # What autodoc shows of a string annotation it could not evaluate: the text itself, or a piece
+    # of it cut at a comma.
+    ("py:class", r"'.*|dict\[str"),
 ]

@@ -220,8 +220,8 @@ class BatchOutcome:
     """What the step after a batch learns of its members: `context.batch`."""
 
     succeeded: int
-    failed: int  # failed or cancelled
-    results: dict[str, Any]  # each member's result that succeeded, by step name
+    failed: int  #: failed or cancelled
+    results: dict[str, Any]  #: each member's result that succeeded, by step name
 
     @property
     def total(self) -> int:
