@@ -452,7 +452,7 @@ class Leased:
         finally:
             waiting.abandon()
 
-    # Pausing queues, and retention (see README: "Pausing a queue", "Retention").
+    # Pausing queues, and retention (see docs/howto/pausing.md and docs/howto/retention.md).
     def pause(self, queue_name: str, *, force: bool = False) -> bool:
         """Stop every worker claiming the queue's jobs (running ones finish; enqueue still works).
         False if it was paused already. An unknown queue is an error unless `force=True`."""

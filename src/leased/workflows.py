@@ -111,7 +111,7 @@ class Workflow:
 
     def chain(self, *calls: Task | TaskCall | tuple, after: Iterable[Step] = ()) -> list[Step]:
         """Steps that run one after another, each given the previous one's result as its first
-        argument (Celery's chain). Each call is a task, or a tuple (task, *args)."""
+        argument (Celery's chain). Each call is a task, or a tuple `(task, *args)`."""
         steps: list[Step] = []
         for position, call in enumerate(calls):
             task, args = (call[0], tuple(call[1:])) if isinstance(call, tuple) else (call, ())
@@ -220,8 +220,8 @@ class BatchOutcome:
     """What the step after a batch learns of its members: `context.batch`."""
 
     succeeded: int
-    failed: int  # failed or cancelled
-    results: dict[str, Any]  # each member's result that succeeded, by step name
+    failed: int  #: failed or cancelled
+    results: dict[str, Any]  #: each member's result that succeeded, by step name
 
     @property
     def total(self) -> int:

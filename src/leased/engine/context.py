@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 
 
 class CancelReason(StrEnum):
+    """Why a handler was told to stop: `context.cancel_reason`."""
+
     LEASE_LOST = "lease lost"
     CANCELLED = "cancelled by a user"
     SHUTDOWN = "worker shutting down"
-    TIMEOUT = "timeout"  # the attempt ran past the job's time limit
+    TIMEOUT = "timeout"  #: the attempt ran past the job's time limit
 
 
 class JobCancelled(Exception):
