@@ -227,7 +227,8 @@ class Job:
 
 def _as_job(draft: Any) -> Job:
     draft.__class__ = Job
-    return draft
+    job: Job = draft  # the same object, a Job now (see JobDraft below)
+    return job
 
 
 # A frozen dataclass is slow to build: its __init__ sets each field through object.__setattr__,
