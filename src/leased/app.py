@@ -439,9 +439,9 @@ class Leased:
                         # TickSource declares `expression` and `skip_overlap` as writable attributes where
                         # Schedule has read-only properties (ports.py is the fix, outside this change).
                         schedules=tuple(self.schedules.values()),  # type: ignore[arg-type]
-                        children=Children(max_tasks_per_child=check_per_child("max_tasks_per_child", max_tasks_per_child),
-                                          max_memory_per_child=check_per_child("max_memory_per_child",
-                                                                               max_memory_per_child)),
+                        children=Children(
+                            max_tasks_per_child=check_per_child("max_tasks_per_child", max_tasks_per_child),
+                            max_memory_per_child=check_per_child("max_memory_per_child", max_memory_per_child)),
                         pruner=Pruner(self.backend, rules) if prune and (rules := self._prune_rules()) else None)
         self._workers.add(worker)
         return worker
@@ -539,7 +539,8 @@ class Leased:
         return deleted
 
     def _prune_rules(self) -> list[PruneRule]:
-        return prune_rules(self.retention, {name: task.retention for name, task in self.tasks.items() if task.retention})
+        by_task = {name: task.retention for name, task in self.tasks.items() if task.retention}
+        return prune_rules(self.retention, by_task)
 
 
 def _job_status(value: JobStatus | str) -> JobStatus:

@@ -220,7 +220,8 @@ class Job:
         history keeps every attempt's error."""
         if self.status == JobStatus.FAILED:
             return self.last_error
-        if self.status == JobStatus.PENDING and self.attempt > 0 or self.status == JobStatus.RUNNING and self.attempt > 1:
+        if (self.status == JobStatus.PENDING and self.attempt > 0
+                or self.status == JobStatus.RUNNING and self.attempt > 1):
             return self.last_error
         return None
 

@@ -220,9 +220,10 @@ class TaskCall(Generic[P, R]):
     concurrency_key: str | None = None  # overrides the key the task computes from the arguments
     isolation: str | None = None  # "thread" or "process" for these jobs; None: the task's own
 
-    def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET, run_after: datetime | timedelta | None = _UNSET,
-              idempotency_key: str | None = _UNSET, connection: Any = _UNSET, max_attempts: int = _UNSET,
-              lease: float | timedelta = _UNSET, timeout: float | timedelta | None = _UNSET,
+    def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET,
+              run_after: datetime | timedelta | None = _UNSET, idempotency_key: str | None = _UNSET,
+              connection: Any = _UNSET, max_attempts: int = _UNSET, lease: float | timedelta = _UNSET,
+              timeout: float | timedelta | None = _UNSET,
               concurrency_key: str | None = _UNSET, isolation: Isolation = _UNSET) -> TaskCall[P, R]:
         changes: dict[str, Any] = {}
         if isolation is not _UNSET:
@@ -260,7 +261,8 @@ class TaskCall(Generic[P, R]):
         stand-in for it, but not the stand-in's type (a `def parse(html: str)` refused None)."""
         return self._new_jobs([(args, kwargs)], after_result)[0]
 
-    def _new_jobs(self, calls: Iterable[tuple[tuple[Any, ...], dict[str, Any]]], after_result: bool = False) -> list[NewJob]:
+    def _new_jobs(self, calls: Iterable[tuple[tuple[Any, ...], dict[str, Any]]],
+                  after_result: bool = False) -> list[NewJob]:
         task, check, limit = self.task, self.task.check_arguments, self.task.app.max_payload_bytes
         # Looked up once: this loop is most of a bulk enqueue's Python.
         typed = task.argument_types if task.argument_types else None

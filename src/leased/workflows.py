@@ -110,7 +110,8 @@ class Workflow:
             raise ConfigurationError(f"step {name or call.task.name!r} names the same parent twice in after=")
         step_name = self._step_name(name, call.task.name)
         job = _step_job(call, tuple(args), dict(kwargs), chained=previous is not None)
-        self._steps.append(_Planned(call, job, step_name, parents, run_when, None if previous is None else previous.index))
+        previous_index = None if previous is None else previous.index
+        self._steps.append(_Planned(call, job, step_name, parents, run_when, previous_index))
         self._names[step_name] = len(self._steps) - 1
         return Step(self, step_name, len(self._steps) - 1)
 
