@@ -32,4 +32,4 @@ __all__ = [
     "SchemaNotReady", "Task", "TaskContext", "WaitTimeout", "Run", "Workflow", "WorkflowInfo", "WorkflowNotFound",
     "WorkflowStatus",
 ]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it (tool.hatch.version)
