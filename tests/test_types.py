@@ -31,7 +31,3 @@ def test_a_users_strict_checker_sees_the_public_signatures():
     # The typing file imports leased as an installed package, so this also fails without py.typed.
     checked = mypy("--strict", "--no-warn-unused-configs", "tests/typing")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-
-
-def test_the_package_is_marked_typed():
-    assert (ROOT / "src" / "leased" / "py.typed").is_file()
