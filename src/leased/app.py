@@ -52,9 +52,9 @@ class TaskOptions(TypedDict, total=False):
     queue_name: str
     priority: int
     max_attempts: int
-    lease: float | timedelta
+    lease: float | timedelta | str
     backoff: Backoff | None
-    timeout: float | timedelta | None
+    timeout: float | timedelta | str | None
     concurrency: int | None
     concurrency_key: str | Callable[..., str] | None
     rate_limit: str | None
@@ -157,11 +157,12 @@ class Leased:
     # `func` is positional-only in the overloads alone: mypy refuses an implementation that is both
     # positional-only and overloaded with **Unpack (it says the implementation accepts too little).
     def task(self, func: Callable[..., Any] | None = None, *, name: str | None = None,
-             queue_name: str = "default", priority: int = 0, max_attempts: int = 3, lease: float | timedelta = 30.0,
-             backoff: Backoff | None = None, takes_context: bool = False, timeout: float | timedelta | None = None,
-             concurrency: int | None = None, concurrency_key: str | Callable[..., str] | None = None,
-             rate_limit: str | None = None, retention: Retention | dict[str, Any] | None = _UNSET,
-             transactional: bool = False, isolation: Isolation = "thread") -> Any:
+             queue_name: str = "default", priority: int = 0, max_attempts: int = 3,
+             lease: float | timedelta | str = 30.0, backoff: Backoff | None = None, takes_context: bool = False,
+             timeout: float | timedelta | str | None = None, concurrency: int | None = None,
+             concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
+             retention: Retention | dict[str, Any] | None = _UNSET, transactional: bool = False,
+             isolation: Isolation = "thread") -> Any:
         """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors.
 
         `timeout` limits each attempt (seconds or a timedelta; None: no limit): an async handler is

@@ -222,8 +222,8 @@ class TaskCall(Generic[P, R]):
 
     def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET,
               run_after: datetime | timedelta | None = _UNSET, idempotency_key: str | None = _UNSET,
-              connection: Any = _UNSET, max_attempts: int = _UNSET, lease: float | timedelta = _UNSET,
-              timeout: float | timedelta | None = _UNSET,
+              connection: Any = _UNSET, max_attempts: int = _UNSET, lease: float | timedelta | str = _UNSET,
+              timeout: float | timedelta | str | None = _UNSET,
               concurrency_key: str | None = _UNSET, isolation: Isolation = _UNSET) -> TaskCall[P, R]:
         changes: dict[str, Any] = {}
         if isolation is not _UNSET:
@@ -319,8 +319,8 @@ class CallOptions(TypedDict, total=False):
     idempotency_key: str | None
     connection: Any
     max_attempts: int
-    lease: float | timedelta
-    timeout: float | timedelta | None
+    lease: float | timedelta | str
+    timeout: float | timedelta | str | None
     concurrency_key: str | None
     isolation: Isolation
 
@@ -332,8 +332,8 @@ class Task(Generic[P, R]):
     that takes its context first, P leaves the context out (see ContextTask)."""
 
     def __init__(self, app: Producer, func: Callable[..., R], *, name: str, queue_name: str, priority: int,
-                 max_attempts: int, lease: float | timedelta, backoff: Backoff, takes_context: bool,
-                 timeout: float | timedelta | None = None, concurrency: int | None = None,
+                 max_attempts: int, lease: float | timedelta | str, backoff: Backoff, takes_context: bool,
+                 timeout: float | timedelta | str | None = None, concurrency: int | None = None,
                  concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
                  retention: Any = _UNSET, transactional: bool = False,
                  transaction: Callable[[], AbstractContextManager[Any]] | None = None, isolation: Isolation = "thread"):

@@ -85,6 +85,7 @@ charge.using(priority="high")  # type: ignore[arg-type]
 charge.using(isolation="fork")  # type: ignore[arg-type]
 charge.using(queue="billing")  # type: ignore[call-arg]
 add_call: TaskCall[[int, int], int] = add.using(queue_name="slow").using(priority=1)
+add_timed: TaskCall[[int, int], int] = add.using(lease="5m", timeout=timedelta(seconds=30)).using(timeout=None)
 assert_type(add.using(connection=object()).enqueue_many([(1,), {"x": 2}]), list[Job])
 
 # Async handlers: the task returns what calling the coroutine function returns.
@@ -98,6 +99,7 @@ async def produce() -> None:
 
 
 # Options of @app.task are checked by name and type.
+app.task(name="timed", lease="5m", timeout=90, isolation="process")(plain)
 app.task(retries=3)  # type: ignore[call-overload]
 app.task(isolation="fork")  # type: ignore[call-overload]
 
