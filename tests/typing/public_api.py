@@ -6,7 +6,7 @@ must catch (mypy runs with warn_unused_ignores, so one that stops being an error
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Awaitable, Callable, assert_type
 
 
@@ -69,6 +69,17 @@ untyped_context.enqueue()  # type: ignore[call-arg]
 def direct_call(context: TaskContext) -> None:
     # A direct call runs the handler in this process: then the caller passes the context.
     assert_type(charge(context, "o-1"), dict[str, str])
+    charge("o-1")  # type: ignore[call-arg]
+    # Run-time fan-out from a running step: a step's job id back.
+    assert_type(context.workflow.add(add, 1, name="more"), int)
+    context.workflow.add(add, 1, after=[orders])  # type: ignore[list-item]
+
+
+@app.periodic("*/5 * * * *", name="tick")
+def tick(scheduled_at: datetime) -> None: ...
+
+
+tick_task: Task[..., None] = tick
 
 
 # A handler whose first parameter is not a context cannot be declared with takes_context=True.
