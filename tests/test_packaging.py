@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_wheel_is_typed_and_versioned_from_the_package(tmp_path):
     # pip builds it as a user's pip would, in an isolated environment with hatchling (from pip's cache).
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(ROOT)],
-                           capture_output=True, text=True, timeout=600)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path),
+                            str(ROOT)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = tmp_path.glob("leased-*.whl")
     with zipfile.ZipFile(wheel) as archive:

@@ -31,6 +31,7 @@ from leased.tasks import Task, TaskCall
 # and the builder check them at run time, before anything is written.
 StepTask = Task[..., Any] | TaskCall[..., Any]
 
+
 class WorkflowApp(Protocol):
     """What a builder needs of its app (leased.app.Leased): the tasks it knows, and the write."""
 
