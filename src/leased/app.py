@@ -183,12 +183,12 @@ class Leased:
                                    "task name")
             if task_name in self.tasks and self.tasks[task_name].func is not function:
                 raise ConfigurationError(f"two handlers registered as task {task_name!r}; give one another name=")
-            kind: type[Task[..., Any]] = ContextTask if takes_context else Task
-            task = kind(self, function, name=task_name, queue_name=queue_name, priority=priority,
-                        max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
-                        takes_context=takes_context, timeout=timeout, concurrency=concurrency,
-                        concurrency_key=concurrency_key, rate_limit=rate_limit,
-                        retention=retention, transactional=transactional, isolation=isolation)
+            task_class: type[Task[..., Any]] = ContextTask if takes_context else Task
+            task = task_class(self, function, name=task_name, queue_name=queue_name, priority=priority,
+                              max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
+                              takes_context=takes_context, timeout=timeout, concurrency=concurrency,
+                              concurrency_key=concurrency_key, rate_limit=rate_limit,
+                              retention=retention, transactional=transactional, isolation=isolation)
             self.tasks[task_name] = task
             return task
 
