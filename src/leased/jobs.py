@@ -222,14 +222,16 @@ class Job:
         history keeps every attempt's error."""
         if self.status == JobStatus.FAILED:
             return self.last_error
-        if self.status == JobStatus.PENDING and self.attempt > 0 or self.status == JobStatus.RUNNING and self.attempt > 1:
+        if (self.status == JobStatus.PENDING and self.attempt > 0
+                or self.status == JobStatus.RUNNING and self.attempt > 1):
             return self.last_error
         return None
 
 
 def _as_job(draft: Any) -> Job:
     draft.__class__ = Job
-    return draft
+    job: Job = draft  # the same object, a Job now (see JobDraft below)
+    return job
 
 
 # A frozen dataclass is slow to build: its __init__ sets each field through object.__setattr__,

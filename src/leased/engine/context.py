@@ -52,7 +52,7 @@ class TaskContext:
     _event: threading.Event | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _finishing: bool = field(default=False, init=False, repr=False)  # its end is being written
-    _workflow: Any = field(default=None, init=False, repr=False)
+    _workflow: RunningWorkflow | None = field(default=None, init=False, repr=False)
     # A transactional task's connection, while its handler runs (engine/transactional.py).
     _connection: Any = field(default=None, init=False, repr=False)
     _steps: DurableSteps | None = field(default=None, init=False, repr=False)  # made on a handler's first step
