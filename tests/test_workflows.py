@@ -169,6 +169,37 @@ def test_a_chain_takes_typed_handlers(app):
         "<p>a.io has three words</p>", {"url": "https://a.io ", "words": 3}, "https://a.io : 3"]
 
 
+def test_task_parameters_named_like_step_options_are_passable_and_a_collision_is_named(app):
+    """wf.add(greet, name="ada") took name= as the step's name and failed with "missing a required
+    argument: 'name'"; after= and when= likewise. kwargs= carries the task's keywords, beside the
+    step's own options, on the builder and at run time."""
+    @app.task(name="greet")
+    def greet(name: str, when: str = "now", after: int = 0) -> str:
+        return f"{name} {when} {after}"
+
+    @app.task(name="adder", takes_context=True)
+    def adder(context: TaskContext) -> int:
+        return context.workflow.add(greet, kwargs={"name": "bob", "after": 2}, name="bob-step")
+
+    for option, value in (("name", "ada"), ("when", "later"), ("after", [])):
+        with pytest.raises(ConfigurationError, match=f"{option}= is the step's {option}, and task 'greet' has a "
+                                                     f"parameter '{option}' too; pass the task's keyword arguments "
+                                                     "as kwargs="):
+            app.workflow("greetings").add(greet, **{option: value})
+    with pytest.raises(ConfigurationError, match="'tone' given both in kwargs= and as a keyword"):
+        app.workflow("greetings").add(greet, kwargs={"tone": "a"}, tone="b")
+    wf = app.workflow("greetings")
+    ada = wf.add(greet, kwargs={"name": "ada", "when": "today"}, name="ada-step")
+    wf.add(greet, "cy", kwargs={}, after=[ada], when="finished", name="cy-step")
+    wf.add(adder, after=[ada])
+    run = wf.enqueue()
+    app.run_until_empty()
+    steps = steps_of(app, run.id)
+    assert steps["ada-step"].result == "ada today 0"
+    assert steps["cy-step"].result == "cy now 0" and steps["cy-step"].run_when == "finished"
+    assert steps["bob-step"].result == "bob now 2" and steps["bob-step"].added_by == "adder"
+
+
 def test_a_batch_tells_its_last_step_how_many_succeeded_and_failed(app, tasks):
     wf = app.workflow("album")
     members, last = wf.batch(tasks["flaky"], [(False,), (True,), (False,)], then=tasks["summary"])

@@ -84,11 +84,15 @@ class Workflow:
         return [Step(self, planned.name, index) for index, planned in enumerate(self._steps)]
 
     def add(self, task: Task | TaskCall, /, *args: Any, name: str | None = None,
-            after: Iterable[Step] = (), when: str = "succeeded", **kwargs: Any) -> Step:
+            after: Iterable[Step] = (), when: str = "succeeded", kwargs: Mapping[str, Any] | None = None,
+            **task_kwargs: Any) -> Step:
         """A step running `task(*args, **kwargs)` once every step in `after` has ended, as `when`
         says: "succeeded" (the default), "finished" (whatever their outcomes) or "failed" (at least
-        one failed or was cancelled: a compensation step)."""
-        return self._add(task, args, kwargs, name, after, when, previous=None)
+        one failed or was cancelled: a compensation step). A task whose own parameters are called
+        `name`, `after`, `when` or `kwargs` takes its keyword arguments in `kwargs=`, a mapping."""
+        call = _call(task)
+        keywords = _task_keywords(call, kwargs, task_kwargs, name=name, after=after, when=when)
+        return self._add(call, args, keywords, name, after, when, previous=None)
 
     def _add(self, task: Task | TaskCall, args: tuple, kwargs: dict[str, Any], name: str | None,
              after: Iterable[Step], when: str, previous: Step | None) -> Step:
@@ -125,12 +129,12 @@ class Workflow:
         have ended, whatever their outcomes; it reads how many succeeded and failed from
         `context.batch` (Celery's chord, which runs its callback only if all succeeded)."""
         base = name or _call(task).task.name
-        members = [self.add(task, *_arguments(args), name=f"{base}-{position + 1}")
+        members = [self.add(task, *_arguments(args), name=f"{base}-{position + 1}", kwargs={})
                    for position, args in enumerate(calls)]
         then_task, then_args = (then[0], tuple(then[1:])) if isinstance(then, tuple) else (then, ())
         if not members:
             raise ConfigurationError(f"batch {base!r} has no calls: give at least one")
-        return members, self.add(then_task, *then_args, after=members, when="finished")
+        return members, self.add(then_task, *then_args, after=members, when="finished", kwargs={})
 
     def new_workflow(self) -> NewWorkflow:
         """What enqueue() writes, checked whole first."""
@@ -192,9 +196,11 @@ class RunningWorkflow:
         return self._context.claimed.workflow_id
 
     def add(self, task: Task | TaskCall, /, *args: Any, name: str | None = None, after: Iterable[int] = (),
-            when: str = "succeeded", **kwargs: Any) -> int:
-        """Add one step; returns its job id. `after`: job ids of steps of this run."""
-        return self.add_many([(task, args, kwargs, name, tuple(after), when)])[0]
+            when: str = "succeeded", kwargs: Mapping[str, Any] | None = None, **task_kwargs: Any) -> int:
+        """Add one step; returns its job id. `after`: job ids of steps of this run. The task's
+        keyword arguments go in `kwargs=` when it has parameters named as these options."""
+        keywords = _task_keywords(_call(task), kwargs, task_kwargs, name=name, after=after, when=when)
+        return self.add_many([(task, args, keywords, name, tuple(after), when)])[0]
 
     def add_many(self, steps: Iterable[tuple]) -> list[int]:
         """Add several steps in one transaction: each a tuple (task, args, kwargs, name, after, when)."""
@@ -252,6 +258,34 @@ def _call(task: Any) -> TaskCall:
     if isinstance(task, TaskCall):
         return task
     raise ConfigurationError(f"a step runs a task (an @app.task function, or task.using(...)), got {task!r}")
+
+
+_STEP_OPTION_DEFAULTS = {"name": None, "after": (), "when": "succeeded"}
+
+
+def _task_keywords(call: TaskCall, explicit: Mapping[str, Any] | None, loose: dict[str, Any],
+                   **options: Any) -> dict[str, Any]:
+    """The task's keyword arguments: `kwargs=` (a mapping) and any other keywords add() was given.
+    add()'s own options (name=, after=, when=) would silently take a task parameter of the same
+    name, so given loosely beside such a parameter they are refused as a collision: `kwargs=`
+    says which is which."""
+    if explicit is None:
+        parameters = call.task.call_shape.parameters
+        for option, value in options.items():
+            if option in parameters and value != _STEP_OPTION_DEFAULTS[option]:
+                raise ConfigurationError(
+                    f"step {call.task.name!r}: {option}= is the step's {option}, and task {call.task.name!r} has a "
+                    f"parameter {option!r} too; pass the task's keyword arguments as kwargs= "
+                    f"(add({call.task.name}, kwargs={{{option!r}: ...}})), and {option}= stays the step's")
+        return loose
+    if not isinstance(explicit, Mapping):
+        raise ConfigurationError(f"step {call.task.name!r}: kwargs= takes a mapping of the task's keyword "
+                                 f"arguments, got {type(explicit).__name__}")
+    twice = sorted(set(explicit) & set(loose))
+    if twice:
+        raise ConfigurationError(f"step {call.task.name!r}: {', '.join(map(repr, twice))} given both in kwargs= "
+                                 "and as a keyword; give each argument once")
+    return {**explicit, **loose}
 
 
 def _arguments(args: Any) -> tuple:
