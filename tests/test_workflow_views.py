@@ -334,3 +334,68 @@ def test_metrics_count_waiting_steps_and_recent_workflows_by_status(app):
     recent = {status: samples[("leased_recent_workflows", (("status", status),))] for status in WorkflowStatus}
     assert recent == {"running": 1, "succeeded": 0, "failed": 1, "cancelled": 0}
     assert "latest 1,000 runs only" in text
+
+
+def test_a_runs_status_follows_one_rule_for_every_shape_and_reads_alike_everywhere(app, client, database_url):
+    """A batch whose then= step succeeded was shown failed, though tolerating its members'
+    failures is a batch's point. One rule (leased.runs.workflow_status), judged by the run's ends,
+    for each shape; the Python API, `leased workflows`, `leased workflow` and both dashboard pages
+    show what it decides."""
+
+    @app.task(name="ok")
+    def ok(x=0):
+        return x
+
+    @app.task(name="broken", max_attempts=1)
+    def broken(x=0):
+        raise PermanentError("no")
+
+    @app.task(name="tally", takes_context=True)
+    def tally(context):
+        return [context.batch.succeeded, context.batch.failed]
+
+    @app.task(name="strict", takes_context=True, max_attempts=1)
+    def strict(context):
+        if context.batch.failed:
+            raise PermanentError(f"{context.batch.failed} member(s) failed")
+
+    expected = {}
+    wf = app.workflow("plain")
+    wf.add(ok, after=[wf.add(broken)])
+    expected[wf.enqueue().id] = "failed"
+    wf = app.workflow("chain")
+    wf.chain(ok, broken, ok)
+    expected[wf.enqueue().id] = "failed"
+    wf = app.workflow("batch-tolerant")
+    wf.batch(ok, [(1,), (2,)], then=tally)
+    wf.batch(broken, [(3,)], then=tally, name="more")
+    expected[wf.enqueue().id] = "succeeded"
+    wf = app.workflow("batch-strict")
+    wf.batch(broken, [(1,)], then=strict)
+    expected[wf.enqueue().id] = "failed"
+    wf = app.workflow("compensated")
+    charge = wf.add(broken)
+    wf.add(ok, after=[charge], when="failed", name="refund")
+    expected[wf.enqueue().id] = "failed"
+    wf = app.workflow("no-compensation")
+    charge = wf.add(ok)
+    wf.add(ok, after=[charge], when="failed", name="refund")
+    expected[wf.enqueue().id] = "succeeded"
+    app.run_until_empty()
+    wf = app.workflow("stopped")
+    wf.add(ok, after=[wf.add(ok)])
+    stopped = wf.enqueue().id
+    app.cancel_workflow(stopped)
+    expected[stopped] = "cancelled"
+
+    assert {run_id: app.get_workflow(run_id).status.value for run_id in expected} == expected
+    assert {info.id: info.status.value for info in app.list_workflows()} == expected
+    listed = leased("workflows", "--database", database_url).stdout.splitlines()[1:]
+    assert {int(line.split()[0]): line.split()[2] for line in listed} == expected
+    for run_id, status in expected.items():
+        assert json.loads(leased("workflow", "--database", database_url, str(run_id), "--json").stdout)["status"] == status
+        assert f'class="badge run-{status}">{status}</span>' in client.get(f"/workflows/{run_id}").text
+    rows = client.get("/workflows").text.split('<tr')[2:]
+    shown = {int(re.search(r'href="/workflows/(\d+)"', row).group(1)): re.search(r'class="badge run-(\w+)"', row).group(1)
+             for row in rows}
+    assert shown == expected
