@@ -184,12 +184,14 @@ class RunningWorkflow:
     """`context.workflow` in a running step: add steps to its own run (fan-out decided at run time).
     The steps that wait for this step wait for the added ones too. Each is written at once, fenced on
     this attempt's lease; a name the run has already is that step (a retried handler adds the same
-    names again, and gets the same steps)."""
+    names again, and gets the same steps). A step added without name= is named after its adder and
+    its task, numbered in the order of adds: `plan/resize-1`, `plan/resize-2` (see _derived)."""
 
     def __init__(self, store: Any, context: Any):
         self._store = store
         self._context = context
         self._numbers: dict[str, int] = {}
+        self._run_names: dict[str, int] | None = None  # the run's step names, read at the first derived name
 
     @property
     def id(self) -> int:
@@ -218,7 +220,17 @@ class RunningWorkflow:
     def _derived(self, task_name: str) -> str:
         # The same order of adds in each attempt gives the same names: a retry adds nothing twice.
         number = self._numbers[task_name] = self._numbers.get(task_name, 0) + 1
-        return f"{task_name}-{number} of {self._context.job_id}"
+        if self._run_names is None:
+            self._run_names = self._store.step_names(self.id)
+        job_id = self._context.job_id
+        # Earlier releases named these "resize-1 of 15" (15: the adder's job id), which read as a
+        # count. A step that an attempt before the upgrade added under that name is the same step
+        # (docs/upgrading.md).
+        legacy = f"{task_name}-{number} of {job_id}"
+        if legacy in self._run_names:
+            return legacy
+        adder = next((name for name, step_id in self._run_names.items() if step_id == job_id), str(job_id))
+        return check_name(f"{adder}/{task_name}-{number}", "step name")
 
 
 @dataclass(frozen=True, slots=True)

@@ -318,6 +318,9 @@ class WorkflowStore(Dialect):
                           row["last_error"])
                 for row in self._rows("parents_of", job_id=job_id)]
 
+    def step_names(self, workflow_id: int) -> dict[str, int]:
+        return {row["name"]: row["job_id"] for row in self._rows("step_names", workflow_id=workflow_id)}
+
     def _workflow(self, row: Mapping[str, Any], counts: dict[str, int], skipped: int, open_ends: int,
                   compensations_run: int, steps: tuple[StepInfo, ...] = ()) -> WorkflowInfo:
         return WorkflowInfo(id=row["id"], name=row["name"], created_at=self._to_time(row["created_at"]),
