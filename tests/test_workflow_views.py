@@ -124,7 +124,7 @@ def test_workflow_command_shows_the_run_as_a_tree_and_workflows_lists_it(app, tm
     assert f" {run.job_ids['orders']} " in rows["orders"] and " done " in rows["orders"]
     assert '{"rows": 6}' in rows["orders"]
     assert " failed " in rows["check"] and "1/1" in rows["check"] and "PermanentError: totals differ" in rows["check"]
-    assert " cancelled " in rows["merge"] and "also after orders, refunds" in rows["merge"]
+    assert " cancelled " in rows["merge"] and "after orders, refunds, check " in rows["merge"]
     assert "parent check failed" in rows["merge"]
     assert "when finished" in rows["notify"] and '"ops"' in rows["notify"] and "when failed" in rows["undo"]
 
@@ -274,7 +274,7 @@ def test_dashboard_workflow_pages_and_their_retry_and_cancel(app, client):
                      ("refunds", "0")]
     for name, job_id in ids.items():
         assert f'<a href="/jobs/{job_id}"><bdi>{name}</bdi></a>' in html
-    assert "parent check failed" in html and "also after orders, refunds" in html
+    assert "parent check failed" in html and "after orders, refunds, check" in html
     assert f'action="/workflows/{run.id}/retry"' in html and f'action="/workflows/{run.id}/cancel"' not in html
     step_page = client.get(f"/jobs/{ids['merge']}").text
     assert f'<a class="workflow-link" href="/workflows/{run.id}">Workflow {run.id}</a>' in step_page
@@ -399,3 +399,25 @@ def test_a_runs_status_follows_one_rule_for_every_shape_and_reads_alike_everywhe
     shown = {int(re.search(r'href="/workflows/(\d+)"', row).group(1)): re.search(r'class="badge run-(\w+)"', row).group(1)
              for row in rows}
     assert shown == expected
+
+
+def test_the_after_note_counts_every_parent_in_the_cli_and_on_the_dashboard(app, client, database_url):
+    """"after plan, resize-1 +3 more" for six parents left out the one the tree indents the step
+    under; "also after ..." still asked the reader to add it. The note says the count."""
+
+    @app.task(name="part")
+    def part(n=0):
+        return n
+
+    wf = app.workflow("fan-in")
+    parts = [wf.add(part, n, name=f"part-{n}") for n in range(6)]
+    wf.add(part, after=parts, name="join")
+    wf.add(part, after=parts[:2], name="pair")
+    run = wf.enqueue()
+    app.run_until_empty()
+    shown = leased("workflow", "--database", database_url, str(run.id)).stdout
+    rows = {line.split()[0]: line for line in shown.splitlines() if line.strip().startswith(("join", "pair"))}
+    assert "after 6 steps: part-0, part-1 +4 more" in rows["join"]
+    assert "after part-0, part-1" in rows["pair"] and "more" not in rows["pair"]
+    page = client.get(f"/workflows/{run.id}").text
+    assert "after 6 steps: part-0, part-1 +4 more" in page and "also after" not in page
