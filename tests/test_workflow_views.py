@@ -421,3 +421,46 @@ def test_the_after_note_counts_every_parent_in_the_cli_and_on_the_dashboard(app,
     assert "after part-0, part-1" in rows["pair"] and "more" not in rows["pair"]
     page = client.get(f"/workflows/{run.id}").text
     assert "after 6 steps: part-0, part-1 +4 more" in page and "also after" not in page
+
+
+def test_the_workflow_page_draws_the_run_as_a_graph_above_the_table(app, client):
+    """The workflow page was a flat table: a fan-out and fan-in showed no shape. It draws the steps
+    as nodes coloured by status, edges from each step to those that wait for it, and a fan-out of
+    more than graph.FAN_OUT_SHOWN alike steps as one node with their counts; the table stays below."""
+
+    @app.task(name="part", max_attempts=1)
+    def part(n=0):
+        if n == 99:
+            raise PermanentError("no")
+        return n
+
+    @app.task(name="tally", takes_context=True)
+    def tally(context):
+        return context.batch.succeeded
+
+    wf = app.workflow("album")
+    first = wf.add(part, 0, name="first")
+    _, many = wf.batch(part, [(n,) for n in [*range(1, 12), 99]], then=tally)
+    wf.add(part, 5, after=[first, many], name="last")
+    wf.batch(part, [(1,), (2,), (3,)], then=tally, name="few")
+    run = wf.enqueue()
+    app.run_until_empty()
+
+    html = client.get(f"/workflows/{run.id}").text
+    assert html.index('<figure class="graph">') < html.index("<h2>Steps</h2>") < html.index('<tr data-step="first">')
+    graph = html[html.index('<figure class="graph">'):html.index("</figure>", html.index('<figure class="graph">'))]
+    nodes = re.findall(r'<g class="graph-node node-(\w+)[^"]*" data-status="\w+" data-count="(\d+)">\s*<title>([^<]*)</title>',
+                       graph)
+    assert sorted((status, int(count)) for status, count, _ in nodes) == [
+        ("done", 1), ("done", 1), ("done", 1), ("done", 1), ("done", 1), ("done", 1), ("done", 1), ("failed", 12)]
+    group = next(title for status, count, title in nodes if count == "12")
+    assert group == "12 steps, part-1 … part-12: 11 done, 1 failed"
+    assert "part × 12" in graph and "11 done, 1 failed" in graph and "drawn as one node" in graph
+    assert graph.count('class="graph-edge"') == 6  # the group to tally, first and tally to last, few-1..3 to tally-2
+    steps = steps_of_run(app, run.id)
+    assert f'href="/jobs/{steps["last"].job_id}"' in graph and f'href="/jobs/{steps["part-1"].job_id}"' not in graph
+    assert app.get_workflow(run.id).status is WorkflowStatus.SUCCEEDED
+
+
+def steps_of_run(app, run_id):
+    return {step.name: step for step in app.get_workflow(run_id).steps}
