@@ -461,6 +461,22 @@ def test_the_workflow_page_draws_the_run_as_a_graph_above_the_table(app, client)
     assert f'href="/jobs/{steps["last"].job_id}"' in graph and f'href="/jobs/{steps["part-1"].job_id}"' not in graph
     assert app.get_workflow(run.id).status is WorkflowStatus.SUCCEEDED
 
+    @app.task(name="plan", takes_context=True)
+    def plan(context, n):
+        return [context.workflow.add(part, i) for i in range(n)]
+
+    wf = app.workflow("planned")
+    wf.add(tally, after=[wf.add(plan, 7)], when="finished")
+    run = wf.enqueue()
+    app.run_until_empty()
+    html = client.get(f"/workflows/{run.id}").text
+    # The added steps are drawn after their adder, a dashed arrow from it, and hold back tally.
+    xs = {name: int(x) for x, name in re.findall(r'<rect x="(\d+)".*?<text[^>]*class="graph-label">([^<]+)</text>', html,
+                                                 flags=re.S)}
+    assert xs["plan"] < xs["part × 7"] < xs["tally"]
+    assert html.count('class="graph-edge graph-added"') == 1 and html.count('class="graph-edge"') == 2
+    assert "A dashed arrow leads from a step to the steps it added while it ran." in html
+
 
 def steps_of_run(app, run_id):
     return {step.name: step for step in app.get_workflow(run_id).steps}

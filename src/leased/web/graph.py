@@ -41,6 +41,7 @@ class Node:
 @dataclass(frozen=True, slots=True)
 class Edge:
     path: str  # an SVG path: a curve from the parent's right side to the child's left side
+    added: bool  # from the step that added the child at run time (drawn dashed), not one it waits for
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +59,19 @@ def step_graph(steps: Sequence[Any]) -> Graph:
     """The graph of a run's steps (leased.runs.StepInfo), laid out in columns."""
     names = {step.name for step in steps}
     parents = {step.name: tuple(name for name in step.parents if name in names) for step in steps}
-    children: dict[str, list[str]] = {step.name: [] for step in steps}
+    children: dict[str, list[str]] = {step.name: [] for step in steps}  # the steps that wait for it
     for name, of in parents.items():
         for parent in of:
             children[parent].append(name)
-    column = _columns([step.name for step in steps], parents, children)
+    # A step added at run time is placed after its adder too (a dashed edge), though it waits for
+    # nothing: it cannot start before the adder ran.
+    adders = {step.name: step.added_by for step in steps if step.added_by in names}
+    placed_after = {name: of + ((adders[name],) if name in adders else ()) for name, of in parents.items()}
+    follows: dict[str, list[str]] = {step.name: [] for step in steps}
+    for name, of in placed_after.items():
+        for parent in of:
+            follows[parent].append(name)
+    column = _columns([step.name for step in steps], placed_after, follows)
     groups: dict[tuple, list[Any]] = {}
     for step in steps:  # in job id order: each column's nodes read top to bottom as they were added
         key = (column[step.name], step.task_name, frozenset(parents[step.name]),
@@ -82,7 +91,9 @@ def step_graph(steps: Sequence[Any]) -> Graph:
         row = rows[col] = rows.get(col, -1) + 1
         nodes.append(_node(unit, PADDING + col * (NODE_WIDTH + COLUMN_GAP), PADDING + row * (NODE_HEIGHT + ROW_GAP)))
     pairs = sorted({(node_of[parent], node_of[name]) for name, of in parents.items() for parent in of})
-    edges = [Edge(_curve(nodes[start], nodes[end])) for start, end in pairs if start != end]
+    added = sorted({(node_of[adder], node_of[name]) for name, adder in adders.items()} - set(pairs))
+    edges = [Edge(_curve(nodes[start], nodes[end]), added=False) for start, end in pairs if start != end]
+    edges += [Edge(_curve(nodes[start], nodes[end]), added=True) for start, end in added if start != end]
     columns = max(column.values(), default=-1) + 1
     tallest = max(rows.values(), default=-1) + 1
     return Graph(width=2 * PADDING + columns * NODE_WIDTH + max(columns - 1, 0) * COLUMN_GAP,
@@ -126,8 +137,15 @@ def _node(unit: list[Any], x: int, y: int) -> Node:
 def _curve(start: Node, end: Node) -> str:
     x1, y1 = start.x + NODE_WIDTH, start.y + NODE_HEIGHT // 2
     x2, y2 = end.x, end.y + NODE_HEIGHT // 2
-    bend = max((x2 - x1) // 2, 16)
-    return f"M{x1},{y1} C{x1 + bend},{y1} {x2 - bend},{y2} {x2},{y2}"
+    if x2 - x1 <= COLUMN_GAP:  # to the next column: one curve across the gap
+        bend = max((x2 - x1) // 2, 16)
+        return f"M{x1},{y1} C{x1 + bend},{y1} {x2 - bend},{y2} {x2},{y2}"
+    # Past a column: along the gap under the start's row, where no node is, not through the nodes
+    # that column holds; curving into it and out of it in the gaps between columns.
+    half = COLUMN_GAP // 2
+    lane = start.y + NODE_HEIGHT + ROW_GAP // 2
+    return (f"M{x1},{y1} C{x1 + half},{y1} {x1},{lane} {x1 + half},{lane} L{x2 - half},{lane} "
+            f"C{x2},{lane} {x2 - half},{y2} {x2},{y2}")
 
 
 def _cut(text: str, limit: int = LABEL_CHARACTERS) -> str:
