@@ -183,8 +183,9 @@ class Workflow:
 class RunningWorkflow:
     """`context.workflow` in a running step: add steps to its own run (fan-out decided at run time).
     The steps that wait for this step wait for the added ones too. Each is written at once, fenced on
-    this attempt's lease; a name the run has already is that step (a retried handler adds the same
-    names again, and gets the same steps). A step added without name= is named after its adder and
+    this attempt's lease, so an attempt that then raises leaves its steps in the run, and they run;
+    a name the run has already is that step (a retried handler adds the same names again, and gets
+    the same steps). A step added without name= is named after its adder and
     its task, numbered in the order of adds: `plan/resize-1`, `plan/resize-2` (see _derived)."""
 
     def __init__(self, store: Any, context: Any):
@@ -237,8 +238,8 @@ class RunningWorkflow:
 class BatchOutcome:
     """What the step after a batch learns of its members: `context.batch`."""
 
-    succeeded: int
-    failed: int  # failed or cancelled
+    succeeded: int  # a count, not a list: the members are in `results`
+    failed: int  # failed or cancelled: a count
     results: dict[str, Any]  # each member's result that succeeded, by step name
 
     @property
