@@ -243,5 +243,9 @@ def test_the_workflow_page_draws_the_graph_in_status_colours_above_the_table(sce
     expect(page.locator(".graph-node.node-group")).to_contain_text("part × 12")
     expect(page.locator("path.graph-edge")).to_have_count(3)
     page.screenshot(path=str(tmp_path / "workflow.png"), full_page=True)  # for a person to look at on failure
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: the graph scrolls in its frame, the page does not
+    expect(graph).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.set_viewport_size({"width": 1280, "height": 900})
     page.locator(".graph-node", has_text="last").locator("a").click()
     expect(page.locator("h1")).to_contain_text(f"Job {run.job_ids['last']}")
