@@ -90,11 +90,15 @@ class Workflow:
         return [Step(self, planned.name, index) for index, planned in enumerate(self._steps)]
 
     def add(self, task: StepTask, /, *args: Any, name: str | None = None,
-            after: Iterable[Step] = (), when: str = "succeeded", **kwargs: Any) -> Step:
+            after: Iterable[Step] = (), when: str = "succeeded", kwargs: Mapping[str, Any] | None = None,
+            **task_kwargs: Any) -> Step:
         """A step running `task(*args, **kwargs)` once every step in `after` has ended, as `when`
         says: "succeeded" (the default), "finished" (whatever their outcomes) or "failed" (at least
-        one failed or was cancelled: a compensation step)."""
-        return self._add(task, args, kwargs, name, after, when, previous=None)
+        one failed or was cancelled: a compensation step). A task whose own parameters are called
+        `name`, `after`, `when` or `kwargs` takes its keyword arguments in `kwargs=`, a mapping."""
+        call = _call(task)
+        keywords = _task_keywords(call, kwargs, task_kwargs, name=name, after=after, when=when)
+        return self._add(call, args, keywords, name, after, when, previous=None)
 
     def _add(self, task: StepTask, args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None,
              after: Iterable[Step], when: str, previous: Step | None) -> Step:
@@ -132,12 +136,12 @@ class Workflow:
         have ended, whatever their outcomes; it reads how many succeeded and failed from
         `context.batch` (Celery's chord, which runs its callback only if all succeeded)."""
         base = name or _call(task).task.name
-        members = [self.add(task, *_arguments(args), name=f"{base}-{position + 1}")
+        members = [self.add(task, *_arguments(args), name=f"{base}-{position + 1}", kwargs={})
                    for position, args in enumerate(calls)]
         then_task, then_args = (then[0], tuple(then[1:])) if isinstance(then, tuple) else (then, ())
         if not members:
             raise ConfigurationError(f"batch {base!r} has no calls: give at least one")
-        return members, self.add(then_task, *then_args, after=members, when="finished")
+        return members, self.add(then_task, *then_args, after=members, when="finished", kwargs={})
 
     def new_workflow(self) -> NewWorkflow:
         """What enqueue() writes, checked whole first."""
@@ -186,13 +190,16 @@ class Workflow:
 class RunningWorkflow:
     """`context.workflow` in a running step: add steps to its own run (fan-out decided at run time).
     The steps that wait for this step wait for the added ones too. Each is written at once, fenced on
-    this attempt's lease; a name the run has already is that step (a retried handler adds the same
-    names again, and gets the same steps)."""
+    this attempt's lease, so an attempt that then raises leaves its steps in the run, and they run;
+    a name the run has already is that step (a retried handler adds the same names again, and gets
+    the same steps). A step added without name= is named after its adder and
+    its task, numbered in the order of adds: `plan/resize-1`, `plan/resize-2` (see _derived)."""
 
     def __init__(self, store: Any, context: Any):
         self._store = store
         self._context = context
         self._numbers: dict[str, int] = {}
+        self._run_names: dict[str, int] | None = None  # the run's step names, read at the first derived name
 
     @property
     def id(self) -> int:
@@ -200,9 +207,11 @@ class RunningWorkflow:
         return workflow_id
 
     def add(self, task: StepTask, /, *args: Any, name: str | None = None, after: Iterable[int] = (),
-            when: str = "succeeded", **kwargs: Any) -> int:
-        """Add one step; returns its job id. `after`: job ids of steps of this run."""
-        return self.add_many([(task, args, kwargs, name, tuple(after), when)])[0]
+            when: str = "succeeded", kwargs: Mapping[str, Any] | None = None, **task_kwargs: Any) -> int:
+        """Add one step; returns its job id. `after`: job ids of steps of this run. The task's
+        keyword arguments go in `kwargs=` when it has parameters named as these options."""
+        keywords = _task_keywords(_call(task), kwargs, task_kwargs, name=name, after=after, when=when)
+        return self.add_many([(task, args, keywords, name, tuple(after), when)])[0]
 
     def add_many(self, steps: Iterable[tuple[Any, ...]]) -> list[int]:
         """Add several steps in one transaction: each a tuple (task, args, kwargs, name, after, when)."""
@@ -220,15 +229,25 @@ class RunningWorkflow:
     def _derived(self, task_name: str) -> str:
         # The same order of adds in each attempt gives the same names: a retry adds nothing twice.
         number = self._numbers[task_name] = self._numbers.get(task_name, 0) + 1
-        return f"{task_name}-{number} of {self._context.job_id}"
+        if self._run_names is None:
+            self._run_names = self._store.step_names(self.id)
+        job_id = self._context.job_id
+        # Earlier releases named these "resize-1 of 15" (15: the adder's job id), which read as a
+        # count. A step that an attempt before the upgrade added under that name is the same step
+        # (docs/upgrading.md).
+        legacy = f"{task_name}-{number} of {job_id}"
+        if legacy in self._run_names:
+            return legacy
+        adder = next((name for name, step_id in self._run_names.items() if step_id == job_id), str(job_id))
+        return check_name(f"{adder}/{task_name}-{number}", "step name")
 
 
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """What the step after a batch learns of its members: `context.batch`."""
 
-    succeeded: int
-    failed: int  #: failed or cancelled
+    succeeded: int  #: a count, not a list: the members are in `results`
+    failed: int  #: failed or cancelled: a count
     results: dict[str, Any]  #: each member's result that succeeded, by step name
 
     @property
@@ -260,6 +279,34 @@ def _call(task: Any) -> TaskCall[..., Any]:
     if isinstance(task, TaskCall):
         return task
     raise ConfigurationError(f"a step runs a task (an @app.task function, or task.using(...)), got {task!r}")
+
+
+_STEP_OPTION_DEFAULTS = {"name": None, "after": (), "when": "succeeded"}
+
+
+def _task_keywords(call: TaskCall[..., Any], explicit: Mapping[str, Any] | None, loose: dict[str, Any],
+                   **options: Any) -> dict[str, Any]:
+    """The task's keyword arguments: `kwargs=` (a mapping) and any other keywords add() was given.
+    add()'s own options (name=, after=, when=) would silently take a task parameter of the same
+    name, so given loosely beside such a parameter they are refused as a collision: `kwargs=`
+    says which is which."""
+    if explicit is None:
+        parameters = call.task.call_shape.parameters
+        for option, value in options.items():
+            if option in parameters and value != _STEP_OPTION_DEFAULTS[option]:
+                raise ConfigurationError(
+                    f"step {call.task.name!r}: {option}= is the step's {option}, and task {call.task.name!r} has a "
+                    f"parameter {option!r} too; pass the task's keyword arguments as kwargs= "
+                    f"(add({call.task.name}, kwargs={{{option!r}: ...}})), and {option}= stays the step's")
+        return loose
+    if not isinstance(explicit, Mapping):
+        raise ConfigurationError(f"step {call.task.name!r}: kwargs= takes a mapping of the task's keyword "
+                                 f"arguments, got {type(explicit).__name__}")
+    twice = sorted(set(explicit) & set(loose))
+    if twice:
+        raise ConfigurationError(f"step {call.task.name!r}: {', '.join(map(repr, twice))} given both in kwargs= "
+                                 "and as a keyword; give each argument once")
+    return {**explicit, **loose}
 
 
 def _arguments(args: Any) -> tuple[Any, ...]:

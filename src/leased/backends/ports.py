@@ -323,6 +323,9 @@ class WorkflowPort(Protocol):
 
     def parents_of(self, job_id: int) -> list[ParentEnd]: ...
 
+    def step_names(self, workflow_id: int) -> dict[str, int]:
+        """Every step of the run: {name: job id}."""
+
 
 class RuntimePort(ProducerPort, WorkerPort, RetentionPort, WorkflowPort, Protocol):
     """All that the engine sees of storage: a worker and a producer need nothing else."""

@@ -136,7 +136,9 @@ class TaskContext:
 
     @property
     def batch(self) -> BatchOutcome:
-        """For the step after a batch: how many of its members succeeded and failed, and their results."""
+        """For the step after a batch: how many of its members succeeded and failed (`.succeeded`
+        and `.failed` are counts, not lists; a cancelled member counts as failed), and `.results`,
+        each succeeded member's result by step name."""
         return batch_outcome(self.parents)
 
     @property

@@ -27,6 +27,7 @@ from leased.jobs import JobStatus
 from leased.run_views import STEP_STATUSES, parents_note, step_counts, step_tree
 from leased.runs import WorkflowInfo, WorkflowStatus
 from leased.web.charts import throughput_chart
+from leased.web.graph import FAN_OUT_SHOWN, step_graph
 from leased.web.security import CSRF_FIELD, Csrf, Flash, foreign_origin
 
 PAGE_SIZE = 50
@@ -257,7 +258,7 @@ class Pages:
             return self.problem(request, 404, "No such workflow", f"There is no workflow with id {workflow_id}.")
         rows = [(row, parents_note(row)) for row in step_tree(info.steps)]
         return self.render(request, "workflow.html", {
-            "run": info, "rows": rows, "segments": progress_segments(info),
+            "run": info, "rows": rows, "segments": progress_segments(info), "graph": step_graph(info.steps), "fan_out_shown": FAN_OUT_SHOWN,
             "summary": step_counts(info.counts, info.skipped), "step_statuses": STEP_STATUSES,
             **workflow_actions(info),
         })

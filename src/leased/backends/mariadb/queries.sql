@@ -921,9 +921,14 @@ WHERE (%(before_id)s IS NULL OR id < %(before_id)s) AND (%(workflow_name)s IS NU
 ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: workflow_counts
--- Steps per status of each run, and how many were skipped as their `when` asked.
+-- Steps per status of each run, how many were skipped as their `when` asked, and its open ends:
+-- steps no other step waits for that did not end done (nor skipped); and the compensation steps that
+-- ran. runs.workflow_status reads them.
 SELECT j.workflow_id, j.status, count(*) AS n,
-       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped
+       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped,
+       sum(j.status <> 'done' AND NOT (s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled')
+           AND NOT EXISTS (SELECT 1 FROM leased_dependencies AS d WHERE d.parent_id = j.id)) AS open_ends,
+       sum(s.run_when = 'failed' AND j.status <> 'cancelled') AS compensations_run
 FROM JSON_TABLE(%(workflow_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids
 JOIN leased_jobs AS j ON j.workflow_id = ids.value JOIN leased_steps AS s ON s.job_id = j.id
 GROUP BY j.workflow_id, j.status;

@@ -1226,9 +1226,14 @@ WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
 ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: workflow_counts
--- Steps per status of each run, and how many were skipped as their `when` asked.
+-- Steps per status of each run, how many were skipped as their `when` asked, and its open ends:
+-- steps no other step waits for that did not end done (nor skipped); and the compensation steps that
+-- ran. runs.workflow_status reads them.
 SELECT j.workflow_id, j.status, count(*) AS n,
-       count(*) FILTER (WHERE s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped
+       count(*) FILTER (WHERE s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped,
+       count(*) FILTER (WHERE j.status <> 'done' AND NOT (s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled')
+           AND NOT EXISTS (SELECT 1 FROM leased_dependencies AS d WHERE d.parent_id = j.id)) AS open_ends,
+       count(*) FILTER (WHERE s.run_when = 'failed' AND j.status <> 'cancelled') AS compensations_run
 FROM jsonb_array_elements_text(%(workflow_ids)s::jsonb) AS ids (value)
 JOIN leased_jobs AS j ON j.workflow_id = ids.value::bigint JOIN leased_steps AS s ON s.job_id = j.id
 GROUP BY j.workflow_id, j.status;

@@ -872,9 +872,14 @@ WHERE (:before_id IS NULL OR id < :before_id) AND (:workflow_name IS NULL OR nam
 ORDER BY id DESC LIMIT :limit;
 
 -- name: workflow_counts
--- Steps per status of each run, and how many were skipped as their `when` asked.
+-- Steps per status of each run, how many were skipped as their `when` asked, and its open ends:
+-- steps no other step waits for that did not end done (nor skipped); and the compensation steps that
+-- ran. runs.workflow_status reads them.
 SELECT j.workflow_id, j.status, count(*) AS n,
-       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped
+       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped,
+       sum(j.status <> 'done' AND NOT (s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled')
+           AND NOT EXISTS (SELECT 1 FROM leased_dependencies AS d WHERE d.parent_id = j.id)) AS open_ends,
+       sum(s.run_when = 'failed' AND j.status <> 'cancelled') AS compensations_run
 FROM leased_jobs AS j INDEXED BY leased_jobs_workflow JOIN leased_steps AS s ON s.job_id = j.id
 WHERE j.workflow_id IN (SELECT value FROM json_each(:workflow_ids))
 GROUP BY j.workflow_id, j.status;
