@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 NEW_SOURCE = ROOT / "src"
 PROGRAM = HERE / "rolling_upgrade_app.py"
+TASK = "upgrade.record"  # the one task the program's producers enqueue and its workers run
 
 # The previous release: the last commit before migration 0021 (bef9734 added it), schema version 0020.
 # Move it forward when a newer migration makes a newer "previous release".
@@ -41,18 +42,19 @@ class OldReleaseUnavailable(Exception):
     """This checkout has no git history holding OLD_RELEASE (a tarball, a shallow clone)."""
 
 
-def old_release_source(destination: Path) -> Path:
-    """OLD_RELEASE's `src`, written under `destination` from git history (once: a second call reuses it)."""
+def old_release_source(destination: Path, commit: str = OLD_RELEASE) -> Path:
+    """A commit's `src` (OLD_RELEASE's unless told), written under `destination` from git history (once:
+    a second call reuses it)."""
     source = destination / "src"
     if (source / "leased" / "__init__.py").exists():
         return source
     try:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", OLD_RELEASE, "src"],
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit, "src"],
                                  capture_output=True, check=True, timeout=60).stdout
     except FileNotFoundError as error:
         raise OldReleaseUnavailable(f"git is not installed ({error})") from error
     except subprocess.CalledProcessError as error:
-        raise OldReleaseUnavailable(f"{ROOT} has no commit {OLD_RELEASE[:7]} in its git history "
+        raise OldReleaseUnavailable(f"{ROOT} has no commit {commit[:7]} in its git history "
                                     f"({error.stderr.decode().strip()})") from error
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(destination, filter="data")
@@ -79,16 +81,32 @@ class Outcome:
     migrate_output: str
     alive_before_stop: dict[str, bool]
     logs: dict[str, str] = field(default_factory=dict)
-    timeline: list[tuple[str, float]] = field(default_factory=list)  # what happened, seconds from the start
+    timeline: list[tuple[str, float]] = field(default_factory=list)  # what happened, when (time.time())
+
+    def phases(self) -> list[tuple[str, float]]:
+        """The timeline in seconds from the start, for a failure message or a benchmark's log."""
+        start = self.timeline[0][1] if self.timeline else 0.0
+        return [(what, round(when - start, 2)) for what, when in self.timeline]
+
+    def waits_between(self, first: str, last: str) -> list[float]:
+        """The waits of the jobs enqueued between two points of the timeline."""
+        marks = dict(self.timeline)
+        keys = {key for key, at in self.enqueued.items() if marks[first] <= at < marks[last]}
+        first_start = self._first_starts()
+        return [max(0.0, first_start[key] - self.enqueued[key]) for key in keys if key in first_start]
 
     @property
     def waits(self) -> list[float]:
         """Seconds each job waited between its producer seeing it enqueued and a handler beginning it
         (every worker has free slots at this load, so this is the time it sat pending beside them)."""
+        first_start = self._first_starts()
+        return [max(0.0, first_start[key] - at) for key, at in self.enqueued.items() if key in first_start]
+
+    def _first_starts(self) -> dict[str, float]:
         first_start: dict[str, float] = {}
         for key, began, _ in self.runs:
             first_start[key] = min(began, first_start.get(key, began))
-        return [max(0.0, first_start[key] - at) for key, at in self.enqueued.items() if key in first_start]
+        return first_start
 
     def runs_of(self, key: str) -> int:
         return self._counts[key]
@@ -115,14 +133,14 @@ def percentile(values: list[float], share: float) -> float:
 class Fleet:
     """The processes of one upgrade, each on one release's code, recording into one folder."""
 
-    def __init__(self, database_url: str, old_source: Path, folder: Path, load: Load):
-        self.database_url, self.old_source, self.folder, self.load = database_url, old_source, folder, load
+    def __init__(self, database_url: str, old_source: Path, folder: Path, load: Load, new_source: Path = NEW_SOURCE):
+        self.database_url, self.folder, self.load = database_url, folder, load
+        self.sources = {"old": old_source, "new": new_source}
         self.processes: dict[str, subprocess.Popen] = {}
 
     def environment(self, release: str) -> dict[str, str]:
-        source = self.old_source if release == "old" else NEW_SOURCE
         # PYTHONPATH whole, not prepended to: the tests' own points at this checkout's src.
-        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(source)]),
+        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(self.sources[release])]),
                 "LEASED_DATABASE_URL": self.database_url, "UPGRADE_RECORDS": str(self.folder),
                 "UPGRADE_RATE": str(self.load.rate), "UPGRADE_CONCURRENCY": str(self.load.concurrency),
                 "UPGRADE_POLL": str(self.load.poll_interval)}
@@ -142,9 +160,23 @@ class Fleet:
                                                 env=self.environment(release), stdout=log, stderr=subprocess.STDOUT)
 
     def stop(self, name: str) -> int:
-        process = self.processes[name]
+        """SIGTERM, as a deploy stops a process: its exit code, once it has exited."""
+        process = self.processes.pop(name)
         process.send_signal(signal.SIGTERM)
         return process.wait(timeout=60)
+
+    def finish(self, producers: tuple[str, ...], workers: tuple[str, ...], migrate_output: str,
+               timeline: list[tuple[str, float]]) -> Outcome:
+        """Stop the producers, wait for every job they saw enqueued, stop the workers, and read it all."""
+        alive = {name: process.poll() is None for name, process in self.processes.items()}
+        exit_codes = {name: self.stop(name) for name in producers}
+        wait_until(lambda: not unrun(self), 60, "every enqueued job to run", self, fail=False)
+        timeline.append(("every job ran", time.time()))
+        exit_codes |= {name: self.stop(name) for name in workers}
+        timeline.append(("workers stopped", time.time()))
+        enqueued, runs, releases = self.records()
+        return Outcome(enqueued, runs, releases, exit_codes, migrate_output, alive,
+                       {log.stem: log.read_text() for log in self.folder.glob("*.log")}, timeline)
 
     def kill_all(self) -> None:
         for process in self.processes.values():
@@ -169,6 +201,12 @@ class Fleet:
     def ran_since(self, names: tuple[str, ...], since: float) -> set[str]:
         """Which of the named processes' handlers began a job after `since`."""
         return {name for _, began, name in self.records()[1] if name in names and began > since}
+
+    def wait_started(self, workers: tuple[str, ...]) -> None:
+        """Until the workers have logged their start line (both releases say `worker NAME started`):
+        jobs enqueued from then on wait beside them, not for their start-up."""
+        wait_until(lambda: all(f"worker {name} started" in (self.folder / f"{name}.log").read_text() for name in workers),
+                   60, f"the start lines of {', '.join(workers)}", self)
 
     def check_alive(self) -> None:
         dead = {name: process.returncode for name, process in self.processes.items() if process.poll() is not None}
@@ -203,21 +241,24 @@ OLD_WORKERS, NEW_WORKERS = ("old-worker-1", "old-worker-2"), ("new-worker-1", "n
 PRODUCERS = ("old-producer", "new-producer")
 
 
-def roll(database_url: str, old_source: Path, folder: Path, order: str, load: Load) -> Outcome:
+def roll(database_url: str, old_source: Path, folder: Path, order: str, load: Load,
+         new_source: Path = NEW_SOURCE) -> Outcome:
     """The whole upgrade: old processes under load, the upgrade in `order`, both side by side, then
     the producers stop, every job they saw enqueued is waited for, and the workers stop."""
-    fleet = Fleet(database_url, old_source, folder, load)
-    began, timeline = time.monotonic(), []
+    fleet = Fleet(database_url, old_source, folder, load, new_source)
+    timeline = []
 
     def mark(what: str) -> None:
-        timeline.append((what, round(time.monotonic() - began, 2)))
+        timeline.append((what, time.time()))
 
     try:
+        mark("start")
         fleet.migrate("old")
         mark("old schema")
-        fleet.start("old", "producer", "old-producer")
         for name in OLD_WORKERS:
             fleet.start("old", "worker", name)
+        fleet.wait_started(OLD_WORKERS)
+        fleet.start("old", "producer", "old-producer")
         wait_until(lambda: fleet.ran_since(OLD_WORKERS, 0) == set(OLD_WORKERS), 60, "the old workers' first jobs", fleet)
         mark("old workers running")
         time.sleep(load.before)  # old processes alone under load for a while: the soak's length, not a wait
@@ -230,7 +271,7 @@ def roll(database_url: str, old_source: Path, folder: Path, order: str, load: Lo
             fleet.start("new", "worker", name)
         wait_until(lambda: fleet.ran_since(NEW_WORKERS, 0) == set(NEW_WORKERS), 60, "the new workers' first jobs", fleet)
         mark("new workers running")
-        migrated = time.time()  # the schema is the new one: its workers have run jobs
+        migrated = timeline[-1][1]  # the schema is the new one by now: its workers have run jobs
         fleet.start("new", "producer", "new-producer")
         wait_until(lambda: any(key.startswith("new-producer-") for key in fleet.records()[0]), 60,
                    "the new producer's first job", fleet)
@@ -238,14 +279,6 @@ def roll(database_url: str, old_source: Path, folder: Path, order: str, load: Lo
                    60, "every worker, old and new, to run a job on the new schema", fleet)
         mark("all workers ran a job on the new schema")
         time.sleep(load.beside)
-        alive = {name: process.poll() is None for name, process in fleet.processes.items()}
-        exit_codes = {name: fleet.stop(name) for name in PRODUCERS}
-        wait_until(lambda: not unrun(fleet), 60, "every enqueued job to run", fleet, fail=False)
-        mark("every job ran")
-        exit_codes |= {name: fleet.stop(name) for name in OLD_WORKERS + NEW_WORKERS}
-        mark("workers stopped")
-        enqueued, runs, releases = fleet.records()
-        return Outcome(enqueued, runs, releases, exit_codes, migrate_output, alive,
-                       {name: (folder / f"{name}.log").read_text() for name in fleet.processes}, timeline)
+        return fleet.finish(PRODUCERS, OLD_WORKERS + NEW_WORKERS, migrate_output, timeline)
     finally:
         fleet.kill_all()

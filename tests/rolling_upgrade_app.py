@@ -22,8 +22,8 @@ from pathlib import Path
 
 import leased
 from leased import Leased
+from rolling_upgrade import TASK
 
-TASK = "upgrade.record"
 app = Leased(os.environ["LEASED_DATABASE_URL"])
 RECORDS = Path(os.environ.get("UPGRADE_RECORDS", "."))
 WORKER_NAME = ""  # the process's name, from its command line

@@ -2,7 +2,7 @@
 workers and producer run under load, this release migrates and starts its workers beside them (or
 its workers start first and migrate as they start), on every database. Nothing a producer saw
 enqueued is lost or run twice, no job waits beside idle workers beyond a bound, no migration
-deadlocks, no worker stops, and the counts are the truth afterwards.
+deadlocks, no worker stops, and the counts and the oldest-due gauge are the truth afterwards.
 
 The previous release comes from git history at test time; a checkout without it skips, unless
 LEASED_REQUIRE_OLD_RELEASE=1 (CI sets it) makes that an error.
@@ -39,7 +39,7 @@ def test_the_previous_release_runs_beside_this_one_through_an_upgrade(database_u
     folder = tmp_path / "records"
     folder.mkdir()
     outcome = roll(database_url, old_source, folder, order, Load())
-    print(outcome.timeline)  # where the run's seconds went, shown with -s or on failure
+    print(outcome.phases())  # where the run's seconds went, shown with -s or on failure
 
     for name, package in outcome.releases.items():
         expected = old_source if name.startswith("old-") else NEW_SOURCE
@@ -61,5 +61,6 @@ def test_the_previous_release_runs_beside_this_one_through_an_upgrade(database_u
         truth = {status: raw_scalar(app, f"SELECT count(*) FROM leased_jobs WHERE status = '{status}'")
                  for status in totals}
         assert totals == truth and truth["done"] == len(outcome.enqueued), (totals, truth)
+        assert app.backend.oldest_due() == {}  # the gauge: no due job waits (no row left in a due set)
     finally:
         app.close()
