@@ -1,7 +1,7 @@
 """A rolling upgrade as teams deploy one, with the previous release's code taken from git history:
 its workers and a producer run under load, then this checkout's code migrates and its workers start
 beside them (or its workers start first and migrate as they start). Shared by
-tests/test_rolling_upgrade.py (a few seconds a run) and bench/stalls.py (a longer soak).
+tests/test_rolling_upgrade.py (seconds a run) and bench/stalls.py (a longer soak).
 
 Each process is rolling_upgrade_app.py on one release's `src`, in a subprocess of its own; what the
 producers saw enqueued and what the handlers ran is read from their record files afterwards.
@@ -30,7 +30,6 @@ TASK = "upgrade.record"  # the one task the program's producers enqueue and its 
 # The previous release: the last commit before migration 0021 (bef9734 added it), schema version 0020.
 # Move it forward when a newer migration makes a newer "previous release".
 OLD_RELEASE = "1ee9b314fbf31a3a0d6d3f299d259c0688ffc5a5"
-OLD_SCHEMA_VERSION = 20
 
 # Orders of a deploy: `leased migrate` from the new release, then its workers; or the new workers
 # first, each migrating as it starts (Leased's default), two at once.
@@ -88,28 +87,22 @@ class Outcome:
         start = self.timeline[0][1] if self.timeline else 0.0
         return [(what, round(when - start, 2)) for what, when in self.timeline]
 
+    @property
+    def waits(self) -> list[float]:
+        """Seconds each job that ran waited between its producer seeing it enqueued and a handler
+        beginning it (every worker has free slots at this load: the time it sat pending beside them)."""
+        return self._waits(self.enqueued)
+
     def waits_between(self, first: str, last: str) -> list[float]:
         """The waits of the jobs enqueued between two points of the timeline."""
         marks = dict(self.timeline)
-        keys = {key for key, at in self.enqueued.items() if marks[first] <= at < marks[last]}
-        first_start = self._first_starts()
-        return [max(0.0, first_start[key] - self.enqueued[key]) for key in keys if key in first_start]
+        return self._waits([key for key, at in self.enqueued.items() if marks[first] <= at < marks[last]])
 
-    @property
-    def waits(self) -> list[float]:
-        """Seconds each job waited between its producer seeing it enqueued and a handler beginning it
-        (every worker has free slots at this load, so this is the time it sat pending beside them)."""
-        first_start = self._first_starts()
-        return [max(0.0, first_start[key] - at) for key, at in self.enqueued.items() if key in first_start]
-
-    def _first_starts(self) -> dict[str, float]:
+    def _waits(self, keys) -> list[float]:
         first_start: dict[str, float] = {}
         for key, began, _ in self.runs:
             first_start[key] = min(began, first_start.get(key, began))
-        return first_start
-
-    def runs_of(self, key: str) -> int:
-        return self._counts[key]
+        return [max(0.0, first_start[key] - self.enqueued[key]) for key in keys if key in first_start]
 
     @property
     def _counts(self) -> Counter:
