@@ -268,6 +268,11 @@ class WorkerPort(Protocol):
         the database's clock, on any worker: a fleet's periodic reclaims take turns (PostgreSQL's
         do; elsewhere each reclaims)."""
 
+    def bury_workers(self, id_prefix: str, how: str) -> int:
+        """The workers whose ids start with `id_prefix` died (`how`: "killed by SIGKILL"), as their
+        supervisor saw: their rows read as gone from now on, and their attempts end at once as
+        crashed (each counted towards its job's max_crashes), not a lease later. How many ended."""
+
     def get_job(self, job_id: int) -> Job | None:
         """The job with its history: the lease keeper reads it to tell a user's cancel from a lease
         that ran out, when a renewal finds a lease gone."""
