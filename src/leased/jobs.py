@@ -70,7 +70,7 @@ class Outcome(StrEnum):
 def quarantined_error(crashes: int, message: str) -> str:
     """A poison job's last error: the crash that reached its max_crashes, and how many there were.
     (PostgreSQL's fused reclaim writes the same words in SQL.)"""
-    return f"quarantined after {crashes} crashes: {message}"
+    return f"quarantined after {crashes} crash{'' if crashes == 1 else 'es'}: {message}"
 
 
 def worker_gone_error(worker_id: str, silent_after: float) -> str:

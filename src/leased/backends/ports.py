@@ -363,6 +363,10 @@ class InspectionPort(Protocol):
 
     def list_workers(self, silent_after: float) -> list[WorkerInfo]: ...
 
+    def recent_quarantined(self, recent: int) -> dict[str, int]:
+        """Poison jobs (failed when their crashes reached max_crashes) by queue, among the `recent`
+        failed jobs newest by id: one bounded read, whatever the history's size."""
+
     def paused_queues(self) -> dict[str, float]:
         """Paused queues, with how many seconds each has been paused."""
 

@@ -246,7 +246,8 @@ SET job.status = CASE WHEN job.attempt >= job.max_attempts
     job.finished_at = CASE WHEN job.attempt >= job.max_attempts
                                 OR (a.outcome <=> 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN leased_now() END,
     job.last_error = IF(a.outcome <=> 'crashed' AND job.crashes + 1 >= job.max_crashes,
-                        CONCAT('quarantined after ', job.crashes + 1, ' crashes: ', a.error_message), a.error_message),
+                        CONCAT('quarantined after ', job.crashes + 1, IF(job.crashes = 0, ' crash: ', ' crashes: '),
+                               a.error_message), a.error_message),
     job.lease_owner = NULL,
     job.lease_expires_at = NULL,
     job.crashes = job.crashes + (a.outcome <=> 'crashed')
@@ -306,6 +307,15 @@ WHERE running_expires_at IS NOT NULL GROUP BY queue_name
 UNION ALL
 SELECT waiting_queue, 'waiting', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_waiting)
 WHERE waiting_queue IS NOT NULL GROUP BY waiting_queue;
+
+-- name: recent_quarantined
+-- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
+-- status index, for the leased_jobs_quarantined gauge.
+SELECT queue_name, count(*) AS n
+FROM (SELECT queue_name, crashes, max_crashes FROM leased_jobs WHERE status = 'failed' ORDER BY id DESC
+      LIMIT %(recent)s) AS failed
+WHERE crashes >= max_crashes
+GROUP BY queue_name;
 
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under

@@ -338,9 +338,11 @@ WITH lapsed AS MATERIALIZED (
       AND status = 'running' AND lease_expires_at <= leased_now()
     FOR UPDATE SKIP LOCKED
 ), ending AS (
-    SELECT expired.*, job.attempt >= job.max_attempts OR expired.gone AND job.crashes + 1 >= job.max_crashes AS fails,
-           expired.gone AND job.crashes + 1 >= job.max_crashes AS quarantines,
-           CASE WHEN expired.gone AND left(expired.lease_owner, length(%(buried_prefix)s::text)) = %(buried_prefix)s::text
+    SELECT expired.id, expired.lease_owner, expired.attempt_started_at, buried.dying OR expired.gone AS gone,
+           job.attempt >= job.max_attempts OR (buried.dying OR expired.gone) AND job.crashes + 1 >= job.max_crashes
+           AS fails,
+           (buried.dying OR expired.gone) AND job.crashes + 1 >= job.max_crashes AS quarantines,
+           CASE WHEN buried.dying
                 THEN 'worker ' || expired.lease_owner || ' died: ' || %(buried_how)s::text || ' (seen by its supervisor)'
                 WHEN expired.gone
                 THEN 'lease expired: worker ' || expired.lease_owner || ' is gone (silent for over '
@@ -348,12 +350,16 @@ WITH lapsed AS MATERIALIZED (
                 ELSE 'lease expired: worker ' || expired.lease_owner || ' stopped renewing it (crashed, stalled or cut off)'
            END AS message
     FROM expired JOIN leased_jobs AS job ON job.id = expired.id
+    -- A buried worker is dead even if it died before its first beat wrote its row.
+    CROSS JOIN LATERAL (SELECT coalesce(left(expired.lease_owner, length(%(buried_prefix)s::text))
+                                        = %(buried_prefix)s::text, false) AS dying) AS buried
 ), reclaimed AS (
     UPDATE leased_jobs AS job
     SET status = CASE WHEN ending.fails THEN 'failed' ELSE 'pending' END,
         finished_at = CASE WHEN ending.fails THEN leased_now() END,
         last_error = CASE WHEN ending.quarantines
-                          THEN 'quarantined after ' || (job.crashes + 1) || ' crashes: ' || ending.message
+                          THEN 'quarantined after ' || (job.crashes + 1)
+                               || CASE WHEN job.crashes = 0 THEN ' crash: ' ELSE ' crashes: ' END || ending.message
                           ELSE ending.message END,
         crashes = job.crashes + ending.gone::int,
         run_after = leased_now(),
@@ -445,6 +451,15 @@ UNION ALL
 SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running' GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'waiting', count(*) FROM leased_jobs WHERE status = 'waiting' GROUP BY queue_name;
+
+-- name: recent_quarantined
+-- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
+-- status index, for the leased_jobs_quarantined gauge.
+SELECT queue_name, count(*) AS n
+FROM (SELECT queue_name, crashes, max_crashes FROM leased_jobs WHERE status = 'failed' ORDER BY id DESC
+      LIMIT %(recent)s) AS failed
+WHERE crashes >= max_crashes
+GROUP BY queue_name;
 
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under

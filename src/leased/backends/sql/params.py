@@ -31,8 +31,11 @@ def expired_leases(rows: list[Mapping[str, Any]], silent_after: float, buried: t
     of workers a supervisor saw die (bury_workers), whose crashes say how."""
     expired = []
     for row in rows:
-        gone, owner = bool(row["gone"]), row["lease_owner"]
-        if gone and buried is not None and owner.startswith(buried[0]):
+        owner = row["lease_owner"]
+        # A buried worker is dead even if it died before its first beat wrote its row.
+        seen_dying = buried is not None and owner.startswith(buried[0])
+        gone = seen_dying or bool(row["gone"])
+        if seen_dying:
             message = worker_died_error(owner, buried[1])
         else:
             message = worker_gone_error(owner, silent_after) if gone else worker_stalled_error(owner)

@@ -431,6 +431,9 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         return self._transact(work)
 
     # Inspection.
+    def recent_quarantined(self, recent: int) -> dict[str, int]:
+        return {row["queue_name"]: row["n"] for row in self._rows("recent_quarantined", recent=recent)}
+
     def get_job(self, job_id: int) -> Job | None:
         rows = self._rows("get_job", job_id=job_id)
         if not rows:

@@ -198,7 +198,8 @@ SET status = CASE WHEN job.attempt >= job.max_attempts
     finished_at = CASE WHEN job.attempt >= job.max_attempts
                             OR (a.outcome IS 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN leased_now() END,
     last_error = CASE WHEN a.outcome IS 'crashed' AND job.crashes + 1 >= job.max_crashes
-                      THEN 'quarantined after ' || (job.crashes + 1) || ' crashes: ' || a.error_message
+                      THEN 'quarantined after ' || (job.crashes + 1) || CASE WHEN job.crashes = 0 THEN ' crash: ' ELSE ' crashes: ' END
+                           || a.error_message
                       ELSE a.error_message END,
     crashes = job.crashes + (a.outcome IS 'crashed'),
     run_after = leased_now(),
@@ -268,6 +269,15 @@ WHERE status = 'running' GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'waiting', count(*) FROM leased_jobs INDEXED BY leased_jobs_waiting
 WHERE status = 'waiting' GROUP BY queue_name;
+
+-- name: recent_quarantined
+-- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
+-- status index, for the leased_jobs_quarantined gauge.
+SELECT queue_name, count(*) AS n
+FROM (SELECT queue_name, crashes, max_crashes FROM leased_jobs WHERE status = 'failed' ORDER BY id DESC
+      LIMIT :recent) AS failed
+WHERE crashes >= max_crashes
+GROUP BY queue_name;
 
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
