@@ -762,8 +762,11 @@ class PostgresBackend(SQLStore):
     def bury_workers(self, id_prefix: str, how: str) -> int:
         def work(connection: psycopg.Connection) -> Any:
             self._execute(connection, "bury_workers", prefix=id_prefix, silent_after=WORKER_SILENT_AFTER)
-            return connection.execute(QUERIES["reclaim_expired"],
-                                      _reclaim_params(steps=False, buried=(id_prefix, how))).fetchone()
+            reclaimed = connection.execute(QUERIES["reclaim_expired"],
+                                           _reclaim_params(steps=False, buried=(id_prefix, how))).fetchone()
+            # A step this crash quarantined (lapsed could not know its worker was buried) settles here.
+            self._settle_rows(connection, reclaimed["failed_steps"])
+            return reclaimed
 
         reclaimed = self._transact(work)
         # A workflow's step that this crash fails settles its children in a transaction of its own.
