@@ -61,6 +61,7 @@ class TaskOptions(TypedDict, total=False):
     retention: Retention | dict[str, Any] | None
     transactional: bool
     isolation: Isolation
+    max_crashes: int
 
 
 class Leased:
@@ -162,7 +163,7 @@ class Leased:
              timeout: float | timedelta | str | None = None, concurrency: int | None = None,
              concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
              retention: Retention | dict[str, Any] | None = _UNSET, transactional: bool = False,
-             isolation: Isolation = "thread") -> Any:
+             isolation: Isolation = "thread", max_crashes: int = 2) -> Any:
         """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors.
 
         `timeout` limits each attempt (seconds or a timedelta; None: no limit): an async handler is
@@ -176,7 +177,10 @@ class Leased:
         worker still holds the job's lease: its writes to this database happen once.
         `isolation="process"` runs each attempt of a sync handler in a child process of the
         worker's, which its time limit, a lost lease or a cancel stops (SIGTERM, then SIGKILL), and
-        whose death ends the attempt as `crashed`; the handler must be defined at a module's top level."""
+        whose death ends the attempt as `crashed`; the handler must be defined at a module's top level.
+        `max_crashes` (default 2): after that many attempts ended by their process dying (a
+        segfault, the OOM killer, a killed worker), the job is failed as a poison job
+        ("quarantined after N crashes") instead of being retried up to max_attempts."""
 
         def register(function: Callable[..., Any]) -> Task[..., Any]:
             task_name = check_name(f"{function.__module__}.{function.__qualname__}" if name is None else name,
@@ -188,7 +192,8 @@ class Leased:
                               max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
                               takes_context=takes_context, timeout=timeout, concurrency=concurrency,
                               concurrency_key=concurrency_key, rate_limit=rate_limit,
-                              retention=retention, transactional=transactional, isolation=isolation)
+                              retention=retention, transactional=transactional, isolation=isolation,
+                              max_crashes=max_crashes)
             self.tasks[task_name] = task
             return task
 

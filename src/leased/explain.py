@@ -649,6 +649,8 @@ def _why_failed(job: Job) -> Reason:
     data: dict[str, Any] = {"attempt": job.attempt, "max_attempts": job.max_attempts, "finished_at": job.finished_at,
                             "last_error": job.last_error}
     at = f"attempt {job.attempt} of {job.max_attempts}"
+    if job.quarantined:
+        return _quarantined(job, data)
     if last is not None and last.outcome is Outcome.TIMEOUT:
         data.update(outcome=last.outcome.value, timeout_seconds=job.timeout_seconds)
         limit = f"the time limit of {_time_limit(job)}"
@@ -657,7 +659,9 @@ def _why_failed(job: Job) -> Reason:
         return Reason("time_limit_hit", f"{_upper_first(at)} hit {limit} and was not retried.", data)
     if last is not None and last.outcome is Outcome.CRASHED:
         data.update(outcome=last.outcome.value, error_message=last.error_message)
-        return Reason("crashed", f"Its handler's child process died at {at}: {last.error_message}. A segfault or the "
+        # An isolated handler's child records its death as ChildProcessDied; a worker's has no type.
+        whose = "handler's child" if last.error_type == "ChildProcessDied" else "worker"
+        return Reason("crashed", f"Its {whose} process died at {at}: {last.error_message}. A segfault or the "
                                  "OOM killer is the usual cause (`dmesg` says which); retry it from the job's page "
                                  "or with `leased retry`.", data)
     if last is None or last.outcome not in (Outcome.ERROR, Outcome.EXPIRED):
@@ -681,6 +685,22 @@ def _why_failed(job: Job) -> Reason:
         return Reason("attempts_exhausted", f"It used {_all_attempts(job)} failed with {_error(last)}.", data)
     return Reason("not_retried", f"{_upper_first(at)} failed with {_error(last)} and was not retried (an exception "
                                  f"derived from PermanentError fails a job at once).", data)
+
+
+def _quarantined(job: Job, data: dict[str, Any]) -> Reason:
+    """A poison job: read from its stored count (job.crashes) and its attempts' outcomes, each
+    crash with the signal or exit status its record names."""
+    crashes = [attempt for attempt in job.history if attempt.outcome is Outcome.CRASHED]
+    data.update(crashes=job.crashes, max_crashes=job.max_crashes,
+                crashed_attempts=[{"attempt": attempt.number, "worker_id": attempt.worker_id,
+                                   "error_message": attempt.error_message} for attempt in crashes])
+    each = "; ".join(f"attempt {attempt.number}: {attempt.error_message}" for attempt in crashes)
+    return Reason("quarantined", f"It was quarantined after {job.crashes} crash{'' if job.crashes == 1 else 'es'} (its task's max_crashes is "
+                                 f"{job.max_crashes}): a poison job, whose attempts kill the process that runs them, "
+                                 f"is failed rather than retried up to its {job.max_attempts} attempts"
+                                 f"{' (' + each + ')' if each else ''}. A segfault in a C extension, the OOM killer "
+                                 "or os._exit is the usual cause (`dmesg` says which); a retry allows one more crash.",
+                  data)
 
 
 def _all_attempts(job: Job) -> str:

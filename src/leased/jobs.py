@@ -51,6 +51,7 @@ class NewJob(NamedTuple):
     status: str = "pending"
     workflow_id: int | None = None
     isolation: str | None = None  # 'thread' or 'process', chosen for this job (Task.using); None: its task's
+    max_crashes: int = 2  # attempts ended by a process's death before the job is quarantined (failed)
 
 
 class Outcome(StrEnum):
@@ -63,7 +64,30 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"  #: a user cancelled the job while it ran
     SHUTDOWN = "shutdown"  #: the worker shut down and released the job
     TIMEOUT = "timeout"  #: the handler ran past the job's time limit
-    CRASHED = "crashed"  #: a process-isolated handler's child died (a signal, the OOM killer, os._exit)
+    #: The attempt's process died: a process-isolated handler's child (a signal, the OOM killer,
+    #: os._exit), or its worker (the supervisor saw it die, or its lease expired with the worker gone).
+    CRASHED = "crashed"
+
+
+def quarantined_error(crashes: int, message: str) -> str:
+    """A poison job's last error: the crash that reached its max_crashes, and how many there were.
+    (PostgreSQL's fused reclaim writes the same words in SQL.)"""
+    return f"quarantined after {crashes} crash{'' if crashes == 1 else 'es'}: {message}"
+
+
+def worker_gone_error(worker_id: str, silent_after: float) -> str:
+    """Why an attempt whose lease expired with its worker gone (silent, or seen to die) counts as a crash."""
+    return f"lease expired: worker {worker_id} is gone (silent for over {silent_after:g}s): its process died"
+
+
+def worker_died_error(worker_id: str, how: str) -> str:
+    """Why an attempt whose worker its supervisor saw die (`how`: "killed by SIGKILL", "exited with
+    status 3") counts as a crash."""
+    return f"worker {worker_id} died: {how} (seen by its supervisor)"
+
+
+def worker_stalled_error(worker_id: str) -> str:
+    return f"lease expired: worker {worker_id} stopped renewing it (crashed, stalled or cut off)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +226,8 @@ class Job:
     workflow_id: int | None = None  #: the workflow this job is a step of (leased.workflows), or None
     progress: Progress | None = None  #: how far its latest attempt to report any got (TaskContext.progress)
     isolation: str | None = None  #: 'thread' or 'process' if its enqueue chose (Task.using); None: its task's
+    crashes: int = 0  #: its attempts that ended because their process died (outcome crashed)
+    max_crashes: int = 2  #: crashes after which it is quarantined: ended failed, not retried
     created: bool | None = field(default=None, compare=False)
 
     @property
@@ -209,6 +235,12 @@ class Job:
         if self.lease_owner is None:
             raise ValueError(f"job {self.id} is not leased (status {self.status})")
         return Lease(self.id, self.attempt, self.lease_owner)
+
+    @property
+    def quarantined(self) -> bool:
+        """A poison job: it failed because its attempts kept killing their process (max_crashes
+        of them), not for its attempts running out."""
+        return self.status == JobStatus.FAILED and self.crashes >= self.max_crashes
 
     @property
     def is_finished(self) -> bool:
@@ -251,7 +283,7 @@ class ClaimedJob:
     more than running a no-op job."""
 
     __slots__ = ("id", "task_name", "queue_name", "args", "kwargs", "attempt", "max_attempts", "lease_seconds",
-                 "timeout_seconds", "workflow_id", "isolation", "lease", "lease_from", "unreadable", "_build", "_job")
+                 "timeout_seconds", "workflow_id", "isolation", "crashes", "max_crashes", "lease", "lease_from", "unreadable", "_build", "_job")
 
     def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job],
                  unreadable: str | None = None):
@@ -266,6 +298,8 @@ class ClaimedJob:
         self.timeout_seconds: float | None = row["timeout_seconds"]  # the handler's time limit; None: no limit
         self.workflow_id: int | None = row["workflow_id"]  # its workflow, whose steps its end may release
         self.isolation: str | None = row["isolation"]  # chosen by its enqueue (Task.using); None: its task's
+        self.crashes: int = row["crashes"]  # its earlier attempts' crashes; this attempt's, if it crashes, comes on top
+        self.max_crashes: int = row["max_crashes"]
         self.lease = Lease(self.id, self.attempt, row["lease_owner"])
         # When the claim statement was sent (time.monotonic()), if the backend knows: the lease runs
         # from no earlier. None: the engine counts it from the start of the claim call.

@@ -93,6 +93,15 @@ def check_max_attempts(value: object) -> int:
     return value
 
 
+def check_max_crashes(value: object) -> int:
+    """max_crashes: attempts that may end by killing their process (a segfault, the OOM killer, a
+    worker killed) before the job is quarantined as a poison job; counted in a 32-bit integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise ConfigurationError(f"invalid max_crashes {value!r}: use a whole number from 1 to {MAX_ATTEMPTS:,} "
+                                 "(the crashes after which a job is failed as a poison job)")
+    return value
+
+
 def check_transactional(name: str, transactional: object, transaction: Callable[[], Any] | None,
                         takes_context: bool, is_async: bool, database_kind: str
                         ) -> tuple[bool, Callable[[], Any] | None]:
@@ -219,12 +228,14 @@ class TaskCall(Generic[P, R]):
     timeout_seconds: float | None = None
     concurrency_key: str | None = None  # overrides the key the task computes from the arguments
     isolation: str | None = None  # "thread" or "process" for these jobs; None: the task's own
+    max_crashes: int = 2  # attempts whose process dies before the job is quarantined
 
     def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET,
               run_after: datetime | timedelta | None = _UNSET, idempotency_key: str | None = _UNSET,
               connection: Any = _UNSET, max_attempts: int = _UNSET, lease: float | timedelta | str = _UNSET,
               timeout: float | timedelta | str | None = _UNSET,
-              concurrency_key: str | None = _UNSET, isolation: Isolation = _UNSET) -> TaskCall[P, R]:
+              concurrency_key: str | None = _UNSET, isolation: Isolation = _UNSET,
+              max_crashes: int = _UNSET) -> TaskCall[P, R]:
         changes: dict[str, Any] = {}
         if isolation is not _UNSET:
             task = self.task
@@ -249,6 +260,8 @@ class TaskCall(Generic[P, R]):
             changes["connection"] = connection
         if max_attempts is not _UNSET:
             changes["max_attempts"] = check_max_attempts(max_attempts)
+        if max_crashes is not _UNSET:
+            changes["max_crashes"] = check_max_crashes(max_crashes)
         if lease is not _UNSET:
             changes["lease_seconds"] = lease_seconds(lease)
         if timeout is not _UNSET:
@@ -269,7 +282,7 @@ class TaskCall(Generic[P, R]):
         check_scalars = task.argument_types.check_scalars  # None when no parameter is annotated with one
         name, queue_name, priority, max_attempts = task.name, self.queue_name, self.priority, self.max_attempts
         lease, key, timeout, key_limit = self.lease_seconds, self.idempotency_key, self.timeout_seconds, task.key_limit
-        isolation = self.isolation
+        isolation, max_crashes = self.isolation, self.max_crashes
         run_at, delay = schedule(self.run_after)
         jobs = []
         for call_args, kwargs in calls:
@@ -281,7 +294,7 @@ class TaskCall(Generic[P, R]):
                 args, kwargs = typed.to_json(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
             job = NewJob(name, queue_name, args_json, kwargs_json, priority, max_attempts, lease, run_at, delay, key,
-                         timeout, isolation=isolation)
+                         timeout, isolation=isolation, max_crashes=max_crashes)
             jobs.append(job if key_limit is None else self._with_key(job, key_limit, args, kwargs))
         return jobs
 
@@ -323,6 +336,7 @@ class CallOptions(TypedDict, total=False):
     timeout: float | timedelta | str | None
     concurrency_key: str | None
     isolation: Isolation
+    max_crashes: int
 
 
 class Task(Generic[P, R]):
@@ -336,7 +350,8 @@ class Task(Generic[P, R]):
                  timeout: float | timedelta | str | None = None, concurrency: int | None = None,
                  concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
                  retention: Any = _UNSET, transactional: bool = False,
-                 transaction: Callable[[], AbstractContextManager[Any]] | None = None, isolation: Isolation = "thread"):
+                 transaction: Callable[[], AbstractContextManager[Any]] | None = None, isolation: Isolation = "thread",
+                 max_crashes: int = 2):
         if not callable(func):
             raise ConfigurationError(f"a task needs a function, got {func!r}")
         if not isinstance(backoff, Backoff):
@@ -365,7 +380,7 @@ class Task(Generic[P, R]):
         self.key_limit = key_limit(name, self.signature, takes_context, concurrency, concurrency_key, rate_limit)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),
-            lease_seconds(lease), timeout_seconds=check_timeout(timeout))
+            lease_seconds(lease), timeout_seconds=check_timeout(timeout), max_crashes=check_max_crashes(max_crashes))
         # The statuses whose retention this task overrides (the pruner reads it); empty: the app's.
         self.retention: dict[JobStatus, timedelta | None] = (
             {} if retention is _UNSET else task_retention(retention, name))
@@ -415,7 +430,7 @@ class Task(Generic[P, R]):
 
     def using(self, **options: Unpack[CallOptions]) -> TaskCall[P, R]:
         """Per-call options: queue_name, priority, run_after, idempotency_key, connection, max_attempts, lease,
-        timeout, concurrency_key, isolation ("thread" or "process": where these jobs' handler runs)."""
+        timeout, concurrency_key, isolation ("thread" or "process": where these jobs' handler runs), max_crashes."""
         return self.defaults.using(**options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:

@@ -176,6 +176,23 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
         raise failure from None
 
 
+@cli.command("bury-worker", hidden=True)
+@click.argument("app_spec", metavar="APP")
+@click.argument("worker_id_prefix")
+@click.argument("how")
+def bury_worker(app_spec: str, worker_id_prefix: str, how: str) -> None:
+    """For the --processes supervisor: the worker whose id starts WORKER_ID_PREFIX died (HOW); end
+    its attempts now, as crashed, rather than a lease later."""
+    configure_logging("info")
+    app = load_app(app_spec)
+    try:
+        ended = app.backend.bury_workers(worker_id_prefix, how)
+    finally:
+        app.close()
+    logging.getLogger("leased.supervisor").info("worker %s… %s: ended its %d running attempt%s as crashed",
+                                                worker_id_prefix, how, ended, "" if ended == 1 else "s")
+
+
 def run_worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
                metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool,
                max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None) -> None:

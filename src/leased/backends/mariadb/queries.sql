@@ -20,11 +20,12 @@ SET @leased_clock_offset = %(offset)s;
 -- Rows are inserted in the batch's order, so AUTO_INCREMENT gives ids in that order.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
+                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+                                max_crashes)
 SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
        COALESCE(j.run_at, leased_now() + j.delay_seconds), leased_now(), j.idempotency_key,
        j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds,
-       j.status, j.workflow_id, j.isolation
+       j.status, j.workflow_id, j.isolation, j.max_crashes
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
     task_name VARCHAR(255) PATH '$[0]', queue_name VARCHAR(255) PATH '$[1]', args LONGTEXT PATH '$[2]',
@@ -33,7 +34,7 @@ FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     idempotency_key VARCHAR(255) PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
     concurrency_key VARCHAR(255) PATH '$[11]', key_concurrency INT PATH '$[12]', key_rate_count INT PATH '$[13]',
     key_rate_seconds DOUBLE PATH '$[14]', status VARCHAR(16) PATH '$[15]', workflow_id BIGINT PATH '$[16]',
-    isolation VARCHAR(16) PATH '$[17]')) AS j
+    isolation VARCHAR(16) PATH '$[17]', max_crashes INT PATH '$[18]')) AS j
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
@@ -43,11 +44,12 @@ RETURNING id, run_after, created_at, idempotency_key;
 -- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement.
 INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
+                                key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+                                max_crashes)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s, %(kwargs_json)s, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s, COALESCE(%(run_at)s, leased_now() + %(delay_seconds)s), leased_now(),
         %(idempotency_key)s, %(timeout_seconds)s, %(concurrency_key)s, %(key_concurrency)s, %(key_rate_count)s,
-        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s)
+        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s, %(max_crashes)s)
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: pending_with_key
@@ -146,12 +148,13 @@ FOR UPDATE;
 
 -- name: finish
 -- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds,
--- progress]; each end is fenced on its lease (leases_to_finish locked those still held, first).
+-- progress, outcome]; each end is fenced on its lease (leases_to_finish locked those still held, first).
+-- An attempt whose process died (outcome crashed) adds to the job's crashes (migration 0023).
 UPDATE leased_jobs AS job
 JOIN JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     status VARCHAR(16) PATH '$[3]', result LONGTEXT PATH '$[4]', last_error LONGTEXT PATH '$[5]',
-    retry_in_seconds DOUBLE PATH '$[6]', progress LONGTEXT PATH '$[7]')) AS ends
+    retry_in_seconds DOUBLE PATH '$[6]', progress LONGTEXT PATH '$[7]', outcome VARCHAR(16) PATH '$[8]')) AS ends
   ON job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
 SET job.result = ends.result,
     job.last_error = COALESCE(ends.last_error, job.last_error),
@@ -161,6 +164,7 @@ SET job.result = ends.result,
     job.lease_owner = NULL,
     job.lease_expires_at = NULL,
     job.progress = COALESCE(ends.progress, job.progress),
+    job.crashes = job.crashes + (ends.outcome <=> 'crashed'),
     job.status = ends.status
 WHERE job.status = 'running';
 
@@ -217,9 +221,13 @@ WHERE job.status = 'running' AND job.lease_owner = %(worker_id)s;
 -- Expired leases through the leases index (NULL for every job not running); rows a claim or
 -- another reclaimer has locked are left to it. What record_attempts needs comes along: it writes
 -- the records before reclaim_expired clears the leases they are read from.
-SELECT id, attempt, lease_owner, queue_name, task_name, workflow_id, attempt >= max_attempts AS last_attempt,
-       CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)') AS message
-FROM leased_jobs FORCE INDEX (leased_jobs_leases)
+-- gone: the lease's worker has a row, silent for :silent_after seconds or more (or marked so when
+-- its supervisor saw it die: bury_worker); sql/store.py, _reclaim, reads it as a crash. A worker
+-- without a row (one that never registered: a test's, a script's) is not known to be dead.
+SELECT id, attempt, lease_owner, queue_name, task_name, workflow_id, max_attempts, crashes, max_crashes,
+       EXISTS (SELECT 1 FROM leased_workers AS w
+               WHERE w.id = job.lease_owner AND w.last_seen_at <= leased_now() - %(silent_after)s) AS gone
+FROM leased_jobs AS job FORCE INDEX (leased_jobs_leases)
 WHERE running_expires_at <= leased_now()
 FOR UPDATE SKIP LOCKED;
 
@@ -227,15 +235,22 @@ FOR UPDATE SKIP LOCKED;
 -- The job's last error is its expired attempt's, just recorded. Joined by primary key, as renew
 -- is: `id IN (SELECT ...)` scanned the running set and locked rows that workers were finishing.
 -- The assignments run in order: status and finished_at read the attempt before it is cleared.
+-- An attempt recorded as crashed adds to the job's crashes (set last, after the others read the
+-- count before it), and the crash that reaches max_crashes fails it as a poison job.
 UPDATE leased_jobs AS job FORCE INDEX (PRIMARY)
 JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
-SET job.status = CASE WHEN job.attempt >= job.max_attempts THEN 'failed' ELSE 'pending' END,
-    job.finished_at = CASE WHEN job.attempt >= job.max_attempts THEN leased_now() END,
-    job.last_error = (SELECT a.error_message FROM leased_attempts AS a
-                      WHERE a.job_id = job.id AND a.attempt = job.attempt),
-    job.run_after = leased_now(),
+JOIN leased_attempts AS a ON a.job_id = job.id AND a.attempt = job.attempt
+SET job.status = CASE WHEN job.attempt >= job.max_attempts
+                           OR (a.outcome <=> 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN 'failed'
+                      ELSE 'pending' END,
+    job.finished_at = CASE WHEN job.attempt >= job.max_attempts
+                                OR (a.outcome <=> 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN leased_now() END,
+    job.last_error = IF(a.outcome <=> 'crashed' AND job.crashes + 1 >= job.max_crashes,
+                        CONCAT('quarantined after ', job.crashes + 1, IF(job.crashes = 0, ' crash: ', ' crashes: '),
+                               a.error_message), a.error_message),
     job.lease_owner = NULL,
-    job.lease_expires_at = NULL
+    job.lease_expires_at = NULL,
+    job.crashes = job.crashes + (a.outcome <=> 'crashed')
 WHERE job.status = 'running';
 
 -- name: get_job
@@ -293,6 +308,15 @@ UNION ALL
 SELECT waiting_queue, 'waiting', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_waiting)
 WHERE waiting_queue IS NOT NULL GROUP BY waiting_queue;
 
+-- name: recent_quarantined
+-- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
+-- status index, for the leased_jobs_quarantined gauge.
+SELECT queue_name, count(*) AS n
+FROM (SELECT queue_name, crashes, max_crashes FROM leased_jobs WHERE status = 'failed' ORDER BY id DESC
+      LIMIT %(recent)s) AS failed
+WHERE crashes >= max_crashes
+GROUP BY queue_name;
+
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
 -- the cap is then split by queue (count_split); one at the cap is estimated by the caller.
@@ -323,7 +347,7 @@ FOR UPDATE;
 -- name: retry
 UPDATE leased_jobs
 SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-    max_attempts = GREATEST(max_attempts, attempt + 1)
+    max_attempts = GREATEST(max_attempts, attempt + 1), crashes = LEAST(crashes, max_crashes - 1)
 WHERE id = %(job_id)s AND status IN ('failed', 'cancelled');
 
 -- name: lock_for_cancel
@@ -358,7 +382,7 @@ FOR UPDATE;
 -- name: retry_jobs
 UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
 SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-    max_attempts = GREATEST(max_attempts, attempt + 1)
+    max_attempts = GREATEST(max_attempts, attempt + 1), crashes = LEAST(crashes, max_crashes - 1)
 WHERE status = 'failed';
 
 -- name: task_names
@@ -381,6 +405,17 @@ ON DUPLICATE KEY UPDATE last_seen_at = leased_now(), stuck_handlers = VALUE(stuc
 SELECT wake_port FROM leased_workers
 WHERE wake_port IS NOT NULL AND wake_host = %(host)s
   AND last_seen_at > leased_now() - %(silent_after)s;
+
+-- name: bury_workers
+-- Workers their supervisor saw die (bury_workers): silent from now on, as if for :silent_after
+-- seconds, so that the reclaim reads their leases' ends as crashes; shown as gone.
+UPDATE leased_workers SET last_seen_at = leased_now() - %(silent_after)s - 1
+WHERE LEFT(id, CHAR_LENGTH(%(prefix)s)) = %(prefix)s;
+
+-- name: expire_leases_of
+-- Their leases end now: the reclaim in the same transaction takes them.
+UPDATE leased_jobs FORCE INDEX (leased_jobs_leases) SET lease_expires_at = leased_now()
+WHERE running_expires_at IS NOT NULL AND LEFT(lease_owner, CHAR_LENGTH(%(prefix)s)) = %(prefix)s;
 
 -- name: prune_workers
 DELETE FROM leased_workers WHERE last_seen_at < leased_now() - 86400;

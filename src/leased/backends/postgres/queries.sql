@@ -6,7 +6,7 @@
 -- name: insert_jobs
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
 -- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds, concurrency_key,
--- key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation], and the batch one array
+-- key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation, max_crashes], and the batch one array
 -- of them: psycopg adapts
 -- one string far faster than ten arrays of values. As jsonb the batch is
 -- parsed once (each ->> on json parses its element again); args and kwargs are strings in it, so
@@ -27,15 +27,17 @@ WITH given AS (
            (job ->> 10)::float8 AS timeout_seconds, job ->> 11 AS concurrency_key,
            (job ->> 12)::int AS key_concurrency, (job ->> 13)::int AS key_rate_count,
            (job ->> 14)::float8 AS key_rate_seconds, job ->> 15 AS status, (job ->> 16)::bigint AS workflow_id,
-           job ->> 17 AS isolation, position
+           job ->> 17 AS isolation, (job ->> 18)::int AS max_crashes, position
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS batch (job, position)
 ), job AS (
     INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                              run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                             key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
+                             key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+                             max_crashes)
     SELECT task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
            coalesce(run_at, leased_now() + make_interval(secs => delay_seconds)), leased_now(), idempotency_key, timeout_seconds,
-           concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation
+           concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+           max_crashes
     FROM given
     ORDER BY position
     ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
@@ -52,13 +54,14 @@ SELECT job.id, job.run_after AT TIME ZONE 'UTC', job.created_at AT TIME ZONE 'UT
 -- a tenth of an enqueue. Its times come back as insert_jobs' do.
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
-                         key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
+                         key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
+                             max_crashes)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s::json, %(kwargs_json)s::json, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s::float8,
         coalesce(%(run_at)s::timestamptz, leased_now() + make_interval(secs => %(delay_seconds)s::float8)),
         leased_now(), %(idempotency_key)s, %(timeout_seconds)s::float8, %(concurrency_key)s, %(key_concurrency)s::int,
         %(key_rate_count)s::int, %(key_rate_seconds)s::float8, %(status)s, %(workflow_id)s::bigint,
-        %(isolation)s)
+        %(isolation)s, %(max_crashes)s)
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING id, run_after AT TIME ZONE 'UTC', created_at AT TIME ZONE 'UTC', idempotency_key,
@@ -241,7 +244,8 @@ WITH ends AS (
                          ELSE job.run_after END,
         lease_owner = NULL,
         lease_expires_at = NULL,
-        progress = coalesce(held.progress, job.progress)
+        progress = coalesce(held.progress, job.progress),
+        crashes = job.crashes + (held.outcome = 'crashed')::int  -- an attempt whose process died (migration 0023)
     FROM held
     WHERE job.id = held.id
     RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.workflow_id, held.worker_id,
@@ -311,30 +315,60 @@ WHERE a.outcome IS NULL;
 -- for steps_left doubled that).
 -- With a spacing, a worker's periodic reclaim that another worker's took the turn of reads nothing
 -- (migration 0020): the subquery is computed once, before the scan, which it gates.
+-- A lease that expired with its worker gone (its row silent for :silent_after seconds or more, or
+-- marked so by bury_worker; a worker that never registered is not known to be dead) ended
+-- because the worker's process died: a crash (outcome crashed), added to the job's crashes; the
+-- crash that reaches max_crashes fails the job as a poison job (migration 0023). A worker still
+-- beating stalled or was cut off: outcome expired, as before. (The words are jobs.py's.) With a
+-- buried_prefix (bury_workers), the crashes of the workers it names say how they died, buried_how.
 WITH lapsed AS MATERIALIZED (
-    SELECT id, workflow_id IS NOT NULL AND attempt >= max_attempts AS last_step FROM leased_jobs
-    WHERE (SELECT leased_reclaim_turn(%(spacing)s::double precision))
-      AND status = 'running' AND lease_expires_at <= leased_now()
+    SELECT id, gone, workflow_id IS NOT NULL AND (attempt >= max_attempts OR gone AND crashes + 1 >= max_crashes)
+                     AS last_step
+    FROM (SELECT *, EXISTS (SELECT FROM leased_workers AS w
+                            WHERE w.id = lease_owner
+                              AND w.last_seen_at <= leased_now() - make_interval(secs => %(silent_after)s::float8)) AS gone
+          FROM leased_jobs
+          WHERE (SELECT leased_reclaim_turn(%(spacing)s::double precision))
+            AND status = 'running' AND lease_expires_at <= leased_now()) AS running
 ), expired AS (
     -- Checked again as locked: the job may have ended, or its lease been renewed, since lapsed read it.
-    SELECT id, lease_owner, attempt_started_at FROM leased_jobs
+    SELECT id, lease_owner, attempt_started_at, (SELECT gone FROM lapsed WHERE lapsed.id = job.id) AS gone
+    FROM leased_jobs AS job
     WHERE id = ANY(ARRAY(SELECT id FROM lapsed WHERE last_step = %(steps)s::bool))
       AND status = 'running' AND lease_expires_at <= leased_now()
-      AND (workflow_id IS NULL OR attempt < max_attempts) = NOT %(steps)s::bool
     FOR UPDATE SKIP LOCKED
+), ending AS (
+    SELECT expired.id, expired.lease_owner, expired.attempt_started_at, buried.dying OR expired.gone AS gone,
+           job.attempt >= job.max_attempts OR (buried.dying OR expired.gone) AND job.crashes + 1 >= job.max_crashes
+           AS fails,
+           (buried.dying OR expired.gone) AND job.crashes + 1 >= job.max_crashes AS quarantines,
+           CASE WHEN buried.dying
+                THEN 'worker ' || expired.lease_owner || ' died: ' || %(buried_how)s::text || ' (seen by its supervisor)'
+                WHEN expired.gone
+                THEN 'lease expired: worker ' || expired.lease_owner || ' is gone (silent for over '
+                     || %(silent_after)s::float8::text || 's): its process died'
+                ELSE 'lease expired: worker ' || expired.lease_owner || ' stopped renewing it (crashed, stalled or cut off)'
+           END AS message
+    FROM expired JOIN leased_jobs AS job ON job.id = expired.id
+    -- A buried worker is dead even if it died before its first beat wrote its row.
+    CROSS JOIN LATERAL (SELECT coalesce(left(expired.lease_owner, length(%(buried_prefix)s::text))
+                                        = %(buried_prefix)s::text, false) AS dying) AS buried
 ), reclaimed AS (
     UPDATE leased_jobs AS job
-    SET status = CASE WHEN job.attempt >= job.max_attempts THEN 'failed' ELSE 'pending' END,
-        finished_at = CASE WHEN job.attempt >= job.max_attempts THEN leased_now() END,
-        last_error = 'lease expired: worker ' || job.lease_owner
-                     || ' stopped renewing it (crashed, stalled or cut off)',
+    SET status = CASE WHEN ending.fails THEN 'failed' ELSE 'pending' END,
+        finished_at = CASE WHEN ending.fails THEN leased_now() END,
+        last_error = CASE WHEN ending.quarantines
+                          THEN 'quarantined after ' || (job.crashes + 1)
+                               || CASE WHEN job.crashes = 0 THEN ' crash: ' ELSE ' crashes: ' END || ending.message
+                          ELSE ending.message END,
+        crashes = job.crashes + ending.gone::int,
         run_after = leased_now(),
         lease_owner = NULL,
         lease_expires_at = NULL
-    FROM expired
-    WHERE job.id = expired.id
-    RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.last_error, expired.lease_owner,
-              expired.attempt_started_at, job.workflow_id, job.progress
+    FROM ending
+    WHERE job.id = ending.id
+    RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, ending.message, ending.lease_owner,
+              ending.attempt_started_at, job.workflow_id, job.progress, ending.gone
 ), counted AS (
     -- A job whose last attempt expired has failed: counted in its worker's rows (migration 0011).
     INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, failed)
@@ -348,7 +382,8 @@ WITH lapsed AS MATERIALIZED (
     -- it was before the reclaim cleared its lease: the only place its worker and start are kept.
     INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message,
                                       progress)
-    SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'expired', last_error,
+    SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(),
+           CASE WHEN gone THEN 'crashed' ELSE 'expired' END, message,
            CASE WHEN (progress::json ->> 'attempt')::int = attempt THEN progress END
     FROM reclaimed
     ON CONFLICT (job_id, attempt) DO UPDATE
@@ -417,6 +452,15 @@ SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running'
 UNION ALL
 SELECT queue_name, 'waiting', count(*) FROM leased_jobs WHERE status = 'waiting' GROUP BY queue_name;
 
+-- name: recent_quarantined
+-- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
+-- status index, for the leased_jobs_quarantined gauge.
+SELECT queue_name, count(*) AS n
+FROM (SELECT queue_name, crashes, max_crashes FROM leased_jobs WHERE status = 'failed' ORDER BY id DESC
+      LIMIT %(recent)s) AS failed
+WHERE crashes >= max_crashes
+GROUP BY queue_name;
+
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
 -- the cap is then split by queue (count_split); one at the cap is estimated by the caller.
@@ -445,7 +489,8 @@ GROUP BY j.queue_name, j.status;
 WITH retried AS (
     UPDATE leased_jobs
     SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-        max_attempts = greatest(max_attempts, attempt + 1)
+        max_attempts = greatest(max_attempts, attempt + 1),
+        crashes = least(crashes, max_crashes - 1)
     WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
     RETURNING *
 )
@@ -521,7 +566,8 @@ GROUP BY queue_name;
 -- Wakes listening workers once per queue with a retried job, as retry does.
 WITH retried AS (
     UPDATE leased_jobs
-    SET status = 'pending', run_after = leased_now(), finished_at = NULL, max_attempts = greatest(max_attempts, attempt + 1)
+    SET status = 'pending', run_after = leased_now(), finished_at = NULL, max_attempts = greatest(max_attempts, attempt + 1),
+        crashes = least(crashes, max_crashes - 1)
     WHERE status = 'failed'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
@@ -556,6 +602,17 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s::json, %(tasks)s:
         %(children)s)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now(), stuck_handlers = excluded.stuck_handlers,
                                children = excluded.children;
+
+-- name: bury_workers
+-- Workers their supervisor saw die (bury_workers): silent from now on, as if for :silent_after
+-- seconds, so that the reclaim reads their leases' ends as crashes; shown as gone. Their leases
+-- end now, for the reclaim that follows.
+WITH buried AS (
+    UPDATE leased_workers SET last_seen_at = leased_now() - make_interval(secs => %(silent_after)s::float8 + 1)
+    WHERE left(id, length(%(prefix)s::text)) = %(prefix)s::text
+)
+UPDATE leased_jobs SET lease_expires_at = leased_now()
+WHERE status = 'running' AND left(lease_owner, length(%(prefix)s::text)) = %(prefix)s::text;
 
 -- name: prune_workers
 DELETE FROM leased_workers WHERE last_seen_at < leased_now() - interval '1 day';
@@ -1198,7 +1255,8 @@ SELECT id, queue_name FROM leased_jobs WHERE workflow_id = %(workflow_id)s AND s
 WITH retried AS (
     UPDATE leased_jobs
     SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-        max_attempts = greatest(max_attempts, attempt + 1)
+        max_attempts = greatest(max_attempts, attempt + 1),
+        crashes = least(crashes, max_crashes - 1)
     WHERE id = ANY(%(job_ids)s::bigint[]) AND status = 'failed'
     RETURNING queue_name
 )

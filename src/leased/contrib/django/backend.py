@@ -93,7 +93,7 @@ class LeasedBackend(BaseTaskBackend):
         call = self._handler(task, self.alias).using(
             queue_name=task.queue_name, priority=task.priority, run_after=_aware(task.run_after),
             connection=raw_connection(self.database),
-            **{name: options[name] for name in ("max_attempts", "lease") if name in options})
+            **{name: options[name] for name in ("max_attempts", "lease", "max_crashes") if name in options})
         job = call.enqueue(*args, **kwargs)
         if task.run_after is None:
             self._wake_workers_on_commit(task.queue_name)
