@@ -35,7 +35,7 @@ def expired_leases(rows: list[Mapping[str, Any]], silent_after: float, buried: t
         # A buried worker is dead even if it died before its first beat wrote its row.
         seen_dying = buried is not None and owner.startswith(buried[0])
         gone = seen_dying or bool(row["gone"])
-        if seen_dying:
+        if buried is not None and seen_dying:
             message = worker_died_error(owner, buried[1])
         else:
             message = worker_gone_error(owner, silent_after) if gone else worker_stalled_error(owner)
