@@ -56,6 +56,8 @@ ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT = 1213, 1205
 ER_LOST_DURING_QUERY = 2013  # CR_SERVER_LOST: the request was sent, its answer never came
 ER_STATEMENT_TIMEOUT = 1969  # max_statement_time, which a DBA may set per user: another try is the cure
 ER_NO_SUCH_TABLE, ER_DUP_ENTRY = 1146, 1062
+# The unique index on a pending job's idempotency key (migration 0001): its refusal means "key held".
+KEY_INDEX = "leased_jobs_idempotency_key"
 # Client errors: the server is gone, or never answered.
 CONNECTION_LOST = {2002, 2003, 2005, 2006, 2013, 2055, 1927, 4031}
 
@@ -73,6 +75,11 @@ def _epoch(value: Any) -> float:
 def _errno(error: BaseException) -> int | None:
     args = getattr(error, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
+
+
+def _refused_by(error: BaseException, index: str) -> bool:
+    """Whether `error` is the duplicate-key error of this unique index ("... for key 'name'")."""
+    return _errno(error) == ER_DUP_ENTRY and str(error.args[-1]).endswith(f"for key '{index}'")
 
 
 def _run_statement(connection: Any, statement: str) -> list[tuple]:
@@ -365,9 +372,19 @@ class MariaDBBackend(SQLStore):
             return work(connection)
 
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
-        with driver.tuple_cursor(connection) as cursor:
-            cursor.execute(*insert_statement(QUERIES, jobs, _epoch))
-            return list(cursor.fetchall())
+        """The rows inserted; none for a job whose key a pending job holds. The duplicate-key error
+        rolls back its statement only (InnoDB), so a batch that met one goes again job by job, in
+        the transaction a batch with keys always has (needs_no_transaction)."""
+        try:
+            with driver.tuple_cursor(connection) as cursor:
+                cursor.execute(*insert_statement(QUERIES, jobs, _epoch))
+                return list(cursor.fetchall())
+        except driver.IntegrityError as error:
+            if not _refused_by(error, KEY_INDEX):
+                raise
+        if len(jobs) == 1:
+            return []
+        return [row for job in jobs for row in self._insert_rows(connection, [job])]
 
     def _pending_with_key(self, connection: Any, key: str) -> dict[str, Any] | None:
         with driver.dict_cursor(connection) as cursor:

@@ -15,10 +15,14 @@ SELECT VERSION();
 SET @leased_clock_offset = %(offset)s;
 
 -- name: insert_jobs
--- A batch in one statement; each job a JSON array as on SQLite (see sql/enqueue.py, jobs_json). A job
--- whose key a waiting job holds is skipped: IGNORE turns the unique index's refusal into no row.
--- Rows are inserted in the batch's order, so AUTO_INCREMENT gives ids in that order.
-INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+-- A batch in one statement; each job a JSON array as on SQLite (see sql/enqueue.py, jobs_json). Not
+-- INSERT IGNORE: it turns every strict-mode error into a warning (a long name stored cut, a count
+-- clamped). A key a pending job holds is the unique index's duplicate-key error, which the backend
+-- catches by the index's name (backend.py, _insert_rows). JSON_TABLE reads text and integers as
+-- LONGTEXT: a narrower column of its own would cut or clamp the value with a mere warning, where the
+-- insert into the table's column refuses it. Rows are inserted in the batch's order, so
+-- AUTO_INCREMENT gives ids in that order.
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
 SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
@@ -27,21 +31,22 @@ SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, 
        j.status, j.workflow_id, j.isolation
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
-    task_name VARCHAR(255) PATH '$[0]', queue_name VARCHAR(255) PATH '$[1]', args LONGTEXT PATH '$[2]',
-    kwargs LONGTEXT PATH '$[3]', priority INT PATH '$[4]', max_attempts INT PATH '$[5]',
+    task_name LONGTEXT PATH '$[0]', queue_name LONGTEXT PATH '$[1]', args LONGTEXT PATH '$[2]',
+    kwargs LONGTEXT PATH '$[3]', priority LONGTEXT PATH '$[4]', max_attempts LONGTEXT PATH '$[5]',
     lease_seconds DOUBLE PATH '$[6]', run_at DOUBLE PATH '$[7]', delay_seconds DOUBLE PATH '$[8]',
-    idempotency_key VARCHAR(255) PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
-    concurrency_key VARCHAR(255) PATH '$[11]', key_concurrency INT PATH '$[12]', key_rate_count INT PATH '$[13]',
-    key_rate_seconds DOUBLE PATH '$[14]', status VARCHAR(16) PATH '$[15]', workflow_id BIGINT PATH '$[16]',
-    isolation VARCHAR(16) PATH '$[17]')) AS j
+    idempotency_key LONGTEXT PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
+    concurrency_key LONGTEXT PATH '$[11]', key_concurrency LONGTEXT PATH '$[12]', key_rate_count LONGTEXT PATH '$[13]',
+    key_rate_seconds DOUBLE PATH '$[14]', status LONGTEXT PATH '$[15]', workflow_id LONGTEXT PATH '$[16]',
+    isolation LONGTEXT PATH '$[17]')) AS j
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: insert_job
 -- One job, as insert_jobs would insert it, without a batch to build and parse (see
 -- sql/enqueue.py, insert_statement): what most enqueues are. A VALUES row is a simple insert to InnoDB,
--- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement.
-INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+-- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement. A held
+-- key is a duplicate-key error, as for insert_jobs.
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s, %(kwargs_json)s, %(priority)s, %(max_attempts)s,
