@@ -189,12 +189,13 @@ ON DUPLICATE KEY UPDATE done = leased_throughput.done + VALUES(done), failed = l
 -- progress]; each is fenced on its lease as finish is, so a worker that lost it writes no outcome.
 -- A record that an older version opened at claim is closed in place (outcome is set last: the
 -- assignments run in order, and the others test the old one). Untold progress (a release, an
--- expiry) is the attempt's latest report, as its last renewal wrote it.
+-- expiry) is the attempt's latest report, as its last renewal wrote it, its attempt matched in the
+-- text Progress.to_json writes (comparing JSON_VALUE's text to a number fails a strict-mode insert).
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
                              error_message, traceback, progress)
 SELECT job.id, job.attempt, job.lease_owner, COALESCE(job.attempt_started_at, leased_now()), leased_now(),
        ends.outcome, ends.error_type, ends.error_message, ends.traceback,
-       COALESCE(ends.progress, IF(JSON_VALUE(job.progress, '$.attempt') = job.attempt, job.progress, NULL))
+       COALESCE(ends.progress, IF(job.progress LIKE CONCAT('%%"attempt": ', job.attempt, '}'), job.progress, NULL))
 FROM JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     outcome VARCHAR(16) PATH '$[3]', error_type VARCHAR(255) PATH '$[4]', error_message LONGTEXT PATH '$[5]',
