@@ -94,3 +94,39 @@ def test_the_store_writes_a_value_whole_or_not_at_all(database_url, field, value
             assert getattr(stored, field) == value
     finally:
         backend.close()
+
+
+def test_a_step_name_derived_past_255_characters_is_refused_naming_the_step(app):
+    """A step without name= is named after its task, numbered from the second on (`<task>-2`); a
+    step added at run time is `<task>-1 of <job id>`. From a task name near 255 characters, the
+    derived names passed 255: MariaDB cut them, so two became equal and the workflow's enqueue was a
+    raw IntegrityError (its unique step names), and PostgreSQL and SQLite stored names no other
+    name may have. Now each is refused in one line naming the task and asking for name=."""
+    long_name = "t" * 254
+    task = app.task(name=long_name)(lambda: None)
+    workflow = app.workflow("w")
+    workflow.add(task)
+    with pytest.raises(ConfigurationError, match=r"step of task 'tttt.*name=") as refused:
+        workflow.add(task)
+    assert "\n" not in str(refused.value)
+    assert workflow.add(task, name="second").name == "second"
+    workflow.enqueue()
+    assert jobs_written(app) == 2
+
+
+def test_a_step_added_at_run_time_with_a_derived_name_past_255_characters_fails_its_adder(app):
+    from leased import JobStatus
+
+    long_name = "t" * 250
+    app.task(name=long_name)(lambda: None)
+
+    @app.task(name="adder", takes_context=True, max_attempts=1)
+    def adder(context):
+        context.workflow.add(app.tasks[long_name])
+
+    workflow = app.workflow("w")
+    workflow.add(adder)
+    workflow.enqueue()
+    app.run_until_empty()
+    (job,) = app.list_jobs()  # the adder alone: its step was not added
+    assert job.status is JobStatus.FAILED and "step of task" in job.last_error and "name=" in job.last_error, job.last_error

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from leased.errors import ConfigurationError
 from leased.jobs import JobStatus, NewJob
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
-from leased.names import check_name
+from leased.names import check_derived_name, check_name
 from leased.tasks import Task, TaskCall
 
 
@@ -173,7 +173,7 @@ class Workflow:
         number = 2
         while f"{task_name}-{number}" in self._names:
             number += 1
-        return f"{task_name}-{number}"
+        return check_derived_name(f"{task_name}-{number}", "step", task_name)
 
 
 class RunningWorkflow:
@@ -212,7 +212,7 @@ class RunningWorkflow:
     def _derived(self, task_name: str) -> str:
         # The same order of adds in each attempt gives the same names: a retry adds nothing twice.
         number = self._numbers[task_name] = self._numbers.get(task_name, 0) + 1
-        return f"{task_name}-{number} of {self._context.job_id}"
+        return check_derived_name(f"{task_name}-{number} of {self._context.job_id}", "step", task_name)
 
 
 @dataclass(frozen=True, slots=True)

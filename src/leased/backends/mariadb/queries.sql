@@ -791,11 +791,12 @@ SELECT id FROM leased_workflows WHERE idempotency_key = %(idempotency_key)s;
 SELECT job_id, name FROM leased_steps WHERE workflow_id = %(workflow_id)s;
 
 -- name: insert_steps
--- Each step [job_id, workflow_id, name, run_when, parents_left, previous_id, added_by].
+-- Each step [job_id, workflow_id, name, run_when, parents_left, previous_id, added_by]. The name is
+-- read as LONGTEXT: a VARCHAR(255) of JSON_TABLE's own cut a longer one with a mere warning.
 INSERT INTO leased_steps (job_id, workflow_id, name, run_when, parents_left, previous_id, added_by)
 SELECT job_id, workflow_id, name, run_when, parents_left, previous_id, added_by
 FROM JSON_TABLE(%(steps)s, '$[*]' COLUMNS (
-    job_id BIGINT PATH '$[0]', workflow_id BIGINT PATH '$[1]', name VARCHAR(255) PATH '$[2]',
+    job_id BIGINT PATH '$[0]', workflow_id BIGINT PATH '$[1]', name LONGTEXT PATH '$[2]',
     run_when VARCHAR(16) PATH '$[3]', parents_left INT PATH '$[4]', previous_id BIGINT PATH '$[5]',
     added_by BIGINT PATH '$[6]')) AS steps;
 
