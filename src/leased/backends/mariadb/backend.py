@@ -33,7 +33,8 @@ from leased.backends.sql.store import SQLStore
 from leased.backends.urls import redacted
 from leased.backends.sql.wakeups import DatagramListener, Waker
 from leased.clock import Clock
-from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, OutcomeUnknown, SchemaNotReady
+from leased.errors import (ConfigurationError, DatabaseConflict, DatabaseUnavailable, OutcomeUnknown, PayloadError,
+                           SchemaNotReady)
 from leased.jobs import ClaimedJob, Job, NewJob
 from leased.payloads import decode
 
@@ -56,6 +57,7 @@ ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT = 1213, 1205
 ER_LOST_DURING_QUERY = 2013  # CR_SERVER_LOST: the request was sent, its answer never came
 ER_STATEMENT_TIMEOUT = 1969  # max_statement_time, which a DBA may set per user: another try is the cure
 ER_NO_SUCH_TABLE, ER_DUP_ENTRY = 1146, 1062
+ER_PACKET_TOO_LARGE = 1153  # a statement past the server's max_allowed_packet
 # The unique index on a pending job's idempotency key (migration 0001): its refusal means "key held".
 KEY_INDEX = "leased_jobs_idempotency_key"
 # Client errors: the server is gone, or never answered.
@@ -122,6 +124,27 @@ def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
     return arguments, f"MariaDB database {database!r} on {arguments['host']}:{arguments['port']}"
 
 
+def statement_bytes(statement: str, params: dict[str, Any]) -> int:
+    """About how many bytes `statement` with `params` is on the wire, never fewer: each text as
+    UTF-8, with a byte more for each character the driver escapes (quotes, backslashes, controls)."""
+    size = len(statement.encode())
+    for value in params.values():
+        encoded = str(value).encode()
+        size += len(encoded) + 2 + sum(encoded.count(character) for character in _ESCAPED)
+    return size
+
+
+_ESCAPED = (b"'", b'"', b"\\", b"\n", b"\r", b"\0", b"\x1a")
+
+
+def packet_problem(size: int | None, limit: int | None) -> str:
+    """Why the server refuses a statement this large: naming its size (where known), the setting, and the fixes."""
+    what = "a statement was" if size is None else f"the statement is {size:,} bytes,"
+    setting = "max_allowed_packet" if limit is None else f"max_allowed_packet ({limit:,} bytes)"
+    return (f"{what} larger than the server's {setting}: enqueue fewer or smaller jobs per call, or have "
+            "the DBA raise max_allowed_packet (SET GLOBAL max_allowed_packet = ..., and in the server's config)")
+
+
 def server_problem(version: str) -> str | None:
     """Why the server whose SELECT VERSION() reads `version` cannot hold leased's jobs, or None.
 
@@ -148,6 +171,7 @@ class MariaDBBackend(SQLStore):
         self._waker = Waker(self._wake_ports)
         self._host = socket.gethostname()
         self._server_checked = False  # by the first connection, ours or a caller's
+        self._max_packet: int | None = None  # the server's max_allowed_packet, read with its version
         self.clock = Clock()  # what leased_now() adds to the server's clock, on our sessions and callers'
         # The offset each session was given (ours and callers'): sessions start without one.
         self._clock_set: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
@@ -216,7 +240,7 @@ class MariaDBBackend(SQLStore):
             return
         with self._translated(), connection.cursor() as cursor:
             cursor.execute(QUERIES["server_version"])
-            (version,) = cursor.fetchone()
+            version, self._max_packet = cursor.fetchone()
         problem = server_problem(version)
         if problem:
             raise ConfigurationError(f"{self._where}: {problem}")
@@ -271,6 +295,10 @@ class MariaDBBackend(SQLStore):
             raise DatabaseUnavailable(f"lost the connection to {self._where} (the driver closed it)") from error
         except driver.OperationalError as error:
             number = _errno(error)
+            if number == ER_PACKET_TOO_LARGE:  # refused unread, and the server drops the connection
+                self._forget_connection()
+                raise PayloadError(f"{self._where}: {packet_problem(None, self._max_packet)}; nothing was "
+                                   "written") from error
             if number in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_STATEMENT_TIMEOUT):
                 raise DatabaseConflict(f"{self._where}: {error.args[-1]}; nothing was written") from error
             if number in CONNECTION_LOST or number is None or number >= 2000:
@@ -375,9 +403,13 @@ class MariaDBBackend(SQLStore):
         """The rows inserted; none for a job whose key a pending job holds. The duplicate-key error
         rolls back its statement only (InnoDB), so a batch that met one goes again job by job, in
         the transaction a batch with keys always has (needs_no_transaction)."""
+        statement, params = insert_statement(QUERIES, jobs, _epoch)
+        size = statement_bytes(statement, params)
+        if self._max_packet is not None and size > self._max_packet:
+            raise PayloadError(f"{self._where}: {packet_problem(size, self._max_packet)}; nothing was written")
         try:
             with driver.tuple_cursor(connection) as cursor:
-                cursor.execute(*insert_statement(QUERIES, jobs, _epoch))
+                cursor.execute(statement, params)
                 return list(cursor.fetchall())
         except driver.IntegrityError as error:
             if not _refused_by(error, KEY_INDEX):

@@ -7,8 +7,9 @@
 -- READ COMMITTED transaction.
 
 -- name: server_version
--- Read once by a backend's first connection: MySQL, and MariaDB before 10.6, are refused by name.
-SELECT VERSION();
+-- Read once by a backend's first connection: MySQL, and MariaDB before 10.6, are refused by name;
+-- and the largest statement the server takes, which an enqueue checks before it sends one.
+SELECT VERSION(), @@max_allowed_packet;
 
 -- name: set_clock_offset
 -- The clock seam for this session (see leased.clock); 0 is none.
