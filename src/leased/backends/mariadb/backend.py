@@ -58,6 +58,10 @@ ER_LOST_DURING_QUERY = 2013  # CR_SERVER_LOST: the request was sent, its answer 
 ER_STATEMENT_TIMEOUT = 1969  # max_statement_time, which a DBA may set per user: another try is the cure
 ER_NO_SUCH_TABLE, ER_DUP_ENTRY = 1146, 1062
 ER_PACKET_TOO_LARGE = 1153  # a statement past the server's max_allowed_packet
+# A grant missing: on the database, a table, a column (ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED, ...).
+ER_ACCESS_DENIED = {1044, 1142, 1143}
+# What a user that runs leased needs (docs/reliability.md, Least privilege); migrating needs more.
+RUNNING_GRANTS = "GRANT SELECT, INSERT, UPDATE, DELETE ON `<leased's database>`.* TO <user>"
 # The unique index on a pending job's idempotency key (migration 0001): its refusal means "key held".
 KEY_INDEX = "leased_jobs_idempotency_key"
 # Client errors: the server is gone, or never answered.
@@ -293,8 +297,15 @@ class MariaDBBackend(SQLStore):
         except driver.InterfaceError as error:  # PyMySQL, on a connection it closed when the server went
             self._forget_connection()
             raise DatabaseUnavailable(f"lost the connection to {self._where} (the driver closed it)") from error
-        except driver.OperationalError as error:
+        except driver.OperationalError + driver.ProgrammingError as error:
             number = _errno(error)
+            if number in ER_ACCESS_DENIED:  # no retry mends it: the user lacks a grant
+                raise ConfigurationError(f"{self._where}: {error.args[-1]}: the user needs {RUNNING_GRANTS} "
+                                         "(docs/reliability.md, Least privilege)") from error
+            if isinstance(error, driver.ProgrammingError):
+                if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
+                    raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
+                raise
             if number == ER_PACKET_TOO_LARGE:  # refused unread, and the server drops the connection
                 self._forget_connection()
                 raise PayloadError(f"{self._where}: {packet_problem(None, self._max_packet)}; nothing was "
@@ -304,10 +315,6 @@ class MariaDBBackend(SQLStore):
             if number in CONNECTION_LOST or number is None or number >= 2000:
                 self._forget_connection()  # the next call connects again
                 raise DatabaseUnavailable(f"lost the connection to {self._where}: {error.args[-1]}") from error
-            raise
-        except driver.ProgrammingError as error:
-            if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
-                raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
             raise
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
