@@ -120,8 +120,13 @@ def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
     database = parts.path.lstrip("/")
     if not database:
         raise ConfigurationError(f"invalid MariaDB URL {redacted(url)!r}: name the database, e.g. mariadb://user@host/dbname")
+    try:
+        port = parts.port
+    except ValueError as error:  # not a number, or past 65535: urlsplit reads the port only when asked
+        raise ConfigurationError(f"invalid MariaDB URL {redacted(url)!r}: {error}; give the port as a number "
+                                 "from 1 to 65535, e.g. mariadb://user@host:3306/dbname") from None
     arguments: dict[str, Any] = {
-        "host": parts.hostname or "127.0.0.1", "port": parts.port or 3306, "user": unquote(parts.username or "root"),
+        "host": parts.hostname or "127.0.0.1", "port": port or 3306, "user": unquote(parts.username or "root"),
         "password": unquote(parts.password or ""), "database": database, "charset": "utf8mb4",
         "connect_timeout": CONNECT_TIMEOUT_SECONDS, "autocommit": True,
     }
