@@ -60,6 +60,10 @@ ER_NO_SUCH_TABLE, ER_DUP_ENTRY = 1146, 1062
 ER_PACKET_TOO_LARGE = 1153  # a statement past the server's max_allowed_packet
 # A grant missing: on the database, a table, a column (ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED, ...).
 ER_ACCESS_DENIED = {1044, 1142, 1143}
+# Inserts whose refusal by this unique index means "taken already: no row back" (a run's key, a
+# schedule's tick). Caught by the index's name: INSERT IGNORE would turn strict-mode data errors
+# into warnings too.
+NO_ROW_WHEN_TAKEN = {"insert_workflow": "idempotency_key", "claim_tick": "PRIMARY"}
 # What a user that runs leased needs (docs/reliability.md, Least privilege); migrating needs more.
 RUNNING_GRANTS = "GRANT SELECT, INSERT, UPDATE, DELETE ON `<leased's database>`.* TO <user>"
 # The unique index on a pending job's idempotency key (migration 0001): its refusal means "key held".
@@ -81,6 +85,21 @@ def _epoch(value: Any) -> float:
 def _errno(error: BaseException) -> int | None:
     args = getattr(error, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
+
+
+class _NoRows:
+    """The cursor of an insert that a taken key refused: no row, none changed."""
+
+    rowcount = 0
+
+    def fetchone(self) -> None:
+        return None
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+
+_NO_ROWS = _NoRows()
 
 
 def _refused_by(error: BaseException, index: str) -> bool:
@@ -368,7 +387,13 @@ class MariaDBBackend(SQLStore):
 
     def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
         cursor = driver.dict_cursor(connection)
-        cursor.execute(QUERIES[name], params)
+        try:
+            cursor.execute(QUERIES[name], params)
+        except driver.IntegrityError as error:
+            if not _refused_by(error, NO_ROW_WHEN_TAKEN.get(name, "")):
+                raise
+            cursor.close()
+            return _NO_ROWS
         return cursor
 
     def _wake_ports(self) -> list[int]:

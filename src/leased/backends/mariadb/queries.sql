@@ -500,7 +500,9 @@ ON DUPLICATE KEY UPDATE name = name;
 SELECT * FROM leased_schedules WHERE name = %(name)s FOR UPDATE;
 
 -- name: claim_tick
-INSERT IGNORE INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (%(schedule_name)s, %(tick_at)s)
+-- No row back when another worker wrote this tick: the backend catches the primary key's refusal
+-- (NO_ROW_WHEN_TAKEN), as it does a run's key; IGNORE would swallow data errors too.
+INSERT INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (%(schedule_name)s, %(tick_at)s)
 RETURNING tick_at;
 
 -- name: job_active
@@ -641,7 +643,9 @@ SELECT * FROM leased_queue_limits ORDER BY queue_name;
 -- Pausing queues, and pruning finished jobs (migration 0003).
 
 -- name: ensure_queue
-INSERT IGNORE INTO leased_queues (queue_name, paused_at) VALUES (%(queue_name)s, NULL);
+-- Not INSERT IGNORE, which turns strict-mode data errors into warnings: a row there already is left as it is.
+INSERT INTO leased_queues (queue_name, paused_at) VALUES (%(queue_name)s, NULL)
+ON DUPLICATE KEY UPDATE queue_name = leased_queues.queue_name;
 
 -- name: pause_queue
 -- Changes a row only if this paused the queue (it was not paused already).
@@ -780,8 +784,9 @@ WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (
     SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running'));
 
 -- name: insert_workflow
--- No row back: an unfinished run holds the key (IGNORE turns the unique index's refusal into no row).
-INSERT IGNORE INTO leased_workflows (name, idempotency_key, created_at)
+-- No row back: an unfinished run holds the key (the backend catches its unique index's refusal,
+-- NO_ROW_WHEN_TAKEN; INSERT IGNORE would swallow data errors too).
+INSERT INTO leased_workflows (name, idempotency_key, created_at)
 VALUES (%(name)s, %(idempotency_key)s, leased_now())
 RETURNING id;
 
@@ -802,10 +807,12 @@ FROM JSON_TABLE(%(steps)s, '$[*]' COLUMNS (
     added_by BIGINT PATH '$[6]')) AS steps;
 
 -- name: insert_dependencies
--- Each edge [parent_id, child_id].
-INSERT IGNORE INTO leased_dependencies (parent_id, child_id)
-SELECT parent_id, child_id
-FROM JSON_TABLE(%(edges)s, '$[*]' COLUMNS (parent_id BIGINT PATH '$[0]', child_id BIGINT PATH '$[1]')) AS edges;
+-- Each edge [parent_id, child_id]; an edge there already is left as it is (not INSERT IGNORE, which
+-- turns strict-mode data errors into warnings).
+INSERT INTO leased_dependencies (parent_id, child_id)
+SELECT edges.parent_id, edges.child_id
+FROM JSON_TABLE(%(edges)s, '$[*]' COLUMNS (parent_id BIGINT PATH '$[0]', child_id BIGINT PATH '$[1]')) AS edges
+ON DUPLICATE KEY UPDATE parent_id = leased_dependencies.parent_id;
 
 -- name: lock_running_step
 -- The step adding steps, fenced on its lease, locked: its end waits for this transaction.
