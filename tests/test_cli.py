@@ -222,6 +222,12 @@ def test_usage_errors_exit_2_without_traceback(sqlite_cli):
     too_far = sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--delay", "999999999d", code=2).stderr
     assert "more than 100 years" in too_far and "Traceback" not in too_far
     assert "missing JOB_ID" in sqlite_cli.run("show", APP, code=2).stderr
+    # What was typed is quoted escaped: click printed extra arguments as typed, controls and all.
+    extra = sqlite_cli.run("jobs", APP, "b", "Z\x07\u202e\x1b[2J", code=2).stderr
+    assert "unexpected extra argument" in extra and "Z\\x07\\u202e\\x1b[2J" in extra, extra
+    assert not any(character in extra for character in "\x07\u202e\x1b"), extra
+    command = sqlite_cli.run("jo\x07bs", code=2).stderr
+    assert "\\x07" in command and "\x07" not in command, command
 
 
 def run_worker_until_finished(cli: Cli, app: Leased, jobs: list, log: Path, *options: str) -> str:

@@ -135,11 +135,21 @@ class Progress:
 
     @classmethod
     def from_json(cls, text: str | None) -> Progress | None:
-        """The stored column as a Progress (None where no attempt reported any)."""
+        """The stored column as a Progress (None where no attempt reported any). A column that
+        another program wrote and that does not read as one is no report either: progress is
+        advisory, and a reader (the job list, `leased show`, the dashboard, a finish) must not fail
+        on it."""
         if text is None:
             return None
-        value = json.loads(text) if isinstance(text, (str, bytes)) else text
-        return cls(value["done"], value.get("total"), value.get("note"), value.get("attempt", 0))
+        try:
+            value = json.loads(text) if isinstance(text, (str, bytes)) else text
+            done, total, note, attempt = value["done"], value.get("total"), value.get("note"), value.get("attempt", 0)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None
+        numbers = isinstance(done, (int, float)) and (total is None or isinstance(total, (int, float)))
+        if not numbers or not (note is None or isinstance(note, str)) or type(attempt) is not int:
+            return None
+        return cls(done, total, note, attempt)
 
 
 def _number(value: float) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from leased.errors import ConfigurationError
 from leased.jobs import JobStatus, NewJob
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
-from leased.names import check_name
+from leased.names import check_derived_name, check_name
 from leased.tasks import Task, TaskCall
 
 # What a step runs: a task, or a task with options (task.using(...)). A step's arguments are not
@@ -184,7 +184,7 @@ class Workflow:
         number = 2
         while f"{task_name}-{number}" in self._names:
             number += 1
-        return f"{task_name}-{number}"
+        return check_derived_name(f"{task_name}-{number}", "step", task_name)
 
 
 class RunningWorkflow:
@@ -239,7 +239,7 @@ class RunningWorkflow:
         if legacy in self._run_names:
             return legacy
         adder = next((name for name, step_id in self._run_names.items() if step_id == job_id), str(job_id))
-        return check_name(f"{adder}/{task_name}-{number}", "step name")
+        return check_derived_name(f"{adder}/{task_name}-{number}", "step", task_name)
 
 
 @dataclass(frozen=True, slots=True)

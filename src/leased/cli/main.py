@@ -28,6 +28,7 @@ from leased.backends.urls import redacted
 from leased.backends.worker_calls import worker_calls
 from leased.digits import whole_number
 from leased.errors import LeasedError
+from leased.terminal import printable
 from leased.events import AttemptEnded, Event
 from leased.jobs import DurableStep, Job, JobStatus, Outcome
 from leased.logs import JsonFormatter
@@ -40,6 +41,13 @@ class LeasedGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # in the order defined below: a tour, not the alphabet
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise _escaped(error) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         # LeasedError messages are written for users (they name the problem and the fix), so every
         # command can let them propagate and they still end as one line.
@@ -47,6 +55,16 @@ class LeasedGroup(click.Group):
             return super().invoke(ctx)
         except LeasedError as error:
             raise Failure(output.one_line(str(error))) from None
+        except click.UsageError as error:  # a command's arguments, which click parses here
+            raise _escaped(error) from None
+
+
+def _escaped(error: click.UsageError) -> click.UsageError:
+    """click's own usage errors quote what was typed, some with repr() and some (extra arguments)
+    as typed: a control character in an argument reached the terminal. Written out, as leased's own
+    messages write them (leased.terminal)."""
+    error.message = printable(error.message)
+    return error
 
 
 def job_target(values: tuple[str, ...], noun: str = "job") -> tuple[str | None, int]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from leased.engine.durable import DurableSteps
 from leased.errors import ConfigurationError
 from leased.jobs import MAX_PROGRESS_NOTE, ClaimedJob, Job, Lease, Progress
+from leased.names import shown
 from leased.runs import ParentEnd
 from leased.workflows import BatchOutcome, RunningWorkflow, batch_outcome
 
@@ -198,13 +199,13 @@ def checked_progress(done: Any, total: Any, note: Any, attempt: int) -> Progress
         if value is None and may_be_none:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"context.progress({name}={value!r}): {name} must be a number "
+            raise TypeError(f"context.progress({name}={shown(value)}): {name} must be a number "
                             f"(an int or a float){', or None if not known' if may_be_none else ''}")
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"context.progress({name}={value!r}): {name} must be a finite number, 0 or more")
     if note is not None:
         if not isinstance(note, str):
-            raise TypeError(f"context.progress(note={note!r}): note must be a str or None")
+            raise TypeError(f"context.progress(note={shown(note)}): note must be a str or None")
         if len(note) > MAX_PROGRESS_NOTE:
             raise ValueError(f"context.progress(note=...): the note has {len(note)} characters, more than "
                              f"{MAX_PROGRESS_NOTE}; keep it short (it travels with every lease renewal) and put "

@@ -7,18 +7,23 @@
 -- READ COMMITTED transaction.
 
 -- name: server_version
--- Read once by a backend's first connection: MySQL, and MariaDB before 10.6, are refused by name.
-SELECT VERSION();
+-- Read once by a backend's first connection: MySQL, and MariaDB before 10.6, are refused by name;
+-- and the largest statement the server takes, which an enqueue checks before it sends one.
+SELECT VERSION(), @@max_allowed_packet;
 
 -- name: set_clock_offset
 -- The clock seam for this session (see leased.clock); 0 is none.
 SET @leased_clock_offset = %(offset)s;
 
 -- name: insert_jobs
--- A batch in one statement; each job a JSON array as on SQLite (see sql/enqueue.py, jobs_json). A job
--- whose key a waiting job holds is skipped: IGNORE turns the unique index's refusal into no row.
--- Rows are inserted in the batch's order, so AUTO_INCREMENT gives ids in that order.
-INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+-- A batch in one statement; each job a JSON array as on SQLite (see sql/enqueue.py, jobs_json). Not
+-- INSERT IGNORE: it turns every strict-mode error into a warning (a long name stored cut, a count
+-- clamped). A key a pending job holds is the unique index's duplicate-key error, which the backend
+-- catches by the index's name (backend.py, _insert_rows). JSON_TABLE reads text and integers as
+-- LONGTEXT: a narrower column of its own would cut or clamp the value with a mere warning, where the
+-- insert into the table's column refuses it. Rows are inserted in the batch's order, so
+-- AUTO_INCREMENT gives ids in that order.
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
                                 max_crashes)
@@ -28,21 +33,22 @@ SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, 
        j.status, j.workflow_id, j.isolation, j.max_crashes
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
-    task_name VARCHAR(255) PATH '$[0]', queue_name VARCHAR(255) PATH '$[1]', args LONGTEXT PATH '$[2]',
-    kwargs LONGTEXT PATH '$[3]', priority INT PATH '$[4]', max_attempts INT PATH '$[5]',
+    task_name LONGTEXT PATH '$[0]', queue_name LONGTEXT PATH '$[1]', args LONGTEXT PATH '$[2]',
+    kwargs LONGTEXT PATH '$[3]', priority LONGTEXT PATH '$[4]', max_attempts LONGTEXT PATH '$[5]',
     lease_seconds DOUBLE PATH '$[6]', run_at DOUBLE PATH '$[7]', delay_seconds DOUBLE PATH '$[8]',
-    idempotency_key VARCHAR(255) PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
-    concurrency_key VARCHAR(255) PATH '$[11]', key_concurrency INT PATH '$[12]', key_rate_count INT PATH '$[13]',
-    key_rate_seconds DOUBLE PATH '$[14]', status VARCHAR(16) PATH '$[15]', workflow_id BIGINT PATH '$[16]',
-    isolation VARCHAR(16) PATH '$[17]', max_crashes INT PATH '$[18]')) AS j
+    idempotency_key LONGTEXT PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
+    concurrency_key LONGTEXT PATH '$[11]', key_concurrency LONGTEXT PATH '$[12]', key_rate_count LONGTEXT PATH '$[13]',
+    key_rate_seconds DOUBLE PATH '$[14]', status LONGTEXT PATH '$[15]', workflow_id LONGTEXT PATH '$[16]',
+    isolation LONGTEXT PATH '$[17]', max_crashes LONGTEXT PATH '$[18]')) AS j
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: insert_job
 -- One job, as insert_jobs would insert it, without a batch to build and parse (see
 -- sql/enqueue.py, insert_statement): what most enqueues are. A VALUES row is a simple insert to InnoDB,
--- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement.
-INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+-- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement. A held
+-- key is a duplicate-key error, as for insert_jobs.
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
                                 max_crashes)
@@ -188,12 +194,13 @@ ON DUPLICATE KEY UPDATE done = leased_throughput.done + VALUES(done), failed = l
 -- progress]; each is fenced on its lease as finish is, so a worker that lost it writes no outcome.
 -- A record that an older version opened at claim is closed in place (outcome is set last: the
 -- assignments run in order, and the others test the old one). Untold progress (a release, an
--- expiry) is the attempt's latest report, as its last renewal wrote it.
+-- expiry) is the attempt's latest report, as its last renewal wrote it, its attempt matched in the
+-- text Progress.to_json writes (comparing JSON_VALUE's text to a number fails a strict-mode insert).
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
                              error_message, traceback, progress)
 SELECT job.id, job.attempt, job.lease_owner, COALESCE(job.attempt_started_at, leased_now()), leased_now(),
        ends.outcome, ends.error_type, ends.error_message, ends.traceback,
-       COALESCE(ends.progress, IF(JSON_VALUE(job.progress, '$.attempt') = job.attempt, job.progress, NULL))
+       COALESCE(ends.progress, IF(job.progress LIKE CONCAT('%%"attempt": ', job.attempt, '}'), job.progress, NULL))
 FROM JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     outcome VARCHAR(16) PATH '$[3]', error_type VARCHAR(255) PATH '$[4]', error_message LONGTEXT PATH '$[5]',
@@ -528,7 +535,9 @@ ON DUPLICATE KEY UPDATE name = name;
 SELECT * FROM leased_schedules WHERE name = %(name)s FOR UPDATE;
 
 -- name: claim_tick
-INSERT IGNORE INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (%(schedule_name)s, %(tick_at)s)
+-- No row back when another worker wrote this tick: the backend catches the primary key's refusal
+-- (NO_ROW_WHEN_TAKEN), as it does a run's key; IGNORE would swallow data errors too.
+INSERT INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (%(schedule_name)s, %(tick_at)s)
 RETURNING tick_at;
 
 -- name: job_active
@@ -669,7 +678,9 @@ SELECT * FROM leased_queue_limits ORDER BY queue_name;
 -- Pausing queues, and pruning finished jobs (migration 0003).
 
 -- name: ensure_queue
-INSERT IGNORE INTO leased_queues (queue_name, paused_at) VALUES (%(queue_name)s, NULL);
+-- Not INSERT IGNORE, which turns strict-mode data errors into warnings: a row there already is left as it is.
+INSERT INTO leased_queues (queue_name, paused_at) VALUES (%(queue_name)s, NULL)
+ON DUPLICATE KEY UPDATE queue_name = leased_queues.queue_name;
 
 -- name: pause_queue
 -- Changes a row only if this paused the queue (it was not paused already).
@@ -808,8 +819,9 @@ WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (
     SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running'));
 
 -- name: insert_workflow
--- No row back: an unfinished run holds the key (IGNORE turns the unique index's refusal into no row).
-INSERT IGNORE INTO leased_workflows (name, idempotency_key, created_at)
+-- No row back: an unfinished run holds the key (the backend catches its unique index's refusal,
+-- NO_ROW_WHEN_TAKEN; INSERT IGNORE would swallow data errors too).
+INSERT INTO leased_workflows (name, idempotency_key, created_at)
 VALUES (%(name)s, %(idempotency_key)s, leased_now())
 RETURNING id;
 
@@ -820,19 +832,22 @@ SELECT id FROM leased_workflows WHERE idempotency_key = %(idempotency_key)s;
 SELECT job_id, name FROM leased_steps WHERE workflow_id = %(workflow_id)s;
 
 -- name: insert_steps
--- Each step [job_id, workflow_id, name, run_when, parents_left, previous_id, added_by].
+-- Each step [job_id, workflow_id, name, run_when, parents_left, previous_id, added_by]. The name is
+-- read as LONGTEXT: a VARCHAR(255) of JSON_TABLE's own cut a longer one with a mere warning.
 INSERT INTO leased_steps (job_id, workflow_id, name, run_when, parents_left, previous_id, added_by)
 SELECT job_id, workflow_id, name, run_when, parents_left, previous_id, added_by
 FROM JSON_TABLE(%(steps)s, '$[*]' COLUMNS (
-    job_id BIGINT PATH '$[0]', workflow_id BIGINT PATH '$[1]', name VARCHAR(255) PATH '$[2]',
+    job_id BIGINT PATH '$[0]', workflow_id BIGINT PATH '$[1]', name LONGTEXT PATH '$[2]',
     run_when VARCHAR(16) PATH '$[3]', parents_left INT PATH '$[4]', previous_id BIGINT PATH '$[5]',
     added_by BIGINT PATH '$[6]')) AS steps;
 
 -- name: insert_dependencies
--- Each edge [parent_id, child_id].
-INSERT IGNORE INTO leased_dependencies (parent_id, child_id)
-SELECT parent_id, child_id
-FROM JSON_TABLE(%(edges)s, '$[*]' COLUMNS (parent_id BIGINT PATH '$[0]', child_id BIGINT PATH '$[1]')) AS edges;
+-- Each edge [parent_id, child_id]; an edge there already is left as it is (not INSERT IGNORE, which
+-- turns strict-mode data errors into warnings).
+INSERT INTO leased_dependencies (parent_id, child_id)
+SELECT edges.parent_id, edges.child_id
+FROM JSON_TABLE(%(edges)s, '$[*]' COLUMNS (parent_id BIGINT PATH '$[0]', child_id BIGINT PATH '$[1]')) AS edges
+ON DUPLICATE KEY UPDATE parent_id = leased_dependencies.parent_id;
 
 -- name: lock_running_step
 -- The step adding steps, fenced on its lease, locked: its end waits for this transaction.

@@ -222,10 +222,12 @@ WITH ends AS (
     -- Each row is found by its primary key alone, whatever the statistics say: a plan that read
     -- every 'running' index entry instead walked the dead entries of all jobs claimed since the
     -- last vacuum, and took up to a second a batch under a large history.
-    -- Untold progress is the attempt's latest report, as its last renewal wrote it.
+    -- Untold progress is the attempt's latest report, as its last renewal wrote it. Its attempt is
+    -- matched in the text Progress.to_json writes, never by casting the column: one row another
+    -- program wrote that is not JSON made the cast fail every finish and reclaim it was in.
     SELECT ends.id, ends.attempt, ends.worker_id, ends.status, ends.result, ends.last_error, ends.retry_in_seconds,
            ends.outcome, ends.error_type, ends.error_message, ends.traceback, job.attempt_started_at,
-           coalesce(ends.progress, CASE WHEN (job.progress::json ->> 'attempt')::int = job.attempt
+           coalesce(ends.progress, CASE WHEN job.progress LIKE '%%"attempt": ' || job.attempt || '}'
                                         THEN job.progress END) AS progress
     FROM (SELECT * FROM ends ORDER BY id) AS ends
     CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, attempt_started_at, progress FROM leased_jobs
@@ -297,7 +299,7 @@ WITH given AS (
 INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message,
                                   progress)
 SELECT id, attempt, %(worker_id)s, coalesce(attempt_started_at, leased_now()), leased_now(), %(outcome)s,
-       %(message)s, CASE WHEN (progress::json ->> 'attempt')::int = attempt THEN progress END
+       %(message)s, CASE WHEN progress LIKE '%%"attempt": ' || attempt || '}' THEN progress END
 FROM held
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
@@ -384,7 +386,7 @@ WITH lapsed AS MATERIALIZED (
                                       progress)
     SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(),
            CASE WHEN gone THEN 'crashed' ELSE 'expired' END, message,
-           CASE WHEN (progress::json ->> 'attempt')::int = attempt THEN progress END
+           CASE WHEN progress LIKE '%%"attempt": ' || attempt || '}' THEN progress END
     FROM reclaimed
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message

@@ -162,8 +162,9 @@ INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at
                              error_message, traceback, progress)
 SELECT job.id, job.attempt, job.lease_owner, coalesce(job.attempt_started_at, leased_now()), leased_now(),
        ends.outcome, ends.error_type, ends.error_message, ends.traceback,
-       -- untold (a release, an expiry), the attempt's latest report, as its last renewal wrote it
-       coalesce(ends.progress, CASE WHEN job.progress ->> '$.attempt' = job.attempt THEN job.progress END)
+       -- untold (a release, an expiry), the attempt's latest report, as its last renewal wrote it;
+       -- its attempt matched in the text Progress.to_json writes: ->> raises on a row that is not JSON
+       coalesce(ends.progress, CASE WHEN job.progress LIKE '%"attempt": ' || job.attempt || '}' THEN job.progress END)
 FROM ends JOIN leased_jobs AS job ON job.id = ends.job_id
 WHERE job.attempt = ends.attempt AND job.lease_owner = ends.worker_id AND +job.status = 'running'
 ON CONFLICT (job_id, attempt) DO UPDATE
