@@ -13,12 +13,15 @@ pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder,
 from djangotest import backend, close_leased_connections, db_alias, leased_tasks, run_async, run_queued, tasks_setting, worker_process  # noqa: E402,F401  (fixtures)
 
 from django.core.management import call_command  # noqa: E402
+from django.tasks.exceptions import InvalidTask  # noqa: E402
 from django.db import connections  # noqa: E402
 from django.tasks import TaskResultStatus, task_backends  # noqa: E402
 from django.tasks.signals import task_started  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from signups import tasks  # noqa: E402
+
+from leased import Backoff  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -189,3 +192,36 @@ def test_a_task_raising_keyboard_interrupt_fails_and_leased_worker_goes_on(backe
     assert (failed.status, failed.attempts) == (TaskResultStatus.FAILED, 1)
     assert failed.errors[0].exception_class == KeyboardInterrupt
     assert tasks.add_async.get_result(after.id).return_value == 4
+
+
+def test_override_settings_reaches_backoff_and_transactional_after_a_first_run(db_alias):
+    with leased_tasks(db_alias, backoff=Backoff(base=0, jitter=0)) as at_once:
+        quick = tasks.fails_first.enqueue()
+        run_queued(at_once)
+        assert tasks.fails_first.get_result(quick.id).status == TaskResultStatus.SUCCESSFUL
+    with leased_tasks(db_alias, backoff=Backoff(base=3600, jitter=0)) as in_an_hour:
+        slow = tasks.fails_first.enqueue()
+        run_queued(in_an_hour)  # before: the first settings' handler retried it at once
+        assert tasks.fails_first.get_result(slow.id).status == TaskResultStatus.READY
+        in_an_hour.app.cancel(int(slow.id))
+    for transactional in (False, True, False):
+        with leased_tasks(db_alias, transactional=transactional) as backend:
+            result = tasks.in_transaction.enqueue(db_alias)
+            run_queued(backend)
+            assert tasks.in_transaction.get_result(result.id).return_value is transactional
+
+
+def test_using_refuses_options_that_belong_to_the_task(backend):
+    for option, value in (("backoff", Backoff(base=60)), ("transactional", True)):
+        with pytest.raises(InvalidTask, match=rf"{option} cannot be changed per call with using\(\); "
+                                              rf"set it in @task\({option}=\.\.\.\)"):
+            tasks.fails_first.using(**{option: value})
+
+
+def test_a_return_value_that_is_not_json_fails_for_good(backend):
+    result = tasks.returns_a_set.enqueue()
+    stats = run_queued(backend)
+    failed = tasks.returns_a_set.get_result(result.id)
+    assert (stats.failed, failed.status, failed.attempts) == (1, TaskResultStatus.FAILED, 1)  # before: 3 attempts
+    assert failed.errors[0].exception_class is TypeError
+    assert "Unsupported type" in failed.errors[0].traceback
