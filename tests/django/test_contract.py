@@ -225,3 +225,37 @@ def test_a_return_value_that_is_not_json_fails_for_good(backend):
     assert (stats.failed, failed.status, failed.attempts) == (1, TaskResultStatus.FAILED, 1)  # before: 3 attempts
     assert failed.errors[0].exception_class is TypeError
     assert "Unsupported type" in failed.errors[0].traceback
+
+
+def test_system_checks_warn_of_a_database_without_the_transactions_leased_needs(backend, db_alias, monkeypatch):
+    assert [message.id for message in backend.check()] == []  # the test project sets them
+    vendor = connections[db_alias].vendor
+    options = dict(connections[db_alias].settings_dict["OPTIONS"])
+    options.pop({"sqlite": "transaction_mode", "mysql": "isolation_level"}.get(vendor, "none"), None)
+    monkeypatch.setitem(connections[db_alias].settings_dict, "OPTIONS", options)
+    messages = backend.check()
+    expected = {"sqlite": ["leased.W001"], "mysql": ["leased.W002"]}.get(vendor, [])  # PostgreSQL needs neither
+    assert [message.id for message in messages] == expected
+    if messages:
+        key, value = {"sqlite": ("transaction_mode", "'IMMEDIATE'"), "mysql": ("isolation_level", "'read committed'")}[vendor]
+        assert messages[0].hint == f"set DATABASES[{db_alias!r}]['OPTIONS'][{key!r}] = {value}"
+
+
+def test_a_system_check_names_queued_jobs_whose_alias_left_tasks(db_alias):
+    from leased.contrib.django.checks import jobs_of_aliases_gone
+
+    with override_settings(TASKS=two_aliases(db_alias)):
+        stranded = tasks.report_backend.using(backend="other").enqueue()
+        tasks.report_backend.enqueue()
+        assert jobs_of_aliases_gone(databases=[db_alias]) == []
+    with leased_tasks(db_alias) as only_default:  # TASKS has no "other" now
+        (warning,) = jobs_of_aliases_gone(databases=[db_alias])
+        assert warning.id == "leased.W003"
+        assert warning.msg == (f"DATABASES[{db_alias!r}] has 1 queued job(s) of signups.tasks.report_backend "
+                               "enqueued through TASKS['other'], which TASKS no longer has: no worker runs them")
+        assert run_queued(only_default).done == 1  # the default alias's job; the other's waits
+        only_default.app.cancel(int(stranded.id))
+        assert jobs_of_aliases_gone(databases=[db_alias]) == []
+    from django.core import checks
+
+    assert jobs_of_aliases_gone in checks.registry.registry.get_checks(include_deployment_checks=False)
