@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -103,15 +104,23 @@ class Cli:
         return lines[0]
 
 
+def migrated(url: str) -> str:
+    """`url` with leased's schema applied: commands other than `migrate` refuse a SQLite file that
+    does not exist."""
+    with closing(Leased(url)) as app:
+        app.migrate()
+    return url
+
+
 @pytest.fixture
 def cli(tmp_path, database_url) -> Cli:
-    return Cli(tmp_path, database_url)
+    return Cli(tmp_path, migrated(database_url))
 
 
 @pytest.fixture
 def sqlite_cli(tmp_path) -> Cli:
     """For checks that do not depend on the backend: one run is enough."""
-    return Cli(tmp_path, f"sqlite:///{tmp_path / 'jobs.db'}")
+    return Cli(tmp_path, migrated(f"sqlite:///{tmp_path / 'jobs.db'}"))
 
 
 def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
@@ -207,13 +216,26 @@ def test_migrate_sql_leaves_the_database_alone(sqlite_cli, tmp_path):
     (["jobs"], "give APP (module:attribute) or --database URL"),
     (["retry", "7"], "give APP (module:attribute) or --database URL"),
     (["jobs", APP, "--database", "sqlite:///other.db"], "give APP or --database, not both"),
-    (["show", "--database", "sqlite:///missing.db", "1"], "no SQLite database at 'missing.db'"),
+    (["show", "--database", "sqlite:///missing.db", "1"], "no SQLite database at 'missing.db' ("),
     (["show", APP, "abc"], "a job id is a whole number"),
     (["stats", "--database", "oracle://localhost/jobs"], "unsupported database URL scheme"),
     (["stats", "--database", "postgresql://postgres@127.0.0.1:1/test"], ""),  # unreachable, or no driver
 ])
 def test_user_mistakes_are_one_line_errors(sqlite_cli, args, message):
     assert message in sqlite_cli.error(*args)
+
+
+def test_commands_refuse_a_sqlite_file_that_does_not_exist_and_only_migrate_creates_it(tmp_path):
+    cli = Cli(tmp_path, "sqlite:///shop.db")  # relative: run from another directory, it names another file
+    refusal = (f"error: no SQLite database at 'shop.db' ({tmp_path / 'shop.db'}: the path is relative); "
+               f"create it with: leased migrate {APP}")
+    for command in (["jobs", APP], ["enqueue", APP, "add", "[1, 2]"], ["stats", APP], ["worker", APP]):
+        assert cli.error(*command) == refusal  # before: a new, empty database, and a worker idling there
+        assert not (tmp_path / "shop.db").exists()
+    assert cli.error("jobs", "--database", "sqlite:///shop.db") == refusal.replace(APP, "--database sqlite:///shop.db")
+    cli.run("migrate", APP)
+    assert (tmp_path / "shop.db").exists()
+    cli.run("jobs", APP)
 
 
 def test_usage_errors_exit_2_without_traceback(sqlite_cli):
