@@ -242,7 +242,7 @@ def test_system_checks_warn_of_a_database_without_the_transactions_leased_needs(
 
 
 def test_a_system_check_names_queued_jobs_whose_alias_left_tasks(db_alias):
-    from leased.contrib.django.checks import jobs_of_aliases_gone
+    from leased.contrib.django.stranded import jobs_of_aliases_gone
 
     with override_settings(TASKS=two_aliases(db_alias)):
         stranded = tasks.report_backend.using(backend="other").enqueue()

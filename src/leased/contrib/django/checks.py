@@ -1,12 +1,9 @@
-"""System checks of a LeasedBackend's configuration (`manage.py check` runs them), and of the jobs
-that wait for a TASKS alias that is gone (`manage.py check --database ...` and `migrate` run it)."""
+"""System checks of a LeasedBackend's configuration (`manage.py check` runs them; the check of
+jobs waiting for a TASKS alias that is gone is in stranded.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.apps import apps
-from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -59,31 +56,3 @@ def transaction_problems(where: str, database: str) -> list[checks.CheckMessage]
     return [checks.Warning(
         f"{where} is on DATABASES[{database!r}], whose OPTIONS[{key!r}] is {value!r}, not {wanted!r}: {why}",
         hint=f"set DATABASES[{database!r}]['OPTIONS'][{key!r}] = {wanted!r}", id=check_id)]
-
-
-@checks.register(checks.Tags.database)
-def jobs_of_aliases_gone(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """A warning per task whose queued jobs were enqueued through a TASKS alias that is gone: a
-    worker runs a job under its alias as TASKS is now, so no worker claims them until it is back."""
-    from leased.contrib.django.backend import declared_task, split_job_task_name
-    from leased.contrib.django.models import Job
-
-    problems = []
-    for database in databases or ():
-        if "leased_jobs" not in connections[database].introspection.table_names():
-            continue
-        queued = (Job.objects.using(database).filter(status__in=("pending", "waiting"))
-                  .values_list("task_name", flat=True).distinct())
-        for task_name in queued:
-            module_path, alias = split_job_task_name(task_name)
-            if alias is None:
-                declared = declared_task(module_path)
-                alias = None if declared is None else declared.backend  # not a django.tasks Task: not ours
-            if alias is None or alias in settings.TASKS:
-                continue
-            count = Job.objects.using(database).filter(status__in=("pending", "waiting"), task_name=task_name).count()
-            problems.append(checks.Warning(
-                f"DATABASES[{database!r}] has {count} queued job(s) of {module_path} enqueued through "
-                f"TASKS[{alias!r}], which TASKS no longer has: no worker runs them",
-                hint=f"put {alias!r} back in TASKS, or cancel them (leased cancel, or the admin)", id="leased.W003"))
-    return problems
