@@ -10,7 +10,7 @@ class LeasedConfig(AppConfig):
     def ready(self) -> None:
         from django.test.signals import setting_changed
 
-        from leased.contrib.django import checks  # noqa: F401  (registers the check of queued jobs)
+        from leased.contrib.django import stranded  # noqa: F401  (registers the check of queued jobs)
         from leased.contrib.django.available_apps import on_installed_apps_changed
 
         # A TransactionTestCase whose available_apps leaves leased out flushes without leased's flush.
