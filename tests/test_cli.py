@@ -368,6 +368,15 @@ def test_demo_runs_to_completion_and_replays_with_a_seed(tmp_path):
     assert failures("sqlite:///leased-demo.db") == expected
 
 
+def test_the_demos_progress_shows_at_most_its_concurrency_running():
+    from leased.cli.demo import progress_text
+
+    # The worker claims a little ahead of its free slots: the database counts those jobs running too.
+    line = progress_text({"pending": 30, "running": 6, "done": 4}, 1, 40, 4)
+    assert "  running 4 (+2 claimed ahead)  done 4  " in line  # before: "running 6" under a concurrency of 4
+    assert "  running 3  done 0  " in progress_text({"running": 3}, 0, 40, 4)
+
+
 def test_demo_with_dashboard_serves_it_with_a_worker_until_interrupted(tmp_path):
     import socket
     import urllib.request
