@@ -14,7 +14,6 @@ import shlex
 import signal
 import subprocess
 import sys
-from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 
 from conftest import running_worker, wait_for
 from leased import Leased
+from leased.backends import parse_database_url
 
 APP = "tasks_app:app"
 
@@ -104,23 +104,24 @@ class Cli:
         return lines[0]
 
 
-def migrated(url: str) -> str:
-    """`url` with leased's schema applied: commands other than `migrate` refuse a SQLite file that
-    does not exist."""
-    with closing(Leased(url)) as app:
-        app.migrate()
+def existing(url: str) -> str:
+    """`url`, its SQLite file made (empty: the app migrates it on first use), for commands other
+    than `migrate` refuse a SQLite file that does not exist."""
+    path = parse_database_url(url).sqlite_path
+    if path is not None:
+        Path(path).touch()
     return url
 
 
 @pytest.fixture
 def cli(tmp_path, database_url) -> Cli:
-    return Cli(tmp_path, migrated(database_url))
+    return Cli(tmp_path, existing(database_url))
 
 
 @pytest.fixture
 def sqlite_cli(tmp_path) -> Cli:
     """For checks that do not depend on the backend: one run is enough."""
-    return Cli(tmp_path, migrated(f"sqlite:///{tmp_path / 'jobs.db'}"))
+    return Cli(tmp_path, existing(f"sqlite:///{tmp_path / 'jobs.db'}"))
 
 
 def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
@@ -631,11 +632,13 @@ def test_without_the_schema_every_command_says_to_migrate_and_the_worker_exits_a
     (cli.cwd / "unmigrated_app.py").write_text(
         "import os\nfrom leased import Leased\n\napp = Leased(os.environ['TEST_APP_URL'], migrate=False)\n\n\n"
         "@app.task(name='add')\ndef add(a, b):\n    return a + b\n")
-    missing = "does not exist (a typo in the path?)" if backend_name == "sqlite" else "leased's schema is missing from"
+    if backend_name == "sqlite":
+        Path(parse_database_url(cli.url).sqlite_path).unlink()  # a path to nothing: no command but migrate makes it
+    missing = "no SQLite database at" if backend_name == "sqlite" else "leased's schema is missing from"
     for command in (["worker", "unmigrated_app:app"], ["jobs", "unmigrated_app:app"], ["show", "unmigrated_app:app", "1"],
                     ["enqueue", "unmigrated_app:app", "add", "[1, 2]"]):
         line = cli.error(*command)
-        assert missing in line and "run `leased migrate" in line, (command, line)
+        assert missing in line and "leased migrate" in line, (command, line)
     cli.run("migrate", "unmigrated_app:app")  # what the line says; then the same commands work
     assert json.loads(cli.run("enqueue", "unmigrated_app:app", "add", "[1, 2]", "--json").stdout)["status"] == "pending"
 
