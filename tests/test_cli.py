@@ -649,6 +649,9 @@ def test_queue_typos_are_refused_alike_with_words_that_fit_the_command(sqlite_cl
     assert resume.endswith("so it is not paused") and "force" not in resume  # --force is pause's
     limit = sqlite_cli.error("limit", APP, "defualt", "--concurrency", "5")  # as `pause` refuses it
     assert limit.startswith("error: unknown queue 'defualt' (did you mean 'default'?)") and limit.endswith("use --force")
+    pause = sqlite_cli.error("pause", APP, "defualt")  # before: "use force=True (--force)", Python's words
+    assert pause.startswith("error: unknown queue 'defualt' (did you mean 'default'?)") and pause.endswith(
+        "to pause it before its first job, use --force")
     assert sqlite_cli.run("limit", APP, "later", "--concurrency", "5", "--force").stdout.strip() == \
         "queue later: concurrency 5"
     assert sqlite_cli.error("limit", APP, "default", "--concurrency", "0") == \
