@@ -658,7 +658,7 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
                       f"{server.TOKEN_VARIABLE} to a long random secret, or listen on 127.0.0.1")
     app = open_app(ctx, app_spec, database)
     # With a token a rebinding page gets nowhere (the browser keeps the password for this origin only).
-    asgi_app = make_dashboard(app, read_only=read_only, token=token,
+    asgi_app = make_dashboard(app, read_only=read_only, token=token, command_app=app_spec,
                               allowed_hosts=None if token else server.loopback_hosts(host, allowed_hosts))
     try:
         sock = server.listen(host, port)
