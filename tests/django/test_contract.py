@@ -259,3 +259,14 @@ def test_a_system_check_names_queued_jobs_whose_alias_left_tasks(db_alias):
     from django.core import checks
 
     assert jobs_of_aliases_gone in checks.registry.registry.get_checks(include_deployment_checks=False)
+
+
+@pytest.mark.slow
+def test_leased_worker_warns_of_queued_jobs_whose_alias_left_tasks(db_alias):
+    with override_settings(TASKS=two_aliases(db_alias)):
+        tasks.report_backend.using(backend="other").enqueue()
+    worker = worker_process(db_alias, "--until-empty")  # its TASKS has "default" alone
+    output = worker.communicate(timeout=120)[0]
+    assert worker.returncode == 0, output
+    assert (f"warning: DATABASES[{db_alias!r}] has 1 queued job(s) of signups.tasks.report_backend enqueued "
+            "through TASKS['other'], which TASKS no longer has: no worker runs them; put 'other' back in TASKS") in output
