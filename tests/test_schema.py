@@ -6,7 +6,6 @@ import ast
 import importlib
 import inspect
 import re
-import sqlite3
 import subprocess
 import sys
 from dataclasses import replace

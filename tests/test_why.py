@@ -238,7 +238,7 @@ def test_a_reached_rate_limit_says_when_its_next_slot_opens(app):
     assert 1700 < full.data["next_slot_seconds"] <= 1800 and full.data["starts"] == 3
     assert "should_start" not in reasons(why)
 
-    sent, waiting = send.enqueue(), send.enqueue()
+    _sent, waiting = send.enqueue(), send.enqueue()
     claim_as(app, "w1", "send")
     full = reasons(app.why(waiting.id))["queue_rate_full"]
     assert full.message.startswith("The rate limit of queue mail (1/m) is reached: 1 start in the last 1m00s; the "

@@ -43,18 +43,22 @@ DEFAULT_POLL_INTERVAL = 1.0  # Leased.worker's default; a worker's own setting i
 
 @dataclass(frozen=True, slots=True)
 class Reason:
-    code: str  # stable, for scripts: e.g. "no_worker_for_queue"
-    message: str  # one plain sentence
-    data: dict[str, Any] = field(default_factory=dict)  # the facts it rests on; times are UTC datetimes
+    """One reason a job is where it is, from `app.why()`."""
+
+    code: str  #: stable, for scripts: e.g. "no_worker_for_queue"
+    message: str  #: one plain sentence
+    data: dict[str, Any] = field(default_factory=dict)  #: the facts it rests on; times are UTC datetimes
 
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
+    """Why a job is where it is: `app.why(job_id)`, and `leased why`."""
+
     job_id: int
     status: JobStatus
-    summary: str  # "Job 42 (charge on queue billing) is pending."
+    summary: str  #: "Job 42 (charge on queue billing) is pending."
     reasons: tuple[Reason, ...]
-    checked_at: datetime  # the database's clock when the facts were read
+    checked_at: datetime  #: the database's clock when the facts were read
 
     @property
     def text(self) -> str:

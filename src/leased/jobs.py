@@ -14,12 +14,14 @@ from typing import Any, Callable, NamedTuple
 
 
 class JobStatus(StrEnum):
+    """Where a job is: see the job state machine in the docs (reference/states)."""
+
     PENDING = "pending"
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    WAITING = "waiting"  # a workflow's step whose parents have not all ended: nobody claims it yet
+    WAITING = "waiting"  #: a workflow's step whose parents have not all ended: nobody claims it yet
 
 
 class NewJob(NamedTuple):
@@ -56,12 +58,12 @@ class Outcome(StrEnum):
 
     DONE = "done"
     ERROR = "error"
-    LEASE_LOST = "lease_lost"  # the worker found its lease gone and abandoned the attempt
-    EXPIRED = "expired"  # the worker stopped renewing (crashed, stalled, partitioned)
-    CANCELLED = "cancelled"  # a user cancelled the job while it ran
-    SHUTDOWN = "shutdown"  # the worker shut down and released the job
-    TIMEOUT = "timeout"  # the handler ran past the job's time limit
-    CRASHED = "crashed"  # a process-isolated handler's child died (a signal, the OOM killer, os._exit)
+    LEASE_LOST = "lease_lost"  #: the worker found its lease gone and abandoned the attempt
+    EXPIRED = "expired"  #: the worker stopped renewing (crashed, stalled, partitioned)
+    CANCELLED = "cancelled"  #: a user cancelled the job while it ran
+    SHUTDOWN = "shutdown"  #: the worker shut down and released the job
+    TIMEOUT = "timeout"  #: the handler ran past the job's time limit
+    CRASHED = "crashed"  #: a process-isolated handler's child died (a signal, the OOM killer, os._exit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +129,11 @@ class Attempt:
     worker_id: str
     started_at: datetime
     finished_at: datetime | None
-    outcome: Outcome | None  # None while the attempt runs
+    outcome: Outcome | None  #: None while the attempt runs
     error_type: str | None = None
     error_message: str | None = None
     traceback: str | None = None
-    progress: Progress | None = None  # how far it got, as its handler last said
+    progress: Progress | None = None  #: how far it got, as its handler last said
 
     @property
     def duration(self) -> timedelta | None:
@@ -194,12 +196,12 @@ class Job:
     result: Any = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
-    timeout_seconds: float | None = None  # the handler's time limit per attempt; None: no limit
+    timeout_seconds: float | None = None  #: the handler's time limit per attempt; None: no limit
     history: tuple[Attempt, ...] = field(default=())
-    concurrency_key: str | None = None  # the key whose limit this job waits on and counts against
-    workflow_id: int | None = None  # the workflow this job is a step of (leased.workflows), or None
-    progress: Progress | None = None  # how far its latest attempt to report any got (TaskContext.progress)
-    isolation: str | None = None  # 'thread' or 'process' if its enqueue chose (Task.using); None: its task's
+    concurrency_key: str | None = None  #: the key whose limit this job waits on and counts against
+    workflow_id: int | None = None  #: the workflow this job is a step of (leased.workflows), or None
+    progress: Progress | None = None  #: how far its latest attempt to report any got (TaskContext.progress)
+    isolation: str | None = None  #: 'thread' or 'process' if its enqueue chose (Task.using); None: its task's
     created: bool | None = field(default=None, compare=False)
 
     @property
@@ -220,14 +222,16 @@ class Job:
         history keeps every attempt's error."""
         if self.status == JobStatus.FAILED:
             return self.last_error
-        if self.status == JobStatus.PENDING and self.attempt > 0 or self.status == JobStatus.RUNNING and self.attempt > 1:
+        if (self.status == JobStatus.PENDING and self.attempt > 0
+                or self.status == JobStatus.RUNNING and self.attempt > 1):
             return self.last_error
         return None
 
 
 def _as_job(draft: Any) -> Job:
     draft.__class__ = Job
-    return draft
+    job: Job = draft  # the same object, a Job now (see JobDraft below)
+    return job
 
 
 # A frozen dataclass is slow to build: its __init__ sets each field through object.__setattr__,

@@ -14,16 +14,18 @@ from leased.jobs import JobStatus, NewJob
 class RunWhen(StrEnum):
     """When a step runs, once every parent has ended."""
 
-    SUCCEEDED = "succeeded"  # every parent succeeded (a parent failed for good cancels it at once)
-    FINISHED = "finished"  # whatever the parents' outcomes
-    FAILED = "failed"  # at least one parent failed or was cancelled: a compensation step
+    SUCCEEDED = "succeeded"  #: every parent succeeded (a parent failed for good cancels it at once)
+    FINISHED = "finished"  #: whatever the parents' outcomes
+    FAILED = "failed"  #: at least one parent failed or was cancelled: a compensation step
 
 
 class WorkflowStatus(StrEnum):
-    RUNNING = "running"  # a step is waiting, pending or running
-    SUCCEEDED = "succeeded"  # every step ended done, or was skipped as its `when` asked
-    FAILED = "failed"  # a step failed, or was cancelled because a parent failed
-    CANCELLED = "cancelled"  # someone cancelled the run, or one of its steps
+    """Where a workflow run is, from its steps' statuses."""
+
+    RUNNING = "running"  #: a step is waiting, pending or running
+    SUCCEEDED = "succeeded"  #: every step ended done, or was skipped as its `when` asked
+    FAILED = "failed"  #: a step failed, or was cancelled because a parent failed
+    CANCELLED = "cancelled"  #: someone cancelled the run, or one of its steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +80,15 @@ class StepInfo:
     queue_name: str
     status: JobStatus
     run_when: RunWhen
-    parents: tuple[str, ...]  # the names of the steps it waits for
-    parents_left: int  # of them, not ended yet
+    parents: tuple[str, ...]  #: the names of the steps it waits for
+    parents_left: int  #: of them, not ended yet
     attempt: int
     max_attempts: int
     created_at: datetime
     finished_at: datetime | None
     result: Any = None
     last_error: str | None = None
-    added_by: str | None = None  # the step that added it while running, or None
+    added_by: str | None = None  #: the step that added it while running, or None
     cancelled_by_parents: bool = False
 
 
@@ -96,9 +98,9 @@ class WorkflowInfo:
     name: str
     created_at: datetime
     idempotency_key: str | None
-    counts: dict[str, int]  # steps per job status
-    skipped: int = 0  # steps cancelled as their `when` asked (a compensation step whose parents all succeeded)
-    steps: tuple[StepInfo, ...] = field(default=())  # empty in lists; get_workflow fills them
+    counts: dict[str, int]  #: steps per job status
+    skipped: int = 0  #: steps cancelled as their `when` asked (a compensation step whose parents all succeeded)
+    steps: tuple[StepInfo, ...] = field(default=())  #: empty in lists; get_workflow fills them
 
     @property
     def total(self) -> int:

@@ -25,12 +25,18 @@ from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
 from leased.names import check_name
 from leased.tasks import Task, TaskCall
 
+# What a step runs: a task, or a task with options (task.using(...)). A step's arguments are not
+# checked against the task's parameters by a type checker: add() spells its own options (name=,
+# after=, when=) among the task's keyword arguments, which a ParamSpec cannot express; enqueue()
+# and the builder check them at run time, before anything is written.
+StepTask = Task[..., Any] | TaskCall[..., Any]
 
 
 class WorkflowApp(Protocol):
     """What a builder needs of its app (leased.app.Leased): the tasks it knows, and the write."""
 
-    tasks: Mapping[str, Task]
+    @property
+    def tasks(self) -> Mapping[str, Task[..., Any]]: ...
 
     def enqueue_workflow(self, workflow: NewWorkflow, connection: Any = None) -> Enqueued: ...
 
@@ -58,7 +64,7 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class _Planned:
-    call: TaskCall
+    call: TaskCall[..., Any]
     job: NewJob  # built as the step is added: its arguments are checked there
     name: str
     parents: tuple[int, ...]
@@ -83,14 +89,14 @@ class Workflow:
     def steps(self) -> list[Step]:
         return [Step(self, planned.name, index) for index, planned in enumerate(self._steps)]
 
-    def add(self, task: Task | TaskCall, /, *args: Any, name: str | None = None,
+    def add(self, task: StepTask, /, *args: Any, name: str | None = None,
             after: Iterable[Step] = (), when: str = "succeeded", **kwargs: Any) -> Step:
         """A step running `task(*args, **kwargs)` once every step in `after` has ended, as `when`
         says: "succeeded" (the default), "finished" (whatever their outcomes) or "failed" (at least
         one failed or was cancelled: a compensation step)."""
         return self._add(task, args, kwargs, name, after, when, previous=None)
 
-    def _add(self, task: Task | TaskCall, args: tuple, kwargs: dict[str, Any], name: str | None,
+    def _add(self, task: StepTask, args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None,
              after: Iterable[Step], when: str, previous: Step | None) -> Step:
         call = _call(task)
         if call.idempotency_key is not None:
@@ -105,21 +111,22 @@ class Workflow:
             raise ConfigurationError(f"step {name or call.task.name!r} names the same parent twice in after=")
         step_name = self._step_name(name, call.task.name)
         job = _step_job(call, tuple(args), dict(kwargs), chained=previous is not None)
-        self._steps.append(_Planned(call, job, step_name, parents, run_when, None if previous is None else previous.index))
+        previous_index = None if previous is None else previous.index
+        self._steps.append(_Planned(call, job, step_name, parents, run_when, previous_index))
         self._names[step_name] = len(self._steps) - 1
         return Step(self, step_name, len(self._steps) - 1)
 
-    def chain(self, *calls: Task | TaskCall | tuple, after: Iterable[Step] = ()) -> list[Step]:
+    def chain(self, *calls: StepTask | tuple[Any, ...], after: Iterable[Step] = ()) -> list[Step]:
         """Steps that run one after another, each given the previous one's result as its first
-        argument (Celery's chain). Each call is a task, or a tuple (task, *args)."""
+        argument (Celery's chain). Each call is a task, or a tuple `(task, *args)`."""
         steps: list[Step] = []
-        for position, call in enumerate(calls):
+        for call in calls:
             task, args = (call[0], tuple(call[1:])) if isinstance(call, tuple) else (call, ())
             previous = steps[-1] if steps else None
             steps.append(self._add(task, args, {}, None, [previous] if previous else after, "succeeded", previous))
         return steps
 
-    def batch(self, task: Task | TaskCall, calls: Iterable[Sequence[Any]], *, then: Task | TaskCall | tuple,
+    def batch(self, task: StepTask, calls: Iterable[Sequence[Any]], *, then: StepTask | tuple[Any, ...],
               name: str | None = None) -> tuple[list[Step], Step]:
         """One step per call of `task` (a tuple of arguments each), then `then` once all of them
         have ended, whatever their outcomes; it reads how many succeeded and failed from
@@ -189,14 +196,15 @@ class RunningWorkflow:
 
     @property
     def id(self) -> int:
-        return self._context.claimed.workflow_id
+        workflow_id: int = self._context.claimed.workflow_id  # a step's: TaskContext.workflow checked it
+        return workflow_id
 
-    def add(self, task: Task | TaskCall, /, *args: Any, name: str | None = None, after: Iterable[int] = (),
+    def add(self, task: StepTask, /, *args: Any, name: str | None = None, after: Iterable[int] = (),
             when: str = "succeeded", **kwargs: Any) -> int:
         """Add one step; returns its job id. `after`: job ids of steps of this run."""
         return self.add_many([(task, args, kwargs, name, tuple(after), when)])[0]
 
-    def add_many(self, steps: Iterable[tuple]) -> list[int]:
+    def add_many(self, steps: Iterable[tuple[Any, ...]]) -> list[int]:
         """Add several steps in one transaction: each a tuple (task, args, kwargs, name, after, when)."""
         planned = []
         for task, args, kwargs, name, after, when in steps:
@@ -220,8 +228,8 @@ class BatchOutcome:
     """What the step after a batch learns of its members: `context.batch`."""
 
     succeeded: int
-    failed: int  # failed or cancelled
-    results: dict[str, Any]  # each member's result that succeeded, by step name
+    failed: int  #: failed or cancelled
+    results: dict[str, Any]  #: each member's result that succeeded, by step name
 
     @property
     def total(self) -> int:
@@ -241,12 +249,12 @@ def _new_step(planned: _Planned) -> NewStep:
     return NewStep(planned.name, planned.job, planned.parents, planned.run_when, planned.previous)
 
 
-def _step_job(call: TaskCall, args: tuple, kwargs: dict[str, Any], chained: bool = False) -> NewJob:
+def _step_job(call: TaskCall[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], chained: bool = False) -> NewJob:
     # A chain's step gets its previous step's result as its first argument, written at release.
     return call.new_job(args, kwargs, after_result=chained)
 
 
-def _call(task: Any) -> TaskCall:
+def _call(task: Any) -> TaskCall[..., Any]:
     if isinstance(task, Task):
         return task.using()
     if isinstance(task, TaskCall):
@@ -254,7 +262,7 @@ def _call(task: Any) -> TaskCall:
     raise ConfigurationError(f"a step runs a task (an @app.task function, or task.using(...)), got {task!r}")
 
 
-def _arguments(args: Any) -> tuple:
+def _arguments(args: Any) -> tuple[Any, ...]:
     return tuple(args) if isinstance(args, (tuple, list)) else (args,)
 
 

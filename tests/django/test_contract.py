@@ -183,14 +183,14 @@ def test_from_async_code_get_result_is_refused_and_aget_result_works(backend):
 def test_a_task_raising_keyboard_interrupt_fails_and_leased_worker_goes_on(backend, db_alias):
     poison, after = tasks.interrupting.enqueue(), tasks.add_async.enqueue(2, 2)
     outputs = []
-    for run in range(2):  # before: each run died of it and left the task READY, one attempt more
+    for _ in range(2):  # before: each run died of it and left the task READY, one attempt more
         worker = worker_process(db_alias, "--until-empty")
         outputs.append(worker.communicate(timeout=120)[0])
         assert worker.returncode == 0, outputs[-1]
     assert "stopped: 1 done, 1 failed" in outputs[0] and "stopped: 0 done, 0 failed" in outputs[1], outputs
     failed = tasks.interrupting.get_result(poison.id)
     assert (failed.status, failed.attempts) == (TaskResultStatus.FAILED, 1)
-    assert failed.errors[0].exception_class == KeyboardInterrupt
+    assert failed.errors[0].exception_class is KeyboardInterrupt
     assert tasks.add_async.get_result(after.id).return_value == 4
 
 

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 
 
 class CancelReason(StrEnum):
+    """Why a handler was told to stop: `context.cancel_reason`."""
+
     LEASE_LOST = "lease lost"
     CANCELLED = "cancelled by a user"
     SHUTDOWN = "worker shutting down"
-    TIMEOUT = "timeout"  # the attempt ran past the job's time limit
+    TIMEOUT = "timeout"  #: the attempt ran past the job's time limit
 
 
 class JobCancelled(Exception):
@@ -50,7 +52,7 @@ class TaskContext:
     _event: threading.Event | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _finishing: bool = field(default=False, init=False, repr=False)  # its end is being written
-    _workflow: Any = field(default=None, init=False, repr=False)
+    _workflow: RunningWorkflow | None = field(default=None, init=False, repr=False)
     # A transactional task's connection, while its handler runs (engine/transactional.py).
     _connection: Any = field(default=None, init=False, repr=False)
     _steps: DurableSteps | None = field(default=None, init=False, repr=False)  # made on a handler's first step

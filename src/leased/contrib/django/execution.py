@@ -56,10 +56,12 @@ def handler_for(alias: str, task: Task, transactional: bool = False) -> Callable
     # Arguments are checked at enqueue against the function's own parameters (without Django's context).
     parameters = list(inspect.signature(task.func).parameters.values())[1 if task.takes_context else 0:]
     leading = inspect.Parameter("leased_context", inspect.Parameter.POSITIONAL_ONLY)
+    # inspect.signature() reads __signature__, which typeshed does not declare on a function.
     run.__signature__ = inspect.Signature([leading, *parameters])  # type: ignore[attr-defined]
     run.__name__ = run.__qualname__ = task.name
     run.__module__ = task.func.__module__
-    run.django_alias = alias  # type: ignore[attr-defined]  (the worker drops handlers of aliases that are gone)
+    # The worker drops handlers of aliases that are gone; mypy knows no attributes on a function.
+    run.django_alias = alias  # type: ignore[attr-defined]
     return run
 
 

@@ -41,7 +41,7 @@ STATUSES = {
 }
 
 # Attempts that ended without an exception of the handler's own: the class that stands for each.
-_FAILURES_WITHOUT_EXCEPTION: dict[Outcome, type[Exception]] = {
+_FAILURES_WITHOUT_EXCEPTION: dict[Outcome | None, type[Exception]] = {  # a running attempt (None) finds none
     Outcome.EXPIRED: exceptions.LeaseExpired,
     Outcome.LEASE_LOST: exceptions.LeaseLost,
     Outcome.CANCELLED: exceptions.TaskCancelled,
@@ -80,7 +80,7 @@ def task_error(attempt: Attempt) -> TaskError | None:
         error_type = attempt.error_type or "Exception"
         text = attempt.traceback or f"{error_type}: {attempt.error_message or ''}\n"
         return TaskError(exception_class_path=exception_class_path(error_type, attempt.traceback), traceback=text)
-    stand_in = _FAILURES_WITHOUT_EXCEPTION.get(attempt.outcome)  # type: ignore[arg-type]
+    stand_in = _FAILURES_WITHOUT_EXCEPTION.get(attempt.outcome)
     if stand_in is None:
         return None
     return TaskError(exception_class_path=class_path(stand_in),
