@@ -203,10 +203,17 @@ def test_why_names_the_step_a_retried_job_resumes_after(app):
         context.step("load", lambda: 2)
         raise RuntimeError("transform failed")
 
-    job = resumable.enqueue()
+    @app.task(name="one_step", takes_context=True, max_attempts=2)
+    def one_step(context: TaskContext):
+        context.step("extract", lambda: 1)
+        raise RuntimeError("load failed")
+
+    job, single = resumable.enqueue(), one_step.enqueue()
     app.run_until_empty()
     reason = next(reason for reason in app.why(job.id).reasons if reason.code == "resumes_after_step")
-    assert reason.message == "Its next attempt resumes after step 'load': 2 steps recorded ('extract', 'load') do not run again."
+    assert reason.message == "Its next attempt resumes after step 'load': its 2 recorded steps ('extract', 'load') do not run again."
+    reason = next(reason for reason in app.why(single.id).reasons if reason.code == "resumes_after_step")
+    assert reason.message == "Its next attempt resumes after step 'extract': step 'extract' is recorded, so it does not run again."
 
 
 def test_the_job_page_lists_the_recorded_steps(app):

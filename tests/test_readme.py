@@ -186,6 +186,7 @@ def test_importing_the_quick_start_enqueues_nothing(tmp_path):
     # What `leased worker myapp:app` and every other command do first: import the module.
     (tmp_path / "myapp.py").write_text(quick_start())
     run([sys.executable, "-c", "import myapp"], tmp_path)
+    run([*CLI, "migrate", "myapp:app"], tmp_path)  # the other commands refuse a SQLite file that is not there
     assert json.loads(run([*CLI, "jobs", "myapp:app", "--json"], tmp_path).stdout) == []
     run([sys.executable, "myapp.py"], tmp_path)
     assert len(json.loads(run([*CLI, "jobs", "myapp:app", "--json"], tmp_path).stdout)) == 2

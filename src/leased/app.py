@@ -512,18 +512,18 @@ class Leased:
     def paused_queues(self) -> list[str]:
         return list(self.backend.paused_queues())
 
-    def check_known_queue(self, queue_name: str, verb: str) -> None:
+    def check_known_queue(self, queue_name: str, verb: str, *, force_option: str = "force=True") -> None:
         """Refuse to `verb` ("pause", "resume", "limit") a queue that no task or job of this app
         uses, most likely a typo; pause(force=True) and `leased limit --force` skip this check,
         while nothing can resume such a queue, since it was never paused. (app.limit() does not
-        check: it is called at start-up, before the tasks of a queue may be registered.)"""
+        check: it is called at start-up, before the tasks of a queue may be registered.)
+        `force_option` is how the caller's user skips the check: force=True in Python, --force on
+        the command line."""
         check_queue_name(queue_name)
         known = self.known_queue_names()
         if queue_name not in known:
             listed = ", ".join(sorted(known)) or "none yet"
-            fix = {"resume": "so it is not paused",
-                   "pause": "to pause it before its first job, use force=True (--force)"}.get(
-                verb, f"to {verb} it before its first job, use --force")
+            fix = "so it is not paused" if verb == "resume" else f"to {verb} it before its first job, use {force_option}"
             raise ConfigurationError(f"unknown queue {queue_name!r}{did_you_mean(queue_name, known)}: no task or job "
                                      f"uses it (known queues: {listed}); {fix}")
 

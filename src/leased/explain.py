@@ -121,8 +121,10 @@ def _resumes_after(job: Job, names: Sequence[str]) -> Reason:
     listed = ", ".join(repr(name) for name in names[:WAITING_NAMED]) + (
         f" and {len(names) - WAITING_NAMED} more" if len(names) > WAITING_NAMED else "")
     attempt = "Its next attempt resumes" if job.status is JobStatus.PENDING else "This attempt resumed"
-    return Reason("resumes_after_step", f"{attempt} after step {names[-1]!r}: {_count(len(names), 'step')} recorded "
-                                        f"({listed}) do not run again.", {"recorded_steps": list(names)})
+    recorded = (f"step {names[0]!r} is recorded, so it does not run again" if len(names) == 1
+                else f"its {len(names)} recorded steps ({listed}) do not run again")
+    return Reason("resumes_after_step", f"{attempt} after step {names[-1]!r}: {recorded}.",
+                  {"recorded_steps": list(names)})
 
 
 _IS = {JobStatus.PENDING: "is pending", JobStatus.RUNNING: "is running", JobStatus.DONE: "is done",
@@ -448,7 +450,7 @@ def _workers_busy(facts: JobFacts) -> list[Reason]:
     able = _able(facts)
     if not _is_due(facts) or not able or any(_slots_taken(worker) < worker.concurrency for worker in able):
         return []
-    busy = ", ".join(f"{w.id} runs {w.running} of {w.concurrency}{_stuck_note(w)}" for w in able)
+    busy = ", ".join(_busy_worker(w) for w in able)
     return [Reason("workers_busy", f"Every live worker that can run it is busy ({busy}): it waits for a free slot.",
                    {"workers": {w.id: {"running": w.running, "concurrency": w.concurrency,
                                        "stuck_handlers": w.stuck_handlers} for w in able}})]
@@ -459,13 +461,15 @@ def _slots_taken(worker: WorkerInfo) -> int:
     return worker.running + worker.stuck_handlers
 
 
-def _stuck_note(worker: WorkerInfo) -> str:
+def _busy_worker(worker: WorkerInfo) -> str:
+    """A busy worker's slots: "w1 runs 2 of 2", or, when stuck handlers hold some (so that "runs 0
+    of 2" would read as idle), "w1 has no free slot: 0 jobs running, 2 held by ..."."""
     stuck = worker.stuck_handlers
     if not stuck:
-        return ""
-    held = ("1 slot held by a handler thread stuck past its time limit" if stuck == 1
-            else f"{stuck} slots held by handler threads stuck past their time limit")
-    return f", and {held}"
+        return f"{worker.id} runs {worker.running} of {worker.concurrency}"
+    held = ("1 held by a handler thread stuck past its time limit" if stuck == 1
+            else f"{stuck} held by handler threads stuck past their time limit")
+    return f"{worker.id} has no free slot: {_count(worker.running, 'job')} running, {held}"
 
 
 def _jobs_ahead(facts: JobFacts) -> list[Reason]:

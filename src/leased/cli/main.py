@@ -20,7 +20,7 @@ import click
 from click.core import ParameterSource
 
 from leased.cli import operations, output
-from leased.cli.loading import Failure, load_app, open_app
+from leased.cli.loading import Failure, load_existing_app, open_app
 from leased.cli.options import ByteSize, Duration, Id, ProcessCount, database_option
 from leased.cli.supervisor import CANNOT_START, Supervisor
 from leased.app import Leased
@@ -214,7 +214,7 @@ def bury_worker(app_spec: str, worker_id_prefix: str, how: str) -> None:
 def run_worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
                metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool,
                max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None) -> None:
-    app = load_app(app_spec)
+    app = load_existing_app(app_spec)
     queue_names = [name.strip() for name in queues.split(",") if name.strip()] if queues else None
     warn_about_unknown_queues(app, queue_names)
     if log_jobs:
@@ -311,7 +311,7 @@ def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, k
     """
     args = parse_json(args_json, "ARGS_JSON", list, "a JSON array of positional arguments, e.g. '[1, \"two\"]'")
     kwargs = parse_json(kwargs_json, "--kwargs", dict, "a JSON object of keyword arguments, e.g. '{\"to\": \"ada\"}'")
-    app = load_app(app_spec)
+    app = load_existing_app(app_spec)
     ctx.call_on_close(app.close)
     options: dict[str, Any] = {}
     if delay is not None:
@@ -693,7 +693,7 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
                       f"{server.TOKEN_VARIABLE} to a long random secret, or listen on 127.0.0.1")
     app = open_app(ctx, app_spec, database)
     # With a token a rebinding page gets nowhere (the browser keeps the password for this origin only).
-    asgi_app = make_dashboard(app, read_only=read_only, token=token,
+    asgi_app = make_dashboard(app, read_only=read_only, token=token, command_app=app_spec,
                               allowed_hosts=None if token else server.loopback_hosts(host, allowed_hosts))
     try:
         sock = server.listen(host, port)

@@ -172,8 +172,9 @@ def worker_groups(workers: list[WorkerInfo]) -> list[WorkerGroup]:
 
 class Pages:
     def __init__(self, leased: Leased, templates: Jinja2Templates, csrf: Csrf, flash: Flash, *, read_only: bool,
-                 refresh_seconds: float):
+                 refresh_seconds: float, command_app: str | None = None):
         self.leased = leased
+        self.command_app = command_app  # the APP in the commands `why` suggests, if known
         self.templates = templates
         self.csrf = csrf
         self.flash = flash
@@ -224,6 +225,8 @@ class Pages:
             job, why = self.leased.job_and_why(job_id)
         except JobNotFound:
             return self.problem(request, 404, "No such job", f"There is no job with id {job_id}.")
+        if self.command_app:
+            why = why.naming_app(self.command_app)
         started = job.history[0].started_at if job.history else None
         return self.render(request, "job.html", {
             "job": job, "started_at": started, "why": why, "steps": self.leased.job_steps(job.id),

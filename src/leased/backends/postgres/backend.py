@@ -442,6 +442,15 @@ class PostgresBackend(SQLStore):
     def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
         return old_transactions(self._rows, older_than_seconds)
 
+    def _schema_problem(self, applied: set[int]) -> str | None:
+        if applied:
+            return super()._schema_problem(applied)
+        # No version table where the search path looks: name the search path, for it is often the
+        # cause (a URL's options, or a role's setting, pointing at a schema leased never migrated).
+        searched = self._fetch_one("search_path")
+        where = f"{self._where} with search_path {searched['search_path'] if searched else '?'!r}"
+        return schema_problem(applied, MIGRATIONS, where)
+
     def _fetch_one(self, name: str, **params: Any) -> dict[str, Any] | None:
         with self._connection() as connection:
             return connection.execute(QUERIES[name], params).fetchone()

@@ -628,6 +628,11 @@ SELECT w.*, extract(epoch FROM leased_now() - w.last_seen_at)::float8 AS silent_
 FROM leased_workers AS w
 ORDER BY w.started_at;
 
+-- name: search_path
+-- Where unqualified names are looked up (from the URL's options, the role or the database):
+-- named when leased's tables are not found there.
+SELECT current_setting('search_path') AS search_path;
+
 -- name: wake_channel
 SELECT left('leased.' || current_schema(), 63) AS channel;
 

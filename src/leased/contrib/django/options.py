@@ -65,10 +65,17 @@ class LeasedTask(Task):
         return object.__new__(cls)
 
     def using(self, *, max_attempts: int | None = None, lease: float | timedelta | None = None,
-              backoff: Backoff | None = None, max_crashes: int | None = None, **django_options: Any) -> LeasedTask:
-        """Django's using() (priority, queue_name, run_after, backend), plus leased's options."""
+              max_crashes: int | None = None, **django_options: Any) -> LeasedTask:
+        """Django's using() (priority, queue_name, run_after, backend), plus leased's options that a
+        job carries (max_attempts, lease, max_crashes). backoff and transactional are the task's,
+        shared by all its jobs (a worker's handler applies them), so using() refuses them rather
+        than drop them."""
+        for option in ("backoff", "transactional"):
+            if option in django_options:
+                raise InvalidTask(f"task {self.module_path}: {option} cannot be changed per call with using(); "
+                                  f"set it in @task({option}=...) or in TASKS' OPTIONS")
         task = Task.using(self, **django_options)  # not super(): slots dataclasses break its zero-argument form
-        ours = {"max_attempts": max_attempts, "lease": lease, "backoff": backoff, "max_crashes": max_crashes}
+        ours = {"max_attempts": max_attempts, "lease": lease, "max_crashes": max_crashes}
         changes = {name: value for name, value in ours.items() if value is not None}
         return replace(task, **changes) if changes else task
 

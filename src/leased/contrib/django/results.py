@@ -48,8 +48,13 @@ _FAILURES_WITHOUT_EXCEPTION: dict[Outcome | None, type[Exception]] = {  # a runn
 }
 
 
+# leased's own classes for failures that Django's backends report as a builtin.
+_AS_DJANGO_REPORTS_IT = {"leased.contrib.django.exceptions.ResultNotJSON": "builtins.TypeError"}
+
+
 def class_path(error: type[BaseException]) -> str:
-    return f"{error.__module__}.{error.__qualname__}"
+    path = f"{error.__module__}.{error.__qualname__}"
+    return _AS_DJANGO_REPORTS_IT.get(path, path)
 
 
 def exception_class_path(error_type: str, traceback: str | None) -> str:
@@ -66,7 +71,7 @@ def exception_class_path(error_type: str, traceback: str | None) -> str:
             name = found[-1]
     if "." not in name and isinstance(getattr(builtins, name, None), type):
         return f"builtins.{name}"
-    return name
+    return _AS_DJANGO_REPORTS_IT.get(name, name)
 
 
 def task_error(attempt: Attempt) -> TaskError | None:
