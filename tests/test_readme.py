@@ -74,8 +74,9 @@ NOT_RUN = {
     ("docs/reliability.md", "Behind PgBouncer"): "URLs and log lines of the reader's servers; "
                                                  "tests/test_pgbouncer.py checks them",
     ("docs/reliability.md", "Failover"): "a URL for the reader's servers; tests/test_failover.py connects with one",
-    ("docs/reliability.md", "Least privilege (PostgreSQL)"): "grants to the reader's role; "
-                                                             "tests/test_postgres_grants.py runs them",
+    ("docs/reliability.md", "Least privilege (PostgreSQL and MariaDB)"): "grants to the reader's roles; "
+                                                                         "tests/test_postgres_grants.py and "
+                                                                         "tests/test_mariadb_grants.py run them",
     ("docs/tutorial.md", "Testing your handlers"): "the reader's pytest.ini; tests/test_testing.py sets the option",
 }
 

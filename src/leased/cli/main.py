@@ -33,7 +33,6 @@ from leased.events import AttemptEnded, Event
 from leased.jobs import DurableStep, Job, JobStatus, Outcome
 from leased.logs import JsonFormatter
 from leased.suggest import did_you_mean
-from leased.terminal import printable
 from leased.worker_ids import SUPERVISOR_VARIABLE
 
 
@@ -202,7 +201,7 @@ def bury_worker(app_spec: str, worker_id_prefix: str, how: str) -> None:
     """For the --processes supervisor: the worker whose id starts WORKER_ID_PREFIX died (HOW); end
     its attempts now, as crashed, rather than a lease later."""
     configure_logging("info")
-    app = load_app(app_spec)
+    app = load_existing_app(app_spec)
     try:
         ended = app.backend.bury_workers(worker_id_prefix, how)
     finally:
