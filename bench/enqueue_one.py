@@ -177,7 +177,7 @@ def measure(store: Store, rounds: int, calls: int, chunk: int = 100) -> dict[str
     rates: dict[str, list[float]] = {name: [] for name in paths}
     latencies: dict[str, list[float]] = {name: [] for name in paths}
     cpu = dict.fromkeys(paths, 0.0)  # this process's CPU: what a call costs the caller, whatever the load
-    for name, call in paths.items():  # warm each path (statement caches, the pool)
+    for call in paths.values():  # warm each path (statement caches, the pool)
         for n in range(200):
             call(n)
     clock = time.perf_counter

@@ -324,7 +324,7 @@ def drain_rate(schema: str, jobs: int) -> float:
         with psycopg.connect(url, autocommit=True, row_factory=dict_row) as connection:
             connection.execute("VACUUM ANALYZE leased_jobs")
             workers = start_worker(url, "drain")
-            count = lambda: connection.execute("SELECT count(*) AS n FROM leased_jobs WHERE status = 'done'").fetchone()["n"]  # noqa: E731
+            count = lambda: connection.execute("SELECT count(*) AS n FROM leased_jobs WHERE status = 'done'").fetchone()["n"]
             return wait_for_done(count, jobs, 300, workers).rate
     finally:
         if workers is not None:
@@ -342,7 +342,7 @@ def compare(options) -> dict:
         out[schema]["renewals_held"] = renewals(schema, options.renewal_jobs, hold=True)
         out[schema]["renewals"] = renewals(schema, options.renewal_jobs, hold=False)
         log(f"{schema}: renewals {json.dumps(out[schema]['renewals_held'])} {json.dumps(out[schema]['renewals'])}")
-    for repeat in range(options.drain_repeats):
+    for _ in range(options.drain_repeats):
         for schema in SCHEMAS:
             out[schema]["drain"].append(drain_rate(schema, options.drain_jobs))
             log(f"{schema}: drain {out[schema]['drain'][-1]:,.0f} jobs/s")

@@ -383,7 +383,7 @@ def measure_or_error(measure, *args) -> dict:
     load = os.getloadavg()[0]
     try:
         return {**measure(*args), "load": load}
-    except Exception as error:  # noqa: BLE001: reported, and the other measurements go on
+    except Exception as error:  # noqa: BLE001 - reported, and the other measurements go on
         return {"error": f"{type(error).__name__}: {error}"[:400]}
 
 

@@ -92,7 +92,8 @@ class Cluster:
                     return
             except psycopg.OperationalError as error:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"cluster {self.name} does not accept connections: {error}\n{self.log()}")
+                    raise RuntimeError(f"cluster {self.name} does not accept connections: {error}\n{self.log()}") \
+                        from error
                 time.sleep(0.05)
 
     def postmaster_pid(self) -> int:

@@ -5,14 +5,24 @@ run it after all, simply runs; either way the job list, `leased why` and the das
 
 Before: an attempt or lease_seconds out of range failed every claim on PostgreSQL and MariaDB, so
 nothing in the database ran; arguments nested 50,000 deep stopped the worker at the claim on SQLite
-and MariaDB, holding the healthy jobs claimed with it until their leases ran out.
+and MariaDB, holding the healthy jobs claimed with it until their leases ran out; progress that was
+not JSON stopped PostgreSQL's reclaim (it cast progress::json) for every job, and a result or
+progress that was not JSON failed the job list, `leased show` and the dashboard's pages.
+
+The second half is a table of column x bad value, each run through a claim, a finish and a reclaim
+by a live worker, and through every read: list_jobs, get_job, why, `leased jobs`, `leased show`,
+`leased why`, the dashboard's overview, jobs list and job page, and /metrics. A value a database's
+column type refuses cannot be in a row there, and that case is skipped.
 """
 
 from __future__ import annotations
 
+import threading
+import warnings
+
 import pytest
 
-from conftest import raw_sql, running_worker, wait_for
+from conftest import raw_sql, running_worker, seconds_before, wait_for
 from leased import JobStatus
 
 DEEP = "[" * 50_000 + "]" * 50_000
@@ -76,3 +86,109 @@ def test_arguments_and_results_nested_too_deep_are_refused_in_one_line(app):
                  message="the nested result to fail its job and the other job to run")
         assert not worker._stopping
     assert "nested too deeply" in app.get_job(job.id).last_error
+
+
+# (table.column, value as SQL): values no code of leased writes, each in a column that holds JSON.
+NOT_JSON = "'{not json'"
+BAD_VALUES = [
+    ("progress", NOT_JSON),
+    ("progress", "'[1, 2]'"),  # JSON, but not the object TaskContext.progress writes
+    ("progress", "'{\"attempt\": \"one\"}'"),
+    ("args", NOT_JSON),
+    ("kwargs", NOT_JSON),
+    ("result", NOT_JSON),
+]
+BAD_IDS = [f"{column}={value[1:9]}" for column, value in BAD_VALUES]
+
+
+def spoil(app, column: str, value: str, job_id: int) -> None:
+    """Write the bad value into the job's row (and, for progress, into its attempts' rows too, which
+    `why` and the job page read); skip where the column's type refuses it."""
+    try:
+        raw_sql(app, f"UPDATE leased_jobs SET {column} = {value} WHERE id = {job_id}")
+        if column == "progress":
+            raw_sql(app, f"UPDATE leased_attempts SET progress = {value} WHERE job_id = {job_id}")
+    except Exception as refused:  # the database's own error: its column type checks the value
+        if "json" not in str(refused).lower():
+            raise
+        pytest.skip(f"this database's {column} column refuses {value}: no such row can exist")
+
+
+@pytest.mark.parametrize("stage", ["claim", "finish", "reclaim"])
+@pytest.mark.parametrize("column, value", BAD_VALUES, ids=BAD_IDS)
+def test_a_row_whose_json_cannot_be_read_is_claimed_finished_and_reclaimed(app, column, value, stage):
+    """The bad value is in the row when a claim reads it (pending), when its attempt ends (running),
+    or when the reclaim meets its expired lease; beside it, healthy jobs at the same stage. The worker
+    stays up, the healthy jobs are done, the bad job ends (or runs, where the value is not needed)."""
+    from leased.testing.conformance import claim
+
+    ran: list[int] = []
+    proceed = threading.Event()
+
+    def fine(number: int) -> int:
+        if number == 0 and stage == "finish":
+            proceed.wait(30)
+        ran.append(number)
+        return number
+
+    app.task(name="fine")(fine)
+    task = app.tasks["fine"]
+    bad, healthy = task.enqueue(0), task.enqueue_many([(n,) for n in range(1, 6)])
+    if stage == "reclaim":  # a worker that is gone held them all, and their leases ran out
+        claim(app.backend, "gone", tasks=("fine",))
+        raw_sql(app, f"UPDATE leased_jobs SET lease_expires_at = {seconds_before(app, 'lease_expires_at', 3600)}")
+    if stage != "finish":
+        spoil(app, column, value, bad.id)
+
+    with running_worker(app, concurrency=4) as worker:
+        if stage == "finish":
+            wait_for(lambda: app.get_job(bad.id).status is JobStatus.RUNNING, message="the job to start")
+            spoil(app, column, value, bad.id)
+            proceed.set()
+        wait_for(lambda: sorted(n for n in ran if n) == list(range(1, 6)), message="the healthy jobs to run")
+        wait_for(lambda: app.get_job(bad.id).status not in (JobStatus.PENDING, JobStatus.RUNNING),
+                 message="the bad job to end")
+        assert not worker._stopping
+    assert all(app.get_job(job.id).status is JobStatus.DONE for job in healthy)
+    ended = app.get_job(bad.id)
+    if ended.status is JobStatus.FAILED:
+        assert column in ended.last_error or "cannot be read" in ended.last_error, ended.last_error
+
+
+@pytest.mark.parametrize("column, value", BAD_VALUES, ids=BAD_IDS)
+def test_every_read_shows_a_row_whose_json_cannot_be_read(app, column, value, database_url):
+    """A pending, a done and a failed job, each with the bad value, read by every reader."""
+    from click.testing import CliRunner
+
+    from leased.cli.main import cli
+
+    pytest.importorskip("starlette", reason="the dashboard needs the web extra")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+    from leased.web import dashboard
+
+    app.task(name="fine")(lambda: 1)
+    app.task(name="boom", max_attempts=1)(lambda: 1 / 0)
+    done, failed = app.tasks["fine"].enqueue(), app.tasks["boom"].enqueue()
+    app.run_until_empty()
+    pending = app.tasks["fine"].enqueue()
+    for job in (pending, done, failed):
+        spoil(app, column, value, job.id)
+
+    listed = {job.id for job in app.list_jobs()}
+    assert {pending.id, done.id, failed.id} <= listed
+    client = TestClient(dashboard(app))
+    for path in ("/", "/jobs", "/metrics"):
+        assert client.get(path).status_code == 200, path
+    runner = CliRunner()
+    table = runner.invoke(cli, ["jobs", "--database", database_url])
+    assert table.exit_code == 0, table.output
+    for job in (pending, done, failed):
+        app.get_job(job.id)
+        assert app.why(job.id) is not None
+        page = client.get(f"/jobs/{job.id}")
+        assert page.status_code == 200, page.text[-2000:]
+        for command in ("show", "why"):
+            printed = runner.invoke(cli, [command, str(job.id), "--database", database_url])
+            assert printed.exit_code == 0, (command, printed.output)

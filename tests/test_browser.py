@@ -207,3 +207,45 @@ def test_pause_a_queue_see_the_badge_and_resume_it(scenario, page):
     expect(row.locator(".badge.status-paused")).to_have_count(0)
     expect(row.get_by_role("button", name="Pause")).to_be_visible()
     assert scenario.app.paused_queues() == []
+
+
+def test_the_workflow_page_draws_the_graph_in_status_colours_above_the_table(scenario, page, tmp_path):
+    app = scenario.app
+
+    @app.task(name="part", max_attempts=1)
+    def part(n: int = 0) -> int:
+        if n == 99:
+            raise RuntimeError("bad part")
+        return n
+
+    @app.task(name="tally", takes_context=True)
+    def tally(context: TaskContext) -> int:
+        return context.batch.succeeded
+
+    wf = app.workflow("album")
+    first = wf.add(part, 0, name="first")
+    _, then = wf.batch(part, [(n,) for n in [*range(1, 12), 99]], then=tally)
+    wf.add(part, 5, after=[first, then], name="last")
+    run = wf.enqueue()
+    drain = threading.Thread(target=app.run_until_empty)  # Playwright's loop holds this thread's asyncio
+    drain.start()
+    drain.join()
+
+    page.goto(f"/workflows/{run.id}")
+    graph = page.locator("figure.graph svg")
+    expect(graph).to_be_visible()
+    expect(page.locator("figure.graph .graph-node")).to_have_count(4)
+    assert graph.bounding_box()["y"] < page.locator("table.steps").bounding_box()["y"]
+    fill = "node => getComputedStyle(node.querySelector('rect')).fill"
+    done = page.locator('.graph-node[data-status="done"]').first.evaluate(fill)
+    failed = page.locator(".graph-node.node-group").evaluate(fill)
+    assert done != failed and "rgba(0, 0, 0, 0)" not in (done, failed)  # each drawn in its status colour
+    expect(page.locator(".graph-node.node-group")).to_contain_text("part × 12")
+    expect(page.locator("path.graph-edge")).to_have_count(3)
+    page.screenshot(path=str(tmp_path / "workflow.png"), full_page=True)  # for a person to look at on failure
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: the graph scrolls in its frame, the page does not
+    expect(graph).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.locator(".graph-node", has_text="last").locator("a").click()
+    expect(page.locator("h1")).to_contain_text(f"Job {run.job_ids['last']}")

@@ -21,6 +21,7 @@ import pytest
 
 from conftest import running_worker, wait_for
 from leased import Leased
+from leased.backends import parse_database_url
 
 APP = "tasks_app:app"
 
@@ -103,15 +104,24 @@ class Cli:
         return lines[0]
 
 
+def existing(url: str) -> str:
+    """`url`, its SQLite file made (empty: the app migrates it on first use), for commands other
+    than `migrate` refuse a SQLite file that does not exist."""
+    path = parse_database_url(url).sqlite_path
+    if path is not None:
+        Path(path).touch()
+    return url
+
+
 @pytest.fixture
 def cli(tmp_path, database_url) -> Cli:
-    return Cli(tmp_path, database_url)
+    return Cli(tmp_path, existing(database_url))
 
 
 @pytest.fixture
 def sqlite_cli(tmp_path) -> Cli:
     """For checks that do not depend on the backend: one run is enough."""
-    return Cli(tmp_path, f"sqlite:///{tmp_path / 'jobs.db'}")
+    return Cli(tmp_path, existing(f"sqlite:///{tmp_path / 'jobs.db'}"))
 
 
 def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
@@ -207,7 +217,7 @@ def test_migrate_sql_leaves_the_database_alone(sqlite_cli, tmp_path):
     (["jobs"], "give APP (module:attribute) or --database URL"),
     (["retry", "7"], "give APP (module:attribute) or --database URL"),
     (["jobs", APP, "--database", "sqlite:///other.db"], "give APP or --database, not both"),
-    (["show", "--database", "sqlite:///missing.db", "1"], "no SQLite database at 'missing.db'"),
+    (["show", "--database", "sqlite:///missing.db", "1"], "no SQLite database at 'missing.db' ("),
     (["show", APP, "abc"], "a job id is a whole number"),
     (["stats", "--database", "oracle://localhost/jobs"], "unsupported database URL scheme"),
     (["stats", "--database", "postgresql://postgres@127.0.0.1:1/test"], ""),  # unreachable, or no driver
@@ -216,12 +226,31 @@ def test_user_mistakes_are_one_line_errors(sqlite_cli, args, message):
     assert message in sqlite_cli.error(*args)
 
 
+def test_commands_refuse_a_sqlite_file_that_does_not_exist_and_only_migrate_creates_it(tmp_path):
+    cli = Cli(tmp_path, "sqlite:///shop.db")  # relative: run from another directory, it names another file
+    refusal = (f"error: no SQLite database at 'shop.db' ({tmp_path / 'shop.db'}: the path is relative); "
+               f"create it with: leased migrate {APP}")
+    for command in (["jobs", APP], ["enqueue", APP, "add", "[1, 2]"], ["stats", APP], ["worker", APP]):
+        assert cli.error(*command) == refusal  # before: a new, empty database, and a worker idling there
+        assert not (tmp_path / "shop.db").exists()
+    assert cli.error("jobs", "--database", "sqlite:///shop.db") == refusal.replace(APP, "--database sqlite:///shop.db")
+    cli.run("migrate", APP)
+    assert (tmp_path / "shop.db").exists()
+    cli.run("jobs", APP)
+
+
 def test_usage_errors_exit_2_without_traceback(sqlite_cli):
     assert "not a duration" in sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--delay", "5x", code=2).stderr
     assert "is not an id" in sqlite_cli.run("jobs", APP, "--before-id", "99999999999999999999", code=2).stderr
     too_far = sqlite_cli.run("enqueue", APP, "add", "[1, 2]", "--delay", "999999999d", code=2).stderr
     assert "more than 100 years" in too_far and "Traceback" not in too_far
     assert "missing JOB_ID" in sqlite_cli.run("show", APP, code=2).stderr
+    # What was typed is quoted escaped: click printed extra arguments as typed, controls and all.
+    extra = sqlite_cli.run("jobs", APP, "b", "Z\x07\u202e\x1b[2J", code=2).stderr
+    assert "unexpected extra argument" in extra and "Z\\x07\\u202e\\x1b[2J" in extra, extra
+    assert not any(character in extra for character in "\x07\u202e\x1b"), extra
+    command = sqlite_cli.run("jo\x07bs", code=2).stderr
+    assert "\\x07" in command and "\x07" not in command, command
 
 
 def run_worker_until_finished(cli: Cli, app: Leased, jobs: list, log: Path, *options: str) -> str:
@@ -344,6 +373,15 @@ def test_demo_runs_to_completion_and_replays_with_a_seed(tmp_path):
     counts = runner.json("stats", "--database", "sqlite:///leased-demo.db")
     assert sum(counts["demo"].values()) == 12 and counts["demo"]["pending"] == counts["demo"]["running"] == 0
     assert failures("sqlite:///leased-demo.db") == expected
+
+
+def test_the_demos_progress_shows_at_most_its_concurrency_running():
+    from leased.cli.demo import progress_text
+
+    # The worker claims a little ahead of its free slots: the database counts those jobs running too.
+    line = progress_text({"pending": 30, "running": 6, "done": 4}, 1, 40, 4)
+    assert "  running 4 (+2 claimed ahead)  done 4  " in line  # before: "running 6" under a concurrency of 4
+    assert "  running 3  done 0  " in progress_text({"running": 3}, 0, 40, 4)
 
 
 def test_demo_with_dashboard_serves_it_with_a_worker_until_interrupted(tmp_path):
@@ -600,11 +638,13 @@ def test_without_the_schema_every_command_says_to_migrate_and_the_worker_exits_a
     (cli.cwd / "unmigrated_app.py").write_text(
         "import os\nfrom leased import Leased\n\napp = Leased(os.environ['TEST_APP_URL'], migrate=False)\n\n\n"
         "@app.task(name='add')\ndef add(a, b):\n    return a + b\n")
-    missing = "does not exist (a typo in the path?)" if backend_name == "sqlite" else "leased's schema is missing from"
+    if backend_name == "sqlite":
+        Path(parse_database_url(cli.url).sqlite_path).unlink()  # a path to nothing: no command but migrate makes it
+    missing = "no SQLite database at" if backend_name == "sqlite" else "leased's schema is missing from"
     for command in (["worker", "unmigrated_app:app"], ["jobs", "unmigrated_app:app"], ["show", "unmigrated_app:app", "1"],
                     ["enqueue", "unmigrated_app:app", "add", "[1, 2]"]):
         line = cli.error(*command)
-        assert missing in line and "run `leased migrate" in line, (command, line)
+        assert missing in line and "leased migrate" in line, (command, line)
     cli.run("migrate", "unmigrated_app:app")  # what the line says; then the same commands work
     assert json.loads(cli.run("enqueue", "unmigrated_app:app", "add", "[1, 2]", "--json").stdout)["status"] == "pending"
 
@@ -615,6 +655,9 @@ def test_queue_typos_are_refused_alike_with_words_that_fit_the_command(sqlite_cl
     assert resume.endswith("so it is not paused") and "force" not in resume  # --force is pause's
     limit = sqlite_cli.error("limit", APP, "defualt", "--concurrency", "5")  # as `pause` refuses it
     assert limit.startswith("error: unknown queue 'defualt' (did you mean 'default'?)") and limit.endswith("use --force")
+    pause = sqlite_cli.error("pause", APP, "defualt")  # before: "use force=True (--force)", Python's words
+    assert pause.startswith("error: unknown queue 'defualt' (did you mean 'default'?)") and pause.endswith(
+        "to pause it before its first job, use --force")
     assert sqlite_cli.run("limit", APP, "later", "--concurrency", "5", "--force").stdout.strip() == \
         "queue later: concurrency 5"
     assert sqlite_cli.error("limit", APP, "default", "--concurrency", "0") == \

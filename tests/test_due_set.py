@@ -123,7 +123,7 @@ def test_a_transaction_held_open_elsewhere_leaves_no_dead_rows_once_rotated(app)
     holder.execute("SELECT txid_current()")  # idle in transaction from here on, an xid and a snapshot
     try:
         first = None
-        for round_ in range(3):
+        for _ in range(3):
             jobs = app.tasks["t"].enqueue_many([()] * 300)
             if first is None:
                 first = generation_of(app)[jobs[0].id]

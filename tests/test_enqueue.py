@@ -55,7 +55,8 @@ def test_a_created_job_takes_each_field_where_job_has_it():
     given = {"id": 1, "task_name": "t", "queue_name": "q", "args": [1], "kwargs": {"k": 2}, "priority": 3,
              "max_attempts": 4, "lease_seconds": 5.0, "run_after": datetime(2030, 1, 1, tzinfo=timezone.utc),
              "created_at": datetime(2029, 1, 1, tzinfo=timezone.utc), "idempotency_key": "key",
-             "timeout_seconds": 6.0, "concurrency_key": "c", "workflow_id": 7, "isolation": "process"}
+             "timeout_seconds": 6.0, "concurrency_key": "c", "workflow_id": 7, "isolation": "process",
+             "max_crashes": 8}
     job = enqueue._created_job(**given, status="waiting")
     expected = Job(**given, status=JobStatus.WAITING, attempt=0, created=True)
     assert {field.name: getattr(job, field.name) for field in fields(Job)} == {

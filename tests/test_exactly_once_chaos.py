@@ -68,7 +68,7 @@ class Chaos:
             self.start(slot)
         started = time.monotonic()
         rng = random.Random(SEED)
-        done = lambda: self.app.counts()["default"]["done"]  # noqa: E731
+        done = lambda: self.app.counts()["default"]["done"]
         wait_for(lambda: done() > 0, timeout=60, message="the workers to start")
         began = time.monotonic()
         while time.monotonic() - began < CHAOS_SECONDS and done() < jobs:

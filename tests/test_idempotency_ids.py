@@ -1,4 +1,4 @@
-"""What an idempotent duplicate costs in job ids, on every backend, as the README says: no row,
+"""What an idempotent duplicate costs in job ids, on every backend, as the tutorial says: no row,
 but the refused insert advances the id counter (PostgreSQL's identity sequence, SQLite's
 AUTOINCREMENT, MariaDB's AUTO_INCREMENT), so ids have gaps."""
 

@@ -74,7 +74,7 @@ def test_limits_hold_across_worker_processes(producer, workers, backend_name):
     runs = raw_rows(app, "SELECT concurrency_key, queue_name, started, ended FROM limit_runs")
     assert len(runs) == total
     by_key: dict[str, list] = {}
-    for key, queue, started, ended in runs:
+    for key, _queue, started, ended in runs:
         if key is not None:
             by_key.setdefault(key, []).append((started, ended))
     for customer in "abcd":

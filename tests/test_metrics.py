@@ -121,3 +121,29 @@ def test_worker_command_serves_metrics(app, database_url, tmp_path):
         worker.send_signal(signal.SIGTERM)
         _, errors = worker.communicate(timeout=30)
     assert worker.returncode == 0, errors
+
+
+def test_a_quarantined_job_is_counted_and_shown_on_its_page(app):
+    """A poison job (issue 41): the gauge and the job page read the stored fact, Job.quarantined."""
+    import warnings
+
+    import isolated_handlers as handlers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Starlette's preference of httpx2, as in test_web.py
+        from starlette.testclient import TestClient
+    from leased.web import dashboard
+
+    crashing = app.task(name="crashing", isolation="process", max_attempts=3, max_crashes=1)(handlers.segfaults)
+    ok = app.task(name="ok", queue_name="mail")(lambda: None)
+    poison, healthy = crashing.enqueue(), ok.enqueue()
+    app.run_until_empty()
+    quarantined = app.get_job(poison.id)
+    assert quarantined.quarantined and (quarantined.crashes, quarantined.attempt) == (1, 1), "not retried"
+    assert app.get_job(healthy.id).status == "done"
+    scraped = samples(prometheus_client.generate_latest(database_registry(app)).decode())
+    assert scraped[("leased_jobs_quarantined", (("queue", "default"),))] == 1
+    assert ("leased_jobs_quarantined", (("queue", "mail"),)) not in scraped
+    page = TestClient(dashboard(app)).get(f"/jobs/{poison.id}").text
+    assert "quarantined after 1 crash" in page and "1 crashes" not in page and "killed by SIGSEGV" in page
+    assert 'data-code="quarantined"' in page

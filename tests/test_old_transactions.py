@@ -86,3 +86,40 @@ def test_why_and_the_dashboard_name_a_transaction_that_holds_back_vacuum(databas
 def test_a_bad_threshold_is_refused_naming_the_field(value):
     with pytest.raises(ConfigurationError, match="old_transaction_after must be a number of seconds"):
         Leased("sqlite:///unused.db", old_transaction_after=value)
+
+
+SECRET_STATEMENT = "SELECT txid_current(), 'token-s3cr3t' AS token, 4111111111111111 AS card, $$dollar s3cr3t$$ AS note"
+
+
+@pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)
+def test_another_sessions_statement_is_shown_without_its_literals(database_url):
+    """pg_stat_activity holds other sessions' statements with their values: `leased why` and the
+    dashboard printed them to anyone who could read the page (a password in an ALTER ROLE, a card
+    number in an INSERT). The statement's shape is what tells an operator whose session it is."""
+    import psycopg
+
+    app = Leased(database_url, old_transaction_after=0)
+    holder = psycopg.connect(database_url, application_name=HOLDER)
+    holder.execute(SECRET_STATEMENT)
+    try:
+        job = app.task(name="waits")(lambda: None).enqueue()
+        (reason,) = named(app, job.id, holder.info.backend_pid)
+        assert reason.data["query"] == "SELECT txid_current(), ? AS token, ? AS card, ? AS note", reason.data["query"]
+        page = TestClient(dashboard(app)).get("/").text
+        assert "txid_current(), ? AS token" in page and "s3cr3t" not in page and "4111" not in page
+    finally:
+        holder.close()
+        app.close()
+
+
+@pytest.mark.parametrize("statement, shown", [
+    ("UPDATE t SET a = 'x''y', b = E'z\\'' WHERE id = 42", "UPDATE t SET a = ?, b = ? WHERE id = ?"),
+    ("ALTER ROLE app PASSWORD 'hunter2'", "ALTER ROLE app PASSWORD ?"),
+    ("SELECT $tag$ a $ b $tag$, t1.c2 FROM t1", "SELECT ?, t1.c2 FROM t1"),
+    ("SELECT * FROM t WHERE x = $1 AND y = -2.5e3", "SELECT * FROM t WHERE x = $1 AND y = -?"),
+    ("INSERT INTO t VALUES ('cut short by track_activity_query_si", "INSERT INTO t VALUES (?"),
+])
+def test_literals_are_stripped_from_a_statement(statement, shown):
+    from leased.horizon import without_literals
+
+    assert without_literals(statement) == shown

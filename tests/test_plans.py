@@ -105,7 +105,8 @@ def test_the_reclaim_reads_the_running_jobs_once(app, backend_name):
             "now() FROM generate_series(1, %s) AS i", (HISTORY,))
         connection.execute("ANALYZE leased_jobs")
         (plan,) = connection.execute("EXPLAIN (FORMAT JSON) " + POSTGRES["reclaim_expired"],
-                                     {"steps": False, "spacing": 1.0}).fetchone()
+                                     {"steps": False, "spacing": 1.0, "silent_after": 15.0, "buried_prefix": None,
+                                      "buried_how": None}).fetchone()
     nodes = list(_plan_nodes(plan[0]["Plan"]))
     whole_reads = [node for node in nodes  # of the running jobs: not a probe by id
                    if node.get("Index Name") == "leased_jobs_leases" and "(id =" not in node.get("Index Cond", "")

@@ -109,6 +109,11 @@ def test_many_reports_cost_no_writes_of_their_own(app):
     assert 1 <= len(renewals) < 20 and sum(renewals) <= len(renewals), renewals
 
 
+class Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
 @pytest.mark.parametrize("arguments, error, words", [
     (("3",), TypeError, "context.progress(done='3'): done must be a number (an int or a float)"),
     ((True,), TypeError, "done must be a number"),
@@ -117,6 +122,9 @@ def test_many_reports_cost_no_writes_of_their_own(app):
     ((1, "10"), TypeError, "context.progress(total='10'): total must be a number (an int or a float), or None"),
     ((1, 10, 5), TypeError, "context.progress(note=5): note must be a str or None"),
     ((1, 10, "x" * (MAX_PROGRESS_NOTE + 1)), ValueError, f"the note has {MAX_PROGRESS_NOTE + 1} characters"),
+    # a value whose repr() raises: the refusal is still said (the repr's own error escaped before)
+    ((Unprintable(),), TypeError, "context.progress(done=<a Unprintable whose repr() failed>): done must be"),
+    ((1, 10, Unprintable()), TypeError, "context.progress(note=<a Unprintable whose repr() failed>)"),
 ])
 def test_bad_progress_is_refused_with_the_argument_named(arguments, error, words):
     with pytest.raises(error) as raised:
@@ -131,6 +139,8 @@ def test_progress_reads_as_people_write_it():
     assert Progress(0, 0).fraction is None
     assert Progress.from_json(Progress(3, 9, "n", 2).to_json()) == Progress(3, 9, "n", 2)
     assert json.loads(Progress(3, None, None, 1).to_json()) == {"done": 3, "total": None, "note": None, "attempt": 1}
+    for stored in ("{not json", "[1, 2]", '{"attempt": 1}', '{"done": "3"}', '{"done": 3, "attempt": "one"}'):
+        assert Progress.from_json(stored) is None, stored  # another program's row: no report, not an error
 
 
 def test_a_bad_report_fails_the_attempt_with_its_message(app):

@@ -1,7 +1,10 @@
-"""The README's Python runs as written, so it cannot drift from the code.
+"""The Python of the README and of every page of the docs site runs as written, so it cannot drift
+from the code.
 
-Every ```python block is executed as a script in a fresh directory, unless COMPILE_ONLY lists it
-with the reason it cannot run on its own; those are still compiled.
+Every ```python block is executed as a script in a fresh directory, unless COMPILE_ONLY lists its
+section with the reason it cannot run on its own (those are still compiled) or RUN_SEPARATELY names
+the test that runs it. Every other block (a shell command, a URL, a diagram) names, in NOT_RUN or
+RUN_SEPARATELY, why it is not run here and what checks it instead.
 """
 
 from __future__ import annotations
@@ -13,17 +16,21 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(page for page in DOCS.rglob("*.md") if "_build" not in page.parts)]
 CLI = [sys.executable, "-m", "leased.cli.main"]
 
 # The block's section heading -> why it is compiled, not run.
 COMPILE_ONLY = {
     "On MariaDB": "the reader's own server and credentials",
-    "Using it": "a tour of the API in fragments: order_is_gone, steps, conn and job_id stand for the reader's "
-                "own, and `await` needs the reader's event loop",
+    "The API in one page": "a tour of the API in fragments: order_is_gone, steps, conn and job_id stand for the "
+                           "reader's own, and `await` needs the reader's event loop",
     "The dashboard and metrics": "a Starlette mount inside the reader's ASGI app, with their token",
     "Your own app in tests": "a conftest fixture around the reader's own app (`from myapp import app`)",
     "Alembic": "a revision module, run by Alembic's command: tests/test_alembic.py runs one",
@@ -40,27 +47,77 @@ RUN_SEPARATELY = {
     "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
     "Testing your handlers": "test_the_idempotency_example_catches_the_handler_that_is_not runs it with pytest",
     "Workflows: steps that wait for other steps": "test_workflow_example_runs_and_prints_what_it_says checks its output",
+    "Two commands on a fresh machine": "the test command is CI's, word for word "
+                                       "(test_ci_runs_the_readmes_test_command_word_for_word...), and both "
+                                       "venv steps run in test_the_two_commands_one_after_the_other_leave_one_working_venv",
+    "The docs": "tests/test_docs.py builds the site as this command does, with warnings as errors",
+}
+# Blocks that are not Python, by (page, section heading), or by page for all of its blocks -> why
+# they are not run here, and what checks them instead.
+NOT_RUN = {
+    ("docs/benchmarks.md", None): "the benchmarks' own commands, minutes each against real servers and peers "
+                                  "installed from PyPI, and their output; bench/run.py writes this page",
+    ("docs/explanation/architecture.md", "Layout"): "a directory tree; tests/test_imports.py holds its layers",
+    ("docs/reference/cli.md", "The command line"): "a synopsis; the reference below it is generated from the "
+                                                   "commands, and tests/test_cli.py runs them",
+    ("docs/reference/states.md", "The job state machine"): "a diagram; tests/test_storage_conformance.py "
+                                                           "drives every transition",
+    ("docs/howto/dashboard.md", "The dashboard and metrics"): "installs and serves until stopped; "
+                                                              "tests/test_web.py serves the dashboard",
+    ("docs/howto/django.md", "With Django"): "examples/django's commands; tests/test_examples_install.py runs them",
+    ("docs/howto/failover.md", "Failover (PostgreSQL)"): "a URL for the reader's servers; tests/test_failover.py "
+                                                         "connects with one of this form",
+    ("docs/howto/pgbouncer.md", "Behind PgBouncer"): "a URL for the reader's servers; tests/test_pgbouncer.py "
+                                                     "connects with one of this form",
+    ("docs/howto/why.md", "Why is my job not running?"): "what `leased why` prints for the reader's job; "
+                                                         "tests/test_why.py checks the text",
+    ("docs/reliability.md", "Behind PgBouncer"): "URLs and log lines of the reader's servers; "
+                                                 "tests/test_pgbouncer.py checks them",
+    ("docs/reliability.md", "Failover"): "a URL for the reader's servers; tests/test_failover.py connects with one",
+    ("docs/reliability.md", "Least privilege (PostgreSQL and MariaDB)"): "grants to the reader's roles; "
+                                                                         "tests/test_postgres_grants.py and "
+                                                                         "tests/test_mariadb_grants.py run them",
+    ("docs/tutorial.md", "Testing your handlers"): "the reader's pytest.ini; tests/test_testing.py sets the option",
 }
 
 
-def python_blocks() -> list[tuple[str, int, str]]:
-    """(section heading, line number, code) of every ```python block."""
-    blocks, heading = [], ""
-    lines = README.read_text().splitlines()
-    number = 0
-    while number < len(lines):
-        line = lines[number]
-        if line.startswith("#"):
-            heading = line.lstrip("#").strip()
-        if line.strip() == "```python":
-            end = lines.index("```", number + 1)
-            blocks.append((heading, number + 1, "\n".join(lines[number + 1:end]) + "\n"))
-            number = end
-        number += 1
+class Block(NamedTuple):
+    page: str  # relative to the repository: README.md, docs/howto/limits.md
+    heading: str  # the section it is in
+    line: int
+    language: str  # what follows the opening ```: python, sh, or "" for plain text
+    code: str
+
+
+def code_blocks() -> list[Block]:
+    """Every fenced block of the README and the docs pages; MyST directives (```{toctree}) are not code."""
+    blocks = []
+    for page in PAGES:
+        lines, heading, number = page.read_text().splitlines(), "", 0
+        while number < len(lines):
+            line = lines[number]
+            if line.startswith("#"):
+                heading = line.lstrip("#").strip()
+            if line.startswith("```"):
+                end = next(index for index in range(number + 1, len(lines)) if lines[index].startswith("```"))
+                language = line[3:].strip()
+                if not language.startswith("{"):
+                    code = "\n".join(lines[number + 1:end]) + "\n"
+                    blocks.append(Block(str(page.relative_to(ROOT)), heading, number + 1, language, code))
+                number = end
+            number += 1
     return blocks
 
 
-BLOCKS = python_blocks()
+ALL_BLOCKS = code_blocks()
+BLOCKS = [(block.heading, block.line, block.code) for block in ALL_BLOCKS if block.language == "python"]
+PAGE_OF = {block.heading: block.page for block in ALL_BLOCKS if block.language == "python"}
+
+
+def section_code(heading: str) -> str:
+    """The one ```python block of the section `heading`, on whichever page it is."""
+    (code,) = [code for block_heading, _, code in BLOCKS if block_heading == heading]
+    return code
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -71,14 +128,30 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_every_block_is_checked_by_someone():
-    headings = {heading for heading, _, _ in BLOCKS}
-    assert set(COMPILE_ONLY) | set(RUN_SEPARATELY) <= headings, "a listed section has no python block any more"
-    assert "Quick start" in headings
+    headings = {block.heading for block in ALL_BLOCKS}
+    assert set(COMPILE_ONLY) | set(RUN_SEPARATELY) <= headings, "a listed section has no code block any more"
+    assert "Quick start" in {heading for heading, _, _ in BLOCKS}
+    python_sections = [(block.page, block.heading) for block in ALL_BLOCKS if block.language == "python"]
+    assert len({heading for _, heading in python_sections}) == len(set(python_sections)), \
+        "two pages have a python block under the same heading: COMPILE_ONLY and RUN_SEPARATELY could not tell them apart"
 
 
-@pytest.mark.parametrize("heading, line, code", BLOCKS, ids=[f"line{line}" for _, line, _ in BLOCKS])
+def test_every_block_that_is_not_python_says_why_it_is_not_run_here():
+    unexplained = [f"{block.page}:{block.line} ({block.heading}, ```{block.language})" for block in ALL_BLOCKS
+                   if block.language != "python" and block.heading not in RUN_SEPARATELY
+                   and (block.page, block.heading) not in NOT_RUN and (block.page, None) not in NOT_RUN]
+    assert unexplained == [], "a code block neither runs nor says why: add it to NOT_RUN"
+
+
+def test_every_not_run_entry_still_has_its_block():
+    places = {(block.page, block.heading) for block in ALL_BLOCKS} | {(block.page, None) for block in ALL_BLOCKS}
+    assert [place for place in NOT_RUN if place not in places] == []
+
+
+@pytest.mark.parametrize("heading, line, code", BLOCKS,
+                         ids=[f"{PAGE_OF[heading]}:{line}" for heading, line, _ in BLOCKS])
 def test_readme_block_compiles_or_runs(heading, line, code, tmp_path):
-    compile(code, f"README.md:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    compile(code, f"{PAGE_OF[heading]}:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     if heading in COMPILE_ONLY or heading in RUN_SEPARATELY:
         return
     (tmp_path / "example.py").write_text(code)
@@ -86,12 +159,11 @@ def test_readme_block_compiles_or_runs(heading, line, code, tmp_path):
 
 
 def quick_start() -> str:
-    (code,) = [code for heading, _, code in BLOCKS if heading == "Quick start"]
-    return code
+    return section_code("Quick start")
 
 
 def test_workflow_example_runs_and_prints_what_it_says(tmp_path):
-    (code,) = [code for heading, _, code in BLOCKS if heading == "Workflows: steps that wait for other steps"]
+    code = section_code("Workflows: steps that wait for other steps")
     (tmp_path / "example.py").write_text(code)
     assert run([sys.executable, "example.py"], tmp_path).stdout.strip() == "succeeded 4 of 4 steps done"
 
@@ -103,8 +175,7 @@ def test_quick_start_runs_and_prints_what_it_says(tmp_path):
 
 
 def test_why_example_runs_and_prints_what_it_says(tmp_path):
-    section = README.read_text().split("### Why is my job not running?", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    code = section_code("Why is my job not running?")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -116,6 +187,7 @@ def test_importing_the_quick_start_enqueues_nothing(tmp_path):
     # What `leased worker myapp:app` and every other command do first: import the module.
     (tmp_path / "myapp.py").write_text(quick_start())
     run([sys.executable, "-c", "import myapp"], tmp_path)
+    run([*CLI, "migrate", "myapp:app"], tmp_path)  # the other commands refuse a SQLite file that is not there
     assert json.loads(run([*CLI, "jobs", "myapp:app", "--json"], tmp_path).stdout) == []
     run([sys.executable, "myapp.py"], tmp_path)
     assert len(json.loads(run([*CLI, "jobs", "myapp:app", "--json"], tmp_path).stdout)) == 2
@@ -143,7 +215,7 @@ def test_the_test_database_is_created_when_missing():
 
 
 def test_enqueue_in_your_own_transaction_runs_as_written(tmp_path):
-    (code,) = [code for heading, _, code in BLOCKS if heading == "In your own transaction"]
+    code = section_code("In your own transaction")
     (tmp_path / "example.py").write_text(code)
     result = run([sys.executable, "example.py"], tmp_path)
     assert result.stdout.splitlines() == ["pending"]
@@ -151,8 +223,7 @@ def test_enqueue_in_your_own_transaction_runs_as_written(tmp_path):
 
 def test_periodic_jobs_example_registers_and_ticks(tmp_path):
     """The example as written, with a worker that runs until its first schedule has been seen."""
-    section = README.read_text().split("### Periodic jobs", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    code = section_code("Periodic jobs")
     check = ("\nimport threading, time\nworker = app.worker(poll_interval=0.05)\n"
              "def stop_once_seen():\n"
              "    while any(s.last_tick_at is None for s in app.list_schedules()):\n"
@@ -169,19 +240,18 @@ def test_periodic_jobs_example_registers_and_ticks(tmp_path):
 
 
 def test_limits_example_runs_and_prints_what_it_says(tmp_path):
-    section = README.read_text().split("### Limits", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    code = section_code("Limits")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["{'api': QueueLimit(queue_name='api', concurrency=5, rate_limit=None)}"]
 
 
 @pytest.mark.parametrize("section, printed", [
-    ("### Pausing a queue", ["pending", "done"]),
-    ("### Retention: the table does not grow forever", ["{'done': 0, 'failed': 0, 'cancelled': 0}"]),
+    ("Pausing a queue", ["pending", "done"]),
+    ("Retention: the table does not grow forever", ["{'done': 0, 'failed': 0, 'cancelled': 0}"]),
 ])
 def test_pause_and_retention_examples_run(tmp_path, section, printed):
-    code = re.search(r"```python\n(.*?)```", README.read_text().split(section, 1)[1], re.DOTALL)[1]
+    code = section_code(section)
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == printed
@@ -190,7 +260,7 @@ def test_pause_and_retention_examples_run(tmp_path, section, printed):
 def test_the_idempotency_example_catches_the_handler_that_is_not(tmp_path):
     """The README's test module, run with pytest and leased's plugin: every mode catches the handler
     that is not idempotent, and passes the one that is."""
-    (code,) = [code for heading, _, code in BLOCKS if heading == "Testing your handlers"]
+    code = section_code("Testing your handlers")
     (tmp_path / "test_emails.py").write_text(code)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q",  # the plugin comes from the pytest11 entry point
                           "-p", "no:cacheprovider", "-p", "no:django",

@@ -67,3 +67,66 @@ def test_the_longest_names_are_kept_whole_on_every_database(app):
     job = app.task(name=name)(lambda: None).using(idempotency_key=key, max_attempts=2**31 - 1).enqueue()
     stored = app.get_job(job.id)
     assert (stored.task_name, stored.idempotency_key, stored.max_attempts) == (name, key, 2**31 - 1)
+
+
+@pytest.mark.parametrize("field, value", [("task_name", "t" * 300), ("queue_name", "q" * 300),
+                                          ("max_attempts", 2**40), ("priority", -2**40), ("idempotency_key", "k" * 300)])
+@pytest.mark.parametrize("count", [1, 3], ids=["one", "batch"])
+def test_the_store_writes_a_value_whole_or_not_at_all(database_url, field, value, count):
+    """Beneath the checks of names.py and tasks.py, no statement may change a value to fit: MariaDB's
+    INSERT IGNORE stored a value its column could not hold cut or clamped (and a batch's JSON_TABLE
+    did so even without IGNORE), while enqueue reported it stored whole. Whatever a database cannot
+    hold is an error with nothing written; what it can hold is stored as given."""
+    from leased.backends import connect
+    from leased.testing.conformance import new_job
+
+    backend = connect(database_url)
+    backend.migrate()
+    try:
+        jobs = [new_job(idempotency_key=f"key-{n}") for n in range(count)]
+        jobs[-1] = jobs[-1]._replace(**{field: value})
+        try:
+            created = backend.enqueue(jobs)
+        except Exception:  # the database's own error: the store is beneath the one-line checks
+            assert sum(backend.counts().values()) == 0
+        else:
+            stored = backend.get_job(created[-1][0].id)
+            assert getattr(stored, field) == value
+    finally:
+        backend.close()
+
+
+def test_a_step_name_derived_past_255_characters_is_refused_naming_the_step(app):
+    """A step without name= is named after its task, numbered from the second on (`<task>-2`); a
+    step added at run time is `<task>-1 of <job id>`. From a task name near 255 characters, the
+    derived names passed 255: MariaDB cut them, so two became equal and the workflow's enqueue was a
+    raw IntegrityError (its unique step names), and PostgreSQL and SQLite stored names no other
+    name may have. Now each is refused in one line naming the task and asking for name=."""
+    long_name = "t" * 254
+    task = app.task(name=long_name)(lambda: None)
+    workflow = app.workflow("w")
+    workflow.add(task)
+    with pytest.raises(ConfigurationError, match=r"step of task 'tttt.*name=") as refused:
+        workflow.add(task)
+    assert "\n" not in str(refused.value)
+    assert workflow.add(task, name="second").name == "second"
+    workflow.enqueue()
+    assert jobs_written(app) == 2
+
+
+def test_a_step_added_at_run_time_with_a_derived_name_past_255_characters_fails_its_adder(app):
+    from leased import JobStatus
+
+    long_name = "t" * 250
+    app.task(name=long_name)(lambda: None)
+
+    @app.task(name="adder", takes_context=True, max_attempts=1)
+    def adder(context):
+        context.workflow.add(app.tasks[long_name])
+
+    workflow = app.workflow("w")
+    workflow.add(adder)
+    workflow.enqueue()
+    app.run_until_empty()
+    (job,) = app.list_jobs()  # the adder alone: its step was not added
+    assert job.status is JobStatus.FAILED and "step of task" in job.last_error and "name=" in job.last_error, job.last_error

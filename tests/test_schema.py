@@ -6,7 +6,6 @@ import ast
 import importlib
 import inspect
 import re
-import sqlite3
 import subprocess
 import sys
 from dataclasses import replace
@@ -206,6 +205,22 @@ def test_without_the_schema_the_first_use_says_to_migrate(database_url, backend_
     assert app.migrate() == EVERY_VERSION  # what the message says to do; then the same app works
     assert app.counts() == {}
     app.close()
+
+
+def test_on_postgres_a_search_path_without_the_schema_is_named(backend_name, database_url):
+    from leased import SchemaNotReady
+
+    if backend_name != "postgres":
+        pytest.skip("a search path is PostgreSQL's")
+    elsewhere = database_url.replace("search_path%3D", "search_path%3Dnowhere_").replace("search_path=", "search_path=nowhere_")
+    assert elsewhere != database_url
+    app = Leased(elsewhere, migrate=False)
+    try:
+        with pytest.raises(SchemaNotReady, match=r"leased's schema is missing from PostgreSQL database '.*' on .* "
+                                                 r"with search_path 'nowhere_\w+': run `leased migrate APP`"):
+            app.counts()
+    finally:
+        app.close()
 
 
 def test_a_schema_dropped_under_a_running_app_is_not_an_outage_to_wait_out(app):

@@ -217,8 +217,9 @@ def test_job_page_shows_the_time_limit_and_the_timeout_outcome(app):
 
 
 def test_the_readme_example_runs_and_prints_what_it_says(tmp_path):
-    section = (Path(__file__).parent.parent / "README.md").read_text().split("### Time limits", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    from test_readme import section_code
+
+    code = section_code("Time limits")  # docs/howto/time-limits.md
     source = str(Path(__file__).parent.parent / "src")  # this checkout's leased, not an installed one
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,

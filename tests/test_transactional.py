@@ -12,7 +12,7 @@ from leased.jobs import JobStatus, Outcome
 from leased.testing import advance
 
 import connections
-from conftest import raw_rows, raw_scalar, raw_sql, running_worker, wait_for
+from conftest import raw_rows, raw_sql, running_worker, wait_for
 
 
 @pytest.fixture

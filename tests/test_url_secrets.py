@@ -45,6 +45,8 @@ def test_repr_of_the_backend_hides_the_password(url):
     "mariadb://ada:s3cret@db.example",  # no database named
     "postgresql://ada:pa%zz-s3cret@db.example/shop",  # a password libpq cannot decode
     "postgresql://ada:s3cret@[db.example/shop",  # a broken address
+    "mariadb://ada:s3cret@db.example:port/shop",  # a port that is not a number: a ValueError traceback
+    "mariadb://ada:s3cret@db.example:99999/shop",  # a port out of range
 ])
 def test_an_error_about_a_url_hides_its_password(url):
     with pytest.raises(ConfigurationError) as raised:

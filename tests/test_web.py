@@ -64,6 +64,14 @@ def client(app, jobs) -> TestClient:
     return TestClient(dashboard(app))
 
 
+def test_the_pages_name_the_app_in_the_commands_they_suggest(app, jobs):
+    named = TestClient(dashboard(app, command_app="shop.jobs:app"))  # as `leased dashboard shop.jobs:app` serves it
+    assert "<code>leased worker shop.jobs:app</code>" in named.get("/").text  # before: leased worker APP
+    page = named.get(f"/jobs/{jobs['pending'][0]}").text
+    assert "leased worker shop.jobs:app" in page and "leased worker APP" not in page
+    assert "<code>leased worker APP</code>" in TestClient(dashboard(app)).get("/").text  # mounted: no APP known
+
+
 def snapshot(app: Leased) -> list[tuple]:
     return [(job.id, job.status, job.attempt, job.run_after) for job in app.list_jobs(limit=1000)]
 

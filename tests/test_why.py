@@ -238,7 +238,7 @@ def test_a_reached_rate_limit_says_when_its_next_slot_opens(app):
     assert 1700 < full.data["next_slot_seconds"] <= 1800 and full.data["starts"] == 3
     assert "should_start" not in reasons(why)
 
-    sent, waiting = send.enqueue(), send.enqueue()
+    _sent, waiting = send.enqueue(), send.enqueue()
     claim_as(app, "w1", "send")
     full = reasons(app.why(waiting.id))["queue_rate_full"]
     assert full.message.startswith("The rate limit of queue mail (1/m) is reached: 1 start in the last 1m00s; the "
@@ -385,8 +385,8 @@ def test_a_failed_job_whose_handler_is_stuck_past_its_time_limit(app):
         f"{worker.id} still reports 1 stuck handler thread, each holding a slot until it returns: the handler does "
         f"not check context.cancelled.")
     assert retry.code == "retry"
-    assert busy.message == (f"Every live worker that can run it is busy ({worker.id} runs 0 of 1, and 1 slot held by "
-                            f"a handler thread stuck past its time limit): it waits for a free slot.")
+    assert busy.message == (f"Every live worker that can run it is busy ({worker.id} has no free slot: 0 jobs running, "
+                            f"1 held by a handler thread stuck past its time limit): it waits for a free slot.")
 
 
 # Finished.

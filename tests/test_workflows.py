@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from leased import ConfigurationError, Leased, PayloadError, PermanentError, TaskContext, WorkflowNotFound
+from leased import Backoff, ConfigurationError, Leased, PayloadError, PermanentError, TaskContext, WorkflowNotFound
 from leased.backends.ports import AttemptEnd, ClaimRequest
 from leased.jobs import JobStatus, Outcome
 from leased.runs import WorkflowStatus
@@ -169,6 +169,37 @@ def test_a_chain_takes_typed_handlers(app):
         "<p>a.io has three words</p>", {"url": "https://a.io ", "words": 3}, "https://a.io : 3"]
 
 
+def test_task_parameters_named_like_step_options_are_passable_and_a_collision_is_named(app):
+    """wf.add(greet, name="ada") took name= as the step's name and failed with "missing a required
+    argument: 'name'"; after= and when= likewise. kwargs= carries the task's keywords, beside the
+    step's own options, on the builder and at run time."""
+    @app.task(name="greet")
+    def greet(name: str, when: str = "now", after: int = 0) -> str:
+        return f"{name} {when} {after}"
+
+    @app.task(name="adder", takes_context=True)
+    def adder(context: TaskContext) -> int:
+        return context.workflow.add(greet, kwargs={"name": "bob", "after": 2}, name="bob-step")
+
+    for option, value in (("name", "ada"), ("when", "later"), ("after", [])):
+        with pytest.raises(ConfigurationError, match=f"{option}= is the step's {option}, and task 'greet' has a "
+                                                     f"parameter '{option}' too; pass the task's keyword arguments "
+                                                     "as kwargs="):
+            app.workflow("greetings").add(greet, **{option: value})
+    with pytest.raises(ConfigurationError, match="'tone' given both in kwargs= and as a keyword"):
+        app.workflow("greetings").add(greet, kwargs={"tone": "a"}, tone="b")
+    wf = app.workflow("greetings")
+    ada = wf.add(greet, kwargs={"name": "ada", "when": "today"}, name="ada-step")
+    wf.add(greet, "cy", kwargs={}, after=[ada], when="finished", name="cy-step")
+    wf.add(adder, after=[ada])
+    run = wf.enqueue()
+    app.run_until_empty()
+    steps = steps_of(app, run.id)
+    assert steps["ada-step"].result == "ada today 0"
+    assert steps["cy-step"].result == "cy now 0" and steps["cy-step"].run_when == "finished"
+    assert steps["bob-step"].result == "bob now 2" and steps["bob-step"].added_by == "adder"
+
+
 def test_a_batch_tells_its_last_step_how_many_succeeded_and_failed(app, tasks):
     wf = app.workflow("album")
     members, last = wf.batch(tasks["flaky"], [(False,), (True,), (False,)], then=tasks["summary"])
@@ -192,6 +223,73 @@ def test_steps_added_at_run_time_hold_back_the_steps_after_their_adder(app, task
     assert steps["merge"].result == sorted(["fan", *(step.name for step in added)])
     merge_started = app.get_job(steps["merge"].job_id).history[0].started_at
     assert all(merge_started >= app.get_job(step.job_id).finished_at for step in added)
+
+
+def test_steps_added_at_run_time_are_named_after_their_adder_and_old_names_still_resolve(app, tasks):
+    """Steps added at run time were named `add-1 of 15`, 15 being the adder's job id, and a cancel
+    read `parent add-14 of 17 failed`: "the 14th of 17". Now `plan/add-1`. A step that an attempt
+    on the earlier release added under the old name is the same step when the adder runs again on
+    this one (durable replays look it up by name), not a second."""
+
+    @app.task(name="broken", max_attempts=1)
+    def broken():
+        raise PermanentError("no")
+
+    @app.task(name="plan", takes_context=True)
+    def plan(context: TaskContext, n: int):
+        ids = [context.workflow.add(tasks["add"], i) for i in range(n)]
+        if n == 1:
+            ids.append(context.workflow.add(broken))
+            ids.append(context.workflow.add(tasks["add"], 9, after=[ids[-1]]))
+        return ids
+
+    wf = app.workflow("album")
+    planned = wf.add(plan, 2)
+    wf.add(tasks["merge"], after=[planned], name="publish")
+    run = wf.enqueue()
+    app.run_until_empty()
+    steps = steps_of(app, run.id)
+    assert sorted(steps) == ["plan", "plan/add-1", "plan/add-2", "publish"]
+    assert steps["publish"].result == ["plan", "plan/add-1", "plan/add-2"]
+
+    wf = app.workflow("album")
+    wf.add(plan.using(queue_name="upgrade"), 1)
+    old = wf.enqueue()
+    (claimed,) = app.backend.claim(ClaimRequest("w-old", ("plan",), ("upgrade",), 1))
+    from leased.runs import NewStep
+
+    # What the earlier release's attempt wrote, before its worker went away.
+    legacy = f"add-1 of {claimed.id}"
+    (legacy_id,) = app.backend.add_steps(claimed.lease, [NewStep(legacy, tasks["add"].using().new_job((0,), {}))]).values()
+    app.backend.finish([AttemptEnd(claimed.lease, Outcome.SHUTDOWN, retry_in_seconds=0, workflow_id=old.id)])
+    app.run_until_empty(queues=["default", "upgrade"])
+    steps = steps_of(app, old.id)
+    assert sorted(steps) == [legacy, "plan", "plan/add-2", "plan/broken-1"]
+    assert steps["plan"].result == [legacy_id, steps["plan/broken-1"].job_id, steps["plan/add-2"].job_id]
+    assert steps[legacy].status is JobStatus.DONE and steps["plan/broken-1"].status is JobStatus.FAILED
+    assert steps["plan/add-2"].last_error == "parent plan/broken-1 failed"
+
+
+def test_steps_an_attempt_added_before_it_raised_are_kept_and_run_once(app, tasks):
+    """As docs/howto/workflows.md says: the adds are written at once, so an attempt that then raises leaves
+    them in the run; its retry adds the same names and gets the same steps."""
+    attempts = []
+
+    @app.task(name="shaky_planner", takes_context=True, max_attempts=2, backoff=Backoff(base=0, jitter=0))
+    def shaky_planner(context: TaskContext):
+        added = context.workflow.add(tasks["add"], 1)
+        attempts.append(added)
+        if len(attempts) == 1:
+            raise RuntimeError("after the add")
+        return added
+
+    wf = app.workflow("kept")
+    wf.add(shaky_planner)
+    run = wf.enqueue()
+    app.run_until_empty()
+    steps = steps_of(app, run.id)
+    assert sorted(steps) == ["shaky_planner", "shaky_planner/add-1"] and attempts[0] == attempts[1]
+    assert steps["shaky_planner/add-1"].status is JobStatus.DONE and steps["shaky_planner"].attempt == 2
 
 
 def test_adding_the_same_steps_again_adds_nothing_and_a_lost_lease_adds_none(app, tasks):

@@ -10,7 +10,7 @@ concurrency limit, a job waiting on its key's limit, and a worker with a handler
 time limit. It then runs the dashboard (what `leased dashboard APP` serves) and photographs it at
 laptop (1280x800) and phone (390x844) widths.
 
-The README shows overview/jobs/failed-job; `--all` also takes the pages only reviewers look at
+docs/howto/dashboard.md shows the overview; the others are taken for reviewers; `--all` also takes the pages only reviewers look at
 (the Why panel of a job held by a limit, the Schedules page). `--keep DIR` keeps the database
 there, to point `leased dashboard --database sqlite:///DIR/shop.db` at it by hand.
 """

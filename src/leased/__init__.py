@@ -28,7 +28,8 @@ from leased.workflows import Run, Workflow
 __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseLocked",
     "DatabaseUnavailable", "Explanation", "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased",
-    "LeasedError", "Outcome", "OutcomeUnknown", "PayloadError", "Progress", "PermanentError", "Reason", "Retention", "SchemaNotReady", "Task",
-    "TaskContext", "WaitTimeout", "Run", "Workflow", "WorkflowInfo", "WorkflowNotFound", "WorkflowStatus",
+    "LeasedError", "Outcome", "OutcomeUnknown", "PayloadError", "Progress", "PermanentError", "Reason", "Retention",
+    "SchemaNotReady", "Task", "TaskContext", "WaitTimeout", "Run", "Workflow", "WorkflowInfo", "WorkflowNotFound",
+    "WorkflowStatus",
 ]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it (tool.hatch.version)

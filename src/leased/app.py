@@ -9,7 +9,7 @@ import time
 import weakref
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Callable, ParamSpec, TypeVar, overload
+from typing import Any, Callable, Concatenate, Literal, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from leased.admin import WORKER_SILENT_AFTER, OldTransaction, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect, parse_database_url
@@ -18,6 +18,7 @@ from leased.backends.urls import redacted
 from leased.backoff import Backoff
 from leased.counts import JobCounts
 from leased.engine.children import Children, check_per_child
+from leased.engine.context import TaskContext
 from leased.engine.pruner import Pruner, count_prunable, older_than_rules, prune, prune_rules
 from leased.engine.retrying import retry_delay
 from leased.engine.worker import Worker, WorkerStats
@@ -34,7 +35,7 @@ from leased.retention import Retention, app_retention, period
 from leased.runs import Enqueued, NewWorkflow, WorkflowInfo
 from leased.schedules import Schedule, ScheduleInfo, describe_schedules, make_schedule, tick_handler
 from leased.suggest import did_you_mean
-from leased.tasks import _UNSET, Task, check_queue_name
+from leased.tasks import _UNSET, ContextTask, Isolation, Task, check_queue_name
 from leased.waiting import JobEndSignals, JobWait
 from leased.workflows import Workflow
 
@@ -42,6 +43,26 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_DATABASE_URL = "sqlite:///leased.db"
+
+
+class TaskOptions(TypedDict, total=False):
+    """@app.task's options besides takes_context, for its overloads: see Leased.task."""
+
+    name: str | None
+    queue_name: str
+    priority: int
+    max_attempts: int
+    lease: float | timedelta | str
+    backoff: Backoff | None
+    timeout: float | timedelta | str | None
+    concurrency: int | None
+    concurrency_key: str | Callable[..., str] | None
+    rate_limit: str | None
+    retention: Retention | dict[str, Any] | None
+    transactional: bool
+    isolation: Isolation
+    max_crashes: int
+
 
 class Leased:
     """Jobs in your database. `Leased()` uses $LEASED_DATABASE_URL, else sqlite:///leased.db.
@@ -58,7 +79,7 @@ class Leased:
         parse_database_url(self.database_url)  # a malformed URL fails here, not at the first use
         self.auto_migrate = migrate
         self.max_payload_bytes = max_payload_bytes
-        self.tasks: dict[str, Task] = {}
+        self.tasks: dict[str, Task[..., Any]] = {}
         self.schedules: dict[str, Schedule] = {}  # periodic tasks, by task name
         self._backend: Backend | None = None
         self._lock = threading.Lock()
@@ -117,21 +138,32 @@ class Leased:
                 self._backend.close()
                 self._backend = None
 
-    # Tasks.
+    # Tasks. The overloads tell a type checker what a decorated handler becomes: enqueue() takes
+    # the handler's parameters, less the context that a takes_context=True handler receives first.
     @overload
     def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
-    def task(self, *, name: str | None = None, queue_name: str = "default", priority: int = 0,
-             max_attempts: int = 3, lease: float | timedelta = 30.0, backoff: Backoff | None = None,
-             takes_context: bool = False, timeout: float | timedelta | None = None,
-             concurrency: int | None = None, concurrency_key: str | Callable[..., str] | None = None,
-             rate_limit: str | None = None, retention: Retention | dict[str, Any] | None = ...,
-             transactional: bool = False, isolation: str = "thread") -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    def task(self, *, takes_context: Literal[True], **options: Unpack[TaskOptions]
+             ) -> Callable[[Callable[Concatenate[TaskContext, P], R]], ContextTask[P, R]]: ...
 
-    def task(self, func=None, /, *, name=None, queue_name="default", priority=0, max_attempts=3, lease=30.0,
-             backoff=None, takes_context=False, timeout=None, concurrency=None, concurrency_key=None,
-             rate_limit=None, retention=_UNSET, transactional=False, isolation="thread"):
+    @overload
+    def task(self, *, takes_context: Literal[False] = False, **options: Unpack[TaskOptions]
+             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    @overload  # takes_context known only at run time: the checker cannot tell which parameters enqueue() takes
+    def task(self, *, takes_context: bool, **options: Unpack[TaskOptions]
+             ) -> Callable[[Callable[..., R]], Task[..., R]]: ...
+
+    # `func` is positional-only in the overloads alone: mypy refuses an implementation that is both
+    # positional-only and overloaded with **Unpack (it says the implementation accepts too little).
+    def task(self, func: Callable[..., Any] | None = None, *, name: str | None = None,
+             queue_name: str = "default", priority: int = 0, max_attempts: int = 3,
+             lease: float | timedelta | str = 30.0, backoff: Backoff | None = None, takes_context: bool = False,
+             timeout: float | timedelta | str | None = None, concurrency: int | None = None,
+             concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
+             retention: Retention | dict[str, Any] | None = _UNSET, transactional: bool = False,
+             isolation: Isolation = "thread", max_crashes: int = 2) -> Any:
         """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors.
 
         `timeout` limits each attempt (seconds or a timedelta; None: no limit): an async handler is
@@ -145,18 +177,23 @@ class Leased:
         worker still holds the job's lease: its writes to this database happen once.
         `isolation="process"` runs each attempt of a sync handler in a child process of the
         worker's, which its time limit, a lost lease or a cancel stops (SIGTERM, then SIGKILL), and
-        whose death ends the attempt as `crashed`; the handler must be defined at a module's top level."""
+        whose death ends the attempt as `crashed`; the handler must be defined at a module's top level.
+        `max_crashes` (default 2): after that many attempts ended by their process dying (a
+        segfault, the OOM killer, a killed worker), the job is failed as a poison job
+        ("quarantined after N crashes") instead of being retried up to max_attempts."""
 
-        def register(function: Callable[P, R]) -> Task[P, R]:
+        def register(function: Callable[..., Any]) -> Task[..., Any]:
             task_name = check_name(f"{function.__module__}.{function.__qualname__}" if name is None else name,
                                    "task name")
             if task_name in self.tasks and self.tasks[task_name].func is not function:
                 raise ConfigurationError(f"two handlers registered as task {task_name!r}; give one another name=")
-            task = Task(self, function, name=task_name, queue_name=queue_name, priority=priority,
-                        max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
-                        takes_context=takes_context, timeout=timeout, concurrency=concurrency,
-                        concurrency_key=concurrency_key, rate_limit=rate_limit,
-                        retention=retention, transactional=transactional, isolation=isolation)
+            task_class: type[Task[..., Any]] = ContextTask if takes_context else Task
+            task = task_class(self, function, name=task_name, queue_name=queue_name, priority=priority,
+                              max_attempts=max_attempts, lease=lease, backoff=backoff or Backoff(),
+                              takes_context=takes_context, timeout=timeout, concurrency=concurrency,
+                              concurrency_key=concurrency_key, rate_limit=rate_limit,
+                              retention=retention, transactional=transactional, isolation=isolation,
+                              max_crashes=max_crashes)
             self.tasks[task_name] = task
             return task
 
@@ -178,7 +215,8 @@ class Leased:
                                    "task name")
             schedule = make_schedule(task_name, cron, every, timezone, catch_up, catch_up_limit, overlap)
             handler = tick_handler(function, schedule, leading=1 if task_options.get("takes_context") else 0)
-            task = self.task(name=task_name, **task_options)(handler)
+            register_task: Callable[[Callable[..., Any]], Task[..., Any]] = self.task(name=task_name, **task_options)
+            task = register_task(handler)
             self.schedules[task_name] = replace(schedule, task=task)
             return task
 
@@ -189,7 +227,7 @@ class Leased:
         now, states = self.backend.schedule_states()
         return describe_schedules(self.schedules, now, states)
 
-    def get_task(self, name: str) -> Task:
+    def get_task(self, name: str) -> Task[..., Any]:
         try:
             return self.tasks[name]
         except KeyError:
@@ -403,10 +441,13 @@ class Leased:
         worker = Worker(self.backend, self.tasks, concurrency=concurrency, queues=queues,
                         poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
                         max_payload_bytes=self.max_payload_bytes, events=self.events, push=push,
-                        schedules=tuple(self.schedules.values()),
-                        children=Children(max_tasks_per_child=check_per_child("max_tasks_per_child", max_tasks_per_child),
-                                          max_memory_per_child=check_per_child("max_memory_per_child",
-                                                                               max_memory_per_child)),
+                        # A Schedule is a ScheduledTicks; mypy disagrees only because backends/ports.py's
+                        # TickSource declares `expression` and `skip_overlap` as writable attributes where
+                        # Schedule has read-only properties (ports.py is the fix, outside this change).
+                        schedules=tuple(self.schedules.values()),  # type: ignore[arg-type]
+                        children=Children(
+                            max_tasks_per_child=check_per_child("max_tasks_per_child", max_tasks_per_child),
+                            max_memory_per_child=check_per_child("max_memory_per_child", max_memory_per_child)),
                         pruner=Pruner(self.backend, rules) if prune and (rules := self._prune_rules()) else None)
         self._workers.add(worker)
         return worker
@@ -452,7 +493,7 @@ class Leased:
         finally:
             waiting.abandon()
 
-    # Pausing queues, and retention (see README: "Pausing a queue", "Retention").
+    # Pausing queues, and retention (see docs/howto/pausing.md and docs/howto/retention.md).
     def pause(self, queue_name: str, *, force: bool = False) -> bool:
         """Stop every worker claiming the queue's jobs (running ones finish; enqueue still works).
         False if it was paused already. An unknown queue is an error unless `force=True`."""
@@ -471,18 +512,18 @@ class Leased:
     def paused_queues(self) -> list[str]:
         return list(self.backend.paused_queues())
 
-    def check_known_queue(self, queue_name: str, verb: str) -> None:
+    def check_known_queue(self, queue_name: str, verb: str, *, force_option: str = "force=True") -> None:
         """Refuse to `verb` ("pause", "resume", "limit") a queue that no task or job of this app
         uses, most likely a typo; pause(force=True) and `leased limit --force` skip this check,
         while nothing can resume such a queue, since it was never paused. (app.limit() does not
-        check: it is called at start-up, before the tasks of a queue may be registered.)"""
+        check: it is called at start-up, before the tasks of a queue may be registered.)
+        `force_option` is how the caller's user skips the check: force=True in Python, --force on
+        the command line."""
         check_queue_name(queue_name)
         known = self.known_queue_names()
         if queue_name not in known:
             listed = ", ".join(sorted(known)) or "none yet"
-            fix = {"resume": "so it is not paused",
-                   "pause": "to pause it before its first job, use force=True (--force)"}.get(
-                verb, f"to {verb} it before its first job, use --force")
+            fix = "so it is not paused" if verb == "resume" else f"to {verb} it before its first job, use {force_option}"
             raise ConfigurationError(f"unknown queue {queue_name!r}{did_you_mean(queue_name, known)}: no task or job "
                                      f"uses it (known queues: {listed}); {fix}")
 
@@ -494,10 +535,8 @@ class Leased:
     def prune(self, *, older_than: timedelta | float | str | None = None, dry_run: bool = False) -> dict[str, int]:
         """Delete finished jobs past their retention now (or every finished job older than
         `older_than`), with their attempts; returns how many per status (with `dry_run`: would)."""
-        if older_than is not None:
-            rules = older_than_rules(period(older_than, "older_than").total_seconds())
-        else:
-            rules = self._prune_rules()
+        age = None if older_than is None else period(older_than, "older_than")
+        rules = self._prune_rules() if age is None else older_than_rules(age.total_seconds())
         if dry_run:
             return count_prunable(self.backend, rules)
         deleted = prune(self.backend, rules)
@@ -506,7 +545,8 @@ class Leased:
         return deleted
 
     def _prune_rules(self) -> list[PruneRule]:
-        return prune_rules(self.retention, {name: task.retention for name, task in self.tasks.items() if task.retention})
+        by_task = {name: task.retention for name, task in self.tasks.items() if task.retention}
+        return prune_rules(self.retention, by_task)
 
 
 def _job_status(value: JobStatus | str) -> JobStatus:

@@ -1,5 +1,9 @@
 """Every error leased raises on purpose derives from LeasedError."""
 
+from __future__ import annotations
+
+from leased.jobs import Job
+
 
 class LeasedError(Exception):
     """Base class of leased's own errors."""
@@ -88,7 +92,7 @@ class PermanentError(Exception):
 class WaitTimeout(LeasedError, TimeoutError):
     """app.wait() gave up: the job had not ended within the timeout. `job` is how it was last seen."""
 
-    def __init__(self, job, timeout: float):
+    def __init__(self, job: Job, timeout: float):
         super().__init__(f"job {job.id} ({job.task_name}) had not ended after {timeout:g} s: it is {job.status}, "
                          f"attempt {job.attempt} of {job.max_attempts}")
         self.job = job

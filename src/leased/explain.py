@@ -43,18 +43,22 @@ DEFAULT_POLL_INTERVAL = 1.0  # Leased.worker's default; a worker's own setting i
 
 @dataclass(frozen=True, slots=True)
 class Reason:
-    code: str  # stable, for scripts: e.g. "no_worker_for_queue"
-    message: str  # one plain sentence
-    data: dict[str, Any] = field(default_factory=dict)  # the facts it rests on; times are UTC datetimes
+    """One reason a job is where it is, from `app.why()`."""
+
+    code: str  #: stable, for scripts: e.g. "no_worker_for_queue"
+    message: str  #: one plain sentence
+    data: dict[str, Any] = field(default_factory=dict)  #: the facts it rests on; times are UTC datetimes
 
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
+    """Why a job is where it is: `app.why(job_id)`, and `leased why`."""
+
     job_id: int
     status: JobStatus
-    summary: str  # "Job 42 (charge on queue billing) is pending."
+    summary: str  #: "Job 42 (charge on queue billing) is pending."
     reasons: tuple[Reason, ...]
-    checked_at: datetime  # the database's clock when the facts were read
+    checked_at: datetime  #: the database's clock when the facts were read
 
     @property
     def text(self) -> str:
@@ -117,8 +121,10 @@ def _resumes_after(job: Job, names: Sequence[str]) -> Reason:
     listed = ", ".join(repr(name) for name in names[:WAITING_NAMED]) + (
         f" and {len(names) - WAITING_NAMED} more" if len(names) > WAITING_NAMED else "")
     attempt = "Its next attempt resumes" if job.status is JobStatus.PENDING else "This attempt resumed"
-    return Reason("resumes_after_step", f"{attempt} after step {names[-1]!r}: {_count(len(names), 'step')} recorded "
-                                        f"({listed}) do not run again.", {"recorded_steps": list(names)})
+    recorded = (f"step {names[0]!r} is recorded, so it does not run again" if len(names) == 1
+                else f"its {len(names)} recorded steps ({listed}) do not run again")
+    return Reason("resumes_after_step", f"{attempt} after step {names[-1]!r}: {recorded}.",
+                  {"recorded_steps": list(names)})
 
 
 _IS = {JobStatus.PENDING: "is pending", JobStatus.RUNNING: "is running", JobStatus.DONE: "is done",
@@ -444,7 +450,7 @@ def _workers_busy(facts: JobFacts) -> list[Reason]:
     able = _able(facts)
     if not _is_due(facts) or not able or any(_slots_taken(worker) < worker.concurrency for worker in able):
         return []
-    busy = ", ".join(f"{w.id} runs {w.running} of {w.concurrency}{_stuck_note(w)}" for w in able)
+    busy = ", ".join(_busy_worker(w) for w in able)
     return [Reason("workers_busy", f"Every live worker that can run it is busy ({busy}): it waits for a free slot.",
                    {"workers": {w.id: {"running": w.running, "concurrency": w.concurrency,
                                        "stuck_handlers": w.stuck_handlers} for w in able}})]
@@ -455,13 +461,15 @@ def _slots_taken(worker: WorkerInfo) -> int:
     return worker.running + worker.stuck_handlers
 
 
-def _stuck_note(worker: WorkerInfo) -> str:
+def _busy_worker(worker: WorkerInfo) -> str:
+    """A busy worker's slots: "w1 runs 2 of 2", or, when stuck handlers hold some (so that "runs 0
+    of 2" would read as idle), "w1 has no free slot: 0 jobs running, 2 held by ..."."""
     stuck = worker.stuck_handlers
     if not stuck:
-        return ""
-    held = ("1 slot held by a handler thread stuck past its time limit" if stuck == 1
-            else f"{stuck} slots held by handler threads stuck past their time limit")
-    return f", and {held}"
+        return f"{worker.id} runs {worker.running} of {worker.concurrency}"
+    held = ("1 held by a handler thread stuck past its time limit" if stuck == 1
+            else f"{stuck} held by handler threads stuck past their time limit")
+    return f"{worker.id} has no free slot: {_count(worker.running, 'job')} running, {held}"
 
 
 def _jobs_ahead(facts: JobFacts) -> list[Reason]:
@@ -645,6 +653,8 @@ def _why_failed(job: Job) -> Reason:
     data: dict[str, Any] = {"attempt": job.attempt, "max_attempts": job.max_attempts, "finished_at": job.finished_at,
                             "last_error": job.last_error}
     at = f"attempt {job.attempt} of {job.max_attempts}"
+    if job.quarantined:
+        return _quarantined(job, data)
     if last is not None and last.outcome is Outcome.TIMEOUT:
         data.update(outcome=last.outcome.value, timeout_seconds=job.timeout_seconds)
         limit = f"the time limit of {_time_limit(job)}"
@@ -653,7 +663,9 @@ def _why_failed(job: Job) -> Reason:
         return Reason("time_limit_hit", f"{_upper_first(at)} hit {limit} and was not retried.", data)
     if last is not None and last.outcome is Outcome.CRASHED:
         data.update(outcome=last.outcome.value, error_message=last.error_message)
-        return Reason("crashed", f"Its handler's child process died at {at}: {last.error_message}. A segfault or the "
+        # An isolated handler's child records its death as ChildProcessDied; a worker's has no type.
+        whose = "handler's child" if last.error_type == "ChildProcessDied" else "worker"
+        return Reason("crashed", f"Its {whose} process died at {at}: {last.error_message}. A segfault or the "
                                  "OOM killer is the usual cause (`dmesg` says which); retry it from the job's page "
                                  "or with `leased retry`.", data)
     if last is None or last.outcome not in (Outcome.ERROR, Outcome.EXPIRED):
@@ -677,6 +689,22 @@ def _why_failed(job: Job) -> Reason:
         return Reason("attempts_exhausted", f"It used {_all_attempts(job)} failed with {_error(last)}.", data)
     return Reason("not_retried", f"{_upper_first(at)} failed with {_error(last)} and was not retried (an exception "
                                  f"derived from PermanentError fails a job at once).", data)
+
+
+def _quarantined(job: Job, data: dict[str, Any]) -> Reason:
+    """A poison job: read from its stored count (job.crashes) and its attempts' outcomes, each
+    crash with the signal or exit status its record names."""
+    crashes = [attempt for attempt in job.history if attempt.outcome is Outcome.CRASHED]
+    data.update(crashes=job.crashes, max_crashes=job.max_crashes,
+                crashed_attempts=[{"attempt": attempt.number, "worker_id": attempt.worker_id,
+                                   "error_message": attempt.error_message} for attempt in crashes])
+    each = "; ".join(f"attempt {attempt.number}: {attempt.error_message}" for attempt in crashes)
+    return Reason("quarantined", f"It was quarantined after {job.crashes} crash{'' if job.crashes == 1 else 'es'} (its task's max_crashes is "
+                                 f"{job.max_crashes}): a poison job, whose attempts kill the process that runs them, "
+                                 f"is failed rather than retried up to its {job.max_attempts} attempts"
+                                 f"{' (' + each + ')' if each else ''}. A segfault in a C extension, the OOM killer "
+                                 "or os._exit is the usual cause (`dmesg` says which); a retry allows one more crash.",
+                  data)
 
 
 def _all_attempts(job: Job) -> str:

@@ -4,6 +4,8 @@ stack names it: the claims just get slower."""
 
 from __future__ import annotations
 
+import re
+
 from leased.durations import format_duration
 from leased.errors import ConfigurationError
 from leased.admin import OldTransaction
@@ -11,6 +13,24 @@ from leased.admin import OldTransaction
 # A session is named once its transaction has been open this long: many leases' worth, longer than
 # any of leased's own transactions (a claim, a finish batch, a prune batch) takes.
 OLD_TRANSACTION_AFTER = 60.0  # seconds; Leased(old_transaction_after=...) changes it
+
+
+# A SQL statement's literals: E'' strings (backslash escapes), other quoted strings (B'', X'', N'',
+# U&''), dollar-quoted strings, and numbers not part of a name or a $1 parameter. A literal cut off
+# by the server's track_activity_query_size runs to the end.
+_LITERAL = re.compile(r"""
+    (?<!\w)[Ee]'(?:[^'\\]|''|\\.)*(?:'|$)
+  | (?:(?<!\w)(?:[BbXxNn]|[Uu]&))?'(?:[^']|'')*(?:'|$)
+  | \$(?P<tag>[A-Za-z_]\w*|)\$.*?(?:\$(?P=tag)\$|$)
+  | (?<![\w$.])\d+(?:\.\d*)?(?:[eE][-+]?\d+)?
+""", re.VERBOSE | re.DOTALL)
+
+
+def without_literals(statement: str) -> str:
+    """Another session's statement with each literal a `?`: its shape tells an operator whose it is,
+    and its values (a password in ALTER ROLE, a customer's data in an INSERT) are not leased's to
+    show to whoever can read `leased why` or the dashboard."""
+    return _LITERAL.sub("?", statement)
 
 
 def who(old: OldTransaction) -> str:

@@ -14,12 +14,14 @@ from typing import Any, Callable, NamedTuple
 
 
 class JobStatus(StrEnum):
+    """Where a job is: see the job state machine in the docs (reference/states)."""
+
     PENDING = "pending"
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    WAITING = "waiting"  # a workflow's step whose parents have not all ended: nobody claims it yet
+    WAITING = "waiting"  #: a workflow's step whose parents have not all ended: nobody claims it yet
 
 
 class NewJob(NamedTuple):
@@ -49,6 +51,7 @@ class NewJob(NamedTuple):
     status: str = "pending"
     workflow_id: int | None = None
     isolation: str | None = None  # 'thread' or 'process', chosen for this job (Task.using); None: its task's
+    max_crashes: int = 2  # attempts ended by a process's death before the job is quarantined (failed)
     # The W3C trace context of the span that enqueued it (leased.tracing), as JSON; None: untraced.
     trace_context: str | None = None
 
@@ -58,12 +61,35 @@ class Outcome(StrEnum):
 
     DONE = "done"
     ERROR = "error"
-    LEASE_LOST = "lease_lost"  # the worker found its lease gone and abandoned the attempt
-    EXPIRED = "expired"  # the worker stopped renewing (crashed, stalled, partitioned)
-    CANCELLED = "cancelled"  # a user cancelled the job while it ran
-    SHUTDOWN = "shutdown"  # the worker shut down and released the job
-    TIMEOUT = "timeout"  # the handler ran past the job's time limit
-    CRASHED = "crashed"  # a process-isolated handler's child died (a signal, the OOM killer, os._exit)
+    LEASE_LOST = "lease_lost"  #: the worker found its lease gone and abandoned the attempt
+    EXPIRED = "expired"  #: the worker stopped renewing (crashed, stalled, partitioned)
+    CANCELLED = "cancelled"  #: a user cancelled the job while it ran
+    SHUTDOWN = "shutdown"  #: the worker shut down and released the job
+    TIMEOUT = "timeout"  #: the handler ran past the job's time limit
+    #: The attempt's process died: a process-isolated handler's child (a signal, the OOM killer,
+    #: os._exit), or its worker (the supervisor saw it die, or its lease expired with the worker gone).
+    CRASHED = "crashed"
+
+
+def quarantined_error(crashes: int, message: str) -> str:
+    """A poison job's last error: the crash that reached its max_crashes, and how many there were.
+    (PostgreSQL's fused reclaim writes the same words in SQL.)"""
+    return f"quarantined after {crashes} crash{'' if crashes == 1 else 'es'}: {message}"
+
+
+def worker_gone_error(worker_id: str, silent_after: float) -> str:
+    """Why an attempt whose lease expired with its worker gone (silent, or seen to die) counts as a crash."""
+    return f"lease expired: worker {worker_id} is gone (silent for over {silent_after:g}s): its process died"
+
+
+def worker_died_error(worker_id: str, how: str) -> str:
+    """Why an attempt whose worker its supervisor saw die (`how`: "killed by SIGKILL", "exited with
+    status 3") counts as a crash."""
+    return f"worker {worker_id} died: {how} (seen by its supervisor)"
+
+
+def worker_stalled_error(worker_id: str) -> str:
+    return f"lease expired: worker {worker_id} stopped renewing it (crashed, stalled or cut off)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +137,21 @@ class Progress:
 
     @classmethod
     def from_json(cls, text: str | None) -> Progress | None:
-        """The stored column as a Progress (None where no attempt reported any)."""
+        """The stored column as a Progress (None where no attempt reported any). A column that
+        another program wrote and that does not read as one is no report either: progress is
+        advisory, and a reader (the job list, `leased show`, the dashboard, a finish) must not fail
+        on it."""
         if text is None:
             return None
-        value = json.loads(text) if isinstance(text, (str, bytes)) else text
-        return cls(value["done"], value.get("total"), value.get("note"), value.get("attempt", 0))
+        try:
+            value = json.loads(text) if isinstance(text, (str, bytes)) else text
+            done, total, note, attempt = value["done"], value.get("total"), value.get("note"), value.get("attempt", 0)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None
+        numbers = isinstance(done, (int, float)) and (total is None or isinstance(total, (int, float)))
+        if not numbers or not (note is None or isinstance(note, str)) or type(attempt) is not int:
+            return None
+        return cls(done, total, note, attempt)
 
 
 def _number(value: float) -> str:
@@ -129,11 +165,11 @@ class Attempt:
     worker_id: str
     started_at: datetime
     finished_at: datetime | None
-    outcome: Outcome | None  # None while the attempt runs
+    outcome: Outcome | None  #: None while the attempt runs
     error_type: str | None = None
     error_message: str | None = None
     traceback: str | None = None
-    progress: Progress | None = None  # how far it got, as its handler last said
+    progress: Progress | None = None  #: how far it got, as its handler last said
 
     @property
     def duration(self) -> timedelta | None:
@@ -196,12 +232,14 @@ class Job:
     result: Any = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
-    timeout_seconds: float | None = None  # the handler's time limit per attempt; None: no limit
+    timeout_seconds: float | None = None  #: the handler's time limit per attempt; None: no limit
     history: tuple[Attempt, ...] = field(default=())
-    concurrency_key: str | None = None  # the key whose limit this job waits on and counts against
-    workflow_id: int | None = None  # the workflow this job is a step of (leased.workflows), or None
-    progress: Progress | None = None  # how far its latest attempt to report any got (TaskContext.progress)
-    isolation: str | None = None  # 'thread' or 'process' if its enqueue chose (Task.using); None: its task's
+    concurrency_key: str | None = None  #: the key whose limit this job waits on and counts against
+    workflow_id: int | None = None  #: the workflow this job is a step of (leased.workflows), or None
+    progress: Progress | None = None  #: how far its latest attempt to report any got (TaskContext.progress)
+    isolation: str | None = None  #: 'thread' or 'process' if its enqueue chose (Task.using); None: its task's
+    crashes: int = 0  #: its attempts that ended because their process died (outcome crashed)
+    max_crashes: int = 2  #: crashes after which it is quarantined: ended failed, not retried
     created: bool | None = field(default=None, compare=False)
 
     @property
@@ -209,6 +247,12 @@ class Job:
         if self.lease_owner is None:
             raise ValueError(f"job {self.id} is not leased (status {self.status})")
         return Lease(self.id, self.attempt, self.lease_owner)
+
+    @property
+    def quarantined(self) -> bool:
+        """A poison job: it failed because its attempts kept killing their process (max_crashes
+        of them), not for its attempts running out."""
+        return self.status == JobStatus.FAILED and self.crashes >= self.max_crashes
 
     @property
     def is_finished(self) -> bool:
@@ -222,14 +266,16 @@ class Job:
         history keeps every attempt's error."""
         if self.status == JobStatus.FAILED:
             return self.last_error
-        if self.status == JobStatus.PENDING and self.attempt > 0 or self.status == JobStatus.RUNNING and self.attempt > 1:
+        if (self.status == JobStatus.PENDING and self.attempt > 0
+                or self.status == JobStatus.RUNNING and self.attempt > 1):
             return self.last_error
         return None
 
 
 def _as_job(draft: Any) -> Job:
     draft.__class__ = Job
-    return draft
+    job: Job = draft  # the same object, a Job now (see JobDraft below)
+    return job
 
 
 # A frozen dataclass is slow to build: its __init__ sets each field through object.__setattr__,
@@ -249,8 +295,8 @@ class ClaimedJob:
     more than running a no-op job."""
 
     __slots__ = ("id", "task_name", "queue_name", "args", "kwargs", "attempt", "max_attempts", "lease_seconds",
-                 "timeout_seconds", "workflow_id", "isolation", "trace_context", "lease", "lease_from", "unreadable",
-                 "_build", "_job")
+                 "timeout_seconds", "workflow_id", "isolation", "crashes", "max_crashes", "trace_context", "lease",
+                 "lease_from", "unreadable", "_build", "_job")
 
     def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job],
                  unreadable: str | None = None):
@@ -265,6 +311,8 @@ class ClaimedJob:
         self.timeout_seconds: float | None = row["timeout_seconds"]  # the handler's time limit; None: no limit
         self.workflow_id: int | None = row["workflow_id"]  # its workflow, whose steps its end may release
         self.isolation: str | None = row["isolation"]  # chosen by its enqueue (Task.using); None: its task's
+        self.crashes: int = row["crashes"]  # its earlier attempts' crashes; this attempt's, if it crashes, comes on top
+        self.max_crashes: int = row["max_crashes"]
         self.trace_context: str | None = row["trace_context"]  # its enqueue's span (leased.tracing); None: untraced
         self.lease = Lease(self.id, self.attempt, row["lease_owner"])
         # When the claim statement was sent (time.monotonic()), if the backend knows: the lease runs

@@ -4,7 +4,7 @@ Two registries, because they come from different places:
 - database_registry(app): jobs by queue and status (some estimated, see leased.counts; a
   workflow's steps that wait for their parents are status "waiting"), the wait of the oldest due
   job, paused queues, live workers, each schedule's last success and skipped ticks, the queues'
-  limits, the latest workflow runs by status,
+  limits, the latest workflow runs by status, poison jobs quarantined among the latest failed,
   read from the database on every scrape (the dashboard serves it on /metrics);
 - worker_registry(events): attempts by task and outcome, a histogram of run time, and handlers
   stuck past their time limit, counted from the events of the workers in this process
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from leased.app import Leased
 
 RECENT_WORKFLOWS = 1000  # leased_recent_workflows counts the latest this many runs
+RECENT_FAILED = 10_000  # leased_jobs_quarantined counts among the latest this many failed jobs
 RUN_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
@@ -73,6 +74,17 @@ class DatabaseCollector:
         yield from (jobs, estimated, oldest, paused, workers, *_limit_gauges(overview.queues))
         yield from self._schedules()
         yield self._workflows()
+        yield self._quarantined()
+
+    def _quarantined(self) -> Metric:
+        """Poison jobs: alert on any rise. Bounded as _workflows is."""
+        quarantined = GaugeMetricFamily("leased_jobs_quarantined",
+                                        f"Poison jobs by queue: failed because max_crashes of their attempts killed "
+                                        f"their process (a segfault, the OOM killer, os._exit), counted over the "
+                                        f"latest {RECENT_FAILED:,} failed jobs only.", labels=["queue"])
+        for queue_name, count in sorted(self.app.backend.recent_quarantined(RECENT_FAILED).items()):
+            quarantined.add_metric([queue_name], count)
+        return quarantined
 
     def _workflows(self) -> Metric:
         """Runs by status over the latest RECENT_WORKFLOWS only: one bounded read per scrape, whatever

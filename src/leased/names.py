@@ -44,6 +44,28 @@ def check_name(value: Any, field: str) -> str:
     """`value` if it may be a `field` (e.g. "task name", "idempotency_key"), else ConfigurationError."""
     problem = name_problem(value)
     if problem is not None:
-        shown = repr(value) if not isinstance(value, str) or len(value) <= 60 else repr(value[:60]) + "..."
-        raise ConfigurationError(f"invalid {field} {shown}: {problem}; use 1-{MAX_NAME} printable characters")
+        raise ConfigurationError(f"invalid {field} {shown(value)}: {problem}; use 1-{MAX_NAME} printable characters")
     return value
+
+
+def check_derived_name(value: str, field: str, source: str) -> str:
+    """`value`, a `field` leased made from a user's name `source` (a step named after its task and a
+    number), if it may be one; else ConfigurationError naming the source and asking for a name of
+    the user's own: a derived name past 255 characters was cut by MariaDB, so two could become one."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise ConfigurationError(f"{field} of task {shown(source)}: the name made from it, {shown(value)}, is "
+                                 f"invalid: {problem}; give this {field} name= of 1-{MAX_NAME} printable characters")
+    return value
+
+
+def shown(value: Any) -> str:
+    """`value` as a message names it: its repr, cut to 60 characters, and never an error of its own
+    (the repr of a user's object may raise, and the message must still be said)."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<a {type(value).__name__} whose repr() failed>"
+    return text if len(text) <= 60 else text[:60] + "..."

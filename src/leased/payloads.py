@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+# The C encoder behind json.dumps, which typeshed leaves out of json.encoder's stub.
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from json.scanner import make_scanner  # type: ignore[attr-defined]
+from json.scanner import make_scanner
 from typing import Any, Callable
 
 from leased.errors import PayloadError
@@ -136,7 +137,8 @@ class Unreadable:
 
 # The C scanner behind json.loads, called directly: a worker decodes two values per job (its
 # arguments), and json.loads's Python layers around the scan cost more than the scan of "[1]".
-_scan = make_scanner(json.JSONDecoder())
+# typeshed types the scanner's argument as the scanner class itself; the C function takes a decoder.
+_scan = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def decode(text: str | None) -> Any:

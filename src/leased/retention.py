@@ -32,7 +32,8 @@ class Retention:
             object.__setattr__(self, field.name, period(getattr(self, field.name), f"retention {field.name}"))
 
     def keep(self, status: JobStatus | str) -> timedelta | None:
-        return getattr(self, JobStatus(status).value)
+        kept: timedelta | None = getattr(self, JobStatus(status).value)  # a field per finished status
+        return kept
 
     @classmethod
     def forever(cls) -> Retention:

@@ -70,13 +70,17 @@ def step_counts(counts: dict[str, int], skipped: int = 0) -> str:
 
 
 def parents_note(row: TreeRow, named: int = 2) -> str:
-    """The parents the tree's indent does not show, its when= if not the default, who added it.
-    "also after": the parent it is indented under is one more, which "after a, b +3 more" left out
-    of every count a reader made (six parents read as five)."""
+    """Its parents when more than the one the tree indents it under, its when= if not the default,
+    who added it. Every parent is counted, the indent's too: "after a, b +3 more", which left it
+    out, read as five parents for six, and "also after" still asked the reader to add one. So:
+    "after orders, refunds, check" (all named, up to three), or "after 6 steps: plan, ... +4 more"."""
     notes = []
-    if row.others:
-        shown = ", ".join(row.others[:named]) + (f" +{len(row.others) - named} more" if len(row.others) > named else "")
-        notes.append(f"also after {shown}")
+    parents = row.step.parents
+    if len(parents) > 1:
+        if len(parents) <= named + 1:
+            notes.append(f"after {', '.join(parents)}")
+        else:
+            notes.append(f"after {len(parents)} steps: {', '.join(parents[:named])} +{len(parents) - named} more")
     if str(row.step.run_when) != "succeeded":
         notes.append(f"when {row.step.run_when}")
     if row.step.added_by:

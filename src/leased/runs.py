@@ -14,16 +14,18 @@ from leased.jobs import JobStatus, NewJob
 class RunWhen(StrEnum):
     """When a step runs, once every parent has ended."""
 
-    SUCCEEDED = "succeeded"  # every parent succeeded (a parent failed for good cancels it at once)
-    FINISHED = "finished"  # whatever the parents' outcomes
-    FAILED = "failed"  # at least one parent failed or was cancelled: a compensation step
+    SUCCEEDED = "succeeded"  #: every parent succeeded (a parent failed for good cancels it at once)
+    FINISHED = "finished"  #: whatever the parents' outcomes
+    FAILED = "failed"  #: at least one parent failed or was cancelled: a compensation step
 
 
 class WorkflowStatus(StrEnum):
-    RUNNING = "running"  # a step is waiting, pending or running
-    SUCCEEDED = "succeeded"  # every step ended done, or was skipped as its `when` asked
-    FAILED = "failed"  # a step failed, or was cancelled because a parent failed
-    CANCELLED = "cancelled"  # someone cancelled the run, or one of its steps
+    """A run's status, by one rule for every shape (see workflow_status; docs/howto/workflows.md)."""
+
+    RUNNING = "running"  #: a step is waiting, pending or running
+    SUCCEEDED = "succeeded"  #: every end of the run (a step no other waits for) ended done, or was skipped
+    FAILED = "failed"  #: a step failed, and an end did not succeed or a compensation ran
+    CANCELLED = "cancelled"  #: an end did not succeed, and no step failed: someone cancelled steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +80,15 @@ class StepInfo:
     queue_name: str
     status: JobStatus
     run_when: RunWhen
-    parents: tuple[str, ...]  # the names of the steps it waits for
-    parents_left: int  # of them, not ended yet
+    parents: tuple[str, ...]  #: the names of the steps it waits for
+    parents_left: int  #: of them, not ended yet
     attempt: int
     max_attempts: int
     created_at: datetime
     finished_at: datetime | None
     result: Any = None
     last_error: str | None = None
-    added_by: str | None = None  # the step that added it while running, or None
+    added_by: str | None = None  #: the step that added it while running, or None
     cancelled_by_parents: bool = False
 
 
@@ -96,9 +98,11 @@ class WorkflowInfo:
     name: str
     created_at: datetime
     idempotency_key: str | None
-    counts: dict[str, int]  # steps per job status
-    skipped: int = 0  # steps cancelled as their `when` asked (a compensation step whose parents all succeeded)
-    steps: tuple[StepInfo, ...] = field(default=())  # empty in lists; get_workflow fills them
+    counts: dict[str, int]  #: steps per job status
+    skipped: int = 0  #: steps cancelled as their `when` asked (a compensation step whose parents all succeeded)
+    open_ends: int = 0  #: steps no other step waits for that ended other than done, skipped ones aside
+    compensations_run: int = 0  #: steps with when="failed" that ran (were not skipped)
+    steps: tuple[StepInfo, ...] = field(default=())  #: empty in lists; get_workflow fills them
 
     @property
     def total(self) -> int:
@@ -110,19 +114,25 @@ class WorkflowInfo:
 
     @property
     def status(self) -> WorkflowStatus:
-        return workflow_status(self.counts, self.skipped)
+        return workflow_status(self.counts, self.open_ends, self.compensations_run, self.skipped)
 
     @property
     def progress(self) -> str:
         return f"{self.finished} of {self.total} steps done"
 
 
-def workflow_status(counts: dict[str, int], skipped: int = 0) -> WorkflowStatus:
-    """A run's status from its steps' statuses: running while any can still run."""
+def workflow_status(counts: dict[str, int], open_ends: int, compensations_run: int = 0,
+                    skipped: int = 0) -> WorkflowStatus:
+    """A run's status from its steps, one rule for every shape (docs/howto/workflows.md). While a step
+    can still run, the run is running. Then it is judged by its ends, the steps no other step
+    waits for: every end done (or skipped: a compensation whose parents all succeeded) is a
+    success, whatever failed on the way, so a batch's then= step, which runs whatever its members
+    did, speaks for them. A compensation step that ran undid work that did not happen: while a step
+    stays failed or cancelled, that run did not succeed either, though its ends did. A run that did
+    not succeed failed if a step failed, and was cancelled if none did (someone cancelled steps)."""
     if any(counts.get(status, 0) for status in ("waiting", "pending", "running")):
         return WorkflowStatus.RUNNING
-    if counts.get("failed", 0):
-        return WorkflowStatus.FAILED
-    if counts.get("cancelled", 0) > skipped:
-        return WorkflowStatus.CANCELLED
-    return WorkflowStatus.SUCCEEDED
+    unsuccessful = counts.get("failed", 0) + counts.get("cancelled", 0) - skipped
+    if not open_ends and not (compensations_run and unsuccessful):
+        return WorkflowStatus.SUCCEEDED
+    return WorkflowStatus.FAILED if counts.get("failed", 0) else WorkflowStatus.CANCELLED

@@ -9,7 +9,8 @@ import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Awaitable, Callable, Generic, Iterable, Mapping, ParamSpec, Protocol, Sequence, TypeVar
+from typing import (Any, Awaitable, Callable, Generic, Iterable, Literal, Mapping, ParamSpec, Protocol, Sequence,
+                    TypedDict, TypeVar, Unpack)
 
 from leased import tracing
 from leased.backends import parse_database_url
@@ -93,6 +94,15 @@ def check_max_attempts(value: object) -> int:
     return value
 
 
+def check_max_crashes(value: object) -> int:
+    """max_crashes: attempts that may end by killing their process (a segfault, the OOM killer, a
+    worker killed) before the job is quarantined as a poison job; counted in a 32-bit integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise ConfigurationError(f"invalid max_crashes {value!r}: use a whole number from 1 to {MAX_ATTEMPTS:,} "
+                                 "(the crashes after which a job is failed as a poison job)")
+    return value
+
+
 def check_transactional(name: str, transactional: object, transaction: Callable[[], Any] | None,
                         takes_context: bool, is_async: bool, database_kind: str
                         ) -> tuple[bool, Callable[[], Any] | None]:
@@ -119,6 +129,7 @@ def check_transactional(name: str, transactional: object, transaction: Callable[
 
 
 ISOLATIONS = ("thread", "process")
+Isolation = Literal["thread", "process"]
 
 
 def check_isolation(name: str, isolation: object, func: Callable[..., Any], is_async: bool, transactional: bool) -> str:
@@ -169,9 +180,11 @@ def schedule(run_after: datetime | timedelta | None) -> tuple[datetime | None, f
 
 
 class Producer(Protocol):
-    """What a task needs of the app it belongs to (leased.Leased is one): the payload limit, and a
-    way to write the jobs its calls make."""
+    """What a task needs of the app it belongs to (leased.Leased is one): its database (a
+    transactional task checks what it can run there), the payload limit, and a way to write the
+    jobs its calls make."""
 
+    database_url: str
     max_payload_bytes: int
 
     def enqueue_jobs(self, jobs: list[NewJob], connection: Any) -> list[Job]: ...
@@ -179,7 +192,7 @@ class Producer(Protocol):
     async def enqueue_jobs_async(self, jobs: list[NewJob], connection: Any) -> list[Job]: ...
 
 
-def _split_call(call: object, position: int) -> tuple[tuple, dict[str, Any]]:
+def _split_call(call: object, position: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if type(call) is tuple:  # the common case, before the costly isinstance() of an abstract class
         return call, {}
     if isinstance(call, Mapping):
@@ -216,11 +229,14 @@ class TaskCall(Generic[P, R]):
     timeout_seconds: float | None = None
     concurrency_key: str | None = None  # overrides the key the task computes from the arguments
     isolation: str | None = None  # "thread" or "process" for these jobs; None: the task's own
+    max_crashes: int = 2  # attempts whose process dies before the job is quarantined
 
-    def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET, run_after: datetime | timedelta | None = _UNSET,
-              idempotency_key: str | None = _UNSET, connection: Any = _UNSET, max_attempts: int = _UNSET,
-              lease: float | timedelta = _UNSET, timeout: float | timedelta | None = _UNSET,
-              concurrency_key: str | None = _UNSET, isolation: str = _UNSET) -> TaskCall[P, R]:
+    def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET,
+              run_after: datetime | timedelta | None = _UNSET, idempotency_key: str | None = _UNSET,
+              connection: Any = _UNSET, max_attempts: int = _UNSET, lease: float | timedelta | str = _UNSET,
+              timeout: float | timedelta | str | None = _UNSET,
+              concurrency_key: str | None = _UNSET, isolation: Isolation = _UNSET,
+              max_crashes: int = _UNSET) -> TaskCall[P, R]:
         changes: dict[str, Any] = {}
         if isolation is not _UNSET:
             task = self.task
@@ -245,30 +261,34 @@ class TaskCall(Generic[P, R]):
             changes["connection"] = connection
         if max_attempts is not _UNSET:
             changes["max_attempts"] = check_max_attempts(max_attempts)
+        if max_crashes is not _UNSET:
+            changes["max_crashes"] = check_max_crashes(max_crashes)
         if lease is not _UNSET:
             changes["lease_seconds"] = lease_seconds(lease)
         if timeout is not _UNSET:
             changes["timeout_seconds"] = check_timeout(timeout)
         return replace(self, **changes)
 
-    def new_job(self, args: tuple, kwargs: dict[str, Any], *, after_result: bool = False) -> NewJob:
+    def new_job(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, after_result: bool = False) -> NewJob:
         """The job of a call. `after_result`: a chain's step, whose first argument is the previous
         step's result, written when the step is released: the call's shape is checked with a
         stand-in for it, but not the stand-in's type (a `def parse(html: str)` refused None)."""
         return self._new_jobs([(args, kwargs)], after_result)[0]
 
-    def _new_jobs(self, calls: Iterable[tuple[tuple, dict[str, Any]]], after_result: bool = False) -> list[NewJob]:
+    def _new_jobs(self, calls: Iterable[tuple[tuple[Any, ...], dict[str, Any]]],
+                  after_result: bool = False) -> list[NewJob]:
         task, check, limit = self.task, self.task.check_arguments, self.task.app.max_payload_bytes
         # Looked up once: this loop is most of a bulk enqueue's Python.
         typed = task.argument_types if task.argument_types else None
         check_scalars = task.argument_types.check_scalars  # None when no parameter is annotated with one
         name, queue_name, priority, max_attempts = task.name, self.queue_name, self.priority, self.max_attempts
         lease, key, timeout, key_limit = self.lease_seconds, self.idempotency_key, self.timeout_seconds, task.key_limit
-        isolation = self.isolation
+        isolation, max_crashes = self.isolation, self.max_crashes
         run_at, delay = schedule(self.run_after)
         trace_context = tracing.current_trace_context()  # the enqueue's span, which its attempts continue
         jobs = []
-        for args, kwargs in calls:
+        for call_args, kwargs in calls:
+            args: tuple[Any, ...] | list[Any] = call_args
             check((None, *args) if after_result else args, kwargs)
             if check_scalars is not None and not after_result:  # order_id: int refuses "one"
                 check_scalars(args, kwargs)
@@ -276,15 +296,18 @@ class TaskCall(Generic[P, R]):
                 args, kwargs = typed.to_json(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
             job = NewJob(name, queue_name, args_json, kwargs_json, priority, max_attempts, lease, run_at, delay, key,
-                         timeout, isolation=isolation, trace_context=trace_context)
+                         timeout, isolation=isolation, max_crashes=max_crashes,
+                         trace_context=trace_context)
             jobs.append(job if key_limit is None else self._with_key(job, key_limit, args, kwargs))
         return jobs
 
-    def _with_key(self, job: NewJob, limit: KeyLimit, args: tuple, kwargs: dict[str, Any]) -> NewJob:
+    def _with_key(self, job: NewJob, limit: KeyLimit, args: tuple[Any, ...] | list[Any],
+                  kwargs: dict[str, Any]) -> NewJob:
         key = self.concurrency_key or limit.key_for(args, kwargs)
         rate = limit.rate_limit
         return job._replace(concurrency_key=key, key_concurrency=limit.concurrency,
-                            key_rate_count=rate and rate.count, key_rate_seconds=rate and rate.seconds)
+                            key_rate_count=rate.count if rate else None,
+                            key_rate_seconds=rate.seconds if rate else None)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Write the job (in `connection`'s open transaction if one was given) and return it."""
@@ -312,15 +335,35 @@ class TaskCall(Generic[P, R]):
             return job
 
 
-class Task(Generic[P, R]):
-    """A registered handler. Calling it runs the function directly; enqueue() schedules it."""
+class CallOptions(TypedDict, total=False):
+    """The options Task.using() takes, as TaskCall.using() spells them: a checker sees each one's type."""
 
-    def __init__(self, app: Producer, func: Callable[P, R], *, name: str, queue_name: str, priority: int,
-                 max_attempts: int, lease: float | timedelta, backoff: Backoff, takes_context: bool,
-                 timeout: float | timedelta | None = None, concurrency: int | None = None,
+    queue_name: str
+    priority: int
+    run_after: datetime | timedelta | None
+    idempotency_key: str | None
+    connection: Any
+    max_attempts: int
+    lease: float | timedelta | str
+    timeout: float | timedelta | str | None
+    concurrency_key: str | None
+    isolation: Isolation
+    max_crashes: int
+
+
+class Task(Generic[P, R]):
+    """A registered handler. Calling it runs the function directly; enqueue() schedules it.
+
+    `P` and `R` are what a caller of enqueue() passes and what the handler returns; for a handler
+    that takes its context first, P leaves the context out (see ContextTask)."""
+
+    def __init__(self, app: Producer, func: Callable[..., R], *, name: str, queue_name: str, priority: int,
+                 max_attempts: int, lease: float | timedelta | str, backoff: Backoff, takes_context: bool,
+                 timeout: float | timedelta | str | None = None, concurrency: int | None = None,
                  concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
                  retention: Any = _UNSET, transactional: bool = False,
-                 transaction: Callable[[], AbstractContextManager[Any]] | None = None, isolation: str = "thread"):
+                 transaction: Callable[[], AbstractContextManager[Any]] | None = None, isolation: Isolation = "thread",
+                 max_crashes: int = 2):
         if not callable(func):
             raise ConfigurationError(f"a task needs a function, got {func!r}")
         if not isinstance(backoff, Backoff):
@@ -349,7 +392,7 @@ class Task(Generic[P, R]):
         self.key_limit = key_limit(name, self.signature, takes_context, concurrency, concurrency_key, rate_limit)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),
-            lease_seconds(lease), timeout_seconds=check_timeout(timeout))
+            lease_seconds(lease), timeout_seconds=check_timeout(timeout), max_crashes=check_max_crashes(max_crashes))
         # The statuses whose retention this task overrides (the pruner reads it); empty: the app's.
         self.retention: dict[JobStatus, timedelta | None] = (
             {} if retention is _UNSET else task_retention(retention, name))
@@ -366,7 +409,7 @@ class Task(Generic[P, R]):
     def queue_name(self) -> str:
         return self.defaults.queue_name
 
-    def check_arguments(self, args: tuple | list, kwargs: dict[str, Any]) -> None:
+    def check_arguments(self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> None:
         if not isinstance(args, (tuple, list)) or not isinstance(kwargs, dict):
             raise PayloadError(f"stored arguments of {self.name} are malformed (args {args!r:.200}, "
                                f"kwargs {kwargs!r:.200}): args must be a JSON array and kwargs a JSON object")
@@ -397,9 +440,9 @@ class Task(Generic[P, R]):
         if they no longer fit)."""
         return self.argument_types.from_json(args, kwargs) if self.argument_types else (args, kwargs)
 
-    def using(self, **options: Any) -> TaskCall[P, R]:
+    def using(self, **options: Unpack[CallOptions]) -> TaskCall[P, R]:
         """Per-call options: queue_name, priority, run_after, idempotency_key, connection, max_attempts, lease,
-        timeout, concurrency_key, isolation ("thread" or "process": where these jobs' handler runs)."""
+        timeout, concurrency_key, isolation ("thread" or "process": where these jobs' handler runs), max_crashes."""
         return self.defaults.using(**options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -410,3 +453,17 @@ class Task(Generic[P, R]):
 
     def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[Job]:
         return self.defaults.aenqueue(*args, **kwargs)
+
+
+class ContextTask(Task[P, R]):
+    """A task declared with takes_context=True: its handler takes the TaskContext first, which the
+    worker passes, so enqueue() and the workflow builder take the other parameters (P) alone.
+
+    Calling it runs the handler directly, and then the caller passes a context first. It is typed
+    Any here because leased.engine.context imports this module (through the workflows), and that
+    import would close a circle; @app.task's overloads name TaskContext where a user meets it."""
+
+    # A context task is still a Task everywhere else (registry, workflows, using); only a direct
+    # call takes one more argument than P, which a subclass cannot say without overriding __call__.
+    def __call__(self, context: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:  # type: ignore[override]
+        return self.func(context, *args, **kwargs)

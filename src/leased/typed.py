@@ -57,7 +57,8 @@ def _pydantic_model() -> type | None:
 
 class PydanticCodec(Codec):
     def __init__(self, model: type):
-        self.model, self.name = model, model.__name__
+        self.model: Any = model  # a pydantic BaseModel subclass: pydantic is imported only when one is used
+        self.name = model.__name__
 
     def _validated(self, value: Any) -> Any:
         import pydantic
@@ -263,9 +264,9 @@ class ArgumentTypes:
                 self._refuse(name, allowed, args[position])
         if kwargs:
             for name, value in kwargs.items():
-                allowed = self.scalars_by_name.get(name)
-                if allowed is not None and type(value) not in allowed and not _fits(value, allowed):
-                    self._refuse(name, allowed, value)
+                named = self.scalars_by_name.get(name)
+                if named is not None and type(value) not in named and not _fits(value, named):
+                    self._refuse(name, named, value)
 
     def _refuse(self, name: str, allowed: tuple[type, ...], value: Any) -> None:
         expected = " | ".join(dict.fromkeys("None" if kind is type(None) else kind.__name__
@@ -275,9 +276,9 @@ class ArgumentTypes:
 
     def _convert(self, args: tuple | list, kwargs: dict[str, Any], stored: bool) -> tuple[list[Any], dict[str, Any]]:
         converted_args = list(args)
-        for position, value in enumerate(args):
-            if position < len(self.by_position) and self.by_position[position][1] is not None:
-                name, codec = self.by_position[position]
+        for position, value in enumerate(args[:len(self.by_position)]):
+            name, codec = self.by_position[position]
+            if codec is not None:
                 converted_args[position] = self._one(name, codec, value, stored)
         converted_kwargs = dict(kwargs)
         for name, value in kwargs.items():

@@ -23,15 +23,21 @@ from leased import tracing
 from leased.errors import ConfigurationError
 from leased.jobs import JobStatus, NewJob
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
-from leased.names import check_name
+from leased.names import check_derived_name, check_name
 from leased.tasks import Task, TaskCall
 
+# What a step runs: a task, or a task with options (task.using(...)). A step's arguments are not
+# checked against the task's parameters by a type checker: add() spells its own options (name=,
+# after=, when=) among the task's keyword arguments, which a ParamSpec cannot express; enqueue()
+# and the builder check them at run time, before anything is written.
+StepTask = Task[..., Any] | TaskCall[..., Any]
 
 
 class WorkflowApp(Protocol):
     """What a builder needs of its app (leased.app.Leased): the tasks it knows, and the write."""
 
-    tasks: Mapping[str, Task]
+    @property
+    def tasks(self) -> Mapping[str, Task[..., Any]]: ...
 
     def enqueue_workflow(self, workflow: NewWorkflow, connection: Any = None) -> Enqueued: ...
 
@@ -59,7 +65,7 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class _Planned:
-    call: TaskCall
+    call: TaskCall[..., Any]
     job: NewJob  # built as the step is added: its arguments are checked there
     name: str
     parents: tuple[int, ...]
@@ -84,14 +90,18 @@ class Workflow:
     def steps(self) -> list[Step]:
         return [Step(self, planned.name, index) for index, planned in enumerate(self._steps)]
 
-    def add(self, task: Task | TaskCall, /, *args: Any, name: str | None = None,
-            after: Iterable[Step] = (), when: str = "succeeded", **kwargs: Any) -> Step:
+    def add(self, task: StepTask, /, *args: Any, name: str | None = None,
+            after: Iterable[Step] = (), when: str = "succeeded", kwargs: Mapping[str, Any] | None = None,
+            **task_kwargs: Any) -> Step:
         """A step running `task(*args, **kwargs)` once every step in `after` has ended, as `when`
         says: "succeeded" (the default), "finished" (whatever their outcomes) or "failed" (at least
-        one failed or was cancelled: a compensation step)."""
-        return self._add(task, args, kwargs, name, after, when, previous=None)
+        one failed or was cancelled: a compensation step). A task whose own parameters are called
+        `name`, `after`, `when` or `kwargs` takes its keyword arguments in `kwargs=`, a mapping."""
+        call = _call(task)
+        keywords = _task_keywords(call, kwargs, task_kwargs, name=name, after=after, when=when)
+        return self._add(call, args, keywords, name, after, when, previous=None)
 
-    def _add(self, task: Task | TaskCall, args: tuple, kwargs: dict[str, Any], name: str | None,
+    def _add(self, task: StepTask, args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None,
              after: Iterable[Step], when: str, previous: Step | None) -> Step:
         call = _call(task)
         if call.idempotency_key is not None:
@@ -106,32 +116,33 @@ class Workflow:
             raise ConfigurationError(f"step {name or call.task.name!r} names the same parent twice in after=")
         step_name = self._step_name(name, call.task.name)
         job = _step_job(call, tuple(args), dict(kwargs), chained=previous is not None)
-        self._steps.append(_Planned(call, job, step_name, parents, run_when, None if previous is None else previous.index))
+        previous_index = None if previous is None else previous.index
+        self._steps.append(_Planned(call, job, step_name, parents, run_when, previous_index))
         self._names[step_name] = len(self._steps) - 1
         return Step(self, step_name, len(self._steps) - 1)
 
-    def chain(self, *calls: Task | TaskCall | tuple, after: Iterable[Step] = ()) -> list[Step]:
+    def chain(self, *calls: StepTask | tuple[Any, ...], after: Iterable[Step] = ()) -> list[Step]:
         """Steps that run one after another, each given the previous one's result as its first
-        argument (Celery's chain). Each call is a task, or a tuple (task, *args)."""
+        argument (Celery's chain). Each call is a task, or a tuple `(task, *args)`."""
         steps: list[Step] = []
-        for position, call in enumerate(calls):
+        for call in calls:
             task, args = (call[0], tuple(call[1:])) if isinstance(call, tuple) else (call, ())
             previous = steps[-1] if steps else None
             steps.append(self._add(task, args, {}, None, [previous] if previous else after, "succeeded", previous))
         return steps
 
-    def batch(self, task: Task | TaskCall, calls: Iterable[Sequence[Any]], *, then: Task | TaskCall | tuple,
+    def batch(self, task: StepTask, calls: Iterable[Sequence[Any]], *, then: StepTask | tuple[Any, ...],
               name: str | None = None) -> tuple[list[Step], Step]:
         """One step per call of `task` (a tuple of arguments each), then `then` once all of them
         have ended, whatever their outcomes; it reads how many succeeded and failed from
         `context.batch` (Celery's chord, which runs its callback only if all succeeded)."""
         base = name or _call(task).task.name
-        members = [self.add(task, *_arguments(args), name=f"{base}-{position + 1}")
+        members = [self.add(task, *_arguments(args), name=f"{base}-{position + 1}", kwargs={})
                    for position, args in enumerate(calls)]
         then_task, then_args = (then[0], tuple(then[1:])) if isinstance(then, tuple) else (then, ())
         if not members:
             raise ConfigurationError(f"batch {base!r} has no calls: give at least one")
-        return members, self.add(then_task, *then_args, after=members, when="finished")
+        return members, self.add(then_task, *then_args, after=members, when="finished", kwargs={})
 
     def new_workflow(self) -> NewWorkflow:
         """What enqueue() writes, checked whole first."""
@@ -179,30 +190,36 @@ class Workflow:
         number = 2
         while f"{task_name}-{number}" in self._names:
             number += 1
-        return f"{task_name}-{number}"
+        return check_derived_name(f"{task_name}-{number}", "step", task_name)
 
 
 class RunningWorkflow:
     """`context.workflow` in a running step: add steps to its own run (fan-out decided at run time).
     The steps that wait for this step wait for the added ones too. Each is written at once, fenced on
-    this attempt's lease; a name the run has already is that step (a retried handler adds the same
-    names again, and gets the same steps)."""
+    this attempt's lease, so an attempt that then raises leaves its steps in the run, and they run;
+    a name the run has already is that step (a retried handler adds the same names again, and gets
+    the same steps). A step added without name= is named after its adder and
+    its task, numbered in the order of adds: `plan/resize-1`, `plan/resize-2` (see _derived)."""
 
     def __init__(self, store: Any, context: Any):
         self._store = store
         self._context = context
         self._numbers: dict[str, int] = {}
+        self._run_names: dict[str, int] | None = None  # the run's step names, read at the first derived name
 
     @property
     def id(self) -> int:
-        return self._context.claimed.workflow_id
+        workflow_id: int = self._context.claimed.workflow_id  # a step's: TaskContext.workflow checked it
+        return workflow_id
 
-    def add(self, task: Task | TaskCall, /, *args: Any, name: str | None = None, after: Iterable[int] = (),
-            when: str = "succeeded", **kwargs: Any) -> int:
-        """Add one step; returns its job id. `after`: job ids of steps of this run."""
-        return self.add_many([(task, args, kwargs, name, tuple(after), when)])[0]
+    def add(self, task: StepTask, /, *args: Any, name: str | None = None, after: Iterable[int] = (),
+            when: str = "succeeded", kwargs: Mapping[str, Any] | None = None, **task_kwargs: Any) -> int:
+        """Add one step; returns its job id. `after`: job ids of steps of this run. The task's
+        keyword arguments go in `kwargs=` when it has parameters named as these options."""
+        keywords = _task_keywords(_call(task), kwargs, task_kwargs, name=name, after=after, when=when)
+        return self.add_many([(task, args, keywords, name, tuple(after), when)])[0]
 
-    def add_many(self, steps: Iterable[tuple]) -> list[int]:
+    def add_many(self, steps: Iterable[tuple[Any, ...]]) -> list[int]:
         """Add several steps in one transaction: each a tuple (task, args, kwargs, name, after, when)."""
         planned = []
         for task, args, kwargs, name, after, when in steps:
@@ -219,16 +236,26 @@ class RunningWorkflow:
     def _derived(self, task_name: str) -> str:
         # The same order of adds in each attempt gives the same names: a retry adds nothing twice.
         number = self._numbers[task_name] = self._numbers.get(task_name, 0) + 1
-        return f"{task_name}-{number} of {self._context.job_id}"
+        if self._run_names is None:
+            self._run_names = self._store.step_names(self.id)
+        job_id = self._context.job_id
+        # Earlier releases named these "resize-1 of 15" (15: the adder's job id), which read as a
+        # count. A step that an attempt before the upgrade added under that name is the same step
+        # (docs/upgrading.md).
+        legacy = f"{task_name}-{number} of {job_id}"
+        if legacy in self._run_names:
+            return legacy
+        adder = next((name for name, step_id in self._run_names.items() if step_id == job_id), str(job_id))
+        return check_derived_name(f"{adder}/{task_name}-{number}", "step", task_name)
 
 
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """What the step after a batch learns of its members: `context.batch`."""
 
-    succeeded: int
-    failed: int  # failed or cancelled
-    results: dict[str, Any]  # each member's result that succeeded, by step name
+    succeeded: int  #: a count, not a list: the members are in `results`
+    failed: int  #: failed or cancelled: a count
+    results: dict[str, Any]  #: each member's result that succeeded, by step name
 
     @property
     def total(self) -> int:
@@ -249,12 +276,12 @@ def _new_step(planned: _Planned, trace_context: str | None) -> NewStep:
                    planned.run_when, planned.previous)
 
 
-def _step_job(call: TaskCall, args: tuple, kwargs: dict[str, Any], chained: bool = False) -> NewJob:
+def _step_job(call: TaskCall[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], chained: bool = False) -> NewJob:
     # A chain's step gets its previous step's result as its first argument, written at release.
     return call.new_job(args, kwargs, after_result=chained)
 
 
-def _call(task: Any) -> TaskCall:
+def _call(task: Any) -> TaskCall[..., Any]:
     if isinstance(task, Task):
         return task.using()
     if isinstance(task, TaskCall):
@@ -262,7 +289,35 @@ def _call(task: Any) -> TaskCall:
     raise ConfigurationError(f"a step runs a task (an @app.task function, or task.using(...)), got {task!r}")
 
 
-def _arguments(args: Any) -> tuple:
+_STEP_OPTION_DEFAULTS = {"name": None, "after": (), "when": "succeeded"}
+
+
+def _task_keywords(call: TaskCall[..., Any], explicit: Mapping[str, Any] | None, loose: dict[str, Any],
+                   **options: Any) -> dict[str, Any]:
+    """The task's keyword arguments: `kwargs=` (a mapping) and any other keywords add() was given.
+    add()'s own options (name=, after=, when=) would silently take a task parameter of the same
+    name, so given loosely beside such a parameter they are refused as a collision: `kwargs=`
+    says which is which."""
+    if explicit is None:
+        parameters = call.task.call_shape.parameters
+        for option, value in options.items():
+            if option in parameters and value != _STEP_OPTION_DEFAULTS[option]:
+                raise ConfigurationError(
+                    f"step {call.task.name!r}: {option}= is the step's {option}, and task {call.task.name!r} has a "
+                    f"parameter {option!r} too; pass the task's keyword arguments as kwargs= "
+                    f"(add({call.task.name}, kwargs={{{option!r}: ...}})), and {option}= stays the step's")
+        return loose
+    if not isinstance(explicit, Mapping):
+        raise ConfigurationError(f"step {call.task.name!r}: kwargs= takes a mapping of the task's keyword "
+                                 f"arguments, got {type(explicit).__name__}")
+    twice = sorted(set(explicit) & set(loose))
+    if twice:
+        raise ConfigurationError(f"step {call.task.name!r}: {', '.join(map(repr, twice))} given both in kwargs= "
+                                 "and as a keyword; give each argument once")
+    return {**explicit, **loose}
+
+
+def _arguments(args: Any) -> tuple[Any, ...]:
     return tuple(args) if isinstance(args, (tuple, list)) else (args,)
 
 

@@ -113,6 +113,9 @@ def test_per_task_options_reach_the_job(backend, db_alias):
     job = read_job(db_alias, int(changed.id))
     assert (job.max_attempts, job.lease_seconds, job.priority) == (7, 120.0, -5)
     backend.app.cancel(job.id)
+    poisonable = read_job(db_alias, int(tasks.flaky.using(max_crashes=1).enqueue(0, "y").id))
+    assert (poisonable.max_crashes, poisonable.crashes, job.max_crashes) == (1, 0, 2)
+    backend.app.cancel(poisonable.id)
 
 
 def test_backend_options_are_the_defaults(db_alias):
@@ -130,6 +133,8 @@ def test_unknown_options_are_refused_with_the_known_ones(db_alias):
         task(retries=3)(tasks.flaky.func)
     with pytest.raises(InvalidTask, match="max_attempts"):
         task(max_attempts=0)(tasks.flaky.func)
+    with pytest.raises(InvalidTask, match=r"invalid max_crashes 0: use a whole number from 1"):
+        task(max_crashes=0)(tasks.flaky.func)
     with pytest.raises(InvalidTask, match="backoff"):
         task(backoff=5)(tasks.flaky.func)
     with pytest.raises(InvalidTaskBackend, match=r"unknown option 'databse'.*database"):

@@ -146,7 +146,7 @@ def test_keyboard_interrupt(subject, caplog):
     assert len(_django_task_records(caplog, logging.ERROR)) == 1
     assert result.status == TaskResultStatus.FAILED
     _assert_finished_in_order(result)
-    assert result.errors[0].exception_class == KeyboardInterrupt
+    assert result.errors[0].exception_class is KeyboardInterrupt
     assert result.errors[0].traceback.endswith("KeyboardInterrupt: This Task failed due to KeyboardInterrupt\n")
 
 

@@ -13,12 +13,15 @@ pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder,
 from djangotest import backend, close_leased_connections, db_alias, leased_tasks, run_async, run_queued, tasks_setting, worker_process  # noqa: E402,F401  (fixtures)
 
 from django.core.management import call_command  # noqa: E402
+from django.tasks.exceptions import InvalidTask  # noqa: E402
 from django.db import connections  # noqa: E402
 from django.tasks import TaskResultStatus, task_backends  # noqa: E402
 from django.tasks.signals import task_started  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from signups import tasks  # noqa: E402
+
+from leased import Backoff  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -180,12 +183,90 @@ def test_from_async_code_get_result_is_refused_and_aget_result_works(backend):
 def test_a_task_raising_keyboard_interrupt_fails_and_leased_worker_goes_on(backend, db_alias):
     poison, after = tasks.interrupting.enqueue(), tasks.add_async.enqueue(2, 2)
     outputs = []
-    for run in range(2):  # before: each run died of it and left the task READY, one attempt more
+    for _ in range(2):  # before: each run died of it and left the task READY, one attempt more
         worker = worker_process(db_alias, "--until-empty")
         outputs.append(worker.communicate(timeout=120)[0])
         assert worker.returncode == 0, outputs[-1]
     assert "stopped: 1 done, 1 failed" in outputs[0] and "stopped: 0 done, 0 failed" in outputs[1], outputs
     failed = tasks.interrupting.get_result(poison.id)
     assert (failed.status, failed.attempts) == (TaskResultStatus.FAILED, 1)
-    assert failed.errors[0].exception_class == KeyboardInterrupt
+    assert failed.errors[0].exception_class is KeyboardInterrupt
     assert tasks.add_async.get_result(after.id).return_value == 4
+
+
+def test_override_settings_reaches_backoff_and_transactional_after_a_first_run(db_alias):
+    with leased_tasks(db_alias, backoff=Backoff(base=0, jitter=0)) as at_once:
+        quick = tasks.fails_first.enqueue()
+        run_queued(at_once)
+        assert tasks.fails_first.get_result(quick.id).status == TaskResultStatus.SUCCESSFUL
+    with leased_tasks(db_alias, backoff=Backoff(base=3600, jitter=0)) as in_an_hour:
+        slow = tasks.fails_first.enqueue()
+        run_queued(in_an_hour)  # before: the first settings' handler retried it at once
+        assert tasks.fails_first.get_result(slow.id).status == TaskResultStatus.READY
+        in_an_hour.app.cancel(int(slow.id))
+    for transactional in (False, True, False):
+        with leased_tasks(db_alias, transactional=transactional) as backend:
+            result = tasks.in_transaction.enqueue(db_alias)
+            run_queued(backend)
+            assert tasks.in_transaction.get_result(result.id).return_value is transactional
+
+
+def test_using_refuses_options_that_belong_to_the_task(backend):
+    for option, value in (("backoff", Backoff(base=60)), ("transactional", True)):
+        with pytest.raises(InvalidTask, match=rf"{option} cannot be changed per call with using\(\); "
+                                              rf"set it in @task\({option}=\.\.\.\)"):
+            tasks.fails_first.using(**{option: value})
+
+
+def test_a_return_value_that_is_not_json_fails_for_good(backend):
+    result = tasks.returns_a_set.enqueue()
+    stats = run_queued(backend)
+    failed = tasks.returns_a_set.get_result(result.id)
+    assert (stats.failed, failed.status, failed.attempts) == (1, TaskResultStatus.FAILED, 1)  # before: 3 attempts
+    assert failed.errors[0].exception_class is TypeError
+    assert "Unsupported type" in failed.errors[0].traceback
+
+
+def test_system_checks_warn_of_a_database_without_the_transactions_leased_needs(backend, db_alias, monkeypatch):
+    assert [message.id for message in backend.check()] == []  # the test project sets them
+    vendor = connections[db_alias].vendor
+    options = dict(connections[db_alias].settings_dict["OPTIONS"])
+    options.pop({"sqlite": "transaction_mode", "mysql": "isolation_level"}.get(vendor, "none"), None)
+    monkeypatch.setitem(connections[db_alias].settings_dict, "OPTIONS", options)
+    messages = backend.check()
+    expected = {"sqlite": ["leased.W001"], "mysql": ["leased.W002"]}.get(vendor, [])  # PostgreSQL needs neither
+    assert [message.id for message in messages] == expected
+    if messages:
+        key, value = {"sqlite": ("transaction_mode", "'IMMEDIATE'"), "mysql": ("isolation_level", "'read committed'")}[vendor]
+        assert messages[0].hint == f"set DATABASES[{db_alias!r}]['OPTIONS'][{key!r}] = {value}"
+
+
+def test_a_system_check_names_queued_jobs_whose_alias_left_tasks(db_alias):
+    from leased.contrib.django.stranded import jobs_of_aliases_gone
+
+    with override_settings(TASKS=two_aliases(db_alias)):
+        stranded = tasks.report_backend.using(backend="other").enqueue()
+        tasks.report_backend.enqueue()
+        assert jobs_of_aliases_gone(databases=[db_alias]) == []
+    with leased_tasks(db_alias) as only_default:  # TASKS has no "other" now
+        (warning,) = jobs_of_aliases_gone(databases=[db_alias])
+        assert warning.id == "leased.W003"
+        assert warning.msg == (f"DATABASES[{db_alias!r}] has 1 queued job(s) of signups.tasks.report_backend "
+                               "enqueued through TASKS['other'], which TASKS no longer has: no worker runs them")
+        assert run_queued(only_default).done == 1  # the default alias's job; the other's waits
+        only_default.app.cancel(int(stranded.id))
+        assert jobs_of_aliases_gone(databases=[db_alias]) == []
+    from django.core import checks
+
+    assert jobs_of_aliases_gone in checks.registry.registry.get_checks(include_deployment_checks=False)
+
+
+@pytest.mark.slow
+def test_leased_worker_warns_of_queued_jobs_whose_alias_left_tasks(db_alias):
+    with override_settings(TASKS=two_aliases(db_alias)):
+        tasks.report_backend.using(backend="other").enqueue()
+    worker = worker_process(db_alias, "--until-empty")  # its TASKS has "default" alone
+    output = worker.communicate(timeout=120)[0]
+    assert worker.returncode == 0, output
+    assert (f"warning: DATABASES[{db_alias!r}] has 1 queued job(s) of signups.tasks.report_backend enqueued "
+            "through TASKS['other'], which TASKS no longer has: no worker runs them; put 'other' back in TASKS") in output

@@ -55,3 +55,13 @@ def test_the_django_examples_admin_is_served_with_its_css(tmp_path):
         for href in stylesheets:  # as a browser resolves them
             status, content_type, _ = get(urljoin(base + "/admin/login/", href))
             assert (status, content_type.split(";")[0]) == (200, "text/css"), href
+
+
+def test_the_examples_database_is_ignored_by_git():
+    """Following the README in a checkout makes examples/django/db.sqlite3: `git status` must not list it."""
+    inside = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=EXAMPLE, capture_output=True, text=True)
+    if inside.stdout.strip() != "true":
+        pytest.skip("not a git checkout")
+    for name in ("db.sqlite3", "db.sqlite3-wal", "db.sqlite3-shm", "db.sqlite3-journal"):
+        ignored = subprocess.run(["git", "check-ignore", "--quiet", "--no-index", name], cwd=EXAMPLE)
+        assert ignored.returncode == 0, f"examples/django/{name} is not ignored"

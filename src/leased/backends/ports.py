@@ -268,6 +268,11 @@ class WorkerPort(Protocol):
         the database's clock, on any worker: a fleet's periodic reclaims take turns (PostgreSQL's
         do; elsewhere each reclaims)."""
 
+    def bury_workers(self, id_prefix: str, how: str) -> int:
+        """The workers whose ids start with `id_prefix` died (`how`: "killed by SIGKILL"), as their
+        supervisor saw: their rows read as gone from now on, and their attempts end at once as
+        crashed (each counted towards its job's max_crashes), not a lease later. How many ended."""
+
     def get_job(self, job_id: int) -> Job | None:
         """The job with its history: the lease keeper reads it to tell a user's cancel from a lease
         that ran out, when a renewal finds a lease gone."""
@@ -323,6 +328,9 @@ class WorkflowPort(Protocol):
 
     def parents_of(self, job_id: int) -> list[ParentEnd]: ...
 
+    def step_names(self, workflow_id: int) -> dict[str, int]:
+        """Every step of the run: {name: job id}."""
+
 
 class RuntimePort(ProducerPort, WorkerPort, RetentionPort, WorkflowPort, Protocol):
     """All that the engine sees of storage: a worker and a producer need nothing else."""
@@ -357,6 +365,10 @@ class InspectionPort(Protocol):
     def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int: ...
 
     def list_workers(self, silent_after: float) -> list[WorkerInfo]: ...
+
+    def recent_quarantined(self, recent: int) -> dict[str, int]:
+        """Poison jobs (failed when their crashes reached max_crashes) by queue, among the `recent`
+        failed jobs newest by id: one bounded read, whatever the history's size."""
 
     def paused_queues(self) -> dict[str, float]:
         """Paused queues, with how many seconds each has been paused."""

@@ -127,12 +127,17 @@ class Progress:
         self.stream.flush()
 
 
-def progress_text(counts: dict[str, int], retries: int, total: int) -> str:
+def progress_text(counts: dict[str, int], retries: int, total: int, concurrency: int) -> str:
+    """The demo's progress line. The database's `running` includes the jobs the one worker claimed
+    ahead of its free slots (while jobs are short), so at most `concurrency` of them are shown as
+    running and the rest as claimed."""
     finished = counts.get("done", 0) + counts.get("failed", 0) + counts.get("cancelled", 0)
     filled = round(10 * finished / total) if total else 10
+    running = min(counts.get("running", 0), concurrency)
+    claimed = counts.get("running", 0) - running
     return (f"[{'#' * filled}{'.' * (10 - filled)}] {finished}/{total}  pending {counts.get('pending', 0)}"
-            f"  running {counts.get('running', 0)}  done {counts.get('done', 0)}  failed {counts.get('failed', 0)}"
-            f"  retries {retries}")
+            f"  running {running}{f' (+{claimed} claimed ahead)' if claimed else ''}  done {counts.get('done', 0)}"
+            f"  failed {counts.get('failed', 0)}  retries {retries}")
 
 
 def remove_database_files(path: str) -> None:
@@ -193,7 +198,8 @@ def watch(app: Leased, worker: Worker, total: int, out: TextIO) -> tuple[int, fl
             counts = app.counts().get(QUEUE, {})
             elapsed = time.monotonic() - started
             finished = counts.get("pending", 0) + counts.get("running", 0) == 0
-            progress.update(progress_text(counts, worker.stats.retried, total), elapsed, final=finished)
+            progress.update(progress_text(counts, worker.stats.retried, total, worker.concurrency), elapsed,
+                            final=finished)
             if finished:
                 break
             if not thread.is_alive():

@@ -91,12 +91,12 @@ def open_app(ctx: click.Context, app_spec: str | None, database: str | None, *, 
     if app_spec and database and explicit_database:
         raise Failure("give APP or --database, not both")
     if app_spec:
-        app = load_app(app_spec)
+        app = load_app(app_spec) if migrating else load_existing_app(app_spec)
         if migrating:  # the app may auto-migrate on first use, which would leave migrate nothing to report
             app = Leased(app.database_url, migrate=False)
     elif database:
         if not migrating:
-            _check_sqlite_exists(database)
+            _check_sqlite_exists(database, f"--database {database}")
         app = Leased(database, migrate=not migrating)
     else:
         raise Failure("which database? give APP (module:attribute) or --database URL, or set LEASED_DATABASE_URL")
@@ -104,8 +104,19 @@ def open_app(ctx: click.Context, app_spec: str | None, database: str | None, *, 
     return app
 
 
-def _check_sqlite_exists(url: str) -> None:
-    # Opening a SQLite URL creates the file, so a typo would show an empty, brand-new database.
+def load_existing_app(spec: str) -> Leased:
+    """load_app(), refusing an app on a SQLite file that does not exist: every command but
+    `migrate` (which creates it) would otherwise create it empty, and a worker would idle there."""
+    app = load_app(spec)
+    _check_sqlite_exists(app.database_url, spec)
+    return app
+
+
+def _check_sqlite_exists(url: str, migrate_arguments: str) -> None:
+    # Opening a SQLite URL creates the file, so a typo, or a relative path from another directory,
+    # would show an empty, brand-new database.
     path = parse_database_url(url).sqlite_path
-    if path is not None and not Path(path).exists():
-        raise Failure(f"no SQLite database at {path!r} (create one with: leased migrate --database {url})")
+    if path is None or path == ":memory:" or Path(path).exists():
+        return
+    where = repr(path) if os.path.isabs(path) else f"{path!r} ({os.path.abspath(path)}: the path is relative)"
+    raise Failure(f"no SQLite database at {where}; create it with: leased migrate {migrate_arguments}")

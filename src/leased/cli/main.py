@@ -20,7 +20,7 @@ import click
 from click.core import ParameterSource
 
 from leased.cli import operations, output
-from leased.cli.loading import Failure, load_app, open_app
+from leased.cli.loading import Failure, load_existing_app, open_app
 from leased.cli.options import ByteSize, Duration, Id, ProcessCount, database_option
 from leased.cli.supervisor import CANNOT_START, Supervisor
 from leased.app import Leased
@@ -28,17 +28,24 @@ from leased.backends.urls import redacted
 from leased.backends.worker_calls import worker_calls
 from leased.digits import whole_number
 from leased.errors import LeasedError
+from leased.terminal import printable
 from leased.events import AttemptEnded, Event
 from leased.jobs import DurableStep, Job, JobStatus, Outcome
 from leased.logs import JsonFormatter
 from leased.suggest import did_you_mean
-from leased.terminal import printable
 from leased.worker_ids import SUPERVISOR_VARIABLE
 
 
 class LeasedGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # in the order defined below: a tour, not the alphabet
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise _escaped(error) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         # LeasedError messages are written for users (they name the problem and the fix), so every
@@ -47,6 +54,16 @@ class LeasedGroup(click.Group):
             return super().invoke(ctx)
         except LeasedError as error:
             raise Failure(output.one_line(str(error))) from None
+        except click.UsageError as error:  # a command's arguments, which click parses here
+            raise _escaped(error) from None
+
+
+def _escaped(error: click.UsageError) -> click.UsageError:
+    """click's own usage errors quote what was typed, some with repr() and some (extra arguments)
+    as typed: a control character in an argument reached the terminal. Written out, as leased's own
+    messages write them (leased.terminal)."""
+    error.message = printable(error.message)
+    return error
 
 
 def job_target(values: tuple[str, ...], noun: str = "job") -> tuple[str | None, int]:
@@ -176,10 +193,27 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
         raise failure from None
 
 
+@cli.command("bury-worker", hidden=True)
+@click.argument("app_spec", metavar="APP")
+@click.argument("worker_id_prefix")
+@click.argument("how")
+def bury_worker(app_spec: str, worker_id_prefix: str, how: str) -> None:
+    """For the --processes supervisor: the worker whose id starts WORKER_ID_PREFIX died (HOW); end
+    its attempts now, as crashed, rather than a lease later."""
+    configure_logging("info")
+    app = load_existing_app(app_spec)
+    try:
+        ended = app.backend.bury_workers(worker_id_prefix, how)
+    finally:
+        app.close()
+    logging.getLogger("leased.supervisor").info("worker %s… %s: ended its %d running attempt%s as crashed",
+                                                worker_id_prefix, how, ended, "" if ended == 1 else "s")
+
+
 def run_worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: float, shutdown_grace: float,
                metrics_port: int | None, no_push: bool, no_prune: bool, log_jobs: bool,
                max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None) -> None:
-    app = load_app(app_spec)
+    app = load_existing_app(app_spec)
     queue_names = [name.strip() for name in queues.split(",") if name.strip()] if queues else None
     warn_about_unknown_queues(app, queue_names)
     if log_jobs:
@@ -276,7 +310,7 @@ def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, k
     """
     args = parse_json(args_json, "ARGS_JSON", list, "a JSON array of positional arguments, e.g. '[1, \"two\"]'")
     kwargs = parse_json(kwargs_json, "--kwargs", dict, "a JSON object of keyword arguments, e.g. '{\"to\": \"ada\"}'")
-    app = load_app(app_spec)
+    app = load_existing_app(app_spec)
     ctx.call_on_close(app.close)
     options: dict[str, Any] = {}
     if delay is not None:
@@ -658,7 +692,7 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
                       f"{server.TOKEN_VARIABLE} to a long random secret, or listen on 127.0.0.1")
     app = open_app(ctx, app_spec, database)
     # With a token a rebinding page gets nowhere (the browser keeps the password for this origin only).
-    asgi_app = make_dashboard(app, read_only=read_only, token=token,
+    asgi_app = make_dashboard(app, read_only=read_only, token=token, command_app=app_spec,
                               allowed_hosts=None if token else server.loopback_hosts(host, allowed_hosts))
     try:
         sock = server.listen(host, port)

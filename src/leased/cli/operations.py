@@ -80,7 +80,7 @@ def limit(ctx: click.Context, app_spec: str, queue_name: str, concurrency: int |
         raise Failure(f"invalid --concurrency {concurrency}: use a whole number >= 1 (--clear removes the limits)")
     app = open_app(ctx, app_spec, None)
     if not force:
-        app.check_known_queue(queue_name, "limit")  # as `leased pause` does: a typo is named, not stored
+        app.check_known_queue(queue_name, "limit", force_option="--force")  # as `leased pause`: a typo is named, not stored
     queue_limit = app.limit(queue_name, concurrency=concurrency, rate_limit=rate_limit)
     output.echo(f"queue {queue_name}: " + ("no limits" if clear else queue_limit.describe()))
 
@@ -123,7 +123,10 @@ def queue_target(values: tuple[str, ...]) -> tuple[str | None, str]:
 def pause(ctx: click.Context, target: tuple[str, ...], database: str | None, force: bool) -> None:
     """Stop workers claiming QUEUE's jobs; running jobs finish and enqueue still works."""
     app_spec, queue = queue_target(target)
-    paused = open_app(ctx, app_spec, database).pause(queue, force=force)
+    app = open_app(ctx, app_spec, database)
+    if not force:  # checked here, to name the command line's --force rather than Python's force=True
+        app.check_known_queue(queue, "pause", force_option="--force")
+    paused = app.pause(queue, force=True)
     output.echo(f"queue {queue} " + ("paused: workers claim none of its jobs until `leased resume`" if paused
                                     else "was paused already"))
 

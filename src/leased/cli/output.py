@@ -20,6 +20,7 @@ import click
 from leased.counts import format_count
 from leased.durations import format_duration, parse_duration  # noqa: F401  (re-exported for the commands)
 from leased.jobs import Job, JobStatus, Progress
+from leased.payloads import Unreadable
 from leased.run_views import parents_note, step_counts, step_tree
 from leased.terminal import printable, printable_json
 
@@ -186,6 +187,8 @@ def _json_default(value: Any) -> Any:
         return value.total_seconds()
     if isinstance(value, Progress):
         return {**dataclasses.asdict(value), "fraction": value.fraction}
+    if isinstance(value, Unreadable):  # a stored value that is not JSON: said as the readers say it
+        return f"<unreadable: {value.error[:200]}>"
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 

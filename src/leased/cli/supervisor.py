@@ -12,6 +12,13 @@ stderr, its own signal handling), nothing is pickled, and nothing a fork would c
 threads) exists in the supervisor anyway. The supervisor never imports the APP and never opens a
 database connection: the children do all of that, and say so themselves when it fails.
 
+When a worker process dies (not a clean exit), the supervisor knows at once, and does not leave
+its jobs to wait out their leases: it runs `leased bury-worker APP PREFIX HOW`, a short process of
+the same APP, which ends that worker's attempts as crashed, naming the signal or exit status, and
+marks its row gone (backend.bury_workers). A job whose attempts keep killing their process is
+quarantined after its task's max_crashes (a poison job), not retried up to max_attempts. The
+supervisor itself still opens no connection.
+
 They run in a process group of their own, so that a terminal's Ctrl-C, which goes to the whole
 foreground group, reaches them once, through the supervisor: twice would be a forced stop. Under
 systemd, KillMode=mixed does the same for its SIGTERM. On Linux a child gets SIGTERM if the
@@ -96,6 +103,7 @@ class Supervisor:
         self.stopping = False
         self.failure: str | None = None
         self._signals: list[int] = []
+        self._burials: list[subprocess.Popen] = []  # bury-worker processes not yet reaped
 
     def run(self) -> int:
         """Until every child has exited after a signal or a failure: 0 if they all stopped cleanly."""
@@ -112,7 +120,7 @@ class Supervisor:
                 self._reap()
                 if not self.stopping:
                     self._start_due()
-                if self.stopping and not any(slot.process for slot in self.slots):
+                if self.stopping and not any(slot.process for slot in self.slots) and not self._burials:
                     break
                 select.select([wake_read], [], [], self._next_timeout())
                 try:
@@ -126,10 +134,11 @@ class Supervisor:
             signal.set_wakeup_fd(previous_fd)
             os.close(wake_read)
             os.close(wake_write)
-            for slot in self.slots:  # only if the supervisor itself failed: no child outlives it
-                if slot.process is not None and slot.process.poll() is None:
-                    slot.process.kill()
-                    slot.process.wait()
+            for process in [slot.process for slot in self.slots] + self._burials:
+                # only if the supervisor itself failed: no child outlives it
+                if process is not None and process.poll() is None:
+                    process.kill()
+                    process.wait()
         if self.failure:
             log.error("supervisor %s: %s", self.identity, self.failure)
             return 1
@@ -169,10 +178,17 @@ class Supervisor:
     # Children.
     def _reap(self) -> None:
         now = time.monotonic()
+        for burial in [burial for burial in self._burials if burial.poll() is not None]:
+            self._burials.remove(burial)
+            if burial.returncode != 0:
+                log.warning("supervisor %s: could not end a dead worker process's attempts (its error is above); "
+                            "they end when their leases expire", self.identity)
         for slot in self.slots:
             if slot.process is None or (code := slot.process.poll()) is None:
                 continue
             pid, slot.process, slot.last_exit = slot.process.pid, None, code
+            if code not in (0, CANNOT_START):  # it may have died holding jobs: end them now
+                self._burials.append(self._bury(pid, describe_exit(code)))
             if self.stopping:
                 log.info("supervisor %s: worker process %d (pid %d) %s", self.identity, slot.number, pid,
                          describe_exit(code))
@@ -213,6 +229,14 @@ class Supervisor:
                                    stdin=subprocess.DEVNULL, preexec_fn=_child_setup(os.getpid()))
         log.info("supervisor %s: worker process %d started (pid %d)", self.identity, slot.number, process.pid)
         return process
+
+    def _bury(self, pid: int, how: str) -> subprocess.Popen:
+        """End the attempts of worker process `pid`, which died (`how`), in a process of its own:
+        the supervisor opens no connection. Its worker id starts host:SUPERVISOR_PID/pid: (worker_ids)."""
+        host, _, supervisor = self.identity.rpartition(":")
+        return subprocess.Popen([sys.executable, "-m", "leased", "bury-worker", self.worker_arguments[0],
+                                 f"{host}:{supervisor}/{pid}:", how],
+                                stdin=subprocess.DEVNULL, start_new_session=True)  # no Ctrl-C of the terminal's
 
     def _next_timeout(self) -> float | None:
         """Until the next restart is due; else only a signal (a child's end is one) wakes the loop."""

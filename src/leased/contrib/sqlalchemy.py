@@ -72,6 +72,8 @@ def _engine_for(raw: Any) -> Engine:
             # No pool: each connect() takes the connection being lent, and giving it back closes nothing.
             engine = create_engine(_DIALECTS[module], creator=_lent, poolclass=NullPool)
             dialect = engine.dialect
+            # Replaced on this engine's own dialect object on purpose (leased ends the lent connection's
+            # transaction); mypy refuses any assignment to a method.
             dialect.do_commit = dialect.do_rollback = dialect.do_close = _leave_it_to_leased  # type: ignore[method-assign]
             _engines[module] = engine
         return _engines[module]

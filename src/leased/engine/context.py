@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from leased.engine.durable import DurableSteps
 from leased.errors import ConfigurationError
 from leased.jobs import MAX_PROGRESS_NOTE, ClaimedJob, Job, Lease, Progress
+from leased.names import shown
 from leased.runs import ParentEnd
 from leased.workflows import BatchOutcome, RunningWorkflow, batch_outcome
 
@@ -19,10 +20,12 @@ if TYPE_CHECKING:
 
 
 class CancelReason(StrEnum):
+    """Why a handler was told to stop: `context.cancel_reason`."""
+
     LEASE_LOST = "lease lost"
     CANCELLED = "cancelled by a user"
     SHUTDOWN = "worker shutting down"
-    TIMEOUT = "timeout"  # the attempt ran past the job's time limit
+    TIMEOUT = "timeout"  #: the attempt ran past the job's time limit
 
 
 class JobCancelled(Exception):
@@ -50,7 +53,7 @@ class TaskContext:
     _event: threading.Event | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _finishing: bool = field(default=False, init=False, repr=False)  # its end is being written
-    _workflow: Any = field(default=None, init=False, repr=False)
+    _workflow: RunningWorkflow | None = field(default=None, init=False, repr=False)
     # A transactional task's connection, while its handler runs (engine/transactional.py).
     _connection: Any = field(default=None, init=False, repr=False)
     _steps: DurableSteps | None = field(default=None, init=False, repr=False)  # made on a handler's first step
@@ -134,7 +137,9 @@ class TaskContext:
 
     @property
     def batch(self) -> BatchOutcome:
-        """For the step after a batch: how many of its members succeeded and failed, and their results."""
+        """For the step after a batch: how many of its members succeeded and failed (`.succeeded`
+        and `.failed` are counts, not lists; a cancelled member counts as failed), and `.results`,
+        each succeeded member's result by step name."""
         return batch_outcome(self.parents)
 
     @property
@@ -194,13 +199,13 @@ def checked_progress(done: Any, total: Any, note: Any, attempt: int) -> Progress
         if value is None and may_be_none:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"context.progress({name}={value!r}): {name} must be a number "
+            raise TypeError(f"context.progress({name}={shown(value)}): {name} must be a number "
                             f"(an int or a float){', or None if not known' if may_be_none else ''}")
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"context.progress({name}={value!r}): {name} must be a finite number, 0 or more")
     if note is not None:
         if not isinstance(note, str):
-            raise TypeError(f"context.progress(note={note!r}): note must be a str or None")
+            raise TypeError(f"context.progress(note={shown(note)}): note must be a str or None")
         if len(note) > MAX_PROGRESS_NOTE:
             raise ValueError(f"context.progress(note=...): the note has {len(note)} characters, more than "
                              f"{MAX_PROGRESS_NOTE}; keep it short (it travels with every lease renewal) and put "

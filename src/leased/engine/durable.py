@@ -23,16 +23,9 @@ from typing import Any, Callable
 from leased import tracing
 from leased.errors import ConfigurationError, PayloadError
 from leased.jobs import ClaimedJob
+from leased.names import check_name, shown
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, decode, encode_result
 
-MAX_STEP_NAME = 255
-
-
-def check_step_name(name: object) -> str:
-    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
-        raise ConfigurationError(f"invalid step name {name!r}: use a non-empty string of at most {MAX_STEP_NAME} "
-                                 "characters, the same on every attempt")
-    return name
 
 
 class DurableSteps:
@@ -101,9 +94,11 @@ class DurableSteps:
 
 
 def _check_step(name: object, fn: object) -> None:
-    check_step_name(name)
+    # The one rule for names (leased.names): MariaDB keeps 255 characters and pads with spaces, so a
+    # longer name, or one that ends in white space, could be recorded as another step's.
+    check_name(name, "step name")
     if not callable(fn):
-        raise ConfigurationError(f"step {name!r}: fn must be callable, got {fn!r}")
+        raise ConfigurationError(f"step {name!r}: fn must be callable, got {shown(fn)}")
 
 
 def _result(name: str, value: Any) -> str | None:

@@ -36,7 +36,7 @@ from leased.engine.retrying import one_line
 from leased.engine.timelimits import TimeLimits, timeout_end
 from leased.engine.transactional import Written, run_in_transaction, run_in_transaction_async
 from leased.errors import ArgumentsMismatch, ConfigurationError, PayloadError, PermanentError, ResultNotStored
-from leased.jobs import ClaimedJob, Outcome
+from leased.jobs import ClaimedJob, Outcome, quarantined_error
 from leased.payloads import clean_text, encode_result
 from leased.tasks import importable
 from leased.terminal import printable
@@ -173,9 +173,7 @@ class Executor:
             return None
         if isinstance(answer, Crashed):
             tracing.event(attempt.span, "child_crashed", how=answer.how)
-            return failed_end(job, Outcome.CRASHED, "ChildProcessDied",
-                              f"the handler's child process {answer.described}", None,
-                              retry=job.attempt < job.max_attempts, backoff=handler.backoff)
+            return crashed_end(job, f"the handler's child process {answer.described}", handler.backoff)
         retry = not (answer.permanent or answer.unstorable) and job.attempt < job.max_attempts
         return failed_end(job, Outcome.ERROR, "ResultNotStored" if answer.unstorable else answer.error_type,
                           answer.message, answer.traceback, retry=retry, backoff=handler.backoff)
@@ -262,6 +260,18 @@ async def _contained(handler_call: Any) -> Any:
 def error_end(job: ClaimedJob, error: BaseException, *, retry: bool, backoff: Backoff | None = None) -> AttemptEnd:
     return failed_end(job, Outcome.ERROR, type(error).__name__, message_of(error),
                       traceback_of(error, _handler_frames(error)), retry=retry, backoff=backoff)
+
+
+def crashed_end(job: ClaimedJob, message: str, backoff: Backoff | None) -> AttemptEnd:
+    """An attempt whose process died: retried by the job's policy, unless this crash is its
+    max_crashes-th, which quarantines it (fails it as a poison job, not retried). The finish adds
+    the crash to the job's count (outcome crashed)."""
+    crashes = job.crashes + 1
+    if crashes >= job.max_crashes:
+        return failed_end(job, Outcome.CRASHED, "ChildProcessDied", quarantined_error(crashes, message), None,
+                          retry=False)
+    return failed_end(job, Outcome.CRASHED, "ChildProcessDied", message, None,
+                      retry=job.attempt < job.max_attempts, backoff=backoff)
 
 
 def failed_end(job: ClaimedJob, outcome: Outcome, error_type: str, message: str, traceback_text: str | None, *,

@@ -46,7 +46,7 @@ def exercise(make_backend: MakeBackend, only: Iterable[str] | None = None) -> No
         backend = make_backend()
         try:
             backend.migrate()
-            CHECKS[name](lambda: backend)
+            CHECKS[name](lambda: backend)  # noqa: B023 - called in this iteration, before backend is rebound
         finally:
             backend.close()
 
@@ -54,9 +54,9 @@ def exercise(make_backend: MakeBackend, only: Iterable[str] | None = None) -> No
 # Helpers: a job to write, a claim, an end.
 def new_job(task_name: str = "a", *, queue_name: str = "default", priority: int = 0, max_attempts: int = 3,
             lease_seconds: float = 30.0, delay_seconds: float = 0.0, run_at: datetime | None = None,
-            idempotency_key: str | None = None, args_json: str = "[]") -> NewJob:
+            idempotency_key: str | None = None, args_json: str = "[]", max_crashes: int = 2) -> NewJob:
     return NewJob(task_name, queue_name, args_json, "{}", priority, max_attempts, lease_seconds, run_at=run_at,
-                  delay_seconds=delay_seconds, idempotency_key=idempotency_key)
+                  delay_seconds=delay_seconds, idempotency_key=idempotency_key, max_crashes=max_crashes)
 
 
 def enqueue(backend: Backend, *jobs: NewJob) -> list[Job]:
@@ -251,6 +251,47 @@ def an_expired_lease_returns_the_job_and_fences_its_holder(make: MakeBackend) ->
     assert backend.renew([claimed.lease]) == set()
     (again,) = claim(backend, "w2")
     assert again.attempt == 2 and again.lease.worker_id == "w2"
+
+
+def _worker(backend: Backend, worker_id: str) -> None:
+    backend.register_worker(WorkerRecord(worker_id, "host-1", 4242, 8, None, TASKS))
+
+
+@check
+def an_attempt_whose_worker_died_is_a_crash_and_max_crashes_quarantine_the_job(make: MakeBackend) -> None:
+    """Poison jobs: a lease that expires while its worker still beats is no crash (it stalled); one
+    whose worker is silent past WORKER_SILENT_AFTER, or that its supervisor buried, is. The crash
+    that reaches max_crashes fails the job, before its attempts run out; a retry allows one more."""
+    backend = make()
+    (written,) = enqueue(backend, new_job(lease_seconds=5, max_attempts=10, max_crashes=2))
+    assert (written.crashes, written.max_crashes) == (0, 2)
+    _worker(backend, "w1")
+    claim(backend, "w1")
+    backend.clock.advance(6)  # the lease lapsed, but w1 was seen 6 s ago: stalled, not dead
+    assert backend.reclaim_expired() == 1
+    stalled = job(backend, written.id)
+    assert (stalled.history[-1].outcome, stalled.crashes, stalled.status) == (Outcome.EXPIRED, 0, JobStatus.PENDING)
+    _worker(backend, "w2")
+    claim(backend, "w2")
+    backend.clock.advance(20)  # w2 silent past WORKER_SILENT_AFTER: its process died
+    assert backend.reclaim_expired() == 1
+    crashed = job(backend, written.id)
+    assert (crashed.history[-1].outcome, crashed.crashes, crashed.status) == (Outcome.CRASHED, 1, JobStatus.PENDING)
+    assert "worker w2 is gone" in crashed.history[-1].error_message and not crashed.quarantined
+    _worker(backend, "w3")
+    claim(backend, "w3")
+    assert backend.bury_workers("w3", "killed by SIGKILL") == 1, "ended at once, not a lease later"
+    poison = job(backend, written.id)
+    assert poison.status is JobStatus.FAILED and poison.quarantined and poison.crashes == 2
+    assert poison.last_error == "quarantined after 2 crashes: worker w3 died: killed by SIGKILL (seen by its supervisor)"
+    assert [a.outcome for a in poison.history] == [Outcome.EXPIRED, Outcome.CRASHED, Outcome.CRASHED]
+    assert not [each for each in backend.list_workers(silent_after=15) if each.id == "w3" and each.alive]
+    backend.retry(written.id)
+    assert (job(backend, written.id).crashes, job(backend, written.id).quarantined) == (1, False)
+    (again,) = claim(backend, "w4")
+    assert backend.finish([AttemptEnd(again.lease, Outcome.CRASHED, error_type="ChildProcessDied",
+                                      error_message="the handler's child process was killed by SIGSEGV")]) == [True]
+    assert job(backend, written.id).quarantined and job(backend, written.id).crashes == 2, "a finish's crash counts"
 
 
 @check

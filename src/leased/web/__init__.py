@@ -22,7 +22,7 @@ MISSING_EXTRA = "the dashboard needs the web extra: pip install 'leased[web]'"
 
 def dashboard(leased: Leased, *, read_only: bool = False, token: str | None = None,
               secret: str | bytes | None = None, refresh_seconds: float = REFRESH_SECONDS,
-              allowed_hosts: Iterable[str] | None = None) -> Starlette:
+              allowed_hosts: Iterable[str] | None = None, command_app: str | None = None) -> Starlette:
     """The dashboard for `leased` as an ASGI application.
 
     read_only: no action buttons, and every POST is refused (403).
@@ -35,6 +35,8 @@ def dashboard(leased: Leased, *, read_only: bool = False, token: str | None = No
         names under example; the port is not compared), 421 to any other. `leased dashboard` sets it
         on loopback without a token (leased.web.server.loopback_hosts), against DNS rebinding. None
         answers to any Host: mounted in your application, its own host checks apply.
+    command_app: how the commands the pages suggest name your app (`leased worker shop.jobs:app`);
+        `leased dashboard APP` passes its APP. None keeps the placeholder APP.
     """
     try:
         from leased.web.app import build
@@ -45,4 +47,4 @@ def dashboard(leased: Leased, *, read_only: bool = False, token: str | None = No
             raise ConfigurationError(MISSING_EXTRA) from error
         raise
     return build(leased, read_only=read_only, token=token, secret=secret, refresh_seconds=refresh_seconds,
-                 allowed_hosts=allowed_hosts)
+                 allowed_hosts=allowed_hosts, command_app=command_app)

@@ -42,16 +42,18 @@ register_url_convertor("id", IdConvertor())
 
 
 def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | bytes | None,
-          refresh_seconds: float, allowed_hosts: Iterable[str] | None) -> Starlette:
+          refresh_seconds: float, allowed_hosts: Iterable[str] | None, command_app: str | None = None) -> Starlette:
     # Autoescape everything: payloads, results and tracebacks come from the database and may hold
     # markup, which must show as text.
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
     formatting.install(env)
     env.globals["url_for"] = url_path
+    env.globals["command_app"] = command_app or "APP"  # in the commands the pages suggest
     templates = Jinja2Templates(env=env)
     key = make_secret(secret, token)
-    pages = Pages(leased, templates, Csrf(key), Flash(key), read_only=read_only, refresh_seconds=refresh_seconds)
+    pages = Pages(leased, templates, Csrf(key), Flash(key), read_only=read_only, refresh_seconds=refresh_seconds,
+                  command_app=command_app)
     routes = [
         Route("/", pages.overview, name="overview"),
         Route("/jobs", pages.jobs, name="jobs"),

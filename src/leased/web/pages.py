@@ -27,6 +27,7 @@ from leased.jobs import JobStatus
 from leased.run_views import STEP_STATUSES, parents_note, step_counts, step_tree
 from leased.runs import WorkflowInfo, WorkflowStatus
 from leased.web.charts import throughput_chart
+from leased.web.graph import FAN_OUT_SHOWN, step_graph
 from leased.web.security import CSRF_FIELD, Csrf, Flash, foreign_origin
 
 PAGE_SIZE = 50
@@ -171,8 +172,9 @@ def worker_groups(workers: list[WorkerInfo]) -> list[WorkerGroup]:
 
 class Pages:
     def __init__(self, leased: Leased, templates: Jinja2Templates, csrf: Csrf, flash: Flash, *, read_only: bool,
-                 refresh_seconds: float):
+                 refresh_seconds: float, command_app: str | None = None):
         self.leased = leased
+        self.command_app = command_app  # the APP in the commands `why` suggests, if known
         self.templates = templates
         self.csrf = csrf
         self.flash = flash
@@ -223,6 +225,8 @@ class Pages:
             job, why = self.leased.job_and_why(job_id)
         except JobNotFound:
             return self.problem(request, 404, "No such job", f"There is no job with id {job_id}.")
+        if self.command_app:
+            why = why.naming_app(self.command_app)
         started = job.history[0].started_at if job.history else None
         return self.render(request, "job.html", {
             "job": job, "started_at": started, "why": why, "steps": self.leased.job_steps(job.id),
@@ -257,7 +261,7 @@ class Pages:
             return self.problem(request, 404, "No such workflow", f"There is no workflow with id {workflow_id}.")
         rows = [(row, parents_note(row)) for row in step_tree(info.steps)]
         return self.render(request, "workflow.html", {
-            "run": info, "rows": rows, "segments": progress_segments(info),
+            "run": info, "rows": rows, "segments": progress_segments(info), "graph": step_graph(info.steps), "fan_out_shown": FAN_OUT_SHOWN,
             "summary": step_counts(info.counts, info.skipped), "step_statuses": STEP_STATUSES,
             **workflow_actions(info),
         })

@@ -78,3 +78,24 @@ def sign_up_once(context, email: str, database: str, fail_on: int = 0, lose_leas
 
         advance(task_backends["default"].app, 3600)  # the lease runs out before the task returns
     return context.attempt
+
+
+@task(takes_context=True, max_attempts=2)
+def fails_first(context) -> int:
+    """Fails its first attempt; the backoff in TASKS' OPTIONS decides when the second runs."""
+    if context.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return context.attempt
+
+
+@task()
+def in_transaction(database: str) -> bool:
+    """Whether the body runs in a transaction on `database` (TASKS' OPTIONS transactional)."""
+    from django.db import connections
+
+    return connections[database].in_atomic_block
+
+
+@task(max_attempts=3)
+def returns_a_set() -> set:
+    return {1, 2}  # not JSON

@@ -33,7 +33,8 @@ from leased.backends.sql.store import SQLStore
 from leased.backends.urls import redacted
 from leased.backends.sql.wakeups import DatagramListener, Waker
 from leased.clock import Clock
-from leased.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable, OutcomeUnknown, SchemaNotReady
+from leased.errors import (ConfigurationError, DatabaseConflict, DatabaseUnavailable, OutcomeUnknown, PayloadError,
+                           SchemaNotReady)
 from leased.jobs import ClaimedJob, Job, NewJob
 from leased.payloads import decode
 
@@ -56,6 +57,17 @@ ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT = 1213, 1205
 ER_LOST_DURING_QUERY = 2013  # CR_SERVER_LOST: the request was sent, its answer never came
 ER_STATEMENT_TIMEOUT = 1969  # max_statement_time, which a DBA may set per user: another try is the cure
 ER_NO_SUCH_TABLE, ER_DUP_ENTRY = 1146, 1062
+ER_PACKET_TOO_LARGE = 1153  # a statement past the server's max_allowed_packet
+# A grant missing: on the database, a table, a column (ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED, ...).
+ER_ACCESS_DENIED = {1044, 1142, 1143}
+# Inserts whose refusal by this unique index means "taken already: no row back" (a run's key, a
+# schedule's tick). Caught by the index's name: INSERT IGNORE would turn strict-mode data errors
+# into warnings too.
+NO_ROW_WHEN_TAKEN = {"insert_workflow": "idempotency_key", "claim_tick": "PRIMARY"}
+# What a user that runs leased needs (docs/reliability.md, Least privilege); migrating needs more.
+RUNNING_GRANTS = "GRANT SELECT, INSERT, UPDATE, DELETE ON `<leased's database>`.* TO <user>"
+# The unique index on a pending job's idempotency key (migration 0001): its refusal means "key held".
+KEY_INDEX = "leased_jobs_idempotency_key"
 # Client errors: the server is gone, or never answered.
 CONNECTION_LOST = {2002, 2003, 2005, 2006, 2013, 2055, 1927, 4031}
 
@@ -73,6 +85,26 @@ def _epoch(value: Any) -> float:
 def _errno(error: BaseException) -> int | None:
     args = getattr(error, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
+
+
+class _NoRows:
+    """The cursor of an insert that a taken key refused: no row, none changed."""
+
+    rowcount = 0
+
+    def fetchone(self) -> None:
+        return None
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+
+_NO_ROWS = _NoRows()
+
+
+def _refused_by(error: BaseException, index: str) -> bool:
+    """Whether `error` is the duplicate-key error of this unique index ("... for key 'name'")."""
+    return _errno(error) == ER_DUP_ENTRY and str(error.args[-1]).endswith(f"for key '{index}'")
 
 
 def _run_statement(connection: Any, statement: str) -> list[tuple]:
@@ -107,12 +139,38 @@ def connect_arguments(url: str) -> tuple[dict[str, Any], str]:
     database = parts.path.lstrip("/")
     if not database:
         raise ConfigurationError(f"invalid MariaDB URL {redacted(url)!r}: name the database, e.g. mariadb://user@host/dbname")
+    try:
+        port = parts.port
+    except ValueError as error:  # not a number, or past 65535: urlsplit reads the port only when asked
+        raise ConfigurationError(f"invalid MariaDB URL {redacted(url)!r}: {error}; give the port as a number "
+                                 "from 1 to 65535, e.g. mariadb://user@host:3306/dbname") from None
     arguments: dict[str, Any] = {
-        "host": parts.hostname or "127.0.0.1", "port": parts.port or 3306, "user": unquote(parts.username or "root"),
+        "host": parts.hostname or "127.0.0.1", "port": port or 3306, "user": unquote(parts.username or "root"),
         "password": unquote(parts.password or ""), "database": database, "charset": "utf8mb4",
         "connect_timeout": CONNECT_TIMEOUT_SECONDS, "autocommit": True,
     }
     return arguments, f"MariaDB database {database!r} on {arguments['host']}:{arguments['port']}"
+
+
+def statement_bytes(statement: str, params: dict[str, Any]) -> int:
+    """About how many bytes `statement` with `params` is on the wire, never fewer: each text as
+    UTF-8, with a byte more for each character the driver escapes (quotes, backslashes, controls)."""
+    size = len(statement.encode())
+    for value in params.values():
+        encoded = str(value).encode()
+        size += len(encoded) + 2 + sum(encoded.count(character) for character in _ESCAPED)
+    return size
+
+
+_ESCAPED = (b"'", b'"', b"\\", b"\n", b"\r", b"\0", b"\x1a")
+
+
+def packet_problem(size: int | None, limit: int | None) -> str:
+    """Why the server refuses a statement this large: naming its size (where known), the setting, and the fixes."""
+    what = "a statement was" if size is None else f"the statement is {size:,} bytes,"
+    setting = "max_allowed_packet" if limit is None else f"max_allowed_packet ({limit:,} bytes)"
+    return (f"{what} larger than the server's {setting}: enqueue fewer or smaller jobs per call, or have "
+            "the DBA raise max_allowed_packet (SET GLOBAL max_allowed_packet = ..., and in the server's config)")
 
 
 def server_problem(version: str) -> str | None:
@@ -141,6 +199,7 @@ class MariaDBBackend(SQLStore):
         self._waker = Waker(self._wake_ports)
         self._host = socket.gethostname()
         self._server_checked = False  # by the first connection, ours or a caller's
+        self._max_packet: int | None = None  # the server's max_allowed_packet, read with its version
         self.clock = Clock()  # what leased_now() adds to the server's clock, on our sessions and callers'
         # The offset each session was given (ours and callers'): sessions start without one.
         self._clock_set: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
@@ -209,7 +268,7 @@ class MariaDBBackend(SQLStore):
             return
         with self._translated(), connection.cursor() as cursor:
             cursor.execute(QUERIES["server_version"])
-            (version,) = cursor.fetchone()
+            version, self._max_packet = cursor.fetchone()
         problem = server_problem(version)
         if problem:
             raise ConfigurationError(f"{self._where}: {problem}")
@@ -262,17 +321,24 @@ class MariaDBBackend(SQLStore):
         except driver.InterfaceError as error:  # PyMySQL, on a connection it closed when the server went
             self._forget_connection()
             raise DatabaseUnavailable(f"lost the connection to {self._where} (the driver closed it)") from error
-        except driver.OperationalError as error:
+        except driver.OperationalError + driver.ProgrammingError as error:
             number = _errno(error)
+            if number in ER_ACCESS_DENIED:  # no retry mends it: the user lacks a grant
+                raise ConfigurationError(f"{self._where}: {error.args[-1]}: the user needs {RUNNING_GRANTS} "
+                                         "(docs/reliability.md, Least privilege)") from error
+            if isinstance(error, driver.ProgrammingError):
+                if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
+                    raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
+                raise
+            if number == ER_PACKET_TOO_LARGE:  # refused unread, and the server drops the connection
+                self._forget_connection()
+                raise PayloadError(f"{self._where}: {packet_problem(None, self._max_packet)}; nothing was "
+                                   "written") from error
             if number in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_STATEMENT_TIMEOUT):
                 raise DatabaseConflict(f"{self._where}: {error.args[-1]}; nothing was written") from error
             if number in CONNECTION_LOST or number is None or number >= 2000:
                 self._forget_connection()  # the next call connects again
                 raise DatabaseUnavailable(f"lost the connection to {self._where}: {error.args[-1]}") from error
-            raise
-        except driver.ProgrammingError as error:
-            if self._is_missing_table(error):  # dropped, or never made (migrate=False): no retry mends it
-                raise SchemaNotReady(schema_problem(set(), MIGRATIONS, self._where)) from error
             raise
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
@@ -321,7 +387,13 @@ class MariaDBBackend(SQLStore):
 
     def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
         cursor = driver.dict_cursor(connection)
-        cursor.execute(QUERIES[name], params)
+        try:
+            cursor.execute(QUERIES[name], params)
+        except driver.IntegrityError as error:
+            if not _refused_by(error, NO_ROW_WHEN_TAKEN.get(name, "")):
+                raise
+            cursor.close()
+            return _NO_ROWS
         return cursor
 
     def _wake_ports(self) -> list[int]:
@@ -365,9 +437,23 @@ class MariaDBBackend(SQLStore):
             return work(connection)
 
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
-        with driver.tuple_cursor(connection) as cursor:
-            cursor.execute(*insert_statement(QUERIES, jobs, _epoch))
-            return list(cursor.fetchall())
+        """The rows inserted; none for a job whose key a pending job holds. The duplicate-key error
+        rolls back its statement only (InnoDB), so a batch that met one goes again job by job, in
+        the transaction a batch with keys always has (needs_no_transaction)."""
+        statement, params = insert_statement(QUERIES, jobs, _epoch)
+        size = statement_bytes(statement, params)
+        if self._max_packet is not None and size > self._max_packet:
+            raise PayloadError(f"{self._where}: {packet_problem(size, self._max_packet)}; nothing was written")
+        try:
+            with driver.tuple_cursor(connection) as cursor:
+                cursor.execute(statement, params)
+                return list(cursor.fetchall())
+        except driver.IntegrityError as error:
+            if not _refused_by(error, KEY_INDEX):
+                raise
+        if len(jobs) == 1:
+            return []
+        return [row for job in jobs for row in self._insert_rows(connection, [job])]
 
     def _pending_with_key(self, connection: Any, key: str) -> dict[str, Any] | None:
         with driver.dict_cursor(connection) as cursor:

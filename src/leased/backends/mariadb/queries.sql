@@ -7,49 +7,56 @@
 -- READ COMMITTED transaction.
 
 -- name: server_version
--- Read once by a backend's first connection: MySQL, and MariaDB before 10.6, are refused by name.
-SELECT VERSION();
+-- Read once by a backend's first connection: MySQL, and MariaDB before 10.6, are refused by name;
+-- and the largest statement the server takes, which an enqueue checks before it sends one.
+SELECT VERSION(), @@max_allowed_packet;
 
 -- name: set_clock_offset
 -- The clock seam for this session (see leased.clock); 0 is none.
 SET @leased_clock_offset = %(offset)s;
 
 -- name: insert_jobs
--- A batch in one statement; each job a JSON array as on SQLite (see sql/enqueue.py, jobs_json). A job
--- whose key a waiting job holds is skipped: IGNORE turns the unique index's refusal into no row.
--- Rows are inserted in the batch's order, so AUTO_INCREMENT gives ids in that order.
-INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+-- A batch in one statement; each job a JSON array as on SQLite (see sql/enqueue.py, jobs_json). Not
+-- INSERT IGNORE: it turns every strict-mode error into a warning (a long name stored cut, a count
+-- clamped). A key a pending job holds is the unique index's duplicate-key error, which the backend
+-- catches by the index's name (backend.py, _insert_rows). JSON_TABLE reads text and integers as
+-- LONGTEXT: a narrower column of its own would cut or clamp the value with a mere warning, where the
+-- insert into the table's column refuses it. Rows are inserted in the batch's order, so
+-- AUTO_INCREMENT gives ids in that order.
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                                trace_context)
+                                max_crashes, trace_context)
 SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
        COALESCE(j.run_at, leased_now() + j.delay_seconds), leased_now(), j.idempotency_key,
        j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds,
-       j.status, j.workflow_id, j.isolation, j.trace_context
+       j.status, j.workflow_id, j.isolation, j.max_crashes, j.trace_context
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
-    task_name VARCHAR(255) PATH '$[0]', queue_name VARCHAR(255) PATH '$[1]', args LONGTEXT PATH '$[2]',
-    kwargs LONGTEXT PATH '$[3]', priority INT PATH '$[4]', max_attempts INT PATH '$[5]',
+    task_name LONGTEXT PATH '$[0]', queue_name LONGTEXT PATH '$[1]', args LONGTEXT PATH '$[2]',
+    kwargs LONGTEXT PATH '$[3]', priority LONGTEXT PATH '$[4]', max_attempts LONGTEXT PATH '$[5]',
     lease_seconds DOUBLE PATH '$[6]', run_at DOUBLE PATH '$[7]', delay_seconds DOUBLE PATH '$[8]',
-    idempotency_key VARCHAR(255) PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
-    concurrency_key VARCHAR(255) PATH '$[11]', key_concurrency INT PATH '$[12]', key_rate_count INT PATH '$[13]',
-    key_rate_seconds DOUBLE PATH '$[14]', status VARCHAR(16) PATH '$[15]', workflow_id BIGINT PATH '$[16]',
-    isolation VARCHAR(16) PATH '$[17]', trace_context TEXT PATH '$[18]')) AS j
+    idempotency_key LONGTEXT PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
+    concurrency_key LONGTEXT PATH '$[11]', key_concurrency LONGTEXT PATH '$[12]', key_rate_count LONGTEXT PATH '$[13]',
+    key_rate_seconds DOUBLE PATH '$[14]', status LONGTEXT PATH '$[15]', workflow_id LONGTEXT PATH '$[16]',
+    isolation LONGTEXT PATH '$[17]', max_crashes LONGTEXT PATH '$[18]',
+    trace_context LONGTEXT PATH '$[19]')) AS j
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: insert_job
 -- One job, as insert_jobs would insert it, without a batch to build and parse (see
 -- sql/enqueue.py, insert_statement): what most enqueues are. A VALUES row is a simple insert to InnoDB,
--- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement.
-INSERT IGNORE INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
+-- which takes no table lock for its AUTO_INCREMENT value; NOW(6) is one time per statement. A held
+-- key is a duplicate-key error, as for insert_jobs.
+INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                                trace_context)
+                                max_crashes, trace_context)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s, %(kwargs_json)s, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s, COALESCE(%(run_at)s, leased_now() + %(delay_seconds)s), leased_now(),
         %(idempotency_key)s, %(timeout_seconds)s, %(concurrency_key)s, %(key_concurrency)s, %(key_rate_count)s,
-        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s, %(trace_context)s)
+        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s, %(max_crashes)s, %(trace_context)s)
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: pending_with_key
@@ -148,12 +155,13 @@ FOR UPDATE;
 
 -- name: finish
 -- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds,
--- progress]; each end is fenced on its lease (leases_to_finish locked those still held, first).
+-- progress, outcome]; each end is fenced on its lease (leases_to_finish locked those still held, first).
+-- An attempt whose process died (outcome crashed) adds to the job's crashes (migration 0023).
 UPDATE leased_jobs AS job
 JOIN JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     status VARCHAR(16) PATH '$[3]', result LONGTEXT PATH '$[4]', last_error LONGTEXT PATH '$[5]',
-    retry_in_seconds DOUBLE PATH '$[6]', progress LONGTEXT PATH '$[7]')) AS ends
+    retry_in_seconds DOUBLE PATH '$[6]', progress LONGTEXT PATH '$[7]', outcome VARCHAR(16) PATH '$[8]')) AS ends
   ON job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
 SET job.result = ends.result,
     job.last_error = COALESCE(ends.last_error, job.last_error),
@@ -163,6 +171,7 @@ SET job.result = ends.result,
     job.lease_owner = NULL,
     job.lease_expires_at = NULL,
     job.progress = COALESCE(ends.progress, job.progress),
+    job.crashes = job.crashes + (ends.outcome <=> 'crashed'),
     job.status = ends.status
 WHERE job.status = 'running';
 
@@ -186,12 +195,13 @@ ON DUPLICATE KEY UPDATE done = leased_throughput.done + VALUES(done), failed = l
 -- progress]; each is fenced on its lease as finish is, so a worker that lost it writes no outcome.
 -- A record that an older version opened at claim is closed in place (outcome is set last: the
 -- assignments run in order, and the others test the old one). Untold progress (a release, an
--- expiry) is the attempt's latest report, as its last renewal wrote it.
+-- expiry) is the attempt's latest report, as its last renewal wrote it, its attempt matched in the
+-- text Progress.to_json writes (comparing JSON_VALUE's text to a number fails a strict-mode insert).
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
                              error_message, traceback, progress)
 SELECT job.id, job.attempt, job.lease_owner, COALESCE(job.attempt_started_at, leased_now()), leased_now(),
        ends.outcome, ends.error_type, ends.error_message, ends.traceback,
-       COALESCE(ends.progress, IF(JSON_VALUE(job.progress, '$.attempt') = job.attempt, job.progress, NULL))
+       COALESCE(ends.progress, IF(job.progress LIKE CONCAT('%%"attempt": ', job.attempt, '}'), job.progress, NULL))
 FROM JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     outcome VARCHAR(16) PATH '$[3]', error_type VARCHAR(255) PATH '$[4]', error_message LONGTEXT PATH '$[5]',
@@ -219,9 +229,13 @@ WHERE job.status = 'running' AND job.lease_owner = %(worker_id)s;
 -- Expired leases through the leases index (NULL for every job not running); rows a claim or
 -- another reclaimer has locked are left to it. What record_attempts needs comes along: it writes
 -- the records before reclaim_expired clears the leases they are read from.
-SELECT id, attempt, lease_owner, queue_name, task_name, workflow_id, attempt >= max_attempts AS last_attempt,
-       CONCAT('lease expired: worker ', lease_owner, ' stopped renewing it (crashed, stalled or cut off)') AS message
-FROM leased_jobs FORCE INDEX (leased_jobs_leases)
+-- gone: the lease's worker has a row, silent for :silent_after seconds or more (or marked so when
+-- its supervisor saw it die: bury_worker); sql/store.py, _reclaim, reads it as a crash. A worker
+-- without a row (one that never registered: a test's, a script's) is not known to be dead.
+SELECT id, attempt, lease_owner, queue_name, task_name, workflow_id, max_attempts, crashes, max_crashes,
+       EXISTS (SELECT 1 FROM leased_workers AS w
+               WHERE w.id = job.lease_owner AND w.last_seen_at <= leased_now() - %(silent_after)s) AS gone
+FROM leased_jobs AS job FORCE INDEX (leased_jobs_leases)
 WHERE running_expires_at <= leased_now()
 FOR UPDATE SKIP LOCKED;
 
@@ -229,15 +243,22 @@ FOR UPDATE SKIP LOCKED;
 -- The job's last error is its expired attempt's, just recorded. Joined by primary key, as renew
 -- is: `id IN (SELECT ...)` scanned the running set and locked rows that workers were finishing.
 -- The assignments run in order: status and finished_at read the attempt before it is cleared.
+-- An attempt recorded as crashed adds to the job's crashes (set last, after the others read the
+-- count before it), and the crash that reaches max_crashes fails it as a poison job.
 UPDATE leased_jobs AS job FORCE INDEX (PRIMARY)
 JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
-SET job.status = CASE WHEN job.attempt >= job.max_attempts THEN 'failed' ELSE 'pending' END,
-    job.finished_at = CASE WHEN job.attempt >= job.max_attempts THEN leased_now() END,
-    job.last_error = (SELECT a.error_message FROM leased_attempts AS a
-                      WHERE a.job_id = job.id AND a.attempt = job.attempt),
-    job.run_after = leased_now(),
+JOIN leased_attempts AS a ON a.job_id = job.id AND a.attempt = job.attempt
+SET job.status = CASE WHEN job.attempt >= job.max_attempts
+                           OR (a.outcome <=> 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN 'failed'
+                      ELSE 'pending' END,
+    job.finished_at = CASE WHEN job.attempt >= job.max_attempts
+                                OR (a.outcome <=> 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN leased_now() END,
+    job.last_error = IF(a.outcome <=> 'crashed' AND job.crashes + 1 >= job.max_crashes,
+                        CONCAT('quarantined after ', job.crashes + 1, IF(job.crashes = 0, ' crash: ', ' crashes: '),
+                               a.error_message), a.error_message),
     job.lease_owner = NULL,
-    job.lease_expires_at = NULL
+    job.lease_expires_at = NULL,
+    job.crashes = job.crashes + (a.outcome <=> 'crashed')
 WHERE job.status = 'running';
 
 -- name: get_job
@@ -295,6 +316,15 @@ UNION ALL
 SELECT waiting_queue, 'waiting', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_waiting)
 WHERE waiting_queue IS NOT NULL GROUP BY waiting_queue;
 
+-- name: recent_quarantined
+-- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
+-- status index, for the leased_jobs_quarantined gauge.
+SELECT queue_name, count(*) AS n
+FROM (SELECT queue_name, crashes, max_crashes FROM leased_jobs WHERE status = 'failed' ORDER BY id DESC
+      LIMIT %(recent)s) AS failed
+WHERE crashes >= max_crashes
+GROUP BY queue_name;
+
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
 -- the cap is then split by queue (count_split); one at the cap is estimated by the caller.
@@ -325,7 +355,7 @@ FOR UPDATE;
 -- name: retry
 UPDATE leased_jobs
 SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-    max_attempts = GREATEST(max_attempts, attempt + 1)
+    max_attempts = GREATEST(max_attempts, attempt + 1), crashes = LEAST(crashes, max_crashes - 1)
 WHERE id = %(job_id)s AND status IN ('failed', 'cancelled');
 
 -- name: lock_for_cancel
@@ -360,7 +390,7 @@ FOR UPDATE;
 -- name: retry_jobs
 UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
 SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-    max_attempts = GREATEST(max_attempts, attempt + 1)
+    max_attempts = GREATEST(max_attempts, attempt + 1), crashes = LEAST(crashes, max_crashes - 1)
 WHERE status = 'failed';
 
 -- name: task_names
@@ -383,6 +413,17 @@ ON DUPLICATE KEY UPDATE last_seen_at = leased_now(), stuck_handlers = VALUE(stuc
 SELECT wake_port FROM leased_workers
 WHERE wake_port IS NOT NULL AND wake_host = %(host)s
   AND last_seen_at > leased_now() - %(silent_after)s;
+
+-- name: bury_workers
+-- Workers their supervisor saw die (bury_workers): silent from now on, as if for :silent_after
+-- seconds, so that the reclaim reads their leases' ends as crashes; shown as gone.
+UPDATE leased_workers SET last_seen_at = leased_now() - %(silent_after)s - 1
+WHERE LEFT(id, CHAR_LENGTH(%(prefix)s)) = %(prefix)s;
+
+-- name: expire_leases_of
+-- Their leases end now: the reclaim in the same transaction takes them.
+UPDATE leased_jobs FORCE INDEX (leased_jobs_leases) SET lease_expires_at = leased_now()
+WHERE running_expires_at IS NOT NULL AND LEFT(lease_owner, CHAR_LENGTH(%(prefix)s)) = %(prefix)s;
 
 -- name: prune_workers
 DELETE FROM leased_workers WHERE last_seen_at < leased_now() - 86400;
@@ -495,7 +536,9 @@ ON DUPLICATE KEY UPDATE name = name;
 SELECT * FROM leased_schedules WHERE name = %(name)s FOR UPDATE;
 
 -- name: claim_tick
-INSERT IGNORE INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (%(schedule_name)s, %(tick_at)s)
+-- No row back when another worker wrote this tick: the backend catches the primary key's refusal
+-- (NO_ROW_WHEN_TAKEN), as it does a run's key; IGNORE would swallow data errors too.
+INSERT INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (%(schedule_name)s, %(tick_at)s)
 RETURNING tick_at;
 
 -- name: job_active
@@ -636,7 +679,9 @@ SELECT * FROM leased_queue_limits ORDER BY queue_name;
 -- Pausing queues, and pruning finished jobs (migration 0003).
 
 -- name: ensure_queue
-INSERT IGNORE INTO leased_queues (queue_name, paused_at) VALUES (%(queue_name)s, NULL);
+-- Not INSERT IGNORE, which turns strict-mode data errors into warnings: a row there already is left as it is.
+INSERT INTO leased_queues (queue_name, paused_at) VALUES (%(queue_name)s, NULL)
+ON DUPLICATE KEY UPDATE queue_name = leased_queues.queue_name;
 
 -- name: pause_queue
 -- Changes a row only if this paused the queue (it was not paused already).
@@ -775,8 +820,9 @@ WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (
     SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running'));
 
 -- name: insert_workflow
--- No row back: an unfinished run holds the key (IGNORE turns the unique index's refusal into no row).
-INSERT IGNORE INTO leased_workflows (name, idempotency_key, created_at)
+-- No row back: an unfinished run holds the key (the backend catches its unique index's refusal,
+-- NO_ROW_WHEN_TAKEN; INSERT IGNORE would swallow data errors too).
+INSERT INTO leased_workflows (name, idempotency_key, created_at)
 VALUES (%(name)s, %(idempotency_key)s, leased_now())
 RETURNING id;
 
@@ -787,19 +833,22 @@ SELECT id FROM leased_workflows WHERE idempotency_key = %(idempotency_key)s;
 SELECT job_id, name FROM leased_steps WHERE workflow_id = %(workflow_id)s;
 
 -- name: insert_steps
--- Each step [job_id, workflow_id, name, run_when, parents_left, previous_id, added_by].
+-- Each step [job_id, workflow_id, name, run_when, parents_left, previous_id, added_by]. The name is
+-- read as LONGTEXT: a VARCHAR(255) of JSON_TABLE's own cut a longer one with a mere warning.
 INSERT INTO leased_steps (job_id, workflow_id, name, run_when, parents_left, previous_id, added_by)
 SELECT job_id, workflow_id, name, run_when, parents_left, previous_id, added_by
 FROM JSON_TABLE(%(steps)s, '$[*]' COLUMNS (
-    job_id BIGINT PATH '$[0]', workflow_id BIGINT PATH '$[1]', name VARCHAR(255) PATH '$[2]',
+    job_id BIGINT PATH '$[0]', workflow_id BIGINT PATH '$[1]', name LONGTEXT PATH '$[2]',
     run_when VARCHAR(16) PATH '$[3]', parents_left INT PATH '$[4]', previous_id BIGINT PATH '$[5]',
     added_by BIGINT PATH '$[6]')) AS steps;
 
 -- name: insert_dependencies
--- Each edge [parent_id, child_id].
-INSERT IGNORE INTO leased_dependencies (parent_id, child_id)
-SELECT parent_id, child_id
-FROM JSON_TABLE(%(edges)s, '$[*]' COLUMNS (parent_id BIGINT PATH '$[0]', child_id BIGINT PATH '$[1]')) AS edges;
+-- Each edge [parent_id, child_id]; an edge there already is left as it is (not INSERT IGNORE, which
+-- turns strict-mode data errors into warnings).
+INSERT INTO leased_dependencies (parent_id, child_id)
+SELECT edges.parent_id, edges.child_id
+FROM JSON_TABLE(%(edges)s, '$[*]' COLUMNS (parent_id BIGINT PATH '$[0]', child_id BIGINT PATH '$[1]')) AS edges
+ON DUPLICATE KEY UPDATE parent_id = leased_dependencies.parent_id;
 
 -- name: lock_running_step
 -- The step adding steps, fenced on its lease, locked: its end waits for this transaction.
@@ -923,9 +972,14 @@ WHERE (%(before_id)s IS NULL OR id < %(before_id)s) AND (%(workflow_name)s IS NU
 ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: workflow_counts
--- Steps per status of each run, and how many were skipped as their `when` asked.
+-- Steps per status of each run, how many were skipped as their `when` asked, and its open ends:
+-- steps no other step waits for that did not end done (nor skipped); and the compensation steps that
+-- ran. runs.workflow_status reads them.
 SELECT j.workflow_id, j.status, count(*) AS n,
-       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped
+       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped,
+       sum(j.status <> 'done' AND NOT (s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled')
+           AND NOT EXISTS (SELECT 1 FROM leased_dependencies AS d WHERE d.parent_id = j.id)) AS open_ends,
+       sum(s.run_when = 'failed' AND j.status <> 'cancelled') AS compensations_run
 FROM JSON_TABLE(%(workflow_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids
 JOIN leased_jobs AS j ON j.workflow_id = ids.value JOIN leased_steps AS s ON s.job_id = j.id
 GROUP BY j.workflow_id, j.status;

@@ -33,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from leased.admin import OldTransaction
+from leased.admin import WORKER_SILENT_AFTER, OldTransaction
 from leased.backends.ports import AttemptEnd, ClaimRequest, PruneRule
 from leased.backends.sql.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.sql.callers import type_name, wrong_connection
@@ -86,7 +86,14 @@ def _utc(value: datetime | None) -> datetime | None:
 
 def _reclaim_first(connection: psycopg.Connection) -> psycopg.Cursor:
     """A claim's reclaim, at the start of its transaction: asked for by its caller, so it takes no turn."""
-    return connection.execute(QUERIES["reclaim_expired"], {"steps": False, "spacing": None})
+    return connection.execute(QUERIES["reclaim_expired"], _reclaim_params(steps=False))
+
+
+def _reclaim_params(*, steps: bool, spacing: float | None = None, buried: tuple[str, str] | None = None
+                    ) -> dict[str, Any]:
+    """reclaim_expired's: `buried` is (worker id prefix, how they died) of workers a supervisor saw die."""
+    return {"steps": steps, "spacing": spacing, "silent_after": WORKER_SILENT_AFTER,
+            "buried_prefix": buried and buried[0], "buried_how": buried and buried[1]}
 
 
 # What a role that runs leased needs, by what a refusal names (docs/reliability.md, Least privilege).
@@ -435,6 +442,15 @@ class PostgresBackend(SQLStore):
     def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
         return old_transactions(self._rows, older_than_seconds)
 
+    def _schema_problem(self, applied: set[int]) -> str | None:
+        if applied:
+            return super()._schema_problem(applied)
+        # No version table where the search path looks: name the search path, for it is often the
+        # cause (a URL's options, or a role's setting, pointing at a schema leased never migrated).
+        searched = self._fetch_one("search_path")
+        where = f"{self._where} with search_path {searched['search_path'] if searched else '?'!r}"
+        return schema_problem(applied, MIGRATIONS, where)
+
     def _fetch_one(self, name: str, **params: Any) -> dict[str, Any] | None:
         with self._connection() as connection:
             return connection.execute(QUERIES[name], params).fetchone()
@@ -748,15 +764,28 @@ class PostgresBackend(SQLStore):
     def reclaim_expired(self, skip_if_done_within: float | None = None) -> int:
         with self._connection() as connection:
             reclaimed = connection.execute(QUERIES["reclaim_expired"],
-                                           {"steps": False, "spacing": skip_if_done_within}).fetchone()
+                                           _reclaim_params(steps=False, spacing=skip_if_done_within)).fetchone()
             self._rotate_due(connection)
+        return reclaimed["n"] + (self._reclaim_expired_steps() if reclaimed["steps_left"] else 0)
+
+    def bury_workers(self, id_prefix: str, how: str) -> int:
+        def work(connection: psycopg.Connection) -> Any:
+            self._execute(connection, "bury_workers", prefix=id_prefix, silent_after=WORKER_SILENT_AFTER)
+            reclaimed = connection.execute(QUERIES["reclaim_expired"],
+                                           _reclaim_params(steps=False, buried=(id_prefix, how))).fetchone()
+            # A step this crash quarantined (lapsed could not know its worker was buried) settles here.
+            self._settle_rows(connection, reclaimed["failed_steps"])
+            return reclaimed
+
+        reclaimed = self._transact(work)
+        # A workflow's step that this crash fails settles its children in a transaction of its own.
         return reclaimed["n"] + (self._reclaim_expired_steps() if reclaimed["steps_left"] else 0)
 
     def _reclaim_expired_steps(self) -> int:
         """Fail the workflow steps whose last lease expired, and settle their children, in one
         transaction (the claim's reclaim leaves them: it runs in one round trip)."""
         def work(connection: psycopg.Connection) -> int:
-            reclaimed = self._execute(connection, "reclaim_expired", steps=True, spacing=None).fetchone()
+            reclaimed = connection.execute(QUERIES["reclaim_expired"], _reclaim_params(steps=True)).fetchone()
             self._settle_rows(connection, reclaimed["failed_steps"])
             return reclaimed["n"]
 

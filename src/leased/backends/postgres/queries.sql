@@ -6,7 +6,8 @@
 -- name: insert_jobs
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
 -- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds, concurrency_key,
--- key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation, trace_context], and the batch one array
+-- key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation, max_crashes,
+-- trace_context], and the batch one array
 -- of them: psycopg adapts
 -- one string far faster than ten arrays of values. As jsonb the batch is
 -- parsed once (each ->> on json parses its element again); args and kwargs are strings in it, so
@@ -27,17 +28,18 @@ WITH given AS (
            (job ->> 10)::float8 AS timeout_seconds, job ->> 11 AS concurrency_key,
            (job ->> 12)::int AS key_concurrency, (job ->> 13)::int AS key_rate_count,
            (job ->> 14)::float8 AS key_rate_seconds, job ->> 15 AS status, (job ->> 16)::bigint AS workflow_id,
-           job ->> 17 AS isolation, job ->> 18 AS trace_context, position
+           job ->> 17 AS isolation, (job ->> 18)::int AS max_crashes,
+           job ->> 19 AS trace_context, position
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS batch (job, position)
 ), job AS (
     INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                              run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                              key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                             trace_context)
+                             max_crashes, trace_context)
     SELECT task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
            coalesce(run_at, leased_now() + make_interval(secs => delay_seconds)), leased_now(), idempotency_key, timeout_seconds,
            concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-           trace_context
+           max_crashes, trace_context
     FROM given
     ORDER BY position
     ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
@@ -55,13 +57,13 @@ SELECT job.id, job.run_after AT TIME ZONE 'UTC', job.created_at AT TIME ZONE 'UT
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                         trace_context)
+                             max_crashes, trace_context)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s::json, %(kwargs_json)s::json, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s::float8,
         coalesce(%(run_at)s::timestamptz, leased_now() + make_interval(secs => %(delay_seconds)s::float8)),
         leased_now(), %(idempotency_key)s, %(timeout_seconds)s::float8, %(concurrency_key)s, %(key_concurrency)s::int,
         %(key_rate_count)s::int, %(key_rate_seconds)s::float8, %(status)s, %(workflow_id)s::bigint,
-        %(isolation)s, %(trace_context)s)
+        %(isolation)s, %(max_crashes)s, %(trace_context)s)
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING id, run_after AT TIME ZONE 'UTC', created_at AT TIME ZONE 'UTC', idempotency_key,
@@ -222,10 +224,12 @@ WITH ends AS (
     -- Each row is found by its primary key alone, whatever the statistics say: a plan that read
     -- every 'running' index entry instead walked the dead entries of all jobs claimed since the
     -- last vacuum, and took up to a second a batch under a large history.
-    -- Untold progress is the attempt's latest report, as its last renewal wrote it.
+    -- Untold progress is the attempt's latest report, as its last renewal wrote it. Its attempt is
+    -- matched in the text Progress.to_json writes, never by casting the column: one row another
+    -- program wrote that is not JSON made the cast fail every finish and reclaim it was in.
     SELECT ends.id, ends.attempt, ends.worker_id, ends.status, ends.result, ends.last_error, ends.retry_in_seconds,
            ends.outcome, ends.error_type, ends.error_message, ends.traceback, job.attempt_started_at,
-           coalesce(ends.progress, CASE WHEN (job.progress::json ->> 'attempt')::int = job.attempt
+           coalesce(ends.progress, CASE WHEN job.progress LIKE '%%"attempt": ' || job.attempt || '}'
                                         THEN job.progress END) AS progress
     FROM (SELECT * FROM ends ORDER BY id) AS ends
     CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, attempt_started_at, progress FROM leased_jobs
@@ -244,7 +248,8 @@ WITH ends AS (
                          ELSE job.run_after END,
         lease_owner = NULL,
         lease_expires_at = NULL,
-        progress = coalesce(held.progress, job.progress)
+        progress = coalesce(held.progress, job.progress),
+        crashes = job.crashes + (held.outcome = 'crashed')::int  -- an attempt whose process died (migration 0023)
     FROM held
     WHERE job.id = held.id
     RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.workflow_id, held.worker_id,
@@ -296,7 +301,7 @@ WITH given AS (
 INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message,
                                   progress)
 SELECT id, attempt, %(worker_id)s, coalesce(attempt_started_at, leased_now()), leased_now(), %(outcome)s,
-       %(message)s, CASE WHEN (progress::json ->> 'attempt')::int = attempt THEN progress END
+       %(message)s, CASE WHEN progress LIKE '%%"attempt": ' || attempt || '}' THEN progress END
 FROM held
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
@@ -314,30 +319,60 @@ WHERE a.outcome IS NULL;
 -- for steps_left doubled that).
 -- With a spacing, a worker's periodic reclaim that another worker's took the turn of reads nothing
 -- (migration 0020): the subquery is computed once, before the scan, which it gates.
+-- A lease that expired with its worker gone (its row silent for :silent_after seconds or more, or
+-- marked so by bury_worker; a worker that never registered is not known to be dead) ended
+-- because the worker's process died: a crash (outcome crashed), added to the job's crashes; the
+-- crash that reaches max_crashes fails the job as a poison job (migration 0023). A worker still
+-- beating stalled or was cut off: outcome expired, as before. (The words are jobs.py's.) With a
+-- buried_prefix (bury_workers), the crashes of the workers it names say how they died, buried_how.
 WITH lapsed AS MATERIALIZED (
-    SELECT id, workflow_id IS NOT NULL AND attempt >= max_attempts AS last_step FROM leased_jobs
-    WHERE (SELECT leased_reclaim_turn(%(spacing)s::double precision))
-      AND status = 'running' AND lease_expires_at <= leased_now()
+    SELECT id, gone, workflow_id IS NOT NULL AND (attempt >= max_attempts OR gone AND crashes + 1 >= max_crashes)
+                     AS last_step
+    FROM (SELECT *, EXISTS (SELECT FROM leased_workers AS w
+                            WHERE w.id = lease_owner
+                              AND w.last_seen_at <= leased_now() - make_interval(secs => %(silent_after)s::float8)) AS gone
+          FROM leased_jobs
+          WHERE (SELECT leased_reclaim_turn(%(spacing)s::double precision))
+            AND status = 'running' AND lease_expires_at <= leased_now()) AS running
 ), expired AS (
     -- Checked again as locked: the job may have ended, or its lease been renewed, since lapsed read it.
-    SELECT id, lease_owner, attempt_started_at FROM leased_jobs
+    SELECT id, lease_owner, attempt_started_at, (SELECT gone FROM lapsed WHERE lapsed.id = job.id) AS gone
+    FROM leased_jobs AS job
     WHERE id = ANY(ARRAY(SELECT id FROM lapsed WHERE last_step = %(steps)s::bool))
       AND status = 'running' AND lease_expires_at <= leased_now()
-      AND (workflow_id IS NULL OR attempt < max_attempts) = NOT %(steps)s::bool
     FOR UPDATE SKIP LOCKED
+), ending AS (
+    SELECT expired.id, expired.lease_owner, expired.attempt_started_at, buried.dying OR expired.gone AS gone,
+           job.attempt >= job.max_attempts OR (buried.dying OR expired.gone) AND job.crashes + 1 >= job.max_crashes
+           AS fails,
+           (buried.dying OR expired.gone) AND job.crashes + 1 >= job.max_crashes AS quarantines,
+           CASE WHEN buried.dying
+                THEN 'worker ' || expired.lease_owner || ' died: ' || %(buried_how)s::text || ' (seen by its supervisor)'
+                WHEN expired.gone
+                THEN 'lease expired: worker ' || expired.lease_owner || ' is gone (silent for over '
+                     || %(silent_after)s::float8::text || 's): its process died'
+                ELSE 'lease expired: worker ' || expired.lease_owner || ' stopped renewing it (crashed, stalled or cut off)'
+           END AS message
+    FROM expired JOIN leased_jobs AS job ON job.id = expired.id
+    -- A buried worker is dead even if it died before its first beat wrote its row.
+    CROSS JOIN LATERAL (SELECT coalesce(left(expired.lease_owner, length(%(buried_prefix)s::text))
+                                        = %(buried_prefix)s::text, false) AS dying) AS buried
 ), reclaimed AS (
     UPDATE leased_jobs AS job
-    SET status = CASE WHEN job.attempt >= job.max_attempts THEN 'failed' ELSE 'pending' END,
-        finished_at = CASE WHEN job.attempt >= job.max_attempts THEN leased_now() END,
-        last_error = 'lease expired: worker ' || job.lease_owner
-                     || ' stopped renewing it (crashed, stalled or cut off)',
+    SET status = CASE WHEN ending.fails THEN 'failed' ELSE 'pending' END,
+        finished_at = CASE WHEN ending.fails THEN leased_now() END,
+        last_error = CASE WHEN ending.quarantines
+                          THEN 'quarantined after ' || (job.crashes + 1)
+                               || CASE WHEN job.crashes = 0 THEN ' crash: ' ELSE ' crashes: ' END || ending.message
+                          ELSE ending.message END,
+        crashes = job.crashes + ending.gone::int,
         run_after = leased_now(),
         lease_owner = NULL,
         lease_expires_at = NULL
-    FROM expired
-    WHERE job.id = expired.id
-    RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.last_error, expired.lease_owner,
-              expired.attempt_started_at, job.workflow_id, job.progress
+    FROM ending
+    WHERE job.id = ending.id
+    RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, ending.message, ending.lease_owner,
+              ending.attempt_started_at, job.workflow_id, job.progress, ending.gone
 ), counted AS (
     -- A job whose last attempt expired has failed: counted in its worker's rows (migration 0011).
     INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, failed)
@@ -351,8 +386,9 @@ WITH lapsed AS MATERIALIZED (
     -- it was before the reclaim cleared its lease: the only place its worker and start are kept.
     INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_message,
                                       progress)
-    SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(), 'expired', last_error,
-           CASE WHEN (progress::json ->> 'attempt')::int = attempt THEN progress END
+    SELECT id, attempt, lease_owner, coalesce(attempt_started_at, leased_now()), leased_now(),
+           CASE WHEN gone THEN 'crashed' ELSE 'expired' END, message,
+           CASE WHEN progress LIKE '%%"attempt": ' || attempt || '}' THEN progress END
     FROM reclaimed
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
@@ -420,6 +456,15 @@ SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running'
 UNION ALL
 SELECT queue_name, 'waiting', count(*) FROM leased_jobs WHERE status = 'waiting' GROUP BY queue_name;
 
+-- name: recent_quarantined
+-- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
+-- status index, for the leased_jobs_quarantined gauge.
+SELECT queue_name, count(*) AS n
+FROM (SELECT queue_name, crashes, max_crashes FROM leased_jobs WHERE status = 'failed' ORDER BY id DESC
+      LIMIT %(recent)s) AS failed
+WHERE crashes >= max_crashes
+GROUP BY queue_name;
+
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
 -- the cap is then split by queue (count_split); one at the cap is estimated by the caller.
@@ -448,7 +493,8 @@ GROUP BY j.queue_name, j.status;
 WITH retried AS (
     UPDATE leased_jobs
     SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-        max_attempts = greatest(max_attempts, attempt + 1)
+        max_attempts = greatest(max_attempts, attempt + 1),
+        crashes = least(crashes, max_crashes - 1)
     WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
     RETURNING *
 )
@@ -524,7 +570,8 @@ GROUP BY queue_name;
 -- Wakes listening workers once per queue with a retried job, as retry does.
 WITH retried AS (
     UPDATE leased_jobs
-    SET status = 'pending', run_after = leased_now(), finished_at = NULL, max_attempts = greatest(max_attempts, attempt + 1)
+    SET status = 'pending', run_after = leased_now(), finished_at = NULL, max_attempts = greatest(max_attempts, attempt + 1),
+        crashes = least(crashes, max_crashes - 1)
     WHERE status = 'failed'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
@@ -560,6 +607,17 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s::json, %(tasks)s:
 ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now(), stuck_handlers = excluded.stuck_handlers,
                                children = excluded.children;
 
+-- name: bury_workers
+-- Workers their supervisor saw die (bury_workers): silent from now on, as if for :silent_after
+-- seconds, so that the reclaim reads their leases' ends as crashes; shown as gone. Their leases
+-- end now, for the reclaim that follows.
+WITH buried AS (
+    UPDATE leased_workers SET last_seen_at = leased_now() - make_interval(secs => %(silent_after)s::float8 + 1)
+    WHERE left(id, length(%(prefix)s::text)) = %(prefix)s::text
+)
+UPDATE leased_jobs SET lease_expires_at = leased_now()
+WHERE status = 'running' AND left(lease_owner, length(%(prefix)s::text)) = %(prefix)s::text;
+
 -- name: prune_workers
 DELETE FROM leased_workers WHERE last_seen_at < leased_now() - interval '1 day';
 
@@ -571,6 +629,11 @@ SELECT w.*, extract(epoch FROM leased_now() - w.last_seen_at)::float8 AS silent_
        (SELECT count(*) FROM leased_jobs AS j WHERE j.status = 'running' AND j.lease_owner = w.id) AS running
 FROM leased_workers AS w
 ORDER BY w.started_at;
+
+-- name: search_path
+-- Where unqualified names are looked up (from the URL's options, the role or the database):
+-- named when leased's tables are not found there.
+SELECT current_setting('search_path') AS search_path;
 
 -- name: wake_channel
 SELECT left('leased.' || current_schema(), 63) AS channel;
@@ -1201,7 +1264,8 @@ SELECT id, queue_name FROM leased_jobs WHERE workflow_id = %(workflow_id)s AND s
 WITH retried AS (
     UPDATE leased_jobs
     SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-        max_attempts = greatest(max_attempts, attempt + 1)
+        max_attempts = greatest(max_attempts, attempt + 1),
+        crashes = least(crashes, max_crashes - 1)
     WHERE id = ANY(%(job_ids)s::bigint[]) AND status = 'failed'
     RETURNING queue_name
 )
@@ -1229,9 +1293,14 @@ WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
 ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: workflow_counts
--- Steps per status of each run, and how many were skipped as their `when` asked.
+-- Steps per status of each run, how many were skipped as their `when` asked, and its open ends:
+-- steps no other step waits for that did not end done (nor skipped); and the compensation steps that
+-- ran. runs.workflow_status reads them.
 SELECT j.workflow_id, j.status, count(*) AS n,
-       count(*) FILTER (WHERE s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped
+       count(*) FILTER (WHERE s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped,
+       count(*) FILTER (WHERE j.status <> 'done' AND NOT (s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled')
+           AND NOT EXISTS (SELECT 1 FROM leased_dependencies AS d WHERE d.parent_id = j.id)) AS open_ends,
+       count(*) FILTER (WHERE s.run_when = 'failed' AND j.status <> 'cancelled') AS compensations_run
 FROM jsonb_array_elements_text(%(workflow_ids)s::jsonb) AS ids (value)
 JOIN leased_jobs AS j ON j.workflow_id = ids.value::bigint JOIN leased_steps AS s ON s.job_id = j.id
 GROUP BY j.workflow_id, j.status;

@@ -8,18 +8,41 @@ import json
 from typing import Any, Iterable, Mapping, Sequence
 
 from leased.backends.ports import AttemptEnd, JobFilter, WorkerRecord
-from leased.jobs import Lease, Outcome
+from leased.jobs import Lease, Outcome, worker_died_error, worker_gone_error, worker_stalled_error
 from leased.limits import QueueLimit
 
 
 CANCELLED_BY_A_USER = "cancelled by a user"
 
 
-def running_records(rows: list[Mapping[str, Any]], outcome: Outcome, message: str | None = None) -> str:
+def running_records(rows: list[Mapping[str, Any]], outcome: Outcome | None, message: str | None = None) -> str:
     """record_attempts' :ends for the running attempts of these job rows (id, attempt, lease_owner):
-    how an expired lease's or a cancelled job's attempt ended, with `message` or the row's own."""
-    return json.dumps([[row["id"], row["attempt"], row["lease_owner"], outcome.value, None,
-                        row["message"] if message is None else message, None] for row in rows])
+    how an expired lease's or a cancelled job's attempt ended, as `outcome` with `message`, or each
+    with the row's own (an expired lease's outcome says whether its worker is gone)."""
+    return json.dumps([[row["id"], row["attempt"], row["lease_owner"], row["outcome"] if outcome is None else outcome.value,
+                        None, row["message"] if message is None else message, None] for row in rows])
+
+
+def expired_leases(rows: list[Mapping[str, Any]], silent_after: float, buried: tuple[str, str] | None = None
+                   ) -> list[dict[str, Any]]:
+    """expired_ids' rows with how each attempt ended: `crashed` if its worker is gone (its process
+    died), else `expired`; and `last_attempt`, whether the reclaim fails the job (out of attempts,
+    or quarantined by this crash, its max_crashes-th). `buried`: (worker id prefix, how they died)
+    of workers a supervisor saw die (bury_workers), whose crashes say how."""
+    expired = []
+    for row in rows:
+        owner = row["lease_owner"]
+        # A buried worker is dead even if it died before its first beat wrote its row.
+        seen_dying = buried is not None and owner.startswith(buried[0])
+        gone = seen_dying or bool(row["gone"])
+        if buried is not None and seen_dying:
+            message = worker_died_error(owner, buried[1])
+        else:
+            message = worker_gone_error(owner, silent_after) if gone else worker_stalled_error(owner)
+        expired.append({**row, "outcome": (Outcome.CRASHED if gone else Outcome.EXPIRED).value, "message": message,
+                        "last_attempt": row["attempt"] >= row["max_attempts"]
+                        or gone and row["crashes"] + 1 >= row["max_crashes"]})
+    return expired
 
 
 def ends_json(ends: Sequence[AttemptEnd]) -> tuple[str, str]:
@@ -33,7 +56,7 @@ def ends_json(ends: Sequence[AttemptEnd]) -> tuple[str, str]:
         records.append([job_id, attempt, worker_id, end.outcome, end.error_type, end.error_message, end.traceback,
                         end.progress_json])
         finishes.append([job_id, attempt, worker_id, end.job_status, end.result_json, end.last_error,
-                         end.retry_in_seconds or 0.0, end.progress_json])
+                         end.retry_in_seconds or 0.0, end.progress_json, end.outcome])
     return json.dumps(records), json.dumps(finishes)
 
 

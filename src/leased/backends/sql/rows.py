@@ -39,6 +39,8 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         workflow_id=row["workflow_id"],
         progress=Progress.from_json(row["progress"]),
         isolation=row["isolation"],
+        crashes=row["crashes"],
+        max_crashes=row["max_crashes"],
     )
 
 

@@ -22,11 +22,11 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from leased.admin import WorkerInfo
+from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.backends.sql.enqueue import (InsertJobs, Step, created_jobs, drive, drive_async, due_queue_names,
                                        enqueue_steps, needs_no_transaction)
 from leased.backends.sql.inspection import InspectionReads
-from leased.backends.sql.params import (CANCELLED_BY_A_USER, ends_json, expired_failures, filter_params,
+from leased.backends.sql.params import (CANCELLED_BY_A_USER, ends_json, expired_failures, expired_leases, filter_params,
                                         finished_counts, leases_json, progress_json, queue_limit_params, released_records,
                                         running_records, worker_params)
 from leased.backends.ports import AttemptEnd, JobFilter, PruneRule, WorkerRecord
@@ -274,13 +274,24 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         # Never skipped: these workers reclaim in their claims, and only PostgreSQL's take turns.
         return self._transact(self._reclaim)
 
-    def _reclaim(self, connection: Any) -> int:
+    def bury_workers(self, id_prefix: str, how: str) -> int:
+        """Workers whose ids start with `id_prefix` died (`how`), as their supervisor saw: mark their
+        rows gone and end their attempts at once as crashed, not a lease later."""
+        def work(connection: Any) -> int:
+            self._execute(connection, "bury_workers", prefix=id_prefix, silent_after=WORKER_SILENT_AFTER)
+            self._execute(connection, "expire_leases_of", prefix=id_prefix)
+            return self._reclaim(connection, buried=(id_prefix, how))
+
+        return self._transact(work)
+
+    def _reclaim(self, connection: Any, buried: tuple[str, str] | None = None) -> int:
         """In the caller's transaction: expired leases read once, so that their attempts' records
         (written before the reclaim clears the leases they are read from) and the jobs reclaimed
         are the same set."""
-        expired = self._all(connection, "expired_ids")
+        expired = expired_leases(self._all(connection, "expired_ids", silent_after=WORKER_SILENT_AFTER),
+                                 WORKER_SILENT_AFTER, buried)
         if expired:
-            self._execute(connection, "record_attempts", ends=running_records(expired, Outcome.EXPIRED))
+            self._execute(connection, "record_attempts", ends=running_records(expired, None))
             self._execute(connection, "reclaim_expired", job_ids=self._ids(expired))
             self._count_finished(connection, expired_failures(expired))
             # A step out of attempts has failed: its children settle in this transaction. (Those
@@ -420,6 +431,9 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         return self._transact(work)
 
     # Inspection.
+    def recent_quarantined(self, recent: int) -> dict[str, int]:
+        return {row["queue_name"]: row["n"] for row in self._rows("recent_quarantined", recent=recent)}
+
     def get_job(self, job_id: int) -> Job | None:
         rows = self._rows("get_job", job_id=job_id)
         if not rows:

@@ -293,16 +293,14 @@ class WorkflowStore(Dialect):
                 return None
             steps = read("workflow_steps", workflow_id=workflow_id)
             edges = read("workflow_edges", workflow_id=workflow_id)
+            counted = read("workflow_counts", workflow_ids=json.dumps([workflow_id]))
         name_of = {row["job_id"]: row["name"] for row in steps}
         parents: dict[int, list[str]] = {}
         for edge in edges:
             parents.setdefault(edge["child_id"], []).append(name_of.get(edge["parent_id"], str(edge["parent_id"])))
         infos = tuple(self._step(row, tuple(parents.get(row["job_id"], ())), name_of) for row in steps)
-        counts: dict[str, int] = {}
-        for step in infos:
-            counts[step.status.value] = counts.get(step.status.value, 0) + 1
-        skipped = sum(1 for step in infos if step.cancelled_by_parents and step.run_when is RunWhen.FAILED)
-        return self._workflow(rows[0], counts, skipped, infos)
+        # The same counts as list_workflows reads, from the same query: one run reads as one status.
+        return self._workflow(rows[0], *_tally(counted).get(workflow_id, ({}, 0, 0, 0)), steps=infos)
 
     def list_workflows(self, limit: int = 50, before_id: int | None = None, name: str | None = None
                        ) -> list[WorkflowInfo]:
@@ -310,13 +308,9 @@ class WorkflowStore(Dialect):
             rows = read("list_workflows", limit=limit, before_id=before_id, workflow_name=name)
             if not rows:
                 return []
-            counts = read("workflow_counts", workflow_ids=json.dumps([row["id"] for row in rows]))
-        by_workflow: dict[int, dict[str, int]] = {}
-        skipped: dict[int, int] = {}
-        for row in counts:
-            by_workflow.setdefault(row["workflow_id"], {})[row["status"]] = row["n"]
-            skipped[row["workflow_id"]] = skipped.get(row["workflow_id"], 0) + (row["skipped"] or 0)
-        return [self._workflow(row, by_workflow.get(row["id"], {}), skipped.get(row["id"], 0)) for row in rows]
+            counted = read("workflow_counts", workflow_ids=json.dumps([row["id"] for row in rows]))
+        tallies = _tally(counted)
+        return [self._workflow(row, *tallies.get(row["id"], ({}, 0, 0, 0))) for row in rows]
 
     def parents_of(self, job_id: int) -> list[ParentEnd]:
         """The parents of a step, by name, with how each ended."""
@@ -324,10 +318,14 @@ class WorkflowStore(Dialect):
                           row["last_error"])
                 for row in self._rows("parents_of", job_id=job_id)]
 
-    def _workflow(self, row: Mapping[str, Any], counts: dict[str, int], skipped: int,
-                  steps: tuple[StepInfo, ...] = ()) -> WorkflowInfo:
+    def step_names(self, workflow_id: int) -> dict[str, int]:
+        return {row["name"]: row["job_id"] for row in self._rows("step_names", workflow_id=workflow_id)}
+
+    def _workflow(self, row: Mapping[str, Any], counts: dict[str, int], skipped: int, open_ends: int,
+                  compensations_run: int, steps: tuple[StepInfo, ...] = ()) -> WorkflowInfo:
         return WorkflowInfo(id=row["id"], name=row["name"], created_at=self._to_time(row["created_at"]),
-                            idempotency_key=row["idempotency_key"], counts=counts, skipped=skipped, steps=steps)
+                            idempotency_key=row["idempotency_key"], counts=counts, skipped=skipped,
+                            open_ends=open_ends, compensations_run=compensations_run, steps=steps)
 
     def _step(self, row: Mapping[str, Any], parents: tuple[str, ...], name_of: Mapping[int, str]) -> StepInfo:
         return StepInfo(
@@ -338,6 +336,18 @@ class WorkflowStore(Dialect):
             result=self._from_json(row["result"]), last_error=row["last_error"],
             added_by=None if row["added_by"] is None else name_of.get(row["added_by"], str(row["added_by"])),
             cancelled_by_parents=bool(row["cancelled_by_parents"]))
+
+
+def _tally(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[dict[str, int], int, int, int]]:
+    """workflow_counts' rows (a run and a status each) as each run's steps per status, and its
+    sums of skipped steps, open ends and compensations run: what WorkflowInfo's status reads."""
+    tallies: dict[int, tuple[dict[str, int], int, int, int]] = {}
+    for row in rows:
+        counts, *sums = tallies.get(row["workflow_id"], ({}, 0, 0, 0))
+        counts[row["status"]] = row["n"]
+        added = (int(row[column] or 0) for column in ("skipped", "open_ends", "compensations_run"))
+        tallies[row["workflow_id"]] = (counts, *(total + more for total, more in zip(sums, added)))
+    return tallies
 
 
 def _reason(parent: str, status: str | None) -> str:

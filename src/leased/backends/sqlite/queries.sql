@@ -5,7 +5,7 @@
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
 -- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds,
 -- concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
--- trace_context],
+-- max_crashes, trace_context],
 -- and the batch one array of them.
 -- A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
 -- the caller matches rows to jobs (RETURNING's own order is unspecified): the rows are inserted
@@ -15,7 +15,7 @@
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                         trace_context)
+                         max_crashes, trace_context)
 WITH clock AS MATERIALIZED (SELECT leased_now() AS now)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
@@ -23,7 +23,7 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(va
        clock.now, json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
        json_extract(value, '$[12]'), json_extract(value, '$[13]'), json_extract(value, '$[14]'),
        json_extract(value, '$[15]'), json_extract(value, '$[16]'), json_extract(value, '$[17]'),
-       json_extract(value, '$[18]')
+       json_extract(value, '$[18]'), json_extract(value, '$[19]')
 FROM json_each(:jobs), clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ORDER BY key
@@ -39,11 +39,11 @@ RETURNING id, run_after, created_at, idempotency_key;
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                         trace_context)
+                         max_crashes, trace_context)
 SELECT :task_name, :queue_name, :args_json, :kwargs_json, :priority, :max_attempts, :lease_seconds,
        coalesce(:run_at, clock.now + :delay_seconds), clock.now, :idempotency_key, :timeout_seconds,
        :concurrency_key, :key_concurrency, :key_rate_count, :key_rate_seconds, :status, :workflow_id,
-       :isolation, :trace_context
+       :isolation, :max_crashes, :trace_context
 FROM (SELECT leased_now() AS now) AS clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
@@ -111,11 +111,12 @@ WHERE status = 'running' AND lease_owner = :worker_id
 
 -- name: finish
 -- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds,
--- progress]; each end is fenced on its lease, so one whose lease was lost matches nothing.
+-- progress, outcome]; each end is fenced on its lease, so one whose lease was lost matches nothing.
+-- An attempt whose process died (outcome crashed) adds to the job's crashes (migration 0023).
 WITH ends AS (
     SELECT value ->> '$[0]' AS job_id, value ->> '$[1]' AS attempt, value ->> '$[2]' AS worker_id,
            value ->> '$[3]' AS status, value ->> '$[4]' AS result, value ->> '$[5]' AS last_error,
-           value ->> '$[6]' AS retry_in_seconds, value ->> '$[7]' AS progress
+           value ->> '$[6]' AS retry_in_seconds, value ->> '$[7]' AS progress, value ->> '$[8]' AS outcome
     FROM json_each(:ends)
 )
 UPDATE leased_jobs AS job
@@ -126,7 +127,8 @@ SET status = ends.status,
     run_after = CASE WHEN ends.status = 'pending' THEN leased_now() + ends.retry_in_seconds ELSE job.run_after END,
     lease_owner = NULL,
     lease_expires_at = NULL,
-    progress = coalesce(ends.progress, job.progress)
+    progress = coalesce(ends.progress, job.progress),
+    crashes = job.crashes + (ends.outcome IS 'crashed')
 FROM ends
 -- Unary + keeps the status index out: the planner would scan every running job for each end.
 WHERE job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
@@ -160,8 +162,9 @@ INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at
                              error_message, traceback, progress)
 SELECT job.id, job.attempt, job.lease_owner, coalesce(job.attempt_started_at, leased_now()), leased_now(),
        ends.outcome, ends.error_type, ends.error_message, ends.traceback,
-       -- untold (a release, an expiry), the attempt's latest report, as its last renewal wrote it
-       coalesce(ends.progress, CASE WHEN job.progress ->> '$.attempt' = job.attempt THEN job.progress END)
+       -- untold (a release, an expiry), the attempt's latest report, as its last renewal wrote it;
+       -- its attempt matched in the text Progress.to_json writes: ->> raises on a row that is not JSON
+       coalesce(ends.progress, CASE WHEN job.progress LIKE '%"attempt": ' || job.attempt || '}' THEN job.progress END)
 FROM ends JOIN leased_jobs AS job ON job.id = ends.job_id
 WHERE job.attempt = ends.attempt AND job.lease_owner = ends.worker_id AND +job.status = 'running'
 ON CONFLICT (job_id, attempt) DO UPDATE
@@ -178,21 +181,34 @@ WHERE status = 'running' AND lease_owner = :worker_id
 -- name: expired_ids
 -- Read once, so that recording the attempts (record_attempts, before the reclaim clears the lease
 -- they are read from) and reclaiming the jobs take the same set.
-SELECT id, attempt, lease_owner, queue_name, task_name, workflow_id, attempt >= max_attempts AS last_attempt,
-       'lease expired: worker ' || lease_owner || ' stopped renewing it (crashed, stalled or cut off)' AS message
-FROM leased_jobs WHERE status = 'running' AND lease_expires_at <= leased_now();
+-- gone: the lease's worker has a row, silent for :silent_after seconds or more (or marked so when
+-- its supervisor saw it die: bury_worker); sql/store.py, _reclaim, reads it as a crash. A worker
+-- without a row (one that never registered: a test's, a script's) is not known to be dead.
+SELECT id, attempt, lease_owner, queue_name, task_name, workflow_id, max_attempts, crashes, max_crashes,
+       EXISTS (SELECT 1 FROM leased_workers AS w
+               WHERE w.id = job.lease_owner AND w.last_seen_at <= leased_now() - :silent_after) AS gone
+FROM leased_jobs AS job WHERE status = 'running' AND lease_expires_at <= leased_now();
 
 -- name: reclaim_expired
--- The job's last error is its expired attempt's, just recorded.
-UPDATE leased_jobs
-SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
-    finished_at = CASE WHEN attempt >= max_attempts THEN leased_now() END,
-    last_error = (SELECT a.error_message FROM leased_attempts AS a
-                  WHERE a.job_id = leased_jobs.id AND a.attempt = leased_jobs.attempt),
+-- The job's last error is its expired attempt's, just recorded; an attempt recorded as crashed
+-- adds to its crashes, and the crash that reaches max_crashes fails it as a poison job.
+UPDATE leased_jobs AS job
+SET status = CASE WHEN job.attempt >= job.max_attempts
+                       OR (a.outcome IS 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN 'failed'
+                  ELSE 'pending' END,
+    finished_at = CASE WHEN job.attempt >= job.max_attempts
+                            OR (a.outcome IS 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN leased_now() END,
+    last_error = CASE WHEN a.outcome IS 'crashed' AND job.crashes + 1 >= job.max_crashes
+                      THEN 'quarantined after ' || (job.crashes + 1) || CASE WHEN job.crashes = 0 THEN ' crash: ' ELSE ' crashes: ' END
+                           || a.error_message
+                      ELSE a.error_message END,
+    crashes = job.crashes + (a.outcome IS 'crashed'),
     run_after = leased_now(),
     lease_owner = NULL,
     lease_expires_at = NULL
-WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'running';
+FROM leased_attempts AS a
+WHERE a.job_id = job.id AND a.attempt = job.attempt
+  AND job.id IN (SELECT value FROM json_each(:job_ids)) AND job.status = 'running';
 
 -- name: get_job
 SELECT * FROM leased_jobs WHERE id = :job_id;
@@ -255,6 +271,15 @@ UNION ALL
 SELECT queue_name, 'waiting', count(*) FROM leased_jobs INDEXED BY leased_jobs_waiting
 WHERE status = 'waiting' GROUP BY queue_name;
 
+-- name: recent_quarantined
+-- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
+-- status index, for the leased_jobs_quarantined gauge.
+SELECT queue_name, count(*) AS n
+FROM (SELECT queue_name, crashes, max_crashes FROM leased_jobs WHERE status = 'failed' ORDER BY id DESC
+      LIMIT :recent) AS failed
+WHERE crashes >= max_crashes
+GROUP BY queue_name;
+
 -- name: count_capped
 -- Failed and cancelled jobs counted up to `cap` each: an index range, no row read. A status under
 -- the cap is then split by queue (count_split); one at the cap is estimated by the caller.
@@ -285,7 +310,7 @@ SELECT id, queue_name, workflow_id FROM leased_jobs WHERE id = :job_id AND statu
 -- name: retry
 UPDATE leased_jobs
 SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-    max_attempts = max(max_attempts, attempt + 1)
+    max_attempts = max(max_attempts, attempt + 1), crashes = min(crashes, max_crashes - 1)
 WHERE id = :job_id AND status IN ('failed', 'cancelled');
 
 -- name: cancel
@@ -326,7 +351,7 @@ WHERE status = 'failed'
 -- name: retry_jobs
 UPDATE leased_jobs
 SET status = 'pending', run_after = leased_now(), finished_at = NULL,
-    max_attempts = max(max_attempts, attempt + 1)
+    max_attempts = max(max_attempts, attempt + 1), crashes = min(crashes, max_crashes - 1)
 WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'failed';
 
 -- name: task_names
@@ -357,6 +382,17 @@ ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now(), stuck_handlers = exc
 -- name: wake_ports
 SELECT wake_port FROM leased_workers
 WHERE wake_port IS NOT NULL AND last_seen_at > leased_now() - :silent_after;
+
+-- name: bury_workers
+-- Workers their supervisor saw die (bury_workers): silent from now on, as if for :silent_after
+-- seconds, so that the reclaim reads their leases' ends as crashes; shown as gone.
+UPDATE leased_workers SET last_seen_at = leased_now() - :silent_after - 1
+WHERE substr(id, 1, length(:prefix)) = :prefix;
+
+-- name: expire_leases_of
+-- Their leases end now: the reclaim in the same transaction takes them.
+UPDATE leased_jobs SET lease_expires_at = leased_now()
+WHERE status = 'running' AND substr(lease_owner, 1, length(:prefix)) = :prefix;
 
 -- name: prune_workers
 DELETE FROM leased_workers WHERE last_seen_at < leased_now() - 86400;
@@ -876,9 +912,14 @@ WHERE (:before_id IS NULL OR id < :before_id) AND (:workflow_name IS NULL OR nam
 ORDER BY id DESC LIMIT :limit;
 
 -- name: workflow_counts
--- Steps per status of each run, and how many were skipped as their `when` asked.
+-- Steps per status of each run, how many were skipped as their `when` asked, and its open ends:
+-- steps no other step waits for that did not end done (nor skipped); and the compensation steps that
+-- ran. runs.workflow_status reads them.
 SELECT j.workflow_id, j.status, count(*) AS n,
-       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped
+       sum(s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled') AS skipped,
+       sum(j.status <> 'done' AND NOT (s.cancelled_by_parents AND s.run_when = 'failed' AND j.status = 'cancelled')
+           AND NOT EXISTS (SELECT 1 FROM leased_dependencies AS d WHERE d.parent_id = j.id)) AS open_ends,
+       sum(s.run_when = 'failed' AND j.status <> 'cancelled') AS compensations_run
 FROM leased_jobs AS j INDEXED BY leased_jobs_workflow JOIN leased_steps AS s ON s.job_id = j.id
 WHERE j.workflow_id IN (SELECT value FROM json_each(:workflow_ids))
 GROUP BY j.workflow_id, j.status;

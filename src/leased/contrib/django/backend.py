@@ -93,7 +93,7 @@ class LeasedBackend(BaseTaskBackend):
         call = self._handler(task, self.alias).using(
             queue_name=task.queue_name, priority=task.priority, run_after=_aware(task.run_after),
             connection=raw_connection(self.database),
-            **{name: options[name] for name in ("max_attempts", "lease") if name in options})
+            **{name: options[name] for name in ("max_attempts", "lease", "max_crashes") if name in options})
         job = call.enqueue(*args, **kwargs)
         if task.run_after is None:
             self._wake_workers_on_commit(task.queue_name)
@@ -156,24 +156,26 @@ class LeasedBackend(BaseTaskBackend):
         transaction.on_commit(partial(self.app.backend.wake, [queue_name]), using=self.database)
 
     def _handler(self, task: Task, alias: str) -> LeasedHandler:
-        """leased's handler for the jobs of `task` enqueued through TASKS[alias]."""
+        """leased's handler for the jobs of `task` enqueued through TASKS[alias], with the backoff and
+        transactional that TASKS and the task declare now: a handler made under other settings
+        (override_settings) is made again, so the first settings in a process never win."""
+        from leased.contrib.django.execution import atomic_on, handler_for
+
         app = self.app
         name = job_task_name(task, alias)
-        handler = app.tasks.get(name)
-        if handler is None:
-            from leased.contrib.django.execution import atomic_on, handler_for
-
-            declared = declared_task(task.module_path) or task
-            options = {**self.defaults, **task_options(declared)}
-            transactional = options.get("transactional", False)
-            with _apps_lock:
-                handler = app.tasks.get(name)
-                if handler is None:
-                    handler = app.task(name=name, queue_name=task.queue_name,
-                                       backoff=options.get("backoff") or Backoff(), takes_context=True,
-                                       transactional=transactional)(handler_for(alias, declared, transactional))
-                    if transactional:  # in Django's transaction on this database, where the end is written too
-                        handler.transaction = atomic_on(self.database)
+        declared = declared_task(task.module_path) or task
+        backend = self if alias == self.alias else task_backends[alias]
+        options = {**backend.defaults, **task_options(declared)}
+        backoff, transactional = options.get("backoff") or Backoff(), options.get("transactional", False)
+        with _apps_lock:
+            handler = app.tasks.get(name)
+            if handler is not None and (handler.backoff, handler.transactional) == (backoff, transactional):
+                return handler
+            app.tasks.pop(name, None)  # made under other settings
+            handler = app.task(name=name, queue_name=task.queue_name, backoff=backoff, takes_context=True,
+                               transactional=transactional)(handler_for(alias, declared, transactional))
+            if transactional:  # in Django's transaction on this database, where the end is written too
+                handler.transaction = atomic_on(self.database)
         return handler
 
 

@@ -1,4 +1,5 @@
-"""System checks of a LeasedBackend's configuration (`manage.py check` runs them)."""
+"""System checks of a LeasedBackend's configuration (`manage.py check` runs them; the check of
+jobs waiting for a TASKS alias that is gone is in stranded.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,17 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from leased.contrib.django.connection import database_url
+
+# What each database needs of Django's own transactions (the README's set-up), by vendor: the
+# OPTIONS key, the value it must have, and why.
+_TRANSACTION_SETTINGS = {
+    "sqlite": ("transaction_mode", "IMMEDIATE",
+               "a transaction that reads and then writes may otherwise meet a worker's commit and fail "
+               "with 'database is locked'", "leased.W001"),
+    "mysql": ("isolation_level", "read committed",
+              "an enqueue or a transactional task in REPEATABLE READ takes gap locks on leased's "
+              "indexes, where they deadlock with workers' claims (leased's own transactions are READ COMMITTED)", "leased.W002"),
+}
 
 
 def backend_problems(alias: str, database: str) -> list[checks.CheckMessage]:
@@ -28,4 +40,19 @@ def backend_problems(alias: str, database: str) -> list[checks.CheckMessage]:
         database_url(database)
     except ImproperlyConfigured as error:
         problems.append(checks.Error(str(error), id="leased.E003"))
+    problems.extend(transaction_problems(where, database))
     return problems
+
+
+def transaction_problems(where: str, database: str) -> list[checks.CheckMessage]:
+    """A warning when DATABASES[database] lacks the transaction setting leased needs of its vendor."""
+    connection = connections[database]
+    if connection.vendor not in _TRANSACTION_SETTINGS:
+        return []
+    key, wanted, why, check_id = _TRANSACTION_SETTINGS[connection.vendor]
+    value = (connection.settings_dict.get("OPTIONS") or {}).get(key)
+    if isinstance(value, str) and value.lower() == wanted.lower():
+        return []
+    return [checks.Warning(
+        f"{where} is on DATABASES[{database!r}], whose OPTIONS[{key!r}] is {value!r}, not {wanted!r}: {why}",
+        hint=f"set DATABASES[{database!r}]['OPTIONS'][{key!r}] = {wanted!r}", id=check_id)]

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from leased.app import Leased
+from leased.contrib.django.exceptions import ResultNotJSON
 from leased.contrib.django.results import class_path, new_result, task_as_enqueued, task_result
 from leased.engine.context import TaskContext
 from leased.errors import PermanentError
@@ -55,10 +56,12 @@ def handler_for(alias: str, task: Task, transactional: bool = False) -> Callable
     # Arguments are checked at enqueue against the function's own parameters (without Django's context).
     parameters = list(inspect.signature(task.func).parameters.values())[1 if task.takes_context else 0:]
     leading = inspect.Parameter("leased_context", inspect.Parameter.POSITIONAL_ONLY)
+    # inspect.signature() reads __signature__, which typeshed does not declare on a function.
     run.__signature__ = inspect.Signature([leading, *parameters])  # type: ignore[attr-defined]
     run.__name__ = run.__qualname__ = task.name
     run.__module__ = task.func.__module__
-    run.django_alias = alias  # type: ignore[attr-defined]  (the worker drops handlers of aliases that are gone)
+    # The worker drops handlers of aliases that are gone; mypy knows no attributes on a function.
+    run.django_alias = alias  # type: ignore[attr-defined]
     return run
 
 
@@ -92,7 +95,7 @@ def _run(backend: TaskBackend, task: Task, leased_context: TaskContext, args: tu
             value = task.call(DjangoTaskContext(task_result=result), *args, **kwargs)
         else:
             value = task.call(*args, **kwargs)
-        value = normalize_json(value)  # TypeError for a value that is not JSON, as in Django's backends
+        value = _as_json(value)
     except BaseException as error:  # KeyboardInterrupt too: in a worker it is the task's own (engine/executor.py)
         result.errors.append(TaskError(exception_class_path=class_path(type(error)),
                                        traceback="".join(format_exception(error))))
@@ -106,6 +109,15 @@ def _run(backend: TaskBackend, task: Task, leased_context: TaskContext, args: tu
     object.__setattr__(result, "_return_value", value)
     task_finished.send(sender=sender, task_result=result)
     return value
+
+
+def _as_json(value: Any) -> Any:
+    """The task's return value made JSON as Django's backends make it; a value that cannot be fails
+    the task for good (a retry would return another value of the same kind)."""
+    try:
+        return normalize_json(value)
+    except TypeError as error:
+        raise ResultNotJSON(str(error)) from None
 
 
 def _running_result(backend: TaskBackend, task: Task, leased_context: TaskContext, args: list,

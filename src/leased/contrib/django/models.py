@@ -70,6 +70,8 @@ class Job(models.Model):
     last_error = models.TextField(_("last error"), null=True)
     attempt_started_at = LeasedTimeField(_("attempt started at"), null=True)
     progress = models.TextField(_("progress"), null=True)  # JSON text (leased.jobs.Progress)
+    crashes = models.IntegerField(_("crashes"), default=0)  # attempts whose process died (migration 0023)
+    max_crashes = models.IntegerField(_("max crashes"), default=2)  # at which the job is quarantined
 
     class Meta:
         managed = False
@@ -95,7 +97,8 @@ class Job(models.Model):
             max_attempts=self.max_attempts, lease_seconds=self.lease_seconds, run_after=self.run_after,
             created_at=self.created_at, finished_at=self.finished_at, last_error=self.last_error,
             idempotency_key=self.idempotency_key, result=self.result, lease_owner=self.lease_owner,
-            lease_expires_at=self.lease_expires_at, history=history, progress=Progress.from_json(self.progress))
+            lease_expires_at=self.lease_expires_at, history=history, progress=Progress.from_json(self.progress),
+            crashes=self.crashes, max_crashes=self.max_crashes)
 
 
 class Attempt(models.Model):

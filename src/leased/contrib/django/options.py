@@ -16,7 +16,7 @@ from django.tasks.exceptions import InvalidTask
 
 from leased.backoff import Backoff
 from leased.errors import ConfigurationError
-from leased.tasks import check_max_attempts, lease_seconds
+from leased.tasks import check_max_attempts, check_max_crashes, lease_seconds
 
 
 def _backoff(value: object) -> Backoff:
@@ -35,6 +35,7 @@ def _transactional(value: object) -> bool:
 # option is one entry here and one keyword in LeasedTask.
 TASK_OPTIONS: dict[str, Callable[[Any], Any]] = {
     "max_attempts": check_max_attempts,
+    "max_crashes": check_max_crashes,
     "lease": lease_seconds,
     "backoff": _backoff,
     # The task body in transaction.atomic() on the backend's database, committed with the job's
@@ -48,6 +49,7 @@ class LeasedTask(Task):
     """A django.tasks Task with leased's options; None means the backend's default (OPTIONS)."""
 
     max_attempts: int | None = None  # attempts before the task fails for good (a crash counts as one)
+    max_crashes: int | None = None  # attempts that kill their process before the task is failed as a poison job
     lease: float | timedelta | None = None  # seconds a worker holds the task between renewals
     backoff: Backoff | None = None  # delay before each retry
     transactional: bool | None = None  # its writes to the backend's database commit with its end, once
@@ -63,10 +65,17 @@ class LeasedTask(Task):
         return object.__new__(cls)
 
     def using(self, *, max_attempts: int | None = None, lease: float | timedelta | None = None,
-              backoff: Backoff | None = None, **django_options: Any) -> LeasedTask:
-        """Django's using() (priority, queue_name, run_after, backend), plus leased's options."""
+              max_crashes: int | None = None, **django_options: Any) -> LeasedTask:
+        """Django's using() (priority, queue_name, run_after, backend), plus leased's options that a
+        job carries (max_attempts, lease, max_crashes). backoff and transactional are the task's,
+        shared by all its jobs (a worker's handler applies them), so using() refuses them rather
+        than drop them."""
+        for option in ("backoff", "transactional"):
+            if option in django_options:
+                raise InvalidTask(f"task {self.module_path}: {option} cannot be changed per call with using(); "
+                                  f"set it in @task({option}=...) or in TASKS' OPTIONS")
         task = Task.using(self, **django_options)  # not super(): slots dataclasses break its zero-argument form
-        ours = {"max_attempts": max_attempts, "lease": lease, "backoff": backoff}
+        ours = {"max_attempts": max_attempts, "lease": lease, "max_crashes": max_crashes}
         changes = {name: value for name, value in ours.items() if value is not None}
         return replace(task, **changes) if changes else task
 

@@ -41,15 +41,20 @@ STATUSES = {
 }
 
 # Attempts that ended without an exception of the handler's own: the class that stands for each.
-_FAILURES_WITHOUT_EXCEPTION: dict[Outcome, type[Exception]] = {
+_FAILURES_WITHOUT_EXCEPTION: dict[Outcome | None, type[Exception]] = {  # a running attempt (None) finds none
     Outcome.EXPIRED: exceptions.LeaseExpired,
     Outcome.LEASE_LOST: exceptions.LeaseLost,
     Outcome.CANCELLED: exceptions.TaskCancelled,
 }
 
 
+# leased's own classes for failures that Django's backends report as a builtin.
+_AS_DJANGO_REPORTS_IT = {"leased.contrib.django.exceptions.ResultNotJSON": "builtins.TypeError"}
+
+
 def class_path(error: type[BaseException]) -> str:
-    return f"{error.__module__}.{error.__qualname__}"
+    path = f"{error.__module__}.{error.__qualname__}"
+    return _AS_DJANGO_REPORTS_IT.get(path, path)
 
 
 def exception_class_path(error_type: str, traceback: str | None) -> str:
@@ -66,7 +71,7 @@ def exception_class_path(error_type: str, traceback: str | None) -> str:
             name = found[-1]
     if "." not in name and isinstance(getattr(builtins, name, None), type):
         return f"builtins.{name}"
-    return name
+    return _AS_DJANGO_REPORTS_IT.get(name, name)
 
 
 def task_error(attempt: Attempt) -> TaskError | None:
@@ -75,7 +80,7 @@ def task_error(attempt: Attempt) -> TaskError | None:
         error_type = attempt.error_type or "Exception"
         text = attempt.traceback or f"{error_type}: {attempt.error_message or ''}\n"
         return TaskError(exception_class_path=exception_class_path(error_type, attempt.traceback), traceback=text)
-    stand_in = _FAILURES_WITHOUT_EXCEPTION.get(attempt.outcome)  # type: ignore[arg-type]
+    stand_in = _FAILURES_WITHOUT_EXCEPTION.get(attempt.outcome)
     if stand_in is None:
         return None
     return TaskError(exception_class_path=class_path(stand_in),

@@ -63,6 +63,10 @@ class Command(BaseCommand):
         except ConfigurationError as error:
             raise CommandError(f"{error} (django.tasks are found in the tasks module of each installed app, "
                                "or wherever those modules import them from)") from None
+        from leased.contrib.django.stranded import jobs_of_aliases_gone
+
+        for stranded in jobs_of_aliases_gone(databases=[backend.database]):  # jobs this worker will never run
+            self.stderr.write(f"warning: {stranded.msg}; {stranded.hint}")
         connections.close_all()  # the checks above used this thread's connection; handlers open their own
         self.stdout.write(f"leased worker {worker.id}: {len(backend.app.tasks)} tasks, "
                           f"queues {', '.join(queues) if queues else 'all'}, concurrency {options['concurrency']}, "

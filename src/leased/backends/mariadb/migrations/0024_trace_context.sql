@@ -2,5 +2,5 @@
 -- the enqueue was traced (leased.tracing): a worker runs the job's attempts in spans that continue
 -- that trace. NULL for a job enqueued without a trace, and for every job older code writes: code
 -- from version 21 on runs on this schema.
-ALTER TABLE leased_jobs ADD COLUMN trace_context text;
-INSERT INTO leased_schema_compatibility (version, oldest_code_version) VALUES (23, 21);
+ALTER TABLE leased_jobs ADD COLUMN trace_context TEXT;
+INSERT INTO leased_schema_compatibility (version, oldest_code_version) VALUES (24, 21);

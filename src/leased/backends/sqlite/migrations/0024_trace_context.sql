@@ -3,4 +3,4 @@
 -- that trace. NULL for a job enqueued without a trace, and for every job older code writes: code
 -- from version 21 on runs on this schema.
 ALTER TABLE leased_jobs ADD COLUMN trace_context TEXT;
-INSERT INTO leased_schema_compatibility (version, oldest_code_version) VALUES (23, 21);
+INSERT INTO leased_schema_compatibility (version, oldest_code_version) VALUES (24, 21);

@@ -1,4 +1,4 @@
-"""leased migration 0023: the trace context of the span that enqueued a job."""
+"""leased migration 0023: crashes counted on a job's row, and its task's max_crashes (poison jobs)."""
 
 from django.db import migrations
 
