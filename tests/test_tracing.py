@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import traced_handlers
 from conftest import callers_connection, raw_scalar, raw_sql, running_worker, wait_for
-from leased import Backoff, Leased
+from leased import Backoff
 
 EXPORTED = InMemorySpanExporter()
 # One provider for the test process (OpenTelemetry takes the first set and ignores the rest).

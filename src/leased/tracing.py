@@ -89,8 +89,8 @@ def sending(destination: str, task_name: str | None, count: int) -> Iterator[Any
     if trace is None or not trace.get_current_span().get_span_context().is_valid:
         yield None
         return
-    attributes = {"messaging.system": SYSTEM, "messaging.operation.type": "send",
-                  "messaging.operation.name": "send", "messaging.destination.name": destination}
+    attributes: dict[str, str | int] = {"messaging.system": SYSTEM, "messaging.operation.type": "send",
+                                        "messaging.operation.name": "send", "messaging.destination.name": destination}
     if task_name is not None:
         attributes["leased.task"] = task_name
     if count != 1:
