@@ -52,6 +52,8 @@ class NewJob(NamedTuple):
     workflow_id: int | None = None
     isolation: str | None = None  # 'thread' or 'process', chosen for this job (Task.using); None: its task's
     max_crashes: int = 2  # attempts ended by a process's death before the job is quarantined (failed)
+    # The W3C trace context of the span that enqueued it (leased.tracing), as JSON; None: untraced.
+    trace_context: str | None = None
 
 
 class Outcome(StrEnum):
@@ -293,7 +295,8 @@ class ClaimedJob:
     more than running a no-op job."""
 
     __slots__ = ("id", "task_name", "queue_name", "args", "kwargs", "attempt", "max_attempts", "lease_seconds",
-                 "timeout_seconds", "workflow_id", "isolation", "crashes", "max_crashes", "lease", "lease_from", "unreadable", "_build", "_job")
+                 "timeout_seconds", "workflow_id", "isolation", "crashes", "max_crashes", "trace_context", "lease",
+                 "lease_from", "unreadable", "_build", "_job")
 
     def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job],
                  unreadable: str | None = None):
@@ -310,6 +313,7 @@ class ClaimedJob:
         self.isolation: str | None = row["isolation"]  # chosen by its enqueue (Task.using); None: its task's
         self.crashes: int = row["crashes"]  # its earlier attempts' crashes; this attempt's, if it crashes, comes on top
         self.max_crashes: int = row["max_crashes"]
+        self.trace_context: str | None = row["trace_context"]  # its enqueue's span (leased.tracing); None: untraced
         self.lease = Lease(self.id, self.attempt, row["lease_owner"])
         # When the claim statement was sent (time.monotonic()), if the backend knows: the lease runs
         # from no earlier. None: the engine counts it from the start of the claim call.

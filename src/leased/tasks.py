@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import (Any, Awaitable, Callable, Generic, Iterable, Literal, Mapping, ParamSpec, Protocol, Sequence,
                     TypedDict, TypeVar, Unpack)
 
+from leased import tracing
 from leased.backends import parse_database_url
 from leased.backoff import Backoff
 from leased.durations import LONGEST_SECONDS, parse_duration
@@ -284,6 +285,7 @@ class TaskCall(Generic[P, R]):
         lease, key, timeout, key_limit = self.lease_seconds, self.idempotency_key, self.timeout_seconds, task.key_limit
         isolation, max_crashes = self.isolation, self.max_crashes
         run_at, delay = schedule(self.run_after)
+        trace_context = tracing.current_trace_context()  # the enqueue's span, which its attempts continue
         jobs = []
         for call_args, kwargs in calls:
             args: tuple[Any, ...] | list[Any] = call_args
@@ -294,7 +296,8 @@ class TaskCall(Generic[P, R]):
                 args, kwargs = typed.to_json(args, kwargs)
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
             job = NewJob(name, queue_name, args_json, kwargs_json, priority, max_attempts, lease, run_at, delay, key,
-                         timeout, isolation=isolation, max_crashes=max_crashes)
+                         timeout, isolation=isolation, max_crashes=max_crashes,
+                         trace_context=trace_context)
             jobs.append(job if key_limit is None else self._with_key(job, key_limit, args, kwargs))
         return jobs
 
@@ -308,19 +311,28 @@ class TaskCall(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Write the job (in `connection`'s open transaction if one was given) and return it."""
-        return self.task.app.enqueue_jobs([self.new_job(args, kwargs)], self.connection)[0]
+        with tracing.sending(self.queue_name, self.task.name, 1) as span:
+            job = self.task.app.enqueue_jobs([self.new_job(args, kwargs)], self.connection)[0]
+            tracing.sent(span, [job])
+            return job
 
     def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[Job]:
         """Write many jobs in one transaction. Each call is a tuple or list of positional arguments,
         or a dict of keyword arguments (so a single dict argument goes in a tuple: `(payload,)`)."""
-        jobs = self._new_jobs(_split_call(call, position) for position, call in enumerate(calls))
-        return self.task.app.enqueue_jobs(jobs, self.connection) if jobs else []
+        calls = list(calls)
+        with tracing.sending(self.queue_name, self.task.name, len(calls)):
+            jobs = self._new_jobs(_split_call(call, position) for position, call in enumerate(calls))
+            return self.task.app.enqueue_jobs(jobs, self.connection) if jobs else []
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        new_job = self.new_job(args, kwargs)
-        if self.connection is not None:
-            return (await self.task.app.enqueue_jobs_async([new_job], self.connection))[0]
-        return (await asyncio.to_thread(self.task.app.enqueue_jobs, [new_job], None))[0]
+        with tracing.sending(self.queue_name, self.task.name, 1) as span:
+            new_job = self.new_job(args, kwargs)
+            if self.connection is not None:
+                job = (await self.task.app.enqueue_jobs_async([new_job], self.connection))[0]
+            else:
+                job = (await asyncio.to_thread(self.task.app.enqueue_jobs, [new_job], None))[0]
+            tracing.sent(span, [job])
+            return job
 
 
 class CallOptions(TypedDict, total=False):

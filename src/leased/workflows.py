@@ -19,6 +19,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+from leased import tracing
 from leased.errors import ConfigurationError
 from leased.jobs import JobStatus, NewJob
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
@@ -151,18 +152,23 @@ class Workflow:
             if planned.call.task.name not in self.app.tasks:
                 raise ConfigurationError(f"step {planned.name!r}: task {planned.call.task.name!r} is not registered "
                                          "with this app, so no worker could run it")
-        return NewWorkflow(self.name, tuple(_new_step(planned) for planned in self._steps), self.idempotency_key)
+        # Its steps continue the trace of the enqueue, not of each add(): one trace per run.
+        trace_context = tracing.current_trace_context()
+        return NewWorkflow(self.name, tuple(_new_step(planned, trace_context) for planned in self._steps),
+                           self.idempotency_key)
 
     def enqueue(self, connection: Any = None) -> Run:
         """Write the whole workflow in one transaction (the caller's, on `connection`): every step
         exists, or none does. With an idempotency key an unfinished run holds, that run is returned."""
-        enqueued = self.app.enqueue_workflow(self.new_workflow(), connection)
+        with tracing.sending(f"workflow {self.name}", None, len(self._steps)):
+            enqueued = self.app.enqueue_workflow(self.new_workflow(), connection)
         return _run(enqueued)
 
     async def aenqueue(self) -> Run:
         """enqueue() for async code: the write runs on a thread, so the event loop runs on."""
-        new = self.new_workflow()
-        return _run(await asyncio.to_thread(self.app.enqueue_workflow, new, None))
+        with tracing.sending(f"workflow {self.name}", None, len(self._steps)):
+            new = self.new_workflow()
+            return _run(await asyncio.to_thread(self.app.enqueue_workflow, new, None))
 
     def _parent(self, step: Any, child: str) -> int:
         if not isinstance(step, Step):
@@ -222,7 +228,8 @@ class RunningWorkflow:
             parents = tuple(-1 - int(job_id) for job_id in after)
             planned.append(_Planned(call, _step_job(call, tuple(args), dict(kwargs)), step_name, parents,
                                     _run_when(when, step_name), None))
-        new = [_new_step(step) for step in planned]
+        trace_context = tracing.current_trace_context()  # the adding attempt's span
+        new = [_new_step(step, trace_context) for step in planned]
         ids = self._store.add_steps(self._context.claimed.lease, new)
         return [ids[step.name] for step in new]
 
@@ -264,8 +271,9 @@ def _run(enqueued: Enqueued) -> Run:
     return Run(enqueued.workflow_id, enqueued.job_ids, enqueued.created)
 
 
-def _new_step(planned: _Planned) -> NewStep:
-    return NewStep(planned.name, planned.job, planned.parents, planned.run_when, planned.previous)
+def _new_step(planned: _Planned, trace_context: str | None) -> NewStep:
+    return NewStep(planned.name, planned.job._replace(trace_context=trace_context), planned.parents,
+                   planned.run_when, planned.previous)
 
 
 def _step_job(call: TaskCall[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], chained: bool = False) -> NewJob:

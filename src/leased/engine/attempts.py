@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from leased import logs
+from leased import logs, tracing
 from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.engine.completer import Completer, Recorded
 from leased.engine.transactional import Written
@@ -138,6 +138,7 @@ class ClaimedAttempts:
                 closing.append((attempt, end.outcome, end.retry_in_seconds is not None))
             elif result is False:
                 job = attempt.job
+                tracing.event(attempt.span, "fenced", reason="lease lost before the result was written")
                 log.warning("job %d (%s) attempt %d: lease lost before the result was written; "
                             "result discarded", job.id, job.task_name, job.attempt, extra=logs.extra(job))
                 self._abandon(attempt, CancelReason.LEASE_LOST, closing)
@@ -160,6 +161,7 @@ class ClaimedAttempts:
             attempt.closed = True
             self._time_limits.disarm(attempt)
             self._by_lease.pop(attempt.lease, None)
+            tracing.end_attempt(attempt.span, outcome, will_retry)
             if outcome is not None:
                 job = attempt.job
                 self._emit(AttemptEnded(job.id, job.task_name, job.queue_name, job.attempt, outcome,
@@ -216,6 +218,7 @@ class ClaimedAttempts:
         if attempt is None or attempt.closed or not attempt.context.cancel(reason):
             return
         attempt.lapse_cause = cause
+        tracing.event(attempt.span, "cancelled", reason=str(reason), cause=cause)
         log.warning("job %d (%s) attempt %d: %s%s; cancelling its handler", lease.job_id, attempt.job.task_name,
                     lease.attempt, reason, f" (the worker {cause})" if cause else "",
                     extra=logs.extra(attempt.job, cancelled_because=str(reason)))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
+from leased import tracing
 from leased.admin import ChildrenSummary
 from leased.backends import connect
 from leased.engine.context import CancelReason, TaskContext
@@ -63,6 +64,7 @@ class Call:
     args: list[Any]  # as the handler takes them (typed parameters decoded by the worker)
     kwargs: dict[str, Any]
     max_payload_bytes: int
+    trace_context: str | None = None  # the attempt's span, which the child's own spans nest under
 
 
 # What came back (Child.run's answers).
@@ -369,10 +371,12 @@ def _answer(call: Call, contexts: list[TaskContext], running: list[tuple[asyncio
             handler_args = [context, *handler_args]
         send(("started",))  # the handler's time limit counts from here, not from the process's start
         try:
-            if inspect.iscoroutinefunction(func):  # an event loop of its own, for this one call
-                result = asyncio.run(_run_async(func(*handler_args, **call.kwargs), running))
-            else:
-                result = func(*handler_args, **call.kwargs)
+            # Imported with the handler's module, the app's tracing (if any) is set up by now.
+            with tracing.continued(call.trace_context):
+                if inspect.iscoroutinefunction(func):  # an event loop of its own, for this one call
+                    result = asyncio.run(_run_async(func(*handler_args, **call.kwargs), running))
+                else:
+                    result = func(*handler_args, **call.kwargs)
         finally:
             contexts.clear()
     except BaseException as error:  # the handler's own, or finding it: the attempt's error

@@ -34,7 +34,7 @@ class ClaimedAttempt:
     """One claimed attempt, from its claim until its end is written or its lease given back."""
 
     __slots__ = ("job", "lease", "context", "handler", "isolation", "is_async", "task", "started", "limit_from", "thread_id",
-                 "time_limit", "lapse_cause", "closed", "stopped_child")
+                 "time_limit", "lapse_cause", "closed", "stopped_child", "span")
 
     def __init__(self, job: ClaimedJob, context: TaskContext, handler: Handler):
         self.job = job
@@ -56,3 +56,4 @@ class ClaimedAttempt:
         self.lapse_cause: str | None = None  # why this worker let the lease lapse, when it knows (e.g. a write lock)
         self.closed = False  # its end is recorded (or given up): a thread returning late changes nothing
         self.stopped_child: str | None = None  # a process-isolated handler stopped: how its child was
+        self.span: Any = None  # its OpenTelemetry span, when its enqueue was traced (leased.tracing)

@@ -20,6 +20,7 @@ import inspect
 import time
 from typing import Any, Callable
 
+from leased import tracing
 from leased.errors import ConfigurationError, PayloadError
 from leased.jobs import ClaimedJob
 from leased.names import check_name, shown
@@ -49,19 +50,21 @@ class DurableSteps:
         _check_step(name, fn)
         recorded = self.recorded()
         if name in recorded:
+            tracing.replayed_step(name)
             return recorded[name]
-        began = time.monotonic()
-        if transactional and handlers_connection is None:
-            with self.store.attempt_transaction() as connection:
-                result_json = _result(name, fn(connection))
+        with tracing.step(name):
+            began = time.monotonic()
+            if transactional and handlers_connection is None:
+                with self.store.attempt_transaction() as connection:
+                    result_json = _result(name, fn(connection))
+                    if not self.store.record_step(self.claimed.lease, name, result_json, time.monotonic() - began,
+                                                  connection):
+                        raise self.lease_lost(name)  # leaves the block: the step's writes roll back
+            else:
+                result_json = _result(name, fn(handlers_connection) if transactional else fn())
                 if not self.store.record_step(self.claimed.lease, name, result_json, time.monotonic() - began,
-                                              connection):
-                    raise self.lease_lost(name)  # leaves the block: the step's writes roll back
-        else:
-            result_json = _result(name, fn(handlers_connection) if transactional else fn())
-            if not self.store.record_step(self.claimed.lease, name, result_json, time.monotonic() - began,
-                                          handlers_connection):
-                raise self.lease_lost(name)
+                                              handlers_connection):
+                    raise self.lease_lost(name)
         recorded[name] = result = decode(result_json)  # what later attempts get: the value as stored
         return result
 
@@ -70,17 +73,20 @@ class DurableSteps:
         _check_step(name, fn)
         recorded = await asyncio.to_thread(self.recorded)
         if name in recorded:
+            tracing.replayed_step(name)
             return recorded[name]
-        began = time.monotonic()
-        value = fn()
-        if inspect.isawaitable(value):
-            value = await value
-        result_json = _result(name, value)
-        lease, seconds = self.claimed.lease, time.monotonic() - began
-        if handlers_connection is not None:
-            recorded_now = await self.store.record_step_async(lease, name, result_json, seconds, handlers_connection)
-        else:
-            recorded_now = await asyncio.to_thread(self.store.record_step, lease, name, result_json, seconds)
+        with tracing.step(name):
+            began = time.monotonic()
+            value = fn()
+            if inspect.isawaitable(value):
+                value = await value
+            result_json = _result(name, value)
+            lease, seconds = self.claimed.lease, time.monotonic() - began
+            if handlers_connection is not None:
+                recorded_now = await self.store.record_step_async(lease, name, result_json, seconds,
+                                                                  handlers_connection)
+            else:
+                recorded_now = await asyncio.to_thread(self.store.record_step, lease, name, result_json, seconds)
         if not recorded_now:
             raise self.lease_lost(name)
         recorded[name] = result = decode(result_json)

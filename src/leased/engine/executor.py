@@ -17,13 +17,14 @@ for a signal only in the main thread, never on a handler thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from leased import logs
+from leased import logs, tracing
 from leased.backends.ports import AttemptEnd, RuntimePort
 from leased.backends.worker_calls import worker_calls
 from leased.backoff import Backoff
@@ -60,7 +61,7 @@ class Executor:
     def run_sync(self, attempt: ClaimedAttempt) -> AttemptEnd | Written | None:
         """On a handler thread: run the handler once. None means it was cancelled and nothing is to
         be written; Written, a transactional handler's end, written with its writes."""
-        with _logging_about(attempt):
+        with _attempt_context(attempt):
             return self._run_sync(attempt)
 
     def _run_sync(self, attempt: ClaimedAttempt) -> AttemptEnd | Written | None:
@@ -105,7 +106,7 @@ class Executor:
                     ended: Callable[[ClaimedAttempt, AttemptEnd | Written | None], None]) -> None:
         """On the loop: start the handler as a task; `ended(attempt, end)` is called when it is done
         (end None: cancelled, nothing to write)."""
-        with _logging_about(attempt):  # the task and its done callback copy the context as it is here
+        with _attempt_context(attempt):  # the task and its done callback copy the context as it is here
             self._start_async(attempt, ended)
 
     def _start_async(self, attempt: ClaimedAttempt,
@@ -158,7 +159,8 @@ class Executor:
             return failed_end(job, Outcome.ERROR, "ConfigurationError", str(error), None, retry=False,
                               backoff=handler.backoff)
         call = Call(module, qualname, handler.takes_context, getattr(getattr(handler, "app", None), "database_url", None),
-                    job.id, job.attempt, context.worker_id, job.task_name, args, kwargs, self.max_payload_bytes)
+                    job.id, job.attempt, context.worker_id, job.task_name, args, kwargs, self.max_payload_bytes,
+                    tracing.current_trace_context())  # the attempt's span, for the child's own spans
         try:
             answer = self.children.run(call, context, lambda: self._handler_started(attempt))
         except Exception as error:  # e.g. arguments that cannot be sent to a child (not picklable)
@@ -170,6 +172,7 @@ class Executor:
                                      if answer.killed else "its child process stopped when told (SIGTERM)")
             return None
         if isinstance(answer, Crashed):
+            tracing.event(attempt.span, "child_crashed", how=answer.how)
             return crashed_end(job, f"the handler's child process {answer.described}", handler.backoff)
         retry = not (answer.permanent or answer.unstorable) and job.attempt < job.max_attempts
         return failed_end(job, Outcome.ERROR, "ResultNotStored" if answer.unstorable else answer.error_type,
@@ -192,6 +195,7 @@ class Executor:
         job = attempt.job
         if isinstance(error, JobCancelled):
             return None
+        tracing.failed(attempt.span, error)
         if isinstance(error, PermanentError):
             return error_end(job, error, retry=False)
         return error_end(job, error, retry=job.attempt < job.max_attempts, backoff=attempt.handler.backoff)
@@ -224,9 +228,14 @@ class _Escaped(Exception):
         self.error = error
 
 
-def _logging_about(attempt: ClaimedAttempt):
-    """What the handler logs, and the worker logs of its end, name the job (leased.logs)."""
-    return logs.about(**logs.job_fields(attempt.job, worker_id=attempt.context.worker_id))
+@contextlib.contextmanager
+def _attempt_context(attempt: ClaimedAttempt) -> Iterator[None]:
+    """What the handler logs, and the worker logs of its end, name the job (leased.logs); what it
+    traces nests under its attempt's span, which starts here (leased.tracing; attempts.py ends it)."""
+    worker_id = attempt.context.worker_id
+    attempt.span = tracing.start_attempt(attempt.job, worker_id)
+    with logs.about(**logs.job_fields(attempt.job, worker_id=worker_id)), tracing.current(attempt.span):
+        yield
 
 
 # A handler's own calls (an enqueue, a step) are not the worker's: they take the app's connections,

@@ -26,11 +26,11 @@ SET @leased_clock_offset = %(offset)s;
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                                max_crashes)
+                                max_crashes, trace_context)
 SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
        COALESCE(j.run_at, leased_now() + j.delay_seconds), leased_now(), j.idempotency_key,
        j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds,
-       j.status, j.workflow_id, j.isolation, j.max_crashes
+       j.status, j.workflow_id, j.isolation, j.max_crashes, j.trace_context
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
     task_name LONGTEXT PATH '$[0]', queue_name LONGTEXT PATH '$[1]', args LONGTEXT PATH '$[2]',
@@ -39,7 +39,8 @@ FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     idempotency_key LONGTEXT PATH '$[9]', timeout_seconds DOUBLE PATH '$[10]',
     concurrency_key LONGTEXT PATH '$[11]', key_concurrency LONGTEXT PATH '$[12]', key_rate_count LONGTEXT PATH '$[13]',
     key_rate_seconds DOUBLE PATH '$[14]', status LONGTEXT PATH '$[15]', workflow_id LONGTEXT PATH '$[16]',
-    isolation LONGTEXT PATH '$[17]', max_crashes LONGTEXT PATH '$[18]')) AS j
+    isolation LONGTEXT PATH '$[17]', max_crashes LONGTEXT PATH '$[18]',
+    trace_context LONGTEXT PATH '$[19]')) AS j
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
@@ -51,11 +52,11 @@ RETURNING id, run_after, created_at, idempotency_key;
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                                max_crashes)
+                                max_crashes, trace_context)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s, %(kwargs_json)s, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s, COALESCE(%(run_at)s, leased_now() + %(delay_seconds)s), leased_now(),
         %(idempotency_key)s, %(timeout_seconds)s, %(concurrency_key)s, %(key_concurrency)s, %(key_rate_count)s,
-        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s, %(max_crashes)s)
+        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s, %(max_crashes)s, %(trace_context)s)
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: pending_with_key

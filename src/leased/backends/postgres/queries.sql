@@ -6,7 +6,8 @@
 -- name: insert_jobs
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
 -- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds, concurrency_key,
--- key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation, max_crashes], and the batch one array
+-- key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation, max_crashes,
+-- trace_context], and the batch one array
 -- of them: psycopg adapts
 -- one string far faster than ten arrays of values. As jsonb the batch is
 -- parsed once (each ->> on json parses its element again); args and kwargs are strings in it, so
@@ -27,17 +28,18 @@ WITH given AS (
            (job ->> 10)::float8 AS timeout_seconds, job ->> 11 AS concurrency_key,
            (job ->> 12)::int AS key_concurrency, (job ->> 13)::int AS key_rate_count,
            (job ->> 14)::float8 AS key_rate_seconds, job ->> 15 AS status, (job ->> 16)::bigint AS workflow_id,
-           job ->> 17 AS isolation, (job ->> 18)::int AS max_crashes, position
+           job ->> 17 AS isolation, (job ->> 18)::int AS max_crashes,
+           job ->> 19 AS trace_context, position
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS batch (job, position)
 ), job AS (
     INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                              run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                              key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                             max_crashes)
+                             max_crashes, trace_context)
     SELECT task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
            coalesce(run_at, leased_now() + make_interval(secs => delay_seconds)), leased_now(), idempotency_key, timeout_seconds,
            concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-           max_crashes
+           max_crashes, trace_context
     FROM given
     ORDER BY position
     ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
@@ -55,13 +57,13 @@ SELECT job.id, job.run_after AT TIME ZONE 'UTC', job.created_at AT TIME ZONE 'UT
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                             max_crashes)
+                             max_crashes, trace_context)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s::json, %(kwargs_json)s::json, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s::float8,
         coalesce(%(run_at)s::timestamptz, leased_now() + make_interval(secs => %(delay_seconds)s::float8)),
         leased_now(), %(idempotency_key)s, %(timeout_seconds)s::float8, %(concurrency_key)s, %(key_concurrency)s::int,
         %(key_rate_count)s::int, %(key_rate_seconds)s::float8, %(status)s, %(workflow_id)s::bigint,
-        %(isolation)s, %(max_crashes)s)
+        %(isolation)s, %(max_crashes)s, %(trace_context)s)
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING id, run_after AT TIME ZONE 'UTC', created_at AT TIME ZONE 'UTC', idempotency_key,

@@ -5,7 +5,7 @@
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
 -- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds,
 -- concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
--- max_crashes],
+-- max_crashes, trace_context],
 -- and the batch one array of them.
 -- A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
 -- the caller matches rows to jobs (RETURNING's own order is unspecified): the rows are inserted
@@ -15,7 +15,7 @@
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                         max_crashes)
+                         max_crashes, trace_context)
 WITH clock AS MATERIALIZED (SELECT leased_now() AS now)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
@@ -23,7 +23,7 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(va
        clock.now, json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
        json_extract(value, '$[12]'), json_extract(value, '$[13]'), json_extract(value, '$[14]'),
        json_extract(value, '$[15]'), json_extract(value, '$[16]'), json_extract(value, '$[17]'),
-       json_extract(value, '$[18]')
+       json_extract(value, '$[18]'), json_extract(value, '$[19]')
 FROM json_each(:jobs), clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ORDER BY key
@@ -39,11 +39,11 @@ RETURNING id, run_after, created_at, idempotency_key;
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                         max_crashes)
+                         max_crashes, trace_context)
 SELECT :task_name, :queue_name, :args_json, :kwargs_json, :priority, :max_attempts, :lease_seconds,
        coalesce(:run_at, clock.now + :delay_seconds), clock.now, :idempotency_key, :timeout_seconds,
        :concurrency_key, :key_concurrency, :key_rate_count, :key_rate_seconds, :status, :workflow_id,
-       :isolation, :max_crashes
+       :isolation, :max_crashes, :trace_context
 FROM (SELECT leased_now() AS now) AS clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
