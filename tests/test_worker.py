@@ -580,3 +580,19 @@ def test_a_registration_still_in_flight_does_not_bring_a_signed_off_worker_back(
 
     asyncio.run(stop_during_a_registration())  # asyncio.run waits for the registration's thread
     assert [worker.id for worker in app.workers()] == []
+
+
+def test_a_running_worker_goes_on_after_a_migration_adds_a_column(app):
+    """A later release's migration adds a column to the jobs table while this release's workers run.
+    On PostgreSQL a statement run five times is prepared, and a prepared `RETURNING job.*` then
+    meets "cached plan must not change result type": the worker forgets its prepared statements
+    and claims again, rather than stopping (the previous release's workers stopped there)."""
+    noop = app.task(name="noop")(lambda n: n)
+    with running_worker(app, concurrency=2):
+        before = noop.enqueue_many([(n,) for n in range(30)])  # claims, finishes, renewals: prepared by now
+        wait_for(lambda: all(app.get_job(job.id).status == "done" for job in before), message="the first jobs")
+        raw_sql(app, "ALTER TABLE leased_jobs ADD COLUMN added_by_a_later_release INTEGER")
+        raw_sql(app, "ALTER TABLE leased_attempts ADD COLUMN added_by_a_later_release INTEGER")
+        after = noop.enqueue_many([(n,) for n in range(30)])
+        wait_for(lambda: all(app.get_job(job.id).status == "done" for job in after), message="the jobs after it")
+    assert [app.get_job(job.id).result for job in after] == list(range(30))

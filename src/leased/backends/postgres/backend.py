@@ -378,7 +378,20 @@ class PostgresBackend(SQLStore):
         try:
             with self._checked_out(for_claims, for_handlers) as connection:
                 self._set_clock(connection)
-                yield connection
+                try:
+                    yield connection
+                except errors.FeatureNotSupported as error:
+                    if _STALE_PLAN in str(error):
+                        _forget_prepared_statements(connection)
+                    raise
+        except errors.FeatureNotSupported as error:
+            if _STALE_PLAN not in str(error):
+                raise
+            # A migration added a column to a table a statement this connection prepared returns
+            # whole (job.*): the server refuses the old plan. The statements are forgotten on this
+            # connection, and the next try prepares them anew; until then, nothing was written.
+            raise _StalePlan(f"{self._where}: {first_line(error)} (a migration changed a table's "
+                             "columns); nothing was written") from error
         except (errors.DeadlockDetected, errors.SerializationFailure) as error:
             raise DatabaseConflict(f"{self._where}: {first_line(error)}; nothing was written") from error
         except (errors.LockNotAvailable, errors.QueryCanceled) as error:
@@ -430,14 +443,28 @@ class PostgresBackend(SQLStore):
             f"the clock seam (leased.testing.advance) sets a session's clock, and {self._where} is reached "
             "through a pooler that shares sessions: move the clock on a direct connection's URL")
 
-    # One named query, one statement, one transaction (the connections autocommit).
+    # One named query, one statement, one transaction (the connections autocommit). A statement a
+    # migration made stale on a pooled connection is run again: that connection has forgotten its
+    # prepared statements, and another of the pool's may still hold them (one try per connection).
     def _run(self, name: str, **params: Any) -> None:
-        with self._connection() as connection:
-            connection.execute(QUERIES[name], params)
+        for tries_left in reversed(range(STALE_PLAN_TRIES)):
+            try:
+                with self._connection() as connection:
+                    connection.execute(QUERIES[name], params)
+                return
+            except _StalePlan:
+                if not tries_left:
+                    raise
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
-        with self._connection() as connection:
-            return connection.execute(QUERIES[name], params).fetchall()
+        for tries_left in reversed(range(STALE_PLAN_TRIES)):
+            try:
+                with self._connection() as connection:
+                    return connection.execute(QUERIES[name], params).fetchall()
+            except _StalePlan:
+                if not tries_left:
+                    raise
+        raise AssertionError("unreachable")
 
     def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
         return old_transactions(self._rows, older_than_seconds)
@@ -452,8 +479,8 @@ class PostgresBackend(SQLStore):
         return schema_problem(applied, MIGRATIONS, where)
 
     def _fetch_one(self, name: str, **params: Any) -> dict[str, Any] | None:
-        with self._connection() as connection:
-            return connection.execute(QUERIES[name], params).fetchone()
+        rows = self._rows(name, **params)
+        return rows[0] if rows else None
 
     def close(self) -> None:
         with self._pool_lock:
@@ -951,3 +978,26 @@ class PostgresBackend(SQLStore):
 
     def _is_missing_table(self, error: BaseException) -> bool:
         return isinstance(error, errors.UndefinedTable) and '"leased_' in str(error)
+
+
+class _StalePlan(DatabaseConflict):
+    """A statement this connection had prepared returns a table whole, and a migration changed the
+    table's columns since: nothing was written, and the connection has forgotten its statements."""
+
+
+# A connection per try, at most: the pool's connections each may hold the stale statement once.
+STALE_PLAN_TRIES = 12
+
+# What PostgreSQL says when a prepared statement's result would change shape (a column added to a
+# table it reads whole): psycopg prepares a statement run five times, so a worker holds such plans.
+_STALE_PLAN = "cached plan must not change result type"
+
+
+def _forget_prepared_statements(connection: psycopg.Connection[Any]) -> None:
+    """Drop the session's prepared statements; psycopg, seeing DEALLOCATE ALL, forgets its own."""
+    try:
+        if connection.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            connection.rollback()
+        connection.execute("DEALLOCATE ALL")
+    except psycopg.Error:  # a connection that cannot say it is broken: the pool replaces it
+        pass
