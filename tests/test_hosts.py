@@ -9,6 +9,7 @@ LEASED_REQUIRE_NETNS=1 (CI sets it) makes that a failure.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -158,8 +159,11 @@ def test_a_host_cut_off_mid_job_is_cancelled_recovered_elsewhere_and_fenced(flee
     cut.send_signal(signal.SIGTERM)
     assert cut.wait(60) == 0, workers.log(cut)
     log = workers.log(cut)
-    # The renewal it sent into the cut arrived late and renewed nothing: the fence refused it.
-    assert "renewal answered after" in log and "0 of 2 lease(s) still held" in log, log
+    # The renewal in flight at the cut was answered late. Sent into the cut, it arrived after the
+    # other hosts took the jobs and renewed nothing (0 of 2); sent just before, it reached the server
+    # and only its answer was lost (2 of 2, leases the worker had already given up). Either way the
+    # fence held: the checks below find no late write of its recorded.
+    assert re.search(r"renewal answered after [\d.]+ s: [02] of 2 lease\(s\) still held", log), log
     assert "Traceback" not in log, log
     for job in jobs:
         assert (tmp_path / f"{job.id}-1.returned").read_text() == cut_host.name  # its late result, dropped

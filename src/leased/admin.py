@@ -11,6 +11,10 @@ from leased.worker_ids import supervisor_pid
 
 WORKER_BEAT_SECONDS = 5.0
 WORKER_SILENT_AFTER = 3 * WORKER_BEAT_SECONDS  # a worker not seen for this long is shown as gone
+# A lease that expires while its worker has been silent this long counts as a crash (its process
+# died): longer than the network cuts and database outages a live worker rides out, so that one
+# cut off for a while (its lease reclaimed meanwhile) is not counted as a crash of its job.
+WORKER_GONE_AFTER = 12 * WORKER_BEAT_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

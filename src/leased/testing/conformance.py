@@ -260,7 +260,7 @@ def _worker(backend: Backend, worker_id: str) -> None:
 @check
 def an_attempt_whose_worker_died_is_a_crash_and_max_crashes_quarantine_the_job(make: MakeBackend) -> None:
     """Poison jobs: a lease that expires while its worker still beats is no crash (it stalled); one
-    whose worker is silent past WORKER_SILENT_AFTER, or that its supervisor buried, is. The crash
+    whose worker is silent past WORKER_GONE_AFTER, or that its supervisor buried, is. The crash
     that reaches max_crashes fails the job, before its attempts run out; a retry allows one more."""
     backend = make()
     (written,) = enqueue(backend, new_job(lease_seconds=5, max_attempts=10, max_crashes=2))
@@ -273,7 +273,7 @@ def an_attempt_whose_worker_died_is_a_crash_and_max_crashes_quarantine_the_job(m
     assert (stalled.history[-1].outcome, stalled.crashes, stalled.status) == (Outcome.EXPIRED, 0, JobStatus.PENDING)
     _worker(backend, "w2")
     claim(backend, "w2")
-    backend.clock.advance(20)  # w2 silent past WORKER_SILENT_AFTER: its process died
+    backend.clock.advance(65)  # w2 silent past WORKER_GONE_AFTER (60 s): its process died
     assert backend.reclaim_expired() == 1
     crashed = job(backend, written.id)
     assert (crashed.history[-1].outcome, crashed.crashes, crashed.status) == (Outcome.CRASHED, 1, JobStatus.PENDING)

@@ -33,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from leased.admin import WORKER_SILENT_AFTER, OldTransaction
+from leased.admin import WORKER_GONE_AFTER, OldTransaction
 from leased.backends.ports import AttemptEnd, ClaimRequest, PruneRule
 from leased.backends.sql.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.sql.callers import type_name, wrong_connection
@@ -92,7 +92,7 @@ def _reclaim_first(connection: psycopg.Connection) -> psycopg.Cursor:
 def _reclaim_params(*, steps: bool, spacing: float | None = None, buried: tuple[str, str] | None = None
                     ) -> dict[str, Any]:
     """reclaim_expired's: `buried` is (worker id prefix, how they died) of workers a supervisor saw die."""
-    return {"steps": steps, "spacing": spacing, "silent_after": WORKER_SILENT_AFTER,
+    return {"steps": steps, "spacing": spacing, "silent_after": WORKER_GONE_AFTER,
             "buried_prefix": buried and buried[0], "buried_how": buried and buried[1]}
 
 
@@ -797,7 +797,7 @@ class PostgresBackend(SQLStore):
 
     def bury_workers(self, id_prefix: str, how: str) -> int:
         def work(connection: psycopg.Connection) -> Any:
-            self._execute(connection, "bury_workers", prefix=id_prefix, silent_after=WORKER_SILENT_AFTER)
+            self._execute(connection, "bury_workers", prefix=id_prefix, silent_after=WORKER_GONE_AFTER)
             reclaimed = connection.execute(QUERIES["reclaim_expired"],
                                            _reclaim_params(steps=False, buried=(id_prefix, how))).fetchone()
             # A step this crash quarantined (lapsed could not know its worker was buried) settles here.

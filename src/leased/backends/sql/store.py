@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
+from leased.admin import WORKER_GONE_AFTER, WorkerInfo
 from leased.backends.sql.enqueue import (InsertJobs, Step, created_jobs, drive, drive_async, due_queue_names,
                                        enqueue_steps, needs_no_transaction)
 from leased.backends.sql.inspection import InspectionReads
@@ -278,7 +278,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         """Workers whose ids start with `id_prefix` died (`how`), as their supervisor saw: mark their
         rows gone and end their attempts at once as crashed, not a lease later."""
         def work(connection: Any) -> int:
-            self._execute(connection, "bury_workers", prefix=id_prefix, silent_after=WORKER_SILENT_AFTER)
+            self._execute(connection, "bury_workers", prefix=id_prefix, silent_after=WORKER_GONE_AFTER)
             self._execute(connection, "expire_leases_of", prefix=id_prefix)
             return self._reclaim(connection, buried=(id_prefix, how))
 
@@ -288,8 +288,8 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         """In the caller's transaction: expired leases read once, so that their attempts' records
         (written before the reclaim clears the leases they are read from) and the jobs reclaimed
         are the same set."""
-        expired = expired_leases(self._all(connection, "expired_ids", silent_after=WORKER_SILENT_AFTER),
-                                 WORKER_SILENT_AFTER, buried)
+        expired = expired_leases(self._all(connection, "expired_ids", silent_after=WORKER_GONE_AFTER),
+                                 WORKER_GONE_AFTER, buried)
         if expired:
             self._execute(connection, "record_attempts", ends=running_records(expired, None))
             self._execute(connection, "reclaim_expired", job_ids=self._ids(expired))
