@@ -36,6 +36,11 @@ def _trace() -> Any:
 _tracers: dict[Any, Any] = {}
 
 
+def _active(trace: Any) -> bool:
+    """Whether OpenTelemetry is in use and a span is active in this thread or task."""
+    return trace is not None and trace.get_current_span().get_span_context().is_valid
+
+
 def _tracer(trace: Any) -> Any:
     """leased's tracer, one per tracer provider: getting one costs as much as the attempt's span."""
     provider = trace.get_tracer_provider()
@@ -49,7 +54,7 @@ def current_trace_context() -> str | None:
     """The active span's W3C trace context as a job row keeps it (JSON of the `traceparent` and
     `tracestate` headers), or None when no span is active (or OpenTelemetry is not in use)."""
     trace = _trace()
-    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+    if not _active(trace):
         return None
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -86,7 +91,7 @@ def sending(destination: str, task_name: str | None, count: int) -> Iterator[Any
     workflow's steps), current while it runs so that the jobs record it, when a span is active;
     yields it, or None. `sent(span, jobs)` names the job."""
     trace = _trace()
-    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+    if not _active(trace):
         yield None
         return
     attributes: dict[str, str | int] = {"messaging.system": SYSTEM, "messaging.operation.type": "send",
@@ -148,7 +153,7 @@ def current(span: Any) -> Iterator[None]:
 def step(name: str) -> Iterator[None]:
     """A durable step that runs: a child span of the attempt's, current while it runs."""
     trace = _trace()
-    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+    if not _active(trace):
         yield
         return
     with _tracer(trace).start_as_current_span(f"step {name}", attributes={"leased.step": name,
@@ -160,7 +165,7 @@ def replayed_step(name: str) -> None:
     """A durable step an earlier attempt recorded, whose result is reused: a span of no length, so
     that the attempt's trace still shows every step in order."""
     trace = _trace()
-    if trace is not None and trace.get_current_span().get_span_context().is_valid:
+    if _active(trace):
         _tracer(trace).start_span(f"step {name}", attributes={"leased.step": name,
                                                               "leased.step.replayed": True}).end()
 

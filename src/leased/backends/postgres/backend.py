@@ -447,24 +447,18 @@ class PostgresBackend(SQLStore):
     # migration made stale on a pooled connection is run again: that connection has forgotten its
     # prepared statements, and another of the pool's may still hold them (one try per connection).
     def _run(self, name: str, **params: Any) -> None:
-        for tries_left in reversed(range(STALE_PLAN_TRIES)):
-            try:
-                with self._connection() as connection:
-                    connection.execute(QUERIES[name], params)
-                return
-            except _StalePlan:
-                if not tries_left:
-                    raise
+        self._rows(name, returns_rows=False, **params)
 
-    def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
+    def _rows(self, name: str, returns_rows: bool = True, **params: Any) -> list[dict[str, Any]]:
         for tries_left in reversed(range(STALE_PLAN_TRIES)):
             try:
                 with self._connection() as connection:
-                    return connection.execute(QUERIES[name], params).fetchall()
+                    cursor = connection.execute(QUERIES[name], params)
+                    return cursor.fetchall() if returns_rows else []
             except _StalePlan:
                 if not tries_left:
                     raise
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable: the last try raises")
 
     def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
         return old_transactions(self._rows, older_than_seconds)
