@@ -25,6 +25,7 @@ from __future__ import annotations
 from leased.testing.conformance import (  # noqa: F401 - imported for their checks
     admin,
     async_verbs,
+    batches,
     claims,
     ends,
     enqueueing,

@@ -119,3 +119,22 @@ def poison_jobs_are_counted_by_queue_among_the_recent_failures(make: MakeBackend
     assert job(backend, poison.id).quarantined
     assert backend.recent_quarantined(10) == {"mail": 1}
     assert backend.recent_quarantined(1) == {}, "the newest failed job is no poison: one read, of `recent` jobs"
+
+
+@check
+def job_counts_are_exact_when_small_and_say_which_are_estimated(make: MakeBackend) -> None:
+    """The counts every database gives for the same rows: active statuses always exact, failed
+    exact up to `exact_up_to`, the rest from `sample_size` ids probed (all of them, here, first)."""
+    backend = make()
+    enqueue(backend, *[new_job(max_attempts=1) for _ in range(8)])
+    enqueue(backend, new_job(queue_name="mail"), new_job("b", delay_seconds=60))
+    ended = claim(backend, tasks=("a",), queues=("default",))
+    backend.finish([done(each.lease) for each in ended[:3]] + [error(each.lease, None) for each in ended[3:]])
+    exact = backend.job_counts(exact_up_to=2, sample_size=100)
+    assert exact.estimated == frozenset()
+    assert (exact.by_queue["default"]["done"], exact.by_queue["default"]["failed"],
+            exact.by_queue["default"]["pending"], exact.by_queue["mail"]["pending"]) == (3, 5, 1, 1)
+    assert exact.totals == {"pending": 2, "running": 0, "done": 3, "failed": 5, "cancelled": 0, "waiting": 0}
+    sampled = backend.job_counts(exact_up_to=2, sample_size=3)
+    assert sampled.estimated == {"done", "failed"}, "more failed jobs than exact_up_to: estimated as done is"
+    assert (sampled.by_queue["default"]["pending"], sampled.by_queue["mail"]["pending"]) == (1, 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from leased.backends.ports import PruneRule
 from leased.jobs import JobStatus
-from leased.testing.conformance.helpers import claim, done, enqueue, new_job
+from leased.testing.conformance.helpers import claim, done, enqueue, error, new_job
 from leased.testing.conformance.suite import MakeBackend, check
 
 
@@ -43,3 +43,22 @@ def per_minute_counts_fold_into_one_row_and_are_forgotten_past_their_age(make: M
     assert backend.prune_throughput(7200) == 0
     assert backend.prune_throughput(600) >= 1
     assert backend.throughput(3600) == [] and backend.finished_since(3600) == {}
+
+
+@check
+def a_prune_rule_takes_its_status_and_tasks_up_to_its_limit(make: MakeBackend) -> None:
+    backend = make()
+    enqueue(backend, new_job("a"), new_job("a"), new_job("b"), new_job("b", max_attempts=1))
+    *finished, failing = claim(backend)
+    backend.finish([done(each.lease) for each in finished] + [error(failing.lease, retry_in_seconds=None)])
+    backend.clock.advance(120)
+    only_a = PruneRule(JobStatus.DONE, 60, task_names=("a",))
+    but_a = PruneRule(JobStatus.DONE, 60, except_task_names=("a",))
+    assert (backend.count_prunable(only_a), backend.count_prunable(but_a)) == (2, 1)
+    assert backend.count_prunable(PruneRule(JobStatus.FAILED, 60)) == 1
+    assert backend.count_prunable(PruneRule(JobStatus.DONE, 600)) == 0, "not yet that old"
+    with backend.pruning() as allowed:
+        assert allowed
+        assert backend.prune_batch(only_a, 1) == 1, "no more than its limit"
+        assert backend.prune_batch(only_a, 10) == 1 and backend.prune_batch(only_a, 10) == 0
+    assert backend.counts() == {("default", JobStatus.DONE): 1, ("default", JobStatus.FAILED): 1}
