@@ -31,6 +31,7 @@ from leased.testing.conformance import (  # noqa: F401 - imported for their chec
     enqueueing,
     inspection,
     leases,
+    limits,
     retention,
     schedules,
     schema,

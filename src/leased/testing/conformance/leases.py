@@ -181,3 +181,24 @@ def a_stale_worker_writes_nothing_over_the_new_holders_attempt(make: MakeBackend
     assert [(each.number, each.worker_id, each.outcome) for each in ended.history] == [
         (1, "w1", Outcome.EXPIRED), (2, "w2", Outcome.DONE)]
     assert ended.history[1].started_at == before[1].started_at and ended.result == 2
+
+
+@check
+def a_release_after_expiry_explains_it_in_the_workers_words(make: MakeBackend) -> None:
+    """A worker that let its lease lapse (a handler stuck past it) says why as it gives the
+    attempt up: its account replaces the reclaimer's guess on the record expiry closed first."""
+    backend = make()
+    enqueue(backend, new_job(lease_seconds=5))
+    (claimed,) = claim(backend, "w1")
+    backend.clock.advance(6)
+    assert backend.reclaim_expired() == 1
+    guessed = job(backend, claimed.id).history[-1]
+    assert guessed.outcome is Outcome.EXPIRED
+    account = "the handler held the GIL past its lease"
+    backend.release([claimed.lease], Outcome.LEASE_LOST, account, explains_expiry=True)
+    explained = job(backend, claimed.id)
+    (record,) = explained.history
+    assert (record.outcome, record.error_message) == (Outcome.EXPIRED, account), record
+    assert explained.status is JobStatus.PENDING and account in (explained.last_error or "")
+    backend.release([claimed.lease], Outcome.SHUTDOWN, "without explains_expiry", explains_expiry=False)
+    assert job(backend, claimed.id).history == (record,), "an attempt closed already is not closed again"
