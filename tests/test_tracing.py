@@ -209,6 +209,19 @@ def test_a_row_whose_trace_context_is_not_a_trace_runs_untraced(app, spans):
     assert spans() == []
 
 
+def test_a_tracestate_travels_with_the_job(app, spans):
+    """A vendor's tracestate (here with a quote, which the row's JSON must escape) reaches the attempt."""
+    stateful = app.task(name="stateful")(lambda: None)
+    remote = trace.SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, is_remote=True,
+                               trace_flags=trace.TraceFlags(1), trace_state=trace.TraceState([("vendor", 'a"b')]))
+    with trace.use_span(trace.NonRecordingSpan(remote)):
+        stateful.enqueue()
+    app.run_until_empty()
+    [process] = named(spans(), "process default")
+    assert process.context.trace_id == remote.trace_id
+    assert process.context.trace_state.get("vendor") == 'a"b'
+
+
 def test_without_opentelemetry_imported_nothing_is_looked_up(tmp_path):
     """A process that never imported OpenTelemetry: enqueue and run import none of it."""
     code = f"""

@@ -54,16 +54,22 @@ def current_trace_context() -> str | None:
     """The active span's W3C trace context as a job row keeps it (JSON of the `traceparent` and
     `tracestate` headers), or None when no span is active (or OpenTelemetry is not in use)."""
     trace = _trace()
-    if not _active(trace):
+    if trace is None:
         return None
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    carrier: dict[str, str] = {}
-    TraceContextTextMapPropagator().inject(carrier)
-    return json.dumps(carrier, separators=(",", ":")) if carrier else None
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return None
+    # What the W3C propagator's inject() writes, written here: it costs a tenth of an enqueue.
+    traceparent = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
+    if not span_context.trace_state:
+        return f'{{"traceparent":"{traceparent}"}}'
+    return json.dumps({"traceparent": traceparent, "tracestate": span_context.trace_state.to_header()},
+                      separators=(",", ":"))
 
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+# A row as current_trace_context() writes it without a tracestate: read without parsing JSON.
+_TRACEPARENT_ONLY = re.compile(r'\{"traceparent":"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})"\}')
 
 
 def _extracted(trace_context: str) -> Any:
@@ -71,14 +77,18 @@ def _extracted(trace_context: str) -> Any:
     hand: a bad value is the trace's loss, never the job's). Read here rather than by the W3C
     propagator, which costs a tenth of a no-op job: leased wrote the value, version 00."""
     trace = _trace()
-    try:
-        carrier = json.loads(trace_context)
-        found = _TRACEPARENT.fullmatch(carrier.get("traceparent", ""))
-        state = carrier.get("tracestate")
-    except (ValueError, TypeError, AttributeError, RecursionError):
-        return None
+    state = None
+    found = _TRACEPARENT_ONLY.fullmatch(trace_context)
     if found is None:
-        return None
+        try:
+            carrier = json.loads(trace_context)
+            found = _TRACEPARENT.fullmatch(carrier.get("traceparent", ""))
+            state = carrier.get("tracestate")
+            state = state if isinstance(state, str) else None
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            return None
+        if found is None:
+            return None
     span_context = trace.SpanContext(int(found[1], 16), int(found[2], 16), is_remote=True,
                                      trace_flags=trace.TraceFlags(int(found[3], 16)),
                                      trace_state=trace.TraceState.from_header([state]) if state else None)
