@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import traced_handlers
 from conftest import callers_connection, raw_scalar, raw_sql, running_worker, wait_for
-from leased import Backoff
+from leased import Backoff, DatabaseUnavailable
 
 EXPORTED = InMemorySpanExporter()
 # One provider for the test process (OpenTelemetry takes the first set and ignores the rest).
@@ -158,6 +158,44 @@ def test_a_lost_lease_and_a_users_cancel_leave_their_events_on_the_attempt(app, 
     cancelled = [event for event in process.events if event.name == "leased.cancelled"]
     assert [event.attributes["reason"] for event in cancelled] == ["lease lost"], process.events
     assert process.attributes["leased.outcome"] == "lease_lost"
+
+
+class FirstRenewalFails:
+    """The real backend, except that the first renewal finds the database out of reach."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self.renewals = 0
+
+    def renew(self, leases, wait_seconds=None, progress=None):
+        self.renewals += 1
+        if self.renewals == 1:
+            raise DatabaseUnavailable("connection refused (injected)")
+        return self._backend.renew(leases, wait_seconds=wait_seconds, progress=progress)
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+
+def test_a_renewal_that_lands_late_leaves_its_event_on_the_attempt(app, spans):
+    app._backend = FirstRenewalFails(app.backend)
+
+    @app.task(name="hold", takes_context=True, lease=3.0, max_attempts=1)
+    def hold(context) -> None:
+        attempt = trace.get_current_span()  # its events so far, read while it is open
+        wait_for(lambda: [event for event in attempt.events if event.name == "leased.lease_renewed_late"],
+                 message="a failed renewal, then one that went through")
+
+    with request_tracer.start_as_current_span("request"):
+        job = hold.enqueue()
+    with running_worker(app, concurrency=1):
+        wait_for(lambda: named(spans(), "process default"), message="the attempt's span to end")
+    [process] = named(spans(), "process default")
+    [late] = [event for event in process.events if event.name == "leased.lease_renewed_late"]
+    assert late.attributes["cause"] == "connection refused (injected)"
+    assert 0 < late.attributes["waited_seconds"] < late.attributes["lease_left_seconds"] + late.attributes[
+        "waited_seconds"] <= 3.0
+    assert process.attributes["leased.outcome"] == "done" and app.get_job(job.id).status == "done"
 
 
 def test_durable_steps_are_child_spans_and_a_replayed_one_says_so(app, spans):
