@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -25,6 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 import traced_handlers
 from conftest import callers_connection, raw_scalar, raw_sql, running_worker, wait_for
 from leased import Backoff, DatabaseUnavailable
+from leased.cli.main import cli
 
 EXPORTED = InMemorySpanExporter()
 # One provider for the test process (OpenTelemetry takes the first set and ignores the rest).
@@ -258,6 +261,23 @@ def test_a_tracestate_travels_with_the_job(app, spans):
     [process] = named(spans(), "process default")
     assert process.context.trace_id == remote.trace_id
     assert process.context.trace_state.get("vendor") == 'a"b'
+
+
+def test_show_prints_a_traced_jobs_trace_id(app, database_url):
+    traced_task = app.task(name="traced")(lambda: None)
+    with request_tracer.start_as_current_span("POST /orders") as request:
+        traced = traced_task.enqueue()
+    untraced = traced_task.enqueue()
+
+    def show(job_id: int, *options: str) -> str:
+        shown = CliRunner().invoke(cli, ["show", str(job_id), "--database", database_url, *options])
+        assert shown.exit_code == 0, shown.output
+        return shown.output
+
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    assert re.findall(r"^\s*trace\s+(\S+)\s*$", show(traced.id), re.MULTILINE) == [trace_id]
+    assert not re.findall(r"^\s*trace\s", show(untraced.id), re.MULTILINE)
+    assert trace_id in json.loads(show(traced.id, "--json"))["trace_context"]
 
 
 def test_without_opentelemetry_imported_nothing_is_looked_up(tmp_path):

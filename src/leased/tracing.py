@@ -72,23 +72,36 @@ _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _TRACEPARENT_ONLY = re.compile(r'\{"traceparent":"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})"\}')
 
 
-def _extracted(trace_context: str) -> Any:
-    """The span context a job row's trace context names, or None if it names none (a row written by
-    hand: a bad value is the trace's loss, never the job's). Read here rather than by the W3C
-    propagator, which costs a tenth of a no-op job: leased wrote the value, version 00."""
-    trace = _trace()
-    state = None
+def _traceparent(trace_context: str) -> tuple[re.Match[str], str | None] | None:
+    """The `traceparent` a job row's trace context holds (its trace id, span id and flags), with its
+    `tracestate`, or None if it holds none (a row written by hand: a bad value is the trace's loss,
+    never the job's). Read here rather than by the W3C propagator, which costs a tenth of a no-op
+    job: leased wrote the value, version 00."""
     found = _TRACEPARENT_ONLY.fullmatch(trace_context)
-    if found is None:
-        try:
-            carrier = json.loads(trace_context)
-            found = _TRACEPARENT.fullmatch(carrier.get("traceparent", ""))
-            state = carrier.get("tracestate")
-            state = state if isinstance(state, str) else None
-        except (ValueError, TypeError, AttributeError, RecursionError):
-            return None
-        if found is None:
-            return None
+    if found is not None:
+        return found, None
+    try:
+        carrier = json.loads(trace_context)
+        found = _TRACEPARENT.fullmatch(carrier.get("traceparent", ""))
+        state = carrier.get("tracestate")
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return None
+    return None if found is None else (found, state if isinstance(state, str) else None)
+
+
+def trace_id(trace_context: str | None) -> str | None:
+    """The trace id (32 hex digits) of a job row's trace context, or None; imports no OpenTelemetry."""
+    found = _traceparent(trace_context) if trace_context is not None else None
+    return None if found is None or int(found[0][1], 16) == 0 else found[0][1]
+
+
+def _extracted(trace_context: str) -> Any:
+    """The span context a job row's trace context names, or None if it names none."""
+    trace = _trace()
+    parsed = _traceparent(trace_context)
+    if parsed is None:
+        return None
+    found, state = parsed
     span_context = trace.SpanContext(int(found[1], 16), int(found[2], 16), is_remote=True,
                                      trace_flags=trace.TraceFlags(int(found[3], 16)),
                                      trace_state=trace.TraceState.from_header([state]) if state else None)
