@@ -14,7 +14,8 @@ hours later neither stretches the request's trace across its backoff nor inherit
 (as awa and the messaging conventions do). Whatever the handler traces (an HTTP client, a database
 driver, a durable step) nests under its attempt, in a process-isolated child too. What only leased
 knows is recorded on the attempt's span as events: cancelled (a lost lease, a user, the time limit,
-the shutdown), a result refused by the fence, a child process that crashed.
+the shutdown), a result refused by the fence, a child process that crashed, a lease renewal that
+landed late.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def start_attempt(job: Any, worker_id: str) -> Any:
                   "messaging.operation.name": "process", "messaging.destination.name": job.queue_name,
                   "messaging.message.id": str(job.id), "leased.task": job.task_name, "leased.attempt": job.attempt,
                   "leased.max_attempts": job.max_attempts, "leased.worker_id": worker_id}
-    # Started from an empty context, not the thread's: a handler thread's is left over from no one.
+    # From an empty context, as a retry's always was: the thread's or task's own is the worker's, not the job's.
     if job.attempt == 1:
         return _tracer(trace).start_span(f"process {job.queue_name}", context=trace.set_span_in_context(
             trace.NonRecordingSpan(parent), _context().Context()), kind=trace.SpanKind.CONSUMER, attributes=attributes)
