@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -24,7 +26,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import traced_handlers
 from conftest import callers_connection, raw_scalar, raw_sql, running_worker, wait_for
-from leased import Backoff
+from leased import Backoff, DatabaseUnavailable
+from leased.cli.main import cli
 
 EXPORTED = InMemorySpanExporter()
 # One provider for the test process (OpenTelemetry takes the first set and ignores the rest).
@@ -160,6 +163,44 @@ def test_a_lost_lease_and_a_users_cancel_leave_their_events_on_the_attempt(app, 
     assert process.attributes["leased.outcome"] == "lease_lost"
 
 
+class FirstRenewalFails:
+    """The real backend, except that the first renewal finds the database out of reach."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self.renewals = 0
+
+    def renew(self, leases, wait_seconds=None, progress=None):
+        self.renewals += 1
+        if self.renewals == 1:
+            raise DatabaseUnavailable("connection refused (injected)")
+        return self._backend.renew(leases, wait_seconds=wait_seconds, progress=progress)
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+
+def test_a_renewal_that_lands_late_leaves_its_event_on_the_attempt(app, spans):
+    app._backend = FirstRenewalFails(app.backend)
+
+    @app.task(name="hold", takes_context=True, lease=3.0, max_attempts=1)
+    def hold(context) -> None:
+        attempt = trace.get_current_span()  # its events so far, read while it is open
+        wait_for(lambda: [event for event in attempt.events if event.name == "leased.lease_renewed_late"],
+                 message="a failed renewal, then one that went through")
+
+    with request_tracer.start_as_current_span("request"):
+        job = hold.enqueue()
+    with running_worker(app, concurrency=1):
+        wait_for(lambda: named(spans(), "process default"), message="the attempt's span to end")
+    [process] = named(spans(), "process default")
+    [late] = [event for event in process.events if event.name == "leased.lease_renewed_late"]
+    assert late.attributes["cause"] == "connection refused (injected)"
+    assert 0 < late.attributes["waited_seconds"] < late.attributes["lease_left_seconds"] + late.attributes[
+        "waited_seconds"] <= 3.0
+    assert process.attributes["leased.outcome"] == "done" and app.get_job(job.id).status == "done"
+
+
 def test_durable_steps_are_child_spans_and_a_replayed_one_says_so(app, spans):
     attempts: list[int] = []
 
@@ -207,6 +248,36 @@ def test_a_row_whose_trace_context_is_not_a_trace_runs_untraced(app, spans):
     app.run_until_empty()
     assert {app.get_job(job.id).status for job in jobs} == {"done"}
     assert spans() == []
+
+
+def test_a_tracestate_travels_with_the_job(app, spans):
+    """A vendor's tracestate (here with a quote, which the row's JSON must escape) reaches the attempt."""
+    stateful = app.task(name="stateful")(lambda: None)
+    remote = trace.SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, is_remote=True,
+                               trace_flags=trace.TraceFlags(1), trace_state=trace.TraceState([("vendor", 'a"b')]))
+    with trace.use_span(trace.NonRecordingSpan(remote)):
+        stateful.enqueue()
+    app.run_until_empty()
+    [process] = named(spans(), "process default")
+    assert process.context.trace_id == remote.trace_id
+    assert process.context.trace_state.get("vendor") == 'a"b'
+
+
+def test_show_prints_a_traced_jobs_trace_id(app, database_url):
+    traced_task = app.task(name="traced")(lambda: None)
+    with request_tracer.start_as_current_span("POST /orders") as request:
+        traced = traced_task.enqueue()
+    untraced = traced_task.enqueue()
+
+    def show(job_id: int, *options: str) -> str:
+        shown = CliRunner().invoke(cli, ["show", str(job_id), "--database", database_url, *options])
+        assert shown.exit_code == 0, shown.output
+        return shown.output
+
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    assert re.findall(r"^\s*trace\s+(\S+)\s*$", show(traced.id), re.MULTILINE) == [trace_id]
+    assert not re.findall(r"^\s*trace\s", show(untraced.id), re.MULTILINE)
+    assert trace_id in json.loads(show(traced.id, "--json"))["trace_context"]
 
 
 def test_without_opentelemetry_imported_nothing_is_looked_up(tmp_path):

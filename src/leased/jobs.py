@@ -241,6 +241,10 @@ class Job:
     crashes: int = 0  #: its attempts that ended because their process died (outcome crashed)
     max_crashes: int = 2  #: crashes after which it is quarantined: ended failed, not retried
     created: bool | None = field(default=None, compare=False)
+    #: The W3C trace context (JSON) of the span that enqueued it (leased.tracing), as a read of its
+    #: row gives it (get_job, the listings); None: untraced, and on the Job an enqueue returns, which
+    #: is built without reading the row back. Not compared: it names a span, not the job's state.
+    trace_context: str | None = field(default=None, compare=False)
 
     @property
     def lease(self) -> Lease:

@@ -32,6 +32,7 @@ from leased.terminal import printable
 from leased.events import AttemptEnded, Event
 from leased.jobs import DurableStep, Job, JobStatus, Outcome
 from leased.logs import JsonFormatter
+from leased.tracing import trace_id
 from leased.suggest import did_you_mean
 from leased.worker_ids import SUPERVISOR_VARIABLE
 
@@ -430,6 +431,8 @@ def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
                                     f"(lease {output.format_duration(job.lease_seconds)})"))
     if job.idempotency_key:
         fields.append(("idempotency key", job.idempotency_key))
+    if (trace := trace_id(job.trace_context)) is not None:  # its enqueue's, which its first attempt continues
+        fields.append(("trace", trace))
     if job.explaining_error:
         fields.append(("last error", job.explaining_error))
     fields += [("args", output.readable_json(job.args)), ("kwargs", output.readable_json(job.kwargs))]

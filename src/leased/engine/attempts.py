@@ -23,7 +23,7 @@ from leased.engine.transactional import Written
 from leased.engine.context import CancelReason, TaskContext
 from leased.engine.claimed import ClaimedAttempt, Handler
 from leased.engine.executor import Executor
-from leased.engine.heartbeat import Heartbeat
+from leased.engine.heartbeat import Heartbeat, LateRenewal
 from leased.engine.retrying import is_transient, one_line
 from leased.engine.slots import Slots
 from leased.engine.threads import HandlerThreads, LoopInbox
@@ -211,6 +211,13 @@ class ClaimedAttempts:
             self._stats.retried += 1
         else:
             self._stats.failed += 1
+
+    def renewed_late(self, lease: Lease, late: LateRenewal) -> None:
+        """On the loop: the attempt's lease was kept by a renewal that landed late, on its trace."""
+        attempt = self._by_lease.get(lease)
+        if attempt is not None and not attempt.closed:
+            tracing.event(attempt.span, "lease_renewed_late", waited_seconds=round(late.waited_seconds, 3),
+                          lease_left_seconds=round(late.lease_left_seconds, 3), cause=late.cause)
 
     def cancel(self, lease: Lease, reason: CancelReason, cause: str | None = None) -> None:
         """On the loop: cancel the attempt's handler, unless it ended or another cause came first."""

@@ -10,6 +10,10 @@ it. Each renewal waits at most a sixth of the lease, then tries again, until the
 no single wait outlives the lease, and the heartbeat can say what kept it from renewing, and for
 how long (lapse_cause), where the lease's history would otherwise blame the worker.
 
+A renewal that lands late (after failing, or answered after more than a retry step) is told to
+`renewed_late` for each lease it kept, with how long it took and how much of the lease was left:
+the attempt's trace shows how close it came (leased.tracing).
+
 A handler's progress reports (TaskContext.progress) wait here, the latest per lease, and go with
 the next renewal: a handler may report as often as it likes and costs no write of its own.
 """
@@ -34,6 +38,15 @@ log = logging.getLogger("leased.worker")
 RENEWALS_PER_LEASE = 3  # renew at a third of the lease, so two renewals may fail before it runs out
 
 
+@dataclass(frozen=True, slots=True)
+class LateRenewal:
+    """A renewal that kept a lease but landed late."""
+
+    waited_seconds: float  # from its first try (or its sending, if it did not fail) to its answer
+    lease_left_seconds: float  # how much of the lease was left when it landed (negative: none)
+    cause: str  # what held it up: the last failure, or an answer that was slow to come
+
+
 @dataclass
 class _Held:
     lease_seconds: float
@@ -45,9 +58,11 @@ class _Held:
 
 class Heartbeat:
     def __init__(self, backend: RuntimePort, on_lost: Callable[[Lease], None],
-                 is_transient: Callable[[BaseException], bool]):
+                 is_transient: Callable[[BaseException], bool],
+                 renewed_late: Callable[[Lease, LateRenewal], None] = lambda lease, late: None):
         self._backend = backend
         self._on_lost = on_lost
+        self._renewed_late = renewed_late  # on this thread: a kept lease, and how late its renewal was
         self._is_transient = is_transient
         self._held: dict[Lease, _Held] = {}
         self._reports: dict[Lease, str] = {}  # progress reports for the next renewal, the latest per lease
@@ -185,19 +200,28 @@ class Heartbeat:
             return
         self._sent = None
         answered = time.monotonic()
+        late: tuple[float, str] | None = None  # how long it waited, and why
         if self._failing_since is not None:
             log.info("renewal went through after failing for %.1f s: %d of %d lease(s) still held",
                      sent - self._failing_since, len(kept), len(leases))
+            late = (answered - self._failing_since, "another connection held the database's write lock"
+                    if isinstance(self._failure, DatabaseLocked) else one_line(self._failure))
         elif answered - sent > step:  # e.g. sent into a network cut, delivered once the link came back
             log.info("renewal answered after %.1f s: %d of %d lease(s) still held", answered - sent, len(kept),
                      len(leases))
+            late = (answered - sent, "the database was slow to answer")
         self._retry_at = 0.0
         self._failing_since = self._failure = None
+        lapsed: list[tuple[Lease, LateRenewal]] = []
         with self._lock:
             for lease in kept:
                 held = self._held.get(lease)
                 if held is not None:
+                    if late is not None:
+                        lapsed.append((lease, LateRenewal(late[0], held.deadline - answered, late[1])))
                     held.deadline = sent + held.lease_seconds
             lost = [lease for lease in leases if lease not in kept and lease in self._held]
+        for lease, renewal in lapsed:
+            self._renewed_late(lease, renewal)
         for lease in lost:
             self._on_lost(lease)

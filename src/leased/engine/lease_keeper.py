@@ -1,6 +1,7 @@
 """The lease keeper: the heartbeat renews every held lease on a thread of its own
 (engine/heartbeat.py), and a watchdog on the loop stops a handler whose lease could run out
-before a renewal lands, or that another worker or a user took from it.
+before a renewal lands, or that another worker or a user took from it. A renewal that landed late
+is told to the attempt holding the lease, on the loop.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Callable
 
 from leased.backends.ports import RuntimePort
 from leased.engine.context import CancelReason
-from leased.engine.heartbeat import Heartbeat
+from leased.engine.heartbeat import Heartbeat, LateRenewal
 from leased.engine.retrying import is_transient
 from leased.engine.threads import call_soon_threadsafe
 from leased.jobs import Lease
@@ -24,12 +25,16 @@ WATCHDOG_INTERVAL = 0.25
 
 class LeaseKeeper:
     def __init__(self, backend: RuntimePort, cancel: Callable[[Lease, CancelReason, str | None], None], *,
-                 heartbeat_died: Callable[[], None], stopping: Callable[[], bool]):
+                 heartbeat_died: Callable[[], None], stopping: Callable[[], bool],
+                 renewed_late: Callable[[Lease, LateRenewal], None] = lambda lease, late: None):
         self._backend = backend
         self._cancel = cancel  # on the loop: cancel the attempt holding the lease, for this reason
+        self._renewed_late = renewed_late  # on the loop: the attempt holding the lease was renewed late
         self._heartbeat_died = heartbeat_died
         self._stopping = stopping
-        self.heartbeat = Heartbeat(backend, self._on_lost, is_transient)
+        self.heartbeat = Heartbeat(backend, self._on_lost, is_transient,
+                                   renewed_late=lambda lease, late: call_soon_threadsafe(
+                                       self._loop, self._renewed_late, lease, late))
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:

@@ -107,7 +107,8 @@ class Worker:
                                                                self.concurrency, self.queues, names),
                                     lambda: self._time_limits.stuck, self.children.summary)
         self._lease_keeper = LeaseKeeper(self.backend, self._cancel, heartbeat_died=self._heartbeat_died,
-                                         stopping=stopping)
+                                         stopping=stopping,
+                                         renewed_late=lambda lease, late: self._claimed.renewed_late(lease, late))
         self._completer = Completer(self.backend, self._lease_keeper.heartbeat.overdue, self.id,
                                     recorded=lambda batch, results: self._claimed.recorded(batch, results))
         self._claimed = ClaimedAttempts(
