@@ -446,6 +446,7 @@ class Leased:
                         # Schedule has read-only properties (ports.py is the fix, outside this change).
                         schedules=tuple(self.schedules.values()),  # type: ignore[arg-type]
                         children=Children(
+                            open_backend=connect,
                             max_tasks_per_child=check_per_child("max_tasks_per_child", max_tasks_per_child),
                             max_memory_per_child=check_per_child("max_memory_per_child", max_memory_per_child)),
                         pruner=Pruner(self.backend, rules) if prune and (rules := self._prune_rules()) else None)

@@ -34,6 +34,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from leased.admin import WORKER_GONE_AFTER, OldTransaction
+from leased.backends import capabilities
 from leased.backends.ports import AttemptEnd, ClaimRequest, PruneRule
 from leased.backends.sql.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.sql.callers import type_name, wrong_connection
@@ -225,6 +226,7 @@ def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
 
 
 class PostgresBackend(SQLStore):
+    capabilities = capabilities.POSTGRES
     # The reclaim reads every job claimed since the oldest open transaction began, and a claim that
     # waited for it kept every job enqueued meanwhile waiting (bench/long_transaction_notes.md); the
     # workers take turns at it (migration 0020, bench/fleet_reclaims.py).
