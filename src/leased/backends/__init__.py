@@ -85,6 +85,9 @@ class DatabaseKind:
     # (aiosqlite over sqlite3), installed by this extra.
     async_driver: str | None = None
     async_extra: str | None = None
+    # What its migrations make besides tables, dropped after them when a framework unapplies the
+    # schema (Django's first migration, reversed).
+    drop_after_tables: tuple[str, ...] = ()
 
     def driver_missing(self, error: ImportError) -> ConfigurationError:
         return ConfigurationError(f"{self.title} needs {self.driver}: pip install 'leased[{self.extra}]' ({error})")
@@ -104,7 +107,12 @@ DIALECTS: dict[str, DatabaseKind] = {kind.name: kind for kind in (
     DatabaseKind("sqlite", "SQLite", ("sqlite",), "sqlite3", "aiosqlite", "sqlite", capabilities.SQLITE,
                  _open_sqlite, _sqlite_migrator, async_driver="aiosqlite", async_extra="aiosqlite"),
     DatabaseKind("postgres", "PostgreSQL", ("postgresql", "postgres"), "psycopg", "postgres", "postgresql",
-                 capabilities.POSTGRES, _open_postgres, _postgres_migrator),
+                 capabilities.POSTGRES, _open_postgres, _postgres_migrator, drop_after_tables=(
+                     # made by migrations 0018, 0020 and 0021
+                     "DROP SEQUENCE IF EXISTS leased_due_current, leased_reclaim_turn_at",
+                     "DROP FUNCTION IF EXISTS leased_due_generation_for, leased_due_inserted, leased_due_changed, "
+                     "leased_rotate_due, leased_reclaim_turn, leased_due_truncated, leased_mend_due, "
+                     "leased_due_generation_holds_a_job, leased_truncate_drained_due, leased_refused_row")),
     DatabaseKind("mariadb", "MariaDB", ("mariadb", "mysql"), "pymysql", "mariadb", "mysql", capabilities.MARIADB,
                  _open_mariadb, _mariadb_migrator),
 )}

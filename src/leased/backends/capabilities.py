@@ -43,6 +43,9 @@ class Capabilities:
     file_database: bool
     # A URL may name a schema (PostgreSQL's search_path) as well as a database.
     schemas_in_url: bool
+    # Its URL is a libpq connection URI: a Unix socket directory and libpq's options (sslmode...)
+    # go in its query. Otherwise a URL names a host and port, never a socket.
+    libpq_url: bool
     # Its sessions read at REPEATABLE READ unless told otherwise (MariaDB): a framework's connection
     # that enqueues in its transactions must be set to READ COMMITTED.
     repeatable_read_by_default: bool
@@ -51,14 +54,14 @@ class Capabilities:
 SQLITE = Capabilities(
     single_writer=True, listen_notify=False, transactional_ddl=True, async_transactions=True,
     typed_times_and_json=False, runs_whole_scripts=False, reports_old_transactions=False, pruning_lock=False,
-    file_database=True, schemas_in_url=False, repeatable_read_by_default=False)
+    file_database=True, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=False)
 
 POSTGRES = Capabilities(
     single_writer=False, listen_notify=True, transactional_ddl=True, async_transactions=True,
     typed_times_and_json=True, runs_whole_scripts=True, reports_old_transactions=True, pruning_lock=True,
-    file_database=False, schemas_in_url=True, repeatable_read_by_default=False)
+    file_database=False, schemas_in_url=True, libpq_url=True, repeatable_read_by_default=False)
 
 MARIADB = Capabilities(
     single_writer=False, listen_notify=False, transactional_ddl=False, async_transactions=False,
     typed_times_and_json=False, runs_whole_scripts=False, reports_old_transactions=False, pruning_lock=True,
-    file_database=False, schemas_in_url=False, repeatable_read_by_default=True)
+    file_database=False, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=True)
