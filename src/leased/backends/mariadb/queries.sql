@@ -802,6 +802,10 @@ SELECT at FROM (
     WHERE limit_name = %(limit_name)s AND started_at > leased_now() - %(rate_seconds)s
 ) AS recent WHERE place = %(rate_count)s;
 
+-- name: why_step
+-- A workflow step's own row: when it runs, and whether its parents' ends cancelled it (not a person).
+SELECT run_when, cancelled_by_parents FROM leased_steps WHERE job_id = %(job_id)s;
+
 -- name: why_schedule_tick
 -- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.
 SELECT schedule_name, tick_at FROM leased_schedule_ticks WHERE schedule_name = %(task_name)s AND job_id = %(job_id)s;

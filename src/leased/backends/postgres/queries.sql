@@ -1085,6 +1085,10 @@ SELECT started_at + make_interval(secs => %(rate_seconds)s::float8) AS at FROM l
 WHERE limit_name = %(limit_name)s AND started_at > now() - make_interval(secs => %(rate_seconds)s::float8)
 ORDER BY started_at DESC LIMIT 1 OFFSET %(rate_count)s::int - 1;
 
+-- name: why_step
+-- A workflow step's own row: when it runs, and whether its parents' ends cancelled it (not a person).
+SELECT run_when, cancelled_by_parents FROM leased_steps WHERE job_id = %(job_id)s;
+
 -- name: why_schedule_tick
 -- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.
 SELECT schedule_name, tick_at FROM leased_schedule_ticks

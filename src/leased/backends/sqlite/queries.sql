@@ -765,6 +765,10 @@ SELECT started_at + :rate_seconds AS at FROM leased_starts
 WHERE limit_name = :limit_name AND started_at > leased_now() - :rate_seconds
 ORDER BY started_at DESC LIMIT 1 OFFSET :rate_count - 1;
 
+-- name: why_step
+-- A workflow step's own row: when it runs, and whether its parents' ends cancelled it (not a person).
+SELECT run_when, cancelled_by_parents FROM leased_steps WHERE job_id = :job_id;
+
 -- name: why_schedule_tick
 -- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.
 SELECT schedule_name, tick_at FROM leased_schedule_ticks WHERE schedule_name = :task_name AND job_id = :job_id;
