@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.durations import format_duration
 from leased.errors import ArgumentsMismatch, PermanentError, ResultNotStored
-from leased.facts import AHEAD_LIMIT, THREAD_OUTLIVED, THREAD_OUTLIVED_BEFORE, JobFacts, LimitFact
+from leased.facts import AHEAD_LIMIT, JobFacts, LimitFact
 from leased.horizon import sentence
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.limits import Rate
@@ -580,23 +580,27 @@ def _time_limit_of_running(facts: JobFacts, current: Attempt | None) -> list[Rea
                                       f"async handler) or gone (then its lease runs out).", data)]
 
 
-_THREAD_OUTLIVED = (THREAD_OUTLIVED, THREAD_OUTLIVED_BEFORE)  # see leased.facts
-
-
 def _handler_stuck(facts: JobFacts) -> list[Reason]:
-    """A timed-out last attempt whose thread outlived it, on a worker that still reports stuck threads."""
+    """A timed-out last attempt whose thread outlived it (as its record says), on a worker that still
+    reports stuck threads. An attempt ended before schema 0025 has no such record: if its worker
+    reports stuck threads, the reason says the attempt's may be one of them."""
     last = _last_attempt(facts.job)
-    if last is None or last.outcome is not Outcome.TIMEOUT or not any(words in (last.error_message or "") for words in _THREAD_OUTLIVED):
+    if last is None or last.outcome is not Outcome.TIMEOUT or last.handler_outlived_limit is False:
         return []
     worker = next((w for w in facts.workers if w.id == last.worker_id and w.alive), None)
     if worker is None or not worker.stuck_handlers:
         return []
     stuck = worker.stuck_handlers
+    threads = f"{stuck} stuck handler thread{'' if stuck == 1 else 's'}, each holding a slot until it returns"
+    data = {"attempt": last.number, "worker_id": worker.id, "stuck_handlers": stuck,
+            "recorded": last.handler_outlived_limit is not None}
+    if last.handler_outlived_limit is None:
+        return [Reason("handler_stuck", f"Worker {worker.id}, which ran attempt {last.number} until its time limit "
+                                        f"ended it, reports {threads}; whether this attempt's thread is one of them "
+                                        f"was not recorded (it ended before schema 0025).", data)]
     return [Reason("handler_stuck", f"The handler thread of attempt {last.number} was still running when its time "
-                                    f"limit ended the attempt, and worker {worker.id} still reports {stuck} stuck "
-                                    f"handler thread{'' if stuck == 1 else 's'}, each holding a slot until it "
-                                    f"returns: the handler does not check context.cancelled.",
-                   {"attempt": last.number, "worker_id": worker.id, "stuck_handlers": stuck})]
+                                    f"limit ended the attempt, and worker {worker.id} still reports {threads}: the "
+                                    f"handler does not check context.cancelled.", data)]
 
 
 def _after_expiry(job: Job) -> str:

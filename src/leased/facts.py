@@ -15,11 +15,6 @@ from leased.runs import RunWhen
 # Jobs ahead are counted up to this many; beyond it, "more than 10,000" says enough.
 AHEAD_LIMIT = 10_000
 RUNNING_NAMED = 3  # a full concurrency limit names this many of its running jobs
-# The words a timed-out attempt's stored error holds when its sync handler's thread was still
-# running after the grace (engine/timelimits.py writes them, leased.explain looks for them): the
-# one fact of an attempt that has no column. The second is what workers before 2026-12 wrote.
-THREAD_OUTLIVED = "handler thread was still running"
-THREAD_OUTLIVED_BEFORE = "handler thread still runs"
 
 
 @dataclass(frozen=True, slots=True)

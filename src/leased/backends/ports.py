@@ -52,6 +52,9 @@ class AttemptEnd:
     workflow_id: int | None = None
     # How far the attempt got, as its handler last said (leased.jobs.Progress as JSON); None: it did not say.
     progress_json: str | None = None
+    # Its time limit ended it while its handler's thread still ran (stuck, holding a slot): recorded
+    # with the attempt (leased_attempts.handler_outlived_limit), for `leased why`.
+    handler_outlived_limit: bool = False
 
     @property
     def job_status(self) -> JobStatus:

@@ -130,7 +130,8 @@ def _finish_params(ends: Sequence[AttemptEnd], counted_as: str | None = None) ->
         retry_in_seconds=[end.retry_in_seconds or 0.0 for end in ends],
         outcomes=[end.outcome.value for end in ends], error_types=[end.error_type for end in ends],
         error_messages=[end.error_message for end in ends], tracebacks=[end.traceback for end in ends],
-        progress=[end.progress_json for end in ends])
+        progress=[end.progress_json for end in ends],
+        handler_outlived_limits=[end.handler_outlived_limit for end in ends])
 
 
 def _decoded(value: Any) -> Any:
