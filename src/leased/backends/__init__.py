@@ -76,7 +76,7 @@ class DatabaseKind:
     title: str  # as people name it, in messages
     schemes: tuple[str, ...]  # URL schemes that name it; the first is the one leased writes
     driver: str  # the module its backend imports, only when the backend is used
-    extra: str  # pip install 'leased[<extra>]' installs the driver
+    extra: str  # pip install 'leased[<extra>]' installs the driver ("": Python has it)
     django_vendor: str  # Django's connection.vendor for it
     capabilities: Capabilities
     open: Callable[[DatabaseUrl], Backend]  # imports the backend's package (and its driver)
@@ -90,6 +90,8 @@ class DatabaseKind:
     drop_after_tables: tuple[str, ...] = ()
 
     def driver_missing(self, error: ImportError) -> ConfigurationError:
+        if "pip install" in str(error):  # the backend's own error says what to install (MariaDB's two drivers)
+            return ConfigurationError(f"cannot use {self.title}: {error}")
         return ConfigurationError(f"{self.title} needs {self.driver}: pip install 'leased[{self.extra}]' ({error})")
 
     def check_async_transactions(self) -> None:
@@ -104,17 +106,21 @@ class DatabaseKind:
 
 
 DIALECTS: dict[str, DatabaseKind] = {kind.name: kind for kind in (
-    DatabaseKind("sqlite", "SQLite", ("sqlite",), "sqlite3", "aiosqlite", "sqlite", capabilities.SQLITE,
-                 _open_sqlite, _sqlite_migrator, async_driver="aiosqlite", async_extra="aiosqlite"),
-    DatabaseKind("postgres", "PostgreSQL", ("postgresql", "postgres"), "psycopg", "postgres", "postgresql",
-                 capabilities.POSTGRES, _open_postgres, _postgres_migrator, drop_after_tables=(
+    DatabaseKind(name="sqlite", title="SQLite", schemes=("sqlite",), driver="sqlite3", extra="",  # in Python
+                 django_vendor="sqlite", capabilities=capabilities.SQLITE, open=_open_sqlite,
+                 load_migrator=_sqlite_migrator, async_driver="aiosqlite", async_extra="aiosqlite"),
+    DatabaseKind(name="postgres", title="PostgreSQL", schemes=("postgresql", "postgres"), driver="psycopg",
+                 extra="postgres", django_vendor="postgresql", capabilities=capabilities.POSTGRES,
+                 open=_open_postgres, load_migrator=_postgres_migrator, drop_after_tables=(
                      # made by migrations 0018, 0020 and 0021
                      "DROP SEQUENCE IF EXISTS leased_due_current, leased_reclaim_turn_at",
                      "DROP FUNCTION IF EXISTS leased_due_generation_for, leased_due_inserted, leased_due_changed, "
                      "leased_rotate_due, leased_reclaim_turn, leased_due_truncated, leased_mend_due, "
                      "leased_due_generation_holds_a_job, leased_truncate_drained_due, leased_refused_row")),
-    DatabaseKind("mariadb", "MariaDB", ("mariadb", "mysql"), "pymysql", "mariadb", "mysql", capabilities.MARIADB,
-                 _open_mariadb, _mariadb_migrator),
+    # The driver is PyMySQL, or mysqlclient (MySQLdb) where installed: backends/mariadb/driver.py.
+    DatabaseKind(name="mariadb", title="MariaDB", schemes=("mariadb", "mysql"), driver="pymysql",
+                 extra="mariadb", django_vendor="mysql", capabilities=capabilities.MARIADB, open=_open_mariadb,
+                 load_migrator=_mariadb_migrator),
 )}
 SCHEMES = {scheme: kind.name for kind in DIALECTS.values() for scheme in kind.schemes}
 _URL_EXAMPLES = [f"{kind.schemes[0]}://{'/path/to/jobs.db' if kind.capabilities.file_database else 'user@host/dbname'}"
