@@ -22,6 +22,9 @@ import pytest
 from conftest import running_worker, wait_for
 from leased import Leased
 from leased.backends import parse_database_url
+from leased.backends.ports import ClaimRequest
+from leased.cli.main import describe_job
+from leased.jobs import Outcome
 
 APP = "tasks_app:app"
 
@@ -715,3 +718,17 @@ def test_piped_tables_print_error_text_whole(sqlite_cli):
     sqlite_cli.env["COLUMNS"] = "100"
     assert long_error.strip() not in sqlite_cli.run("jobs", APP).stdout
     app.close()
+
+
+def test_show_names_releases_at_shutdown_beside_an_attempt_count_past_the_budget(app):
+    # A release is counted but never fails the job, so a job released on its last attempt runs a
+    # fourth of three: `show` says why rather than print "4 of 3" alone.
+    @app.task(name="slow", max_attempts=1)
+    def slow(): ...
+
+    job = slow.enqueue()
+    (claimed,) = app.backend.claim(ClaimRequest("w1", ("slow",), None, 1))
+    app.backend.release([claimed.lease], Outcome.SHUTDOWN, "released at shutdown")
+    app.backend.claim(ClaimRequest("w2", ("slow",), None, 1))
+    shown = " ".join(describe_job(app.get_job(job.id)).split())
+    assert "attempt 2 of 1, 1 of them released at shutdown (counted, but a release never fails the job)" in shown

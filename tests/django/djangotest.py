@@ -94,6 +94,11 @@ def run_async(coroutine: Any) -> Any:
     return asyncio.run(and_close())
 
 
+def job_id(result: Any) -> int:
+    """The leased job id of a TaskResult, through the backend that made it."""
+    return task_backends[result.backend].job_id(result.id)
+
+
 def run_queued(backend: Any, **options: Any) -> Any:
     """Run every due task in this process, then return the worker's stats."""
     options.setdefault("concurrency", 1)

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import backend, close_leased_connections, db_alias, leased_tasks, run_async, run_queued, worker_process  # noqa: E402,F401  (fixtures)
+from djangotest import backend, close_leased_connections, db_alias, job_id, leased_tasks, run_async, run_queued, worker_process  # noqa: E402,F401  (fixtures)
 
 from conftest import wait_for  # noqa: E402
 from django.db import transaction  # noqa: E402
@@ -106,14 +106,14 @@ def test_per_task_options_reach_the_job(backend, db_alias):
     from leased.contrib.django.models import read_job
 
     result = tasks.slow_once.enqueue("a", "b")
-    job = read_job(db_alias, int(result.id))
+    job = read_job(db_alias, job_id(result))
     assert (job.max_attempts, job.lease_seconds) == (3, 1.0)
     assert backend.app.cancel(job.id).status == "cancelled"  # never run it here
     changed = tasks.flaky.using(max_attempts=7, lease=timedelta(minutes=2), priority=-5).enqueue(0, "x")
-    job = read_job(db_alias, int(changed.id))
+    job = read_job(db_alias, job_id(changed))
     assert (job.max_attempts, job.lease_seconds, job.priority) == (7, 120.0, -5)
     backend.app.cancel(job.id)
-    poisonable = read_job(db_alias, int(tasks.flaky.using(max_crashes=1).enqueue(0, "y").id))
+    poisonable = read_job(db_alias, job_id(tasks.flaky.using(max_crashes=1).enqueue(0, "y")))
     assert (poisonable.max_crashes, poisonable.crashes, job.max_crashes) == (1, 0, 2)
     backend.app.cancel(poisonable.id)
 
@@ -123,7 +123,7 @@ def test_backend_options_are_the_defaults(db_alias):
         from leased.contrib.django.models import read_job
 
         result = tasks.send_welcome.enqueue(1)
-        job = read_job(db_alias, int(result.id))
+        job = read_job(db_alias, job_id(result))
         assert (job.max_attempts, job.lease_seconds) == (9, 5.0)
         task_backends["default"].app.cancel(job.id)
 
@@ -153,12 +153,12 @@ def test_a_deferred_task_waits(backend):
     result = tasks.send_welcome.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1)
     assert run_queued(backend).claimed == 0
     assert backend.get_result(result.id).status == TaskResultStatus.READY
-    backend.app.cancel(int(result.id))
+    backend.app.cancel(job_id(result))
 
 
 def test_a_cancelled_job_is_failed_with_the_reason(backend):
     result = tasks.send_welcome.enqueue(1)
-    backend.app.cancel(int(result.id))
+    backend.app.cancel(job_id(result))
     cancelled = backend.get_result(result.id)
     assert cancelled.status == TaskResultStatus.FAILED
     assert [error.exception_class for error in cancelled.errors] == [TaskCancelled]
@@ -262,7 +262,7 @@ def test_a_transactional_task_writes_once_with_its_end(backend, db_alias):
         == [1, 2, 2]
     assert sorted(Signup.objects.using(db_alias).values_list("email", flat=True)) == [
         "1-ada@example.com", "2-bob@example.com", "2-cy@example.com"]
-    lost = backend.app.get_job(int(lost_once.id))
+    lost = backend.app.get_job(job_id(lost_once))
     assert lost.history[0].outcome.value in ("lease_lost", "expired")
 
 

@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import backend, close_leased_connections, db_alias, leased_tasks, run_async, run_queued, tasks_setting, worker_process  # noqa: E402,F401  (fixtures)
+from djangotest import backend, close_leased_connections, db_alias, job_id, leased_tasks, require_database, run_async, run_queued, tasks_setting, worker_process  # noqa: E402,F401  (fixtures)
 
 from django.core.management import call_command  # noqa: E402
-from django.tasks.exceptions import InvalidTask  # noqa: E402
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa: E402
 from django.db import connections  # noqa: E402
 from django.tasks import TaskResultStatus, task_backends  # noqa: E402
 from django.tasks.signals import task_started  # noqa: E402
@@ -77,6 +77,27 @@ def test_a_worker_runs_tasks_after_override_settings_removed_the_alias_that_ran_
     assert (stats.done, stats.failed) == (1, 0)
     assert (done.status, done.return_value, done.errors) == (TaskResultStatus.SUCCESSFUL, "default", [])
     assert seen == [(result.id, "default")]
+
+
+@pytest.mark.parametrize("other_alias", ["postgres", "mariadb"])
+def test_a_backend_never_reads_another_databases_job_of_the_same_id(other_alias):
+    # Two databases number their jobs alike: a result id names its database where that is not
+    # "default", so each backend refuses the other's ids even when its own job has the same number.
+    require_database(other_alias)
+    setting = {"default": tasks_setting("default")["default"], "other": tasks_setting(other_alias)["default"]}
+    with override_settings(TASKS=setting):
+        here, there = tasks.report_backend.enqueue(), tasks.report_backend.using(backend="other").enqueue()
+        while job_id(here) != job_id(there):  # until both have a job numbered alike
+            if job_id(here) < job_id(there):
+                here = tasks.report_backend.enqueue()
+            else:
+                there = tasks.report_backend.using(backend="other").enqueue()
+        assert there.id == f"{other_alias}:{here.id}"
+        assert task_backends["default"].get_result(here.id).backend == "default"
+        assert task_backends["other"].get_result(there.id).backend == "other"
+        for reader, foreign in (("default", there.id), ("other", here.id)):
+            with pytest.raises(TaskResultDoesNotExist):
+                task_backends[reader].get_result(foreign)
 
 
 def test_get_result_keeps_run_after(backend):
@@ -145,7 +166,7 @@ def test_flush_empties_leaseds_tables(backend, db_alias):
     assert not Job.objects.using(db_alias).exists() and not Attempt.objects.using(db_alias).exists()
     assert run_queued(backend).claimed == 0
     after = tasks.add_async.enqueue(3, 3)
-    assert int(after.id) > int(done.id)  # ids go on: an old result id never names a new job
+    assert job_id(after) > job_id(done)  # ids go on: an old result id never names a new job
 
 
 def test_flush_asks_first_and_a_no_keeps_leaseds_rows(backend, db_alias, monkeypatch, capsys):
@@ -204,7 +225,7 @@ def test_override_settings_reaches_backoff_and_transactional_after_a_first_run(d
         slow = tasks.fails_first.enqueue()
         run_queued(in_an_hour)  # before: the first settings' handler retried it at once
         assert tasks.fails_first.get_result(slow.id).status == TaskResultStatus.READY
-        in_an_hour.app.cancel(int(slow.id))
+        in_an_hour.app.cancel(job_id(slow))
     for transactional in (False, True, False):
         with leased_tasks(db_alias, transactional=transactional) as backend:
             result = tasks.in_transaction.enqueue(db_alias)
@@ -257,7 +278,7 @@ def test_a_system_check_names_queued_jobs_whose_alias_left_tasks(db_alias):
         assert warning.msg == (f"DATABASES[{db_alias!r}] has 1 queued job(s) of signups.tasks.report_backend "
                                "enqueued through TASKS['other'], which TASKS no longer has: no worker runs them")
         assert run_queued(only_default).done == 1  # the default alias's job; the other's waits
-        only_default.app.cancel(int(stranded.id))
+        only_default.app.cancel(only_default.job_id(stranded.id))
         assert jobs_of_aliases_gone(databases=[db_alias]) == []
     from django.core import checks
 

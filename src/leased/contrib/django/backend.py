@@ -36,8 +36,7 @@ from leased.app import Leased
 from leased.backoff import Backoff
 from leased.contrib.django.connection import database_url, raw_connection
 from leased.contrib.django.options import TASK_OPTIONS, LeasedTask, task_options
-from leased.contrib.django.results import new_result, task_as_enqueued, task_result
-from leased.digits import whole_number
+from leased.contrib.django.results import job_id_of, new_result, task_as_enqueued, task_result
 from leased.engine.worker import Worker
 from leased.errors import ConfigurationError
 from leased.tasks import Task as LeasedHandler, check_queue_name
@@ -97,15 +96,14 @@ class LeasedBackend(BaseTaskBackend):
         job = call.enqueue(*args, **kwargs)
         if task.run_after is None:
             self._wake_workers_on_commit(task.queue_name)
-        result = new_result(task, job, self.alias, args, kwargs)
+        result = new_result(task, job, self.alias, self.database, args, kwargs)
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
         from leased.contrib.django.models import read_job  # models need the app registry
 
-        job_id = str(result_id)
-        number = whole_number(job_id)
+        number = job_id_of(result_id, self.database)
         job = read_job(self.database, number) if number is not None else None
         if job is None:
             raise TaskResultDoesNotExist(result_id)
@@ -116,7 +114,16 @@ class LeasedBackend(BaseTaskBackend):
         alias = alias or task.backend
         if alias not in settings.TASKS:  # the alias it was enqueued through is gone: it is read through this one
             alias = self.alias
-        return task_result(task_as_enqueued(task, job, alias), job, alias)
+        return task_result(task_as_enqueued(task, job, alias), job, alias, self.database)
+
+    def job_id(self, result_id: str) -> int:
+        """The leased job id of one of this backend's results, for leased's own API and CLI
+        (`backend.app.cancel(backend.job_id(result.id))`, `leased show`). Raises
+        TaskResultDoesNotExist for another database's result."""
+        number = job_id_of(result_id, self.database)
+        if number is None:
+            raise TaskResultDoesNotExist(f"{result_id} (not a job id on database {self.database!r})")
+        return number
 
     def check(self, **kwargs: Any) -> list:
         from leased.contrib.django.checks import backend_problems

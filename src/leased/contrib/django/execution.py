@@ -29,9 +29,10 @@ from leased.errors import PermanentError
 
 class TaskBackend(Protocol):
     """What running a task needs of its backend (leased.contrib.django.backend.LeasedBackend, the
-    signals' sender): its TASKS alias, and the Leased app on its database."""
+    signals' sender): its TASKS alias, its Django database, and the Leased app on it."""
 
     alias: str
+    database: str
 
     @property
     def app(self) -> Leased: ...
@@ -125,9 +126,9 @@ def _running_result(backend: TaskBackend, task: Task, leased_context: TaskContex
     job, now = leased_context.job, timezone.now()
     enqueued = task_as_enqueued(task, job, backend.alias)
     if job.attempt > 1:  # a retry: earlier attempts' workers and errors are in the history
-        result = task_result(enqueued, backend.app.get_job(job.id), backend.alias)
+        result = task_result(enqueued, backend.app.get_job(job.id), backend.alias, backend.database)
     else:
-        result = new_result(enqueued, job, backend.alias, args, kwargs)
+        result = new_result(enqueued, job, backend.alias, backend.database, args, kwargs)
         object.__setattr__(result, "started_at", now)
         result.worker_ids.append(leased_context.worker_id)
     object.__setattr__(result, "status", TaskResultStatus.RUNNING)

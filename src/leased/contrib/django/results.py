@@ -12,6 +12,10 @@ TaskError per attempt that failed: an exception, a worker that died (LeaseExpire
 to another worker (LeaseLost), a cancellation (TaskCancelled). An attempt given back by a worker
 shutting down is not a failure: the task runs again.
 
+A result's id is its job's id, and names the Django database too where that is not
+"default" ("analytics:17"): two databases number their jobs alike, and a backend must never read
+another database's job as its own.
+
 Times are as Django's own backends give them (timezone.now()): aware with USE_TZ = True, naive
 in the current time zone with USE_TZ = False.
 """
@@ -24,11 +28,13 @@ from dataclasses import replace
 from datetime import datetime
 
 from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS
 from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
 
 from leased.contrib.django import exceptions
+from leased.digits import whole_number
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 
 STATUSES = {
@@ -117,7 +123,19 @@ def task_as_enqueued(task: Task, job: Job, alias: str) -> Task:
         return task
 
 
-def task_result(task: Task, job: Job, alias: str) -> TaskResult:
+def result_id(job_id: int, database: str) -> str:
+    """'17' on the default database, 'analytics:17' on another."""
+    return str(job_id) if database == DEFAULT_DB_ALIAS else f"{database}:{job_id}"
+
+
+def job_id_of(result_id: object, database: str) -> int | None:
+    """The job a result id names on `database`; None when it names none there (another database's
+    job, or not an id at all)."""
+    named, _, number = str(result_id).rpartition(":")
+    return whole_number(number) if (named or DEFAULT_DB_ALIAS) == database else None
+
+
+def task_result(task: Task, job: Job, alias: str, database: str) -> TaskResult:
     """The TaskResult of a job read with its history."""
     history = job.history
     errors = [error for error in map(task_error, history) if error is not None]
@@ -127,7 +145,7 @@ def task_result(task: Task, job: Job, alias: str) -> TaskResult:
                                           "before it ran\n"))
     result = TaskResult(
         task=task,
-        id=str(job.id),
+        id=result_id(job.id, database),
         status=STATUSES[job.status],
         enqueued_at=django_time(job.created_at),
         started_at=django_time(history[0].started_at) if history else None,
@@ -144,8 +162,8 @@ def task_result(task: Task, job: Job, alias: str) -> TaskResult:
     return result
 
 
-def new_result(task: Task, job: Job, alias: str, args: list, kwargs: dict) -> TaskResult:
+def new_result(task: Task, job: Job, alias: str, database: str, args: list, kwargs: dict) -> TaskResult:
     """The TaskResult enqueue() returns: READY, nothing run yet."""
-    return TaskResult(task=task, id=str(job.id), status=TaskResultStatus.READY, enqueued_at=django_time(job.created_at),
+    return TaskResult(task=task, id=result_id(job.id, database), status=TaskResultStatus.READY, enqueued_at=django_time(job.created_at),
                       started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
                       backend=alias, errors=[], worker_ids=[])
