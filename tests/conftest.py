@@ -10,6 +10,7 @@ mariadb://root@127.0.0.1:3306/test), skipped if unreachable unless LEASED_REQUIR
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -25,13 +26,15 @@ import pytest
 
 import connections
 from leased import Leased
+from leased.backends import DIALECTS, parse_database_url
+from leased.backends.capabilities import Capabilities
 from leased.engine.worker import Worker
 
 POSTGRES_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("LEASED_REQUIRE_POSTGRES") == "1"
 MARIADB_URL = os.environ.get("LEASED_TEST_MARIADB_URL", "mariadb://root@127.0.0.1:3306/test")
 REQUIRE_MARIADB = os.environ.get("LEASED_REQUIRE_MARIADB") == "1"
-BACKENDS = ["sqlite", "postgres", "mariadb"]
+BACKENDS = list(DIALECTS)
 
 # Subprocesses (the CLI, crash and README tests) import leased from this tree, as this process does:
 # a relative PYTHONPATH=src would not hold in their working directories, and they would quietly
@@ -207,6 +210,37 @@ def backend_name(request) -> str:
 
 
 @pytest.fixture
+def capabilities(backend_name) -> Capabilities:
+    """What the test's database can do: a test asks this (or @pytest.mark.needs), never its name."""
+    return DIALECTS[backend_name].capabilities
+
+
+_CAPABILITIES = {field.name for field in dataclasses.fields(Capabilities)}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """@pytest.mark.needs("listen_notify", ...): the test runs on the databases that can, and is
+    not collected for the others (a test that does not apply is not a skip)."""
+    kept, dropped = [], []
+    for item in items:
+        marker = item.get_closest_marker("needs")
+        backend = item.callspec.params.get("backend_name") if hasattr(item, "callspec") else None
+        if marker is not None:
+            unknown = set(marker.args) - _CAPABILITIES
+            if unknown:
+                raise pytest.UsageError(f"{item.nodeid}: no capability {', '.join(sorted(unknown))} "
+                                        "(see leased/backends/capabilities.py)")
+        if marker is not None and backend is not None and not all(
+                getattr(DIALECTS[backend].capabilities, name) for name in marker.args):
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.fixture
 def database_url(backend_name, tmp_path) -> Iterator[str]:
     """The one fixture a backend adds to run the whole behavioural suite: a fresh database URL."""
     if backend_name == "sqlite":
@@ -293,8 +327,8 @@ def raw_scalar(app: Leased, query: str) -> object:
 
 
 def _epoch_times(app: Leased) -> bool:
-    """SQLite and MariaDB hold times as epoch seconds; PostgreSQL as timestamptz."""
-    return not app.database_url.startswith("postgres")
+    """Whether the app's database holds times as epoch seconds, not a timestamp type of its own."""
+    return not parse_database_url(app.database_url).dialect.capabilities.typed_times_and_json
 
 
 def seconds_before(app: Leased, column: str, seconds: float) -> str:

@@ -43,9 +43,9 @@ BAD_ROWS = [
 
 
 @pytest.mark.parametrize("column, value, reason", BAD_ROWS, ids=[f"{c}={v[:12]}" for c, v, _ in BAD_ROWS])
-def test_a_bad_row_ends_its_job_and_the_worker_and_the_jobs_beside_it_go_on(app, column, value, reason):
-    if column == "args" and backend_of(app) == "postgres":
-        pytest.skip("PostgreSQL's json type refuses a document nested this deep: no such row can be written")
+def test_a_bad_row_ends_its_job_and_the_worker_and_the_jobs_beside_it_go_on(app, capabilities, column, value, reason):
+    if column == "args" and capabilities.typed_times_and_json:
+        pytest.skip("a json type (PostgreSQL's) refuses a document nested this deep: no such row can be written")
     ran: list[int] = []
     fine = app.task(name="fine")(ran.append)
     bad = fine.enqueue(0)

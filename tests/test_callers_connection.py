@@ -62,9 +62,9 @@ def test_first_use_inside_callers_transaction_with_the_schema_in_place_waits_for
     app.close()
 
 
-def test_first_use_inside_callers_transaction_without_the_schema(database_url, backend_name):
+def test_first_use_inside_callers_transaction_without_the_schema(database_url, capabilities):
     lines = _first_use(database_url)
-    if backend_name == "sqlite":  # creating it would wait for the caller's own write lock: say what to do
+    if capabilities.single_writer:  # creating it would wait for the caller's own write lock: say what to do
         error, job_id = lines
         assert error.startswith("SchemaNotReady: the leased schema is missing") and "leased migrate" in error
     else:  # the caller's transaction holds no lock of ours: created on a connection of our own

@@ -637,13 +637,13 @@ def test_pause_resume_stats_and_prune(cli, app):
     assert "'soon' is not a duration" in cli.run("prune", APP, "--older-than", "soon", code=2).stderr
 
 
-def test_without_the_schema_every_command_says_to_migrate_and_the_worker_exits_at_once(cli, backend_name):
+def test_without_the_schema_every_command_says_to_migrate_and_the_worker_exits_at_once(cli, capabilities):
     (cli.cwd / "unmigrated_app.py").write_text(
         "import os\nfrom leased import Leased\n\napp = Leased(os.environ['TEST_APP_URL'], migrate=False)\n\n\n"
         "@app.task(name='add')\ndef add(a, b):\n    return a + b\n")
-    if backend_name == "sqlite":
+    if capabilities.file_database:
         Path(parse_database_url(cli.url).sqlite_path).unlink()  # a path to nothing: no command but migrate makes it
-    missing = "no SQLite database at" if backend_name == "sqlite" else "leased's schema is missing from"
+    missing = "no SQLite database at" if capabilities.file_database else "leased's schema is missing from"
     for command in (["worker", "unmigrated_app:app"], ["jobs", "unmigrated_app:app"], ["show", "unmigrated_app:app", "1"],
                     ["enqueue", "unmigrated_app:app", "add", "[1, 2]"]):
         line = cli.error(*command)

@@ -324,12 +324,12 @@ def test_async_batch_on_callers_connection_keeps_idempotency(app, notify):
     assert all(app.get_job(job.id) == job for job, _ in results)
 
 
-def test_a_batch_wakes_each_queue_with_a_due_job_once(app, notify, backend_name):
+def test_a_batch_wakes_each_queue_with_a_due_job_once(app, notify, capabilities):
     from leased.backends.ports import WorkerRecord
 
     listener = app.backend.listener()
     try:
-        if backend_name != "postgres":  # the producer sends a datagram to each port its host's workers recorded
+        if not capabilities.listen_notify:  # the producer sends a datagram to each port its host's workers recorded
             app.backend.register_worker(WorkerRecord("w", socket.gethostname(), 1, 1, None, ("notify_owner",),
                                                      wake_port=listener.port))
         else:

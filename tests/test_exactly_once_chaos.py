@@ -24,6 +24,7 @@ import pytest
 from conftest import kill_worker_sessions, raw_rows, raw_scalar, raw_sql, wait_for
 from exactly_once_app import STEPS_TASK, TABLES, TASK, register
 from leased import JobStatus
+from leased.backends import DIALECTS
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +49,9 @@ class Chaos:
         self.processes: dict[int, object] = {}
         self.ids: dict[int, str] = {}
         self.faults: Counter = Counter()
-        self.kinds = ["kill"] + ([] if backend_name == "sqlite" else ["sessions"]) + ["stop"]  # taken in turn
+        # Taken in turn; a database of sessions on a server has them killed too.
+        server = not DIALECTS[backend_name].capabilities.file_database
+        self.kinds = ["kill"] + (["sessions"] if server else []) + ["stop"]
 
     def start(self, slot: int) -> None:
         self.ids[slot] = f"w{slot}-{self.generation[slot]}"

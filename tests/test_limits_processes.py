@@ -58,7 +58,7 @@ def most_starts_in_a_window(starts: list[float], window: float) -> int:
     return most
 
 
-def test_limits_hold_across_worker_processes(producer, workers, backend_name):
+def test_limits_hold_across_worker_processes(producer, workers, capabilities):
     app = producer
     app.limit("billing", concurrency=limits_app.BILLING)
     tasks = app.tasks
@@ -85,7 +85,7 @@ def test_limits_hold_across_worker_processes(producer, workers, backend_name):
           f"billing {largest_overlap([(s, e) for _, q, s, e in runs if q == 'billing'])}, all jobs {everything}")
     assert everything > limits_app.BILLING  # the limits held back only their own jobs
 
-    epoch = "extract(epoch FROM a.started_at)::float8" if backend_name == "postgres" else "a.started_at"
+    epoch = "extract(epoch FROM a.started_at)::float8" if capabilities.typed_times_and_json else "a.started_at"
     count, window = limits_app.RATE
     for host in ("x", "y"):
         starts = [row[0] for row in raw_rows(

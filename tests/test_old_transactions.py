@@ -36,9 +36,9 @@ def named(app: Leased, job_id: int, pid: int) -> list:
     return [reason for reason in app.why(job_id).reasons if reason.code == "old_transaction" and reason.data["pid"] == pid]
 
 
-def test_why_and_the_dashboard_name_a_transaction_that_holds_back_vacuum(database_url, backend_name, tmp_path):
+def test_why_and_the_dashboard_name_a_transaction_that_holds_back_vacuum(database_url, capabilities, tmp_path):
     app = Leased(database_url, old_transaction_after=0)
-    if backend_name != "postgres":  # SQLite has no such horizon; MariaDB's is not read
+    if not capabilities.reports_old_transactions:  # SQLite has no such horizon; MariaDB's is not read
         job = app.task(name="waits")(lambda: None).enqueue()
         assert not [reason for reason in app.why(job.id).reasons if reason.code == "old_transaction"]
         assert app.overview().old_transactions == ()
@@ -91,7 +91,7 @@ def test_a_bad_threshold_is_refused_naming_the_field(value):
 SECRET_STATEMENT = "SELECT txid_current(), 'token-s3cr3t' AS token, 4111111111111111 AS card, $$dollar s3cr3t$$ AS note"
 
 
-@pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)
+@pytest.mark.needs("reports_old_transactions")
 def test_another_sessions_statement_is_shown_without_its_literals(database_url):
     """pg_stat_activity holds other sessions' statements with their values: `leased why` and the
     dashboard printed them to anyone who could read the page (a password in an ALTER ROLE, a card

@@ -146,12 +146,12 @@ def test_a_worker_prunes_in_the_background_unless_told_not_to(app, history, monk
     assert {job.task_name for job in app.list_jobs(status="done")} == {"kept", "ok"}  # kept, and the recent one
 
 
-def test_one_pruner_at_a_time_on_a_server_database(app, history, backend_name):
+def test_one_pruner_at_a_time_on_a_server_database(app, history, capabilities):
     other = Leased(app.database_url)
     try:
         with other.backend.pruning() as allowed:
             assert allowed
-            if backend_name != "sqlite":  # a lock the pruners take turns on
+            if capabilities.pruning_lock:  # a lock the pruners take turns on
                 with pytest.raises(InvalidTransition, match="another process is pruning"):
                     app.prune()
             else:  # SQLite's write lock serializes pruners batch by batch

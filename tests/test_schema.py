@@ -192,26 +192,25 @@ def test_the_upgrade_to_counted_finishes_carries_over_what_was_counted(database_
 MISSING = r"leased's schema is missing from .*: run `leased migrate APP` \(or app.migrate\(\) in your code\)"
 
 
-def test_without_the_schema_the_first_use_says_to_migrate(database_url, backend_name):
+def test_without_the_schema_the_first_use_says_to_migrate(database_url, capabilities):
     from leased import SchemaNotReady
 
     app = Leased(database_url, migrate=False)
-    expected = r"SQLite database '.*' does not exist .*run `leased migrate APP`" if backend_name == "sqlite" else MISSING
+    expected = r"SQLite database '.*' does not exist .*run `leased migrate APP`" if capabilities.file_database else MISSING
     for first_use in (app.counts, lambda: app.get_job(1), lambda: app.task(name="t")(lambda: None).enqueue()):
         with pytest.raises(SchemaNotReady, match=expected):
             first_use()
-    if backend_name == "sqlite":  # opening it would have created an empty file where the path (a typo?) points
+    if capabilities.file_database:  # opening it would have created an empty file where the path (a typo?) points
         assert not Path(database_url[len("sqlite:///"):]).exists()
     assert app.migrate() == EVERY_VERSION  # what the message says to do; then the same app works
     assert app.counts() == {}
     app.close()
 
 
+@pytest.mark.needs("schemas_in_url")
 def test_on_postgres_a_search_path_without_the_schema_is_named(backend_name, database_url):
     from leased import SchemaNotReady
 
-    if backend_name != "postgres":
-        pytest.skip("a search path is PostgreSQL's")
     elsewhere = database_url.replace("search_path%3D", "search_path%3Dnowhere_").replace("search_path=", "search_path=nowhere_")
     assert elsewhere != database_url
     app = Leased(elsewhere, migrate=False)

@@ -13,13 +13,14 @@ import psycopg
 import pytest
 
 from leased import ConfigurationError, InvalidTransition, Leased, TaskContext
+from leased.backends import DIALECTS
 from leased.jobs import JobStatus, Outcome
 from leased.testing import advance
 
 from conftest import postgres_schema, raw_rows, raw_sql, running_worker, wait_for
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
+@pytest.fixture(params=[name for name, kind in DIALECTS.items() if kind.capabilities.async_transactions])
 def backend_name(request) -> str:
     return request.param
 
@@ -104,7 +105,7 @@ def test_a_lease_lost_while_the_handler_ran_writes_nothing(app, effects):
     assert effects() == [(job.id, 2, "attempt 2")]
 
 
-def test_a_cancel_stops_the_handler_and_rolls_it_back(app, effects, backend_name):
+def test_a_cancel_stops_the_handler_and_rolls_it_back(app, effects, capabilities):
     """On PostgreSQL a user's cancel stops the handler and its writes roll back. On SQLite the
     handler holds the one write lock, so the cancel waits for its commit, and then finds the job
     done (as a sync handler's does)."""
@@ -114,7 +115,7 @@ def test_a_cancel_stops_the_handler_and_rolls_it_back(app, effects, backend_name
     async def long(context: TaskContext) -> None:
         await write_effect(context, "long")
         started.set()
-        if backend_name == "sqlite":
+        if capabilities.single_writer:
             await asyncio.sleep(0.2)  # the cancel below is waiting for the write lock meanwhile
             return
         await asyncio.sleep(60)  # cancelled here (asyncio.CancelledError), at the next renewal
@@ -122,7 +123,7 @@ def test_a_cancel_stops_the_handler_and_rolls_it_back(app, effects, backend_name
     job = long.enqueue()
     with running_worker(app):
         wait_for(lambda: started.is_set(), message="the handler to start")
-        if backend_name == "sqlite":
+        if capabilities.single_writer:
             with pytest.raises(InvalidTransition, match="it is done"):
                 app.cancel(job.id)
             assert effects() == [(job.id, 1, "long")]

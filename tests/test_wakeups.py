@@ -35,13 +35,13 @@ def listening(app) -> int:
                                   (f'LISTEN "{channel}"',)).fetchone()[0]
 
 
-def test_a_job_enqueued_elsewhere_wakes_the_worker(app, producer, backend_name):
+def test_a_job_enqueued_elsewhere_wakes_the_worker(app, producer, capabilities):
     app.task(name="wake")(lambda: None)
     wake = producer.task(name="wake")(lambda: None)
     with running_worker(app, poll_interval=SLOW_POLL):
-        if backend_name == "postgres":
+        if capabilities.listen_notify:
             wait_for(lambda: listening(app), message="the listener to connect")
-        else:  # SQLite: a datagram to the port the worker recorded in its row
+        else:  # a datagram to the port the worker recorded in its row
             wait_for(lambda: app.workers(), message="the worker to record its port")
         for _ in range(3):
             job = wake.enqueue()
@@ -52,7 +52,7 @@ def test_a_job_enqueued_elsewhere_wakes_the_worker(app, producer, backend_name):
         wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")
 
 
-@pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)  # LISTEN/NOTIFY's connection
+@pytest.mark.needs("listen_notify")  # the listener's own connection, killed
 def test_the_listener_reconnects_after_its_connection_is_killed(app, producer, caplog):
     import psycopg
 
@@ -98,20 +98,20 @@ def failed_job(app, producer):
     return job
 
 
-def wait_until_listening(app, backend_name) -> None:
-    if backend_name == "postgres":
+def wait_until_listening(app, capabilities) -> None:
+    if capabilities.listen_notify:
         wait_for(lambda: listening(app) >= 1, message="the listener to connect")
     else:
         wait_for(lambda: app.workers(), message="the worker to record its port")
 
 
 @pytest.mark.parametrize("how", ["one", "every failed"])
-def test_a_retry_elsewhere_wakes_the_worker(app, producer, backend_name, how):
+def test_a_retry_elsewhere_wakes_the_worker(app, producer, capabilities, how):
     # The retry comes from another Leased (as from the CLI or the dashboard in another process):
     # only a cross-process wake-up can start the job before the worker's 60 s poll.
     job = failed_job(app, producer)
     with running_worker(app, poll_interval=SLOW_POLL):
-        wait_until_listening(app, backend_name)
+        wait_until_listening(app, capabilities)
         if how == "one":
             producer.retry(job.id)
         else:

@@ -373,6 +373,13 @@ def test_a_failed_job_whose_handler_is_stuck_past_its_time_limit(app):
             # The attempt's end is written as the handler is found stuck, apart from the worker's row.
             wait_for(lambda: app.get_job(job.id).status is JobStatus.FAILED, message="the attempt's end")
             failed, stuck, retry = app.why(job.id).reasons
+            # The fact is the attempt's record, not the words of its error.
+            assert app.get_job(job.id).history[0].handler_outlived_limit is True
+            raw_sql(app, f"UPDATE leased_attempts SET error_message = 'edited' WHERE job_id = {job.id}")
+            assert app.why(job.id).reasons[1] == stuck
+            # An attempt ended before the fact was recorded (schema 0025) may be the stuck one: it says so.
+            raw_sql(app, f"UPDATE leased_attempts SET handler_outlived_limit = NULL WHERE job_id = {job.id}")
+            unrecorded = app.why(job.id).reasons[1]
             waiting = next_in_line.enqueue()
             busy = reasons(app.why(waiting.id))["workers_busy"]
             release.set()
@@ -385,6 +392,10 @@ def test_a_failed_job_whose_handler_is_stuck_past_its_time_limit(app):
         f"{worker.id} still reports 1 stuck handler thread, each holding a slot until it returns: the handler does "
         f"not check context.cancelled.")
     assert retry.code == "retry"
+    assert unrecorded.code == "handler_stuck" and unrecorded.data["recorded"] is False
+    assert unrecorded.message == (f"Worker {worker.id}, which ran attempt 1 until its time limit ended it, reports 1 "
+                                  "stuck handler thread, each holding a slot until it returns; whether this attempt's "
+                                  "thread is one of them was not recorded (it ended before schema 0025).")
     assert busy.message == (f"Every live worker that can run it is busy ({worker.id} has no free slot: 0 jobs running, "
                             f"1 held by a handler thread stuck past its time limit): it waits for a free slot.")
 

@@ -23,6 +23,7 @@ from leased.explain import explain
 from leased.jobs import ClaimedJob
 from leased.run_views import step_tree
 from leased.runs import RunWhen, StepInfo, WorkflowStatus
+from conftest import raw_sql
 from test_cli import APP, Cli
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -206,6 +207,23 @@ def test_why_a_waiting_step_names_the_parents_it_waits_for(app):
     assert app.why(ids["report"]).reasons[0].message == (
         f"Waiting for its parent: job {ids['merge']} merge (waiting for its own parents); no worker takes it "
         f"before then.")
+
+
+def test_why_reads_a_steps_stored_facts_not_its_error_text(app):
+    """Whether its parents cancelled a step, and whether it was a skipped compensation, come from its
+    step row (cancelled_by_parents, run_when): not from last_error, which a person may write."""
+    run = failed_run(app)
+    merge, check = run.job_ids["merge"], run.job_ids["check"]
+    raw_sql(app, f"UPDATE leased_jobs SET last_error = 'edited by hand' WHERE id = {merge}")
+    assert [reason.code for reason in app.why(merge).reasons] == ["parent_failed", "retry_parent"]
+    assert app.why(merge).reasons[0].data["parent_job_id"] == check
+    # A step a person cancelled, whose error reads like a parent's cancellation, is a person's cancel.
+    wf = app.workflow("by hand")
+    only = wf.add(app.get_task("extract"), "x")
+    step = wf.enqueue().job_ids[only.name]
+    app.cancel(step)
+    raw_sql(app, f"UPDATE leased_jobs SET last_error = 'a parent failed' WHERE id = {step}")
+    assert "parent_failed" not in [reason.code for reason in app.why(step).reasons]
 
 
 def test_why_a_step_its_parents_cancelled_names_the_parent_that_failed(app):

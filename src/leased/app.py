@@ -25,7 +25,8 @@ from leased.engine.worker import Worker, WorkerStats
 from leased.errors import (ConfigurationError, DatabaseLocked, DatabaseUnavailable, InvalidTransition, JobNotFound,
                            WorkflowNotFound)
 from leased.events import Events
-from leased.explain import Explanation, explain, step_facts
+from leased.explain import Explanation, StepFacts, explain, parents_to_read, reads_parents
+from leased.facts import JobFacts
 from leased.horizon import OLD_TRANSACTION_AFTER, check_old_transaction_after
 from leased.jobs import DurableStep, Job, JobStatus, NewJob
 from leased.limits import QueueLimit, check_concurrency, parse_rate
@@ -404,7 +405,15 @@ class Leased:
             facts = replace(facts, old_transactions=self.old_transactions())
         recorded = [step.name for step in self.backend.durable_steps(job_id)] \
             if facts.job.status in (JobStatus.PENDING, JobStatus.RUNNING) and facts.job.attempt > 0 else []
-        return facts.job, explain(facts, step_facts(self.backend, facts.job), recorded)
+        return facts.job, explain(facts, self._step_facts(facts), recorded)
+
+    def _step_facts(self, facts: JobFacts) -> StepFacts | None:
+        """A step's parents, read when `why` tells more with them (explain.reads_parents)."""
+        if not reads_parents(facts):
+            return None
+        parents = tuple(self.backend.parents_of(facts.job.id))
+        not_ended = [self.backend.get_job(job_id) for job_id in parents_to_read(parents)]
+        return StepFacts(parents, tuple(job for job in not_ended if job is not None))
 
     # Limits per queue, across all workers (limits per key are declared on tasks).
     def limit(self, queue_name: str, *, concurrency: int | None = None, rate_limit: str | None = None) -> QueueLimit:
@@ -446,6 +455,7 @@ class Leased:
                         # Schedule has read-only properties (ports.py is the fix, outside this change).
                         schedules=tuple(self.schedules.values()),  # type: ignore[arg-type]
                         children=Children(
+                            open_backend=connect,
                             max_tasks_per_child=check_per_child("max_tasks_per_child", max_tasks_per_child),
                             max_memory_per_child=check_per_child("max_memory_per_child", max_memory_per_child)),
                         pruner=Pruner(self.backend, rules) if prune and (rules := self._prune_rules()) else None)

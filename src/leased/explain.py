@@ -24,19 +24,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
 from leased.durations import format_duration
 from leased.errors import ArgumentsMismatch, PermanentError, ResultNotStored
-from leased.facts import AHEAD_LIMIT, THREAD_OUTLIVED, THREAD_OUTLIVED_BEFORE, JobFacts, LimitFact
+from leased.facts import AHEAD_LIMIT, JobFacts, LimitFact
 from leased.horizon import sentence
 from leased.jobs import Attempt, Job, JobStatus, Outcome
 from leased.limits import Rate
-from leased.runs import ParentEnd
-
-if TYPE_CHECKING:
-    from leased.backends.ports import Backend
+from leased.runs import ParentEnd, RunWhen
 
 DEFAULT_POLL_INTERVAL = 1.0  # Leased.worker's default; a worker's own setting is not recorded
 
@@ -94,7 +91,7 @@ def explain(facts: JobFacts, step: StepFacts | None = None, recorded_steps: Sequ
     job = facts.job
     if job.status is JobStatus.WAITING:
         reasons = _explain_waiting(facts, step)
-    elif job.status is JobStatus.CANCELLED and _cancelled_by_parents(job):
+    elif job.status is JobStatus.CANCELLED and cancelled_by_parents(facts):
         reasons = _explain_cancelled_by_parents(facts, step)
     else:
         reasons = _BY_STATUS[job.status](facts)
@@ -135,9 +132,6 @@ _IS = {JobStatus.PENDING: "is pending", JobStatus.RUNNING: "is running", JobStat
 WAITING_NAMED = 5  # a waiting step's reason names this many of the parents it waits for, then counts the rest
 _NOT_ENDED = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
 _ENDED_AS_FAILED = (JobStatus.FAILED, JobStatus.CANCELLED)
-# The last_error a step's cancellation in its parents' name writes (backends/sql/workflows.py).
-_PARENT_FAILED = re.compile(r"parent (.+) (?:failed|was cancelled)|a parent failed")
-_SKIPPED = "skipped: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,27 +143,22 @@ class StepFacts:
     not_ended: tuple[Job, ...] = ()
 
 
-def step_facts(backend: Backend, job: Job) -> StepFacts | None:
-    """The parents of a step that waits for them or that their failure cancelled; None for any
-    other job (nothing more to read). Made for app.job_and_why: `explain(facts, step_facts(...))`."""
-    if job.workflow_id is None:
-        return None
-    if job.status is not JobStatus.WAITING and not (job.status is JobStatus.CANCELLED and _cancelled_by_parents(job)):
-        return None
-    parents = tuple(backend.parents_of(job.id))
-    not_ended = []
-    for parent in parents:
-        if parent.status in _NOT_ENDED and len(not_ended) < WAITING_NAMED:
-            found = backend.get_job(parent.job_id)
-            if found is not None:
-                not_ended.append(found)
-    return StepFacts(parents, tuple(not_ended))
+def reads_parents(facts: JobFacts) -> bool:
+    """Whether explain() tells more given the step's parents (StepFacts): a step that waits for
+    them, or that their ends cancelled."""
+    job = facts.job
+    return job.workflow_id is not None and (job.status is JobStatus.WAITING or (
+        job.status is JobStatus.CANCELLED and cancelled_by_parents(facts)))
 
 
-def _cancelled_by_parents(job: Job) -> bool:
-    """A step cancelled because a parent failed, or skipped as its when= asked: what its row says."""
-    error = job.last_error or ""
-    return job.workflow_id is not None and (bool(_PARENT_FAILED.fullmatch(error)) or error.startswith(_SKIPPED))
+def parents_to_read(parents: Sequence[ParentEnd]) -> list[int]:
+    """Of a step's parents, those whose own rows StepFacts.not_ended holds."""
+    return [parent.job_id for parent in parents if parent.status in _NOT_ENDED][:WAITING_NAMED]
+
+
+def cancelled_by_parents(facts: JobFacts) -> bool:
+    """A step cancelled because a parent failed, or skipped as its when= asked: what its step row says."""
+    return facts.step is not None and facts.step.cancelled_by_parents
 
 
 def _shows_run(job: Job) -> str:
@@ -256,22 +245,19 @@ def _parent_data(parent: ParentEnd, step: StepFacts) -> dict[str, Any]:
 
 def _explain_cancelled_by_parents(facts: JobFacts, step: StepFacts | None) -> list[Reason]:
     job = facts.job
-    error = job.last_error or ""
     finished = job.finished_at or facts.now
     data: dict[str, Any] = {"workflow_id": job.workflow_id, "finished_at": job.finished_at}
-    if error.startswith(_SKIPPED):
+    if facts.step is not None and facts.step.run_when is RunWhen.FAILED:  # a compensation step, cancelled
         return [Reason("skipped", f"It was skipped {_when(finished, facts.now)}: it runs only if one of its parents "
                                   f"fails or is cancelled (when=\"failed\", a compensation step), and none did.", data),
                 _retry_would(job)]
-    named = _PARENT_FAILED.fullmatch(error)
-    name = (named[1] if named else None) or "?"
     failed = [parent for parent in (step.parents if step else ()) if parent.status in _ENDED_AS_FAILED]
-    parent = next((parent for parent in failed if parent.name == name), failed[0] if failed else None)
-    if parent is None:
-        data.update(parent=name)
-        return [Reason("parent_failed", f"It was cancelled {_when(finished, facts.now)} without running, because its "
-                                        f"parent step {name} failed; it runs only once all of its parents have "
-                                        f"succeeded. {_upper_first(_shows_run(job))}.", data)]
+    parent = failed[0] if failed else None
+    if parent is None:  # its parents unread, or retried since
+        data.update(parent=None)
+        return [Reason("parent_failed", f"It was cancelled {_when(finished, facts.now)} without running, because a "
+                                        f"parent step failed or was cancelled; it runs only once all of its parents "
+                                        f"have succeeded. {_upper_first(_shows_run(job))}.", data)]
     data.update(parent=parent.name, parent_job_id=parent.job_id, parent_status=parent.status.value,
                 parent_error=parent.error, parents_failed=[p.job_id for p in failed])
     how = "failed" if parent.status is JobStatus.FAILED else "was cancelled"
@@ -594,23 +580,27 @@ def _time_limit_of_running(facts: JobFacts, current: Attempt | None) -> list[Rea
                                       f"async handler) or gone (then its lease runs out).", data)]
 
 
-_THREAD_OUTLIVED = (THREAD_OUTLIVED, THREAD_OUTLIVED_BEFORE)  # see leased.facts
-
-
 def _handler_stuck(facts: JobFacts) -> list[Reason]:
-    """A timed-out last attempt whose thread outlived it, on a worker that still reports stuck threads."""
+    """A timed-out last attempt whose thread outlived it (as its record says), on a worker that still
+    reports stuck threads. An attempt ended before schema 0025 has no such record: if its worker
+    reports stuck threads, the reason says the attempt's may be one of them."""
     last = _last_attempt(facts.job)
-    if last is None or last.outcome is not Outcome.TIMEOUT or not any(words in (last.error_message or "") for words in _THREAD_OUTLIVED):
+    if last is None or last.outcome is not Outcome.TIMEOUT or last.handler_outlived_limit is False:
         return []
     worker = next((w for w in facts.workers if w.id == last.worker_id and w.alive), None)
     if worker is None or not worker.stuck_handlers:
         return []
     stuck = worker.stuck_handlers
+    threads = f"{stuck} stuck handler thread{'' if stuck == 1 else 's'}, each holding a slot until it returns"
+    data = {"attempt": last.number, "worker_id": worker.id, "stuck_handlers": stuck,
+            "recorded": last.handler_outlived_limit is not None}
+    if last.handler_outlived_limit is None:
+        return [Reason("handler_stuck", f"Worker {worker.id}, which ran attempt {last.number} until its time limit "
+                                        f"ended it, reports {threads}; whether this attempt's thread is one of them "
+                                        f"was not recorded (it ended before schema 0025).", data)]
     return [Reason("handler_stuck", f"The handler thread of attempt {last.number} was still running when its time "
-                                    f"limit ended the attempt, and worker {worker.id} still reports {stuck} stuck "
-                                    f"handler thread{'' if stuck == 1 else 's'}, each holding a slot until it "
-                                    f"returns: the handler does not check context.cancelled.",
-                   {"attempt": last.number, "worker_id": worker.id, "stuck_handlers": stuck})]
+                                    f"limit ended the attempt, and worker {worker.id} still reports {threads}: the "
+                                    f"handler does not check context.cancelled.", data)]
 
 
 def _after_expiry(job: Job) -> str:

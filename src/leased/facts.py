@@ -10,15 +10,11 @@ from datetime import datetime
 from leased.admin import OldTransaction, WorkerInfo
 from leased.jobs import Job
 from leased.limits import Rate
+from leased.runs import RunWhen
 
 # Jobs ahead are counted up to this many; beyond it, "more than 10,000" says enough.
 AHEAD_LIMIT = 10_000
 RUNNING_NAMED = 3  # a full concurrency limit names this many of its running jobs
-# The words a timed-out attempt's stored error holds when its sync handler's thread was still
-# running after the grace (engine/timelimits.py writes them, leased.explain looks for them): the
-# one fact of an attempt that has no column. The second is what workers before 2026-12 wrote.
-THREAD_OUTLIVED = "handler thread was still running"
-THREAD_OUTLIVED_BEFORE = "handler thread still runs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +29,15 @@ class JobFacts:
     limits: tuple[LimitFact, ...] = ()  # pending jobs only: the limits of its key and of its queue
     scheduled_by: ScheduleTick | None = None  # the schedule tick that enqueued it, if one did
     old_transactions: tuple[OldTransaction, ...] = ()  # pending jobs only: what holds back vacuum (PostgreSQL)
+    step: StepRow | None = None  # a workflow step's own row; None for a job of no workflow
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """A workflow step's own row, as the finish that settled it wrote it."""
+
+    run_when: RunWhen
+    cancelled_by_parents: bool  # its parents' ends cancelled it (or skipped it), not a person
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,6 +170,9 @@ class Attempt:
     error_message: str | None = None
     traceback: str | None = None
     progress: Progress | None = None  #: how far it got, as its handler last said
+    #: its time limit ended it while its handler's thread still ran; None: not recorded (an end
+    #: other than a finish, or one written before schema 0025)
+    handler_outlived_limit: bool | None = None
 
     @property
     def duration(self) -> timedelta | None:

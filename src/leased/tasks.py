@@ -13,10 +13,10 @@ from typing import (Any, Awaitable, Callable, Generic, Iterable, Literal, Mappin
                     TypedDict, TypeVar, Unpack)
 
 from leased import tracing
-from leased.backends import parse_database_url
+from leased.backends import DatabaseKind, parse_database_url
 from leased.backoff import Backoff
 from leased.durations import LONGEST_SECONDS, parse_duration
-from leased.errors import ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, PayloadError
+from leased.errors import ConfigurationError, PayloadError
 from leased.jobs import Job, JobStatus, NewJob
 from leased.limits import KeyLimit, check_key, key_limit
 from leased.names import check_name
@@ -104,7 +104,7 @@ def check_max_crashes(value: object) -> int:
 
 
 def check_transactional(name: str, transactional: object, transaction: Callable[[], Any] | None,
-                        takes_context: bool, is_async: bool, database_kind: str
+                        takes_context: bool, is_async: bool, database: DatabaseKind
                         ) -> tuple[bool, Callable[[], Any] | None]:
     """A transactional task's handler reaches its connection through its context; `transaction`
     is a framework's opener of the transaction (Django's atomic block), else the backend's."""
@@ -115,12 +115,11 @@ def check_transactional(name: str, transactional: object, transaction: Callable[
     if not takes_context:
         raise ConfigurationError(f"task {name!r} is transactional: its handler writes through context.connection, "
                                  "so declare it with takes_context=True as well")
-    if is_async and database_kind not in ("postgres", "sqlite"):
-        raise ConfigurationError(f"task {name!r} is transactional and async: {ASYNC_TRANSACTIONS_NOT_ON_MARIADB}")
-    if is_async and database_kind == "sqlite":
-        from leased.backends.sqlite.async_handlers import check_aiosqlite
-
-        check_aiosqlite()
+    if is_async:
+        try:
+            database.check_async_transactions()
+        except ConfigurationError as error:
+            raise ConfigurationError(f"task {name!r} is transactional and async: {error}") from None
     if is_async and transaction is not None:
         raise ConfigurationError(f"task {name!r} is transactional and async: a framework's transaction (the "
                                  "transaction= opener) is for sync handlers; an async one writes through "
@@ -369,6 +368,7 @@ class Task(Generic[P, R]):
         if not isinstance(backoff, Backoff):
             raise ConfigurationError(f"backoff must be a leased.Backoff, got {backoff!r}")
         self.app = app
+        self.database_url: str | None = app.database_url
         self.func = func
         self.name = name
         self.backoff = backoff
@@ -387,7 +387,7 @@ class Task(Generic[P, R]):
         self.argument_types = ArgumentTypes(name, func, self.signature, leading=1 if takes_context else 0)
         self.transactional, self.transaction = check_transactional(
             name, transactional, transaction, takes_context, self.is_async,
-            parse_database_url(app.database_url).kind if transactional is True else "")
+            parse_database_url(app.database_url).dialect)
         self.isolation = check_isolation(name, isolation, func, self.is_async, self.transactional)
         self.key_limit = key_limit(name, self.signature, takes_context, concurrency, concurrency_key, rate_limit)
         self.defaults: TaskCall[P, R] = TaskCall(

@@ -22,6 +22,7 @@ from django.utils import timezone  # noqa: E402
 from signups import tasks  # noqa: E402
 
 from leased import Backoff  # noqa: E402
+from leased.backends import dialect_named  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -250,15 +251,17 @@ def test_a_return_value_that_is_not_json_fails_for_good(backend):
 
 def test_system_checks_warn_of_a_database_without_the_transactions_leased_needs(backend, db_alias, monkeypatch):
     assert [message.id for message in backend.check()] == []  # the test project sets them
-    vendor = connections[db_alias].vendor
+    capabilities = dialect_named(connections[db_alias].vendor).capabilities
+    # A single writer's lock is taken up front; REPEATABLE READ by default is set to READ COMMITTED.
+    key, value, expected = (("transaction_mode", "'IMMEDIATE'", ["leased.W001"]) if capabilities.single_writer
+                            else ("isolation_level", "'read committed'", ["leased.W002"])
+                            if capabilities.repeatable_read_by_default else ("none", "", []))
     options = dict(connections[db_alias].settings_dict["OPTIONS"])
-    options.pop({"sqlite": "transaction_mode", "mysql": "isolation_level"}.get(vendor, "none"), None)
+    options.pop(key, None)
     monkeypatch.setitem(connections[db_alias].settings_dict, "OPTIONS", options)
     messages = backend.check()
-    expected = {"sqlite": ["leased.W001"], "mysql": ["leased.W002"]}.get(vendor, [])  # PostgreSQL needs neither
     assert [message.id for message in messages] == expected
     if messages:
-        key, value = {"sqlite": ("transaction_mode", "'IMMEDIATE'"), "mysql": ("isolation_level", "'read committed'")}[vendor]
         assert messages[0].hint == f"set DATABASES[{db_alias!r}]['OPTIONS'][{key!r}] = {value}"
 
 

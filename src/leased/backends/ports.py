@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from leased.admin import OldTransaction, WorkerInfo
+from leased.backends.capabilities import Capabilities
 from leased.clock import Clock
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
 from leased.digits import whole_number
@@ -51,6 +52,9 @@ class AttemptEnd:
     workflow_id: int | None = None
     # How far the attempt got, as its handler last said (leased.jobs.Progress as JSON); None: it did not say.
     progress_json: str | None = None
+    # Its time limit ended it while its handler's thread still ran (stuck, holding a slot): recorded
+    # with the attempt (leased_attempts.handler_outlived_limit), for `leased why`.
+    handler_outlived_limit: bool = False
 
     @property
     def job_status(self) -> JobStatus:
@@ -157,6 +161,11 @@ class Throughput:
 
 
 class Listener(Protocol):
+    @property
+    def port(self) -> int | None:
+        """The loopback UDP port a producer on this host sends wake-ups to, which the worker records
+        in its row (backends/sql/wakeups.py); None where a commit itself wakes the listener (NOTIFY)."""
+
     def wait(self, timeout: float) -> list[str]:
         """Queue names of jobs that became due; waits at most `timeout` seconds for the first."""
 
@@ -189,6 +198,10 @@ class WorkerPort(Protocol):
     # once a second beside its claims (engine/reclaimer.py), because the reclaim can take longer
     # than claims should wait.
     reclaims_beside_claims: bool
+
+    @property
+    def polling_reason(self) -> str | None:
+        """Why listener() gives no wake-ups, in a line for the worker's log; None when it gives them."""
 
     @property
     def where(self) -> str:
@@ -278,8 +291,8 @@ class WorkerPort(Protocol):
         that ran out, when a renewal finds a lease gone."""
 
     def listener(self) -> Listener | None:
-        """A source of wake-ups (queue names of jobs that became due), or None: poll only (a backend
-        may then say why in a line, as its `polling_reason`)."""
+        """A source of wake-ups (queue names of jobs that became due), or None: poll only (then
+        `polling_reason` says why)."""
 
     def register_worker(self, worker: WorkerRecord) -> None:
         """Insert or refresh the worker's row (its heartbeat), and forget workers silent for a day.
@@ -446,6 +459,9 @@ class Backend(RuntimePort, InspectionPort, AdminPort, SchemaPort, Protocol):
 
     Errors: a backend raises leased.errors classes only (TRANSIENT_ERRORS for what is worth another
     try, SchemaNotReady for a schema to migrate), never its driver's."""
+
+    # What this database can do (backends/capabilities.py): asked instead of its name.
+    capabilities: Capabilities
 
     # The clock seam (leased.clock): the offset every one of its sessions adds to the database's
     # now; leased.testing.advance() moves it.

@@ -14,6 +14,7 @@ schema current and migrates nothing.
 
 from __future__ import annotations
 
+from leased.backends import dialect_named
 from leased.backends.sql.scripts import statements
 
 
@@ -22,8 +23,9 @@ def run_leased_sql(script: str) -> None:
     from alembic import op
     from sqlalchemy import text
 
-    # PostgreSQL takes the script as it is, in one call; SQLite's and MariaDB's drivers one statement at a time.
-    batches = [script] if op.get_context().dialect.name == "postgresql" else statements(script)
+    # A driver that runs whole scripts takes it as it is, in one call; the others one statement at a time.
+    dialect = dialect_named(op.get_context().dialect.name)
+    batches = [script] if dialect is not None and dialect.capabilities.runs_whole_scripts else statements(script)
     for statement in batches:
         # Colons escaped: text() would read ":name" as a bind parameter (and "::" casts stay as they are).
         op.execute(text(statement.replace(":", r"\:")))

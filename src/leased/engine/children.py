@@ -32,7 +32,6 @@ from typing import Any, Callable
 
 from leased import tracing
 from leased.admin import ChildrenSummary
-from leased.backends import connect
 from leased.engine.context import CancelReason, TaskContext
 from leased.engine.error_text import message_of, traceback_of
 from leased.errors import ConfigurationError, PermanentError
@@ -43,6 +42,8 @@ from leased.payloads import encode_result
 log = logging.getLogger("leased.worker")
 
 SPAWN = multiprocessing.get_context("spawn")
+# Opens a backend from its database URL; pickled by reference into each child (a module's function).
+OpenBackend = Callable[[str], Any]
 GRACE_SECONDS = 0.5  # between SIGTERM and SIGKILL: a handler that checks context.cancelled ends itself
 # (under timelimits.STUCK_AFTER_SECONDS, so that a killed child reads as stopped, not stuck)
 CANCEL_CHECK_SECONDS = 0.05  # how soon a waiting handler thread sees its attempt's cancel
@@ -127,10 +128,11 @@ def check_per_child(name: str, value: object) -> int | None:
 class Child:
     """One child process, and the pipe to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, open_backend: OpenBackend | None = None) -> None:
         ours, theirs = SPAWN.Pipe()
         cancel_theirs, self._cancel_ours = SPAWN.Pipe(duplex=False)  # (reader, writer)
-        self.process = SPAWN.Process(target=serve, args=(theirs, cancel_theirs), daemon=True, name="leased-child")
+        self.process = SPAWN.Process(target=serve, args=(theirs, cancel_theirs, open_backend), daemon=True,
+                                     name="leased-child")
         self.process.start()
         theirs.close()
         cancel_theirs.close()
@@ -203,7 +205,12 @@ class Children:
     """The worker's children: taken by handler threads, given back after each job, replaced when
     one is stopped, dies or is due for recycling."""
 
-    def __init__(self, *, max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None):
+    def __init__(self, *, max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None,
+                 open_backend: OpenBackend | None = None):
+        # How a child opens the database its handlers' contexts reach (durable steps): the
+        # composition root's (leased.backends.connect), passed to each child by reference. The
+        # engine opens no backend itself. None: a child's context reaches no database.
+        self.open_backend = open_backend
         self.max_tasks_per_child = max_tasks_per_child
         self.max_memory_per_child = max_memory_per_child  # bytes of RSS
         self.emit: Callable[[Event], None] = lambda event: None  # the worker's, once it has one
@@ -264,7 +271,7 @@ class Children:
         return child
 
     def _spawn(self) -> Child:
-        child = Child()
+        child = Child(self.open_backend)
         with self._lock:
             self.started += 1
         self.emit(ChildProcessStarted(self.worker_id, child.pid or 0))
@@ -321,7 +328,7 @@ class _ChildClaim:
                                  "use context.job_id and context.attempt, or pass what the handler needs as arguments")
 
 
-def serve(connection: Connection, cancels: Connection) -> None:
+def serve(connection: Connection, cancels: Connection, open_backend: OpenBackend | None = None) -> None:
     """A child's life: run one call at a time until the worker closes the pipe (or dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the worker decides
     contexts: list[TaskContext] = []
@@ -353,19 +360,19 @@ def serve(connection: Connection, cancels: Connection) -> None:
             call: Call = connection.recv()
         except (EOFError, OSError):  # the worker closed the pipe, or died
             return
-        answer = _answer(call, contexts, running, send, stores)
+        answer = _answer(call, contexts, running, send, stores, open_backend)
         if told:  # the worker gave up on this attempt and waits for the process to end
             return
         send(answer)
 
 
 def _answer(call: Call, contexts: list[TaskContext], running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task]],
-            send: Callable[[tuple], None], stores: dict[str, Any]) -> tuple:
+            send: Callable[[tuple], None], stores: dict[str, Any], open_backend: OpenBackend | None) -> tuple:
     try:
         func = _resolve(call.module, call.qualname)
         handler_args = list(call.args)
         if call.takes_context:
-            context = TaskContext(_ChildClaim(call), call.worker_id, _store(stores, call.database_url),  # type: ignore[arg-type]
+            context = TaskContext(_ChildClaim(call), call.worker_id, _store(stores, call.database_url, open_backend),  # type: ignore[arg-type]
                                   report_progress=lambda lease, report: send(("progress", report)))
             contexts[:] = [context]
             handler_args = [context, *handler_args]
@@ -419,11 +426,11 @@ def _resolve(module: str, qualname: str) -> Callable[..., Any]:
     return getattr(found, "func", found)  # a Task (the decorator's result) or the function itself
 
 
-def _store(stores: dict[str, Any], database_url: str | None) -> Any:
-    if database_url is None:
+def _store(stores: dict[str, Any], database_url: str | None, open_backend: OpenBackend | None) -> Any:
+    if database_url is None or open_backend is None:
         return None
     if database_url not in stores:  # the worker that started this child has checked the schema
-        stores[database_url] = connect(database_url)
+        stores[database_url] = open_backend(database_url)
     return stores[database_url]
 
 

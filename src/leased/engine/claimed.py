@@ -24,6 +24,7 @@ class Handler(Protocol):
     transactional: bool  # runs in a transaction that commits with its end (engine/transactional.py)
     transaction: Callable[[], AbstractContextManager[Any]] | None  # a framework's opener of it; None: the backend's
     isolation: str  # "thread", or "process": it runs in a child process (engine/children.py)
+    database_url: str | None  # its app's database, which a child process's context reaches on its own
 
     def check_arguments(self, args: tuple | list, kwargs: dict[str, Any]) -> None: ...
 

@@ -158,7 +158,7 @@ class Executor:
         except ConfigurationError as error:  # enqueued with using(isolation="process") when it was importable
             return failed_end(job, Outcome.ERROR, "ConfigurationError", str(error), None, retry=False,
                               backoff=handler.backoff)
-        call = Call(module, qualname, handler.takes_context, getattr(getattr(handler, "app", None), "database_url", None),
+        call = Call(module, qualname, handler.takes_context, handler.database_url,
                     job.id, job.attempt, context.worker_id, job.task_name, args, kwargs, self.max_payload_bytes,
                     tracing.current_trace_context())  # the attempt's span, for the child's own spans
         try:

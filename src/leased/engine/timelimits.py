@@ -27,7 +27,6 @@ from leased.backoff import Backoff
 from leased.durations import format_duration
 from leased.engine.threads import LoopInbox
 from leased.events import Event, HandlerStuck
-from leased.facts import THREAD_OUTLIVED
 from leased.jobs import ClaimedJob, Lease, Outcome
 from leased.payloads import clean_text
 
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leased.worker")
 
+THREAD_OUTLIVED = "handler thread was still running"  # the error's words; the fact is handler_outlived_limit
 STUCK_AFTER_SECONDS = 1.0  # a cooperative handler returns within this of its limit; later, it is stuck
 STUCK_REPORT_SECONDS = 60.0  # while stuck, log it again this often
 MAX_STACK = 32_000
@@ -61,7 +61,8 @@ def timeout_end(job: ClaimedJob, backoff: Backoff, *, stopped_after: float | Non
     else:
         log.error("job %d (%s): %s; out of attempts (%d), failed", job.id, job.task_name, message, job.max_attempts)
     return AttemptEnd(job.lease, Outcome.TIMEOUT, error_type="TimeLimitExceeded", error_message=message,
-                      traceback=stack, retry_in_seconds=delay, workflow_id=job.workflow_id)
+                      traceback=stack, retry_in_seconds=delay, workflow_id=job.workflow_id,
+                      handler_outlived_limit=stuck_after is not None)
 
 
 def _where(thread_id: int, when: str) -> str | None:

@@ -172,10 +172,10 @@ class Worker:
         listener = self.backend.listener() if self.push else None
         if self.push and listener is None:  # e.g. PostgreSQL behind PgBouncer without a listen_url
             log.warning("worker %s: wake-ups fall back to polling every %gs: %s", self.id, self.poll_interval,
-                        getattr(self.backend, "polling_reason", None) or "this database gives none")
+                        self.backend.polling_reason or "this database gives none")
         services = [self._service("lease watchdog", self._lease_keeper.watch()),
                     self._service("completer", self._completer.run()),
-                    self._service("announcer", self._announcer.run(getattr(listener, "port", None)))]
+                    self._service("announcer", self._announcer.run(listener.port if listener is not None else None))]
         if self._reclaimer is not None:
             services.append(self._service("reclaimer", self._reclaimer.run()))
         # run_until_empty() drains what is queued; ticking schedules would never let it be empty.
@@ -193,7 +193,7 @@ class Worker:
         try:
             if not all(handler.is_async and handler.isolation != "process" for handler in self.tasks.values()):
                 await asyncio.to_thread(self._claimed.start_threads)
-            if any(getattr(handler, "isolation", "thread") == "process" for handler in self.tasks.values()):
+            if any(handler.isolation == "process" for handler in self.tasks.values()):
                 # Children start in the background: the first isolated job takes one, or spawns its own.
                 threading.Thread(target=self.children.prefork, args=(min(self.concurrency, os.cpu_count() or 1),),
                                  name="leased-prefork", daemon=True).start()

@@ -37,13 +37,14 @@ def leased_database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[st
     if not url:
         yield f"sqlite:///{tmp_path / 'leased.db'}"
         return
-    kind = parse_database_url(url).kind  # a bad URL is refused here, naming the URL and the schemes
-    if kind == "sqlite":
+    # A bad URL is refused here, naming the URL and the schemes.
+    capabilities = parse_database_url(url).dialect.capabilities
+    if capabilities.file_database:  # the file is the test's own already
         yield url
-    elif kind == "postgres":
+    elif capabilities.schemas_in_url:  # a schema of its own in the database the URL names
         with postgres_schema(url) as schema_url:
             yield schema_url
-    else:
+    else:  # a database of its own on the server
         with mariadb_database(url) as database_url:
             yield database_url
 

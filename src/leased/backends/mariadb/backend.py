@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from leased.admin import WORKER_SILENT_AFTER
+from leased.backends import capabilities
 from leased.backends.ports import ClaimRequest
 from leased.backends.sql.callers import not_ours, wrong_connection
 from leased.backends.sql.enqueue import insert_statement
@@ -191,6 +192,8 @@ def server_problem(version: str) -> str | None:
 
 
 class MariaDBBackend(SQLStore):
+    capabilities = capabilities.MARIADB
+
     def __init__(self, url: str):
         self._arguments, self._where = connect_arguments(url)
         self._local = threading.local()

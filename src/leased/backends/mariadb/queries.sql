@@ -192,20 +192,22 @@ ON DUPLICATE KEY UPDATE done = leased_throughput.done + VALUES(done), failed = l
 -- worker and start); run before the job row's own end (finish, release, cancel, the reclaim of an
 -- expired lease), in the same transaction.
 -- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback,
--- progress]; each is fenced on its lease as finish is, so a worker that lost it writes no outcome.
+-- progress, handler_outlived_limit (0 or 1; absent: not known)]; each is fenced on its lease as
+-- finish is, so a worker that lost it writes no outcome.
 -- A record that an older version opened at claim is closed in place (outcome is set last: the
 -- assignments run in order, and the others test the old one). Untold progress (a release, an
 -- expiry) is the attempt's latest report, as its last renewal wrote it, its attempt matched in the
 -- text Progress.to_json writes (comparing JSON_VALUE's text to a number fails a strict-mode insert).
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                             error_message, traceback, progress)
+                             error_message, traceback, progress, handler_outlived_limit)
 SELECT job.id, job.attempt, job.lease_owner, COALESCE(job.attempt_started_at, leased_now()), leased_now(),
        ends.outcome, ends.error_type, ends.error_message, ends.traceback,
-       COALESCE(ends.progress, IF(job.progress LIKE CONCAT('%%"attempt": ', job.attempt, '}'), job.progress, NULL))
+       COALESCE(ends.progress, IF(job.progress LIKE CONCAT('%%"attempt": ', job.attempt, '}'), job.progress, NULL)),
+       ends.handler_outlived_limit
 FROM JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     outcome VARCHAR(16) PATH '$[3]', error_type VARCHAR(255) PATH '$[4]', error_message LONGTEXT PATH '$[5]',
-    traceback LONGTEXT PATH '$[6]', progress LONGTEXT PATH '$[7]')) AS ends
+    traceback LONGTEXT PATH '$[6]', progress LONGTEXT PATH '$[7]', handler_outlived_limit INT PATH '$[8]')) AS ends
 JOIN leased_jobs AS job FORCE INDEX (PRIMARY)
   ON job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
 WHERE job.status = 'running'
@@ -215,6 +217,8 @@ ON DUPLICATE KEY UPDATE
     leased_attempts.error_message = IF(leased_attempts.outcome IS NULL, VALUES(error_message), leased_attempts.error_message),
     leased_attempts.traceback = IF(leased_attempts.outcome IS NULL, VALUES(traceback), leased_attempts.traceback),
     leased_attempts.progress = IF(leased_attempts.outcome IS NULL, VALUES(progress), leased_attempts.progress),
+    leased_attempts.handler_outlived_limit = IF(leased_attempts.outcome IS NULL, VALUES(handler_outlived_limit),
+                                                leased_attempts.handler_outlived_limit),
     leased_attempts.outcome = IF(leased_attempts.outcome IS NULL, VALUES(outcome), leased_attempts.outcome);
 
 -- name: release
@@ -801,6 +805,10 @@ SELECT at FROM (
     FROM leased_starts
     WHERE limit_name = %(limit_name)s AND started_at > leased_now() - %(rate_seconds)s
 ) AS recent WHERE place = %(rate_count)s;
+
+-- name: why_step
+-- A workflow step's own row: when it runs, and whether its parents' ends cancelled it (not a person).
+SELECT run_when, cancelled_by_parents FROM leased_steps WHERE job_id = %(job_id)s;
 
 -- name: why_schedule_tick
 -- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.

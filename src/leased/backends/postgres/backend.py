@@ -34,6 +34,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from leased.admin import WORKER_GONE_AFTER, OldTransaction
+from leased.backends import capabilities
 from leased.backends.ports import AttemptEnd, ClaimRequest, PruneRule
 from leased.backends.sql.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.sql.callers import type_name, wrong_connection
@@ -129,7 +130,8 @@ def _finish_params(ends: Sequence[AttemptEnd], counted_as: str | None = None) ->
         retry_in_seconds=[end.retry_in_seconds or 0.0 for end in ends],
         outcomes=[end.outcome.value for end in ends], error_types=[end.error_type for end in ends],
         error_messages=[end.error_message for end in ends], tracebacks=[end.traceback for end in ends],
-        progress=[end.progress_json for end in ends])
+        progress=[end.progress_json for end in ends],
+        handler_outlived_limits=[end.handler_outlived_limit for end in ends])
 
 
 def _decoded(value: Any) -> Any:
@@ -225,6 +227,7 @@ def _connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
 
 
 class PostgresBackend(SQLStore):
+    capabilities = capabilities.POSTGRES
     # The reclaim reads every job claimed since the oldest open transaction began, and a claim that
     # waited for it kept every job enqueued meanwhile waiting (bench/long_transaction_notes.md); the
     # workers take turns at it (migration 0020, bench/fleet_reclaims.py).

@@ -27,6 +27,8 @@ PING_AFTER_SILENT_SECONDS = 10.0
 
 
 class Listener:
+    port = None  # NOTIFY wakes it: producers send no datagram (ports.Listener)
+
     def __init__(self, url: str, connect_kwargs: dict[str, Any], channel_query: str, where: str, *,
                  expected: Callable[[], tuple] | None = None, identity_query: str = ""):
         self._url = url

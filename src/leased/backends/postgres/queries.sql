@@ -217,9 +217,10 @@ WITH ends AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[],
                          %(statuses)s::text[], %(results)s::text[], %(last_errors)s::text[],
                          %(retry_in_seconds)s::float8[], %(outcomes)s::text[], %(error_types)s::text[],
-                         %(error_messages)s::text[], %(tracebacks)s::text[], %(progress)s::text[])
+                         %(error_messages)s::text[], %(tracebacks)s::text[], %(progress)s::text[],
+                         %(handler_outlived_limits)s::boolean[])
         AS ends (id, attempt, worker_id, status, result, last_error, retry_in_seconds, outcome, error_type,
-                 error_message, traceback, progress)
+                 error_message, traceback, progress, handler_outlived_limit)
 ), held AS (
     -- Each row is found by its primary key alone, whatever the statistics say: a plan that read
     -- every 'running' index entry instead walked the dead entries of all jobs claimed since the
@@ -228,7 +229,8 @@ WITH ends AS (
     -- matched in the text Progress.to_json writes, never by casting the column: one row another
     -- program wrote that is not JSON made the cast fail every finish and reclaim it was in.
     SELECT ends.id, ends.attempt, ends.worker_id, ends.status, ends.result, ends.last_error, ends.retry_in_seconds,
-           ends.outcome, ends.error_type, ends.error_message, ends.traceback, job.attempt_started_at,
+           ends.outcome, ends.error_type, ends.error_message, ends.traceback, ends.handler_outlived_limit,
+           job.attempt_started_at,
            coalesce(ends.progress, CASE WHEN job.progress LIKE '%%"attempt": ' || job.attempt || '}'
                                         THEN job.progress END) AS progress
     FROM (SELECT * FROM ends ORDER BY id) AS ends
@@ -254,7 +256,7 @@ WITH ends AS (
     WHERE job.id = held.id
     RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.workflow_id, held.worker_id,
               held.attempt_started_at, held.outcome, held.error_type, held.error_message, held.traceback,
-              held.progress
+              held.progress, held.handler_outlived_limit
 ), counted AS (
     -- Finished jobs counted by minute in this worker's own rows (migration 0011), in key order; a
     -- transactional handler's in its thread's own row (:counted_as, store.finish_in).
@@ -270,13 +272,14 @@ WITH ends AS (
     -- The attempt's record, written once as it ends, from what the claim wrote in the job row. A
     -- record that an older version opened at claim is closed in place.
     INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                                      error_message, traceback, progress)
+                                      error_message, traceback, progress, handler_outlived_limit)
     SELECT id, attempt, worker_id, coalesce(attempt_started_at, leased_now()), leased_now(), outcome, error_type,
-           error_message, traceback, progress
+           error_message, traceback, progress, handler_outlived_limit
     FROM finished
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
-        error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress
+        error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress,
+        handler_outlived_limit = excluded.handler_outlived_limit
     WHERE a.outcome IS NULL
 )
 SELECT id, attempt, status, workflow_id FROM finished;
@@ -1084,6 +1087,10 @@ WHERE status = 'running' AND concurrency_key = %(concurrency_key)s ORDER BY id L
 SELECT started_at + make_interval(secs => %(rate_seconds)s::float8) AS at FROM leased_starts
 WHERE limit_name = %(limit_name)s AND started_at > now() - make_interval(secs => %(rate_seconds)s::float8)
 ORDER BY started_at DESC LIMIT 1 OFFSET %(rate_count)s::int - 1;
+
+-- name: why_step
+-- A workflow step's own row: when it runs, and whether its parents' ends cancelled it (not a person).
+SELECT run_when, cancelled_by_parents FROM leased_steps WHERE job_id = %(job_id)s;
 
 -- name: why_schedule_tick
 -- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.

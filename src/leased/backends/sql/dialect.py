@@ -102,6 +102,10 @@ class Dialect:
     reclaims_beside_claims = False
 
     @property
+    def polling_reason(self) -> str | None:
+        return None  # a listener is always there (a datagram's, or a database's own)
+
+    @property
     def where(self) -> str:
         return self._where
 

@@ -13,9 +13,10 @@ from leased.backends.ports import PruneRule, Throughput
 from leased.backends.sql.dialect import Dialect, ReadRows
 from leased.backends.sql.rows import history_from_rows, job_from_row, worker_from_row
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts, sample_ids, tally
-from leased.facts import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick
+from leased.facts import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick, StepRow
 from leased.jobs import JobStatus
 from leased.limits import Rate
+from leased.runs import RunWhen
 
 class InspectionReads(Dialect):
     """The reads of the inspection and admin ports, over the dialect's _rows() and _snapshot()."""
@@ -72,12 +73,15 @@ class InspectionReads(Dialect):
                 limits = self._why_limits(read_rows, row)
                 paused = read_rows("why_queue_paused", queue_name=row["queue_name"])
             tick = read_rows("why_schedule_tick", task_name=row["task_name"], job_id=job_id)
+            step = read_rows("why_step", job_id=job_id) if row["workflow_id"] is not None else []
         to_time, from_json = self._to_time, self._from_json
         job = job_from_row(row, to_time, from_json, history_from_rows(row, history, to_time))
         return JobFacts(job, to_time(now), tuple(worker_from_row(worker, to_time, from_json, WORKER_SILENT_AFTER)
                                                  for worker in workers), ahead,
                         queue_paused_at=to_time(paused[0]["paused_at"]) if paused else None, limits=limits,
                         scheduled_by=ScheduleTick(tick[0]["schedule_name"], to_time(tick[0]["tick_at"])) if tick
+                        else None,
+                        step=StepRow(RunWhen(step[0]["run_when"]), bool(step[0]["cancelled_by_parents"])) if step
                         else None)
 
     def _why_limits(self, read_rows: ReadRows, job: Any) -> tuple[LimitFact, ...]:

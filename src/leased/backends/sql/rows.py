@@ -96,6 +96,7 @@ def attempt_from_row(row: Mapping[str, Any], to_time: ToTime) -> Attempt:
         error_message=row["error_message"],
         traceback=row["traceback"],
         progress=Progress.from_json(row["progress"]),
+        handler_outlived_limit=None if row["handler_outlived_limit"] is None else bool(row["handler_outlived_limit"]),
     )
 
 

@@ -14,7 +14,6 @@ the loop never waits for it.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import sqlite3
 import threading
 import weakref
@@ -22,15 +21,6 @@ from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any, AsyncIterator, Callable
 
 from leased.errors import ConfigurationError
-
-AIOSQLITE_NEEDED = ("an async transactional handler on SQLite writes through an aiosqlite connection: "
-                    "pip install aiosqlite (or 'leased[aiosqlite]'), or define the handler with def")
-
-
-def check_aiosqlite() -> None:
-    """At the task's declaration: the driver it will need is there."""
-    if importlib.util.find_spec("aiosqlite") is None:
-        raise ConfigurationError(AIOSQLITE_NEEDED)
 
 
 class AsyncHandlerConnections:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, AsyncContextManager, Callable, Iterator, Sequence, TypeVar
 
 from leased.admin import WORKER_SILENT_AFTER
+from leased.backends import capabilities
 from leased.backends.ports import AttemptEnd, ClaimRequest
 from leased.backends.sql.async_drivers import enqueue_aiosqlite
 from leased.backends.sql.callers import not_ours, type_name, wrong_connection
@@ -79,6 +80,8 @@ def prepare_connection(connection: sqlite3.Connection, now: Callable[[], float] 
 
 
 class SQLiteBackend(SQLStore):
+    capabilities = capabilities.SQLITE
+
     def __init__(self, path: str):
         self.path = path
         # The absolute path: a relative one names another file from another directory, and the

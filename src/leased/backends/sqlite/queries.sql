@@ -150,26 +150,29 @@ SET done = done + excluded.done, failed = failed + excluded.failed;
 -- worker and start); run before the job row's own end (finish, release, cancel, the reclaim of an
 -- expired lease), in the same transaction.
 -- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback,
--- progress]; each is fenced on its lease as finish is, so a worker that lost it writes no outcome.
--- A record that an older version opened at claim is closed in place.
+-- progress, handler_outlived_limit (0 or 1; absent: not known)]; each is fenced on its lease as
+-- finish is, so a worker that lost it writes no outcome. A record that an older version opened at
+-- claim is closed in place.
 WITH ends AS (
     SELECT value ->> '$[0]' AS job_id, value ->> '$[1]' AS attempt, value ->> '$[2]' AS worker_id,
            value ->> '$[3]' AS outcome, value ->> '$[4]' AS error_type, value ->> '$[5]' AS error_message,
-           value ->> '$[6]' AS traceback, value ->> '$[7]' AS progress
+           value ->> '$[6]' AS traceback, value ->> '$[7]' AS progress, value ->> '$[8]' AS handler_outlived_limit
     FROM json_each(:ends)
 )
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                             error_message, traceback, progress)
+                             error_message, traceback, progress, handler_outlived_limit)
 SELECT job.id, job.attempt, job.lease_owner, coalesce(job.attempt_started_at, leased_now()), leased_now(),
        ends.outcome, ends.error_type, ends.error_message, ends.traceback,
        -- untold (a release, an expiry), the attempt's latest report, as its last renewal wrote it;
        -- its attempt matched in the text Progress.to_json writes: ->> raises on a row that is not JSON
-       coalesce(ends.progress, CASE WHEN job.progress LIKE '%"attempt": ' || job.attempt || '}' THEN job.progress END)
+       coalesce(ends.progress, CASE WHEN job.progress LIKE '%"attempt": ' || job.attempt || '}' THEN job.progress END),
+       ends.handler_outlived_limit
 FROM ends JOIN leased_jobs AS job ON job.id = ends.job_id
 WHERE job.attempt = ends.attempt AND job.lease_owner = ends.worker_id AND +job.status = 'running'
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
-    error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress
+    error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress,
+    handler_outlived_limit = excluded.handler_outlived_limit
 WHERE outcome IS NULL;
 
 -- name: release
@@ -764,6 +767,10 @@ WHERE status = 'running' AND concurrency_key = :concurrency_key ORDER BY id LIMI
 SELECT started_at + :rate_seconds AS at FROM leased_starts
 WHERE limit_name = :limit_name AND started_at > leased_now() - :rate_seconds
 ORDER BY started_at DESC LIMIT 1 OFFSET :rate_count - 1;
+
+-- name: why_step
+-- A workflow step's own row: when it runs, and whether its parents' ends cancelled it (not a person).
+SELECT run_when, cancelled_by_parents FROM leased_steps WHERE job_id = :job_id;
 
 -- name: why_schedule_tick
 -- A periodic task's name is its schedule's, so the lookup stays within one schedule's ticks.

@@ -8,18 +8,27 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
+from leased.backends import dialect_named
+from leased.backends.capabilities import Capabilities
 from leased.contrib.django.connection import database_url
 
-# What each database needs of Django's own transactions (the README's set-up), by vendor: the
+# What a database needs of Django's own transactions (the README's set-up), by what it can do: the
 # OPTIONS key, the value it must have, and why.
-_TRANSACTION_SETTINGS = {
-    "sqlite": ("transaction_mode", "IMMEDIATE",
-               "a transaction that reads and then writes may otherwise meet a worker's commit and fail "
-               "with 'database is locked'", "leased.W001"),
-    "mysql": ("isolation_level", "read committed",
-              "an enqueue or a transactional task in REPEATABLE READ takes gap locks on leased's "
-              "indexes, where they deadlock with workers' claims (leased's own transactions are READ COMMITTED)", "leased.W002"),
-}
+_SINGLE_WRITER = ("transaction_mode", "IMMEDIATE",
+                  "a transaction that reads and then writes may otherwise meet a worker's commit and fail "
+                  "with 'database is locked'", "leased.W001")
+_REPEATABLE_READ = ("isolation_level", "read committed",
+                    "an enqueue or a transactional task in REPEATABLE READ takes gap locks on leased's indexes, "
+                    "where they deadlock with workers' claims (leased's own transactions are READ COMMITTED)",
+                    "leased.W002")
+
+
+def _transaction_setting(capabilities: Capabilities) -> tuple[str, str, str, str] | None:
+    if capabilities.single_writer:
+        return _SINGLE_WRITER
+    if capabilities.repeatable_read_by_default:
+        return _REPEATABLE_READ
+    return None
 
 
 def backend_problems(alias: str, database: str) -> list[checks.CheckMessage]:
@@ -47,9 +56,11 @@ def backend_problems(alias: str, database: str) -> list[checks.CheckMessage]:
 def transaction_problems(where: str, database: str) -> list[checks.CheckMessage]:
     """A warning when DATABASES[database] lacks the transaction setting leased needs of its vendor."""
     connection = connections[database]
-    if connection.vendor not in _TRANSACTION_SETTINGS:
+    dialect = dialect_named(connection.vendor)
+    setting = _transaction_setting(dialect.capabilities) if dialect is not None else None
+    if setting is None:
         return []
-    key, wanted, why, check_id = _TRANSACTION_SETTINGS[connection.vendor]
+    key, wanted, why, check_id = setting
     value = (connection.settings_dict.get("OPTIONS") or {}).get(key)
     if isinstance(value, str) and value.lower() == wanted.lower():
         return []

@@ -15,7 +15,14 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from leased.backends import dialect_named
 from leased.jobs import Attempt as AttemptValue, Job as JobValue, JobStatus, Outcome, Progress, with_running_attempt
+
+
+def _typed(connection: Any) -> bool:
+    """Whether the database stores times and JSON in types of its own (Capabilities.typed_times_and_json)."""
+    dialect = dialect_named(connection.vendor)
+    return dialect is not None and dialect.capabilities.typed_times_and_json
 
 
 class LeasedTimeField(models.Field):
@@ -25,7 +32,7 @@ class LeasedTimeField(models.Field):
         return "FloatField"  # keeps Django's SQLite datetime converter away from the epoch floats
 
     def db_type(self, connection: Any) -> str:
-        return "timestamptz" if connection.vendor == "postgresql" else "REAL"
+        return "timestamptz" if _typed(connection) else "REAL"
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> datetime | None:
         if value is None:
@@ -37,7 +44,7 @@ class LeasedTimeField(models.Field):
         return value.astimezone(UTC)
 
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
-        if isinstance(value, datetime) and connection.vendor != "postgresql":
+        if isinstance(value, datetime) and not _typed(connection):
             return (value if timezone.is_aware(value) else timezone.make_aware(value)).timestamp()
         return value
 
@@ -46,7 +53,7 @@ class LeasedJSONField(models.TextField):
     """JSON as leased stores it: text on SQLite and MariaDB; PostgreSQL's json, which psycopg decodes itself."""
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
-        return json.loads(value) if value is not None and connection.vendor != "postgresql" else value
+        return json.loads(value) if value is not None and not _typed(connection) else value
 
 
 class Job(models.Model):

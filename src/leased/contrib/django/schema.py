@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from leased.backends import migrator
+from leased.backends import dialect_named, migrator
 
 # Dropping, for `manage.py migrate leased zero`: children first.
 LEASED_TABLES = ("leased_due", "leased_durable_steps", "leased_dependencies", "leased_steps", "leased_workflows",
@@ -34,9 +34,6 @@ def apply_leased_migrations(up_to: int) -> Callable[[Any, Any], None]:
 def drop_leased_tables(apps: Any, schema_editor: Any) -> None:
     for table in LEASED_TABLES:
         schema_editor.execute(f"DROP TABLE IF EXISTS {schema_editor.quote_name(table)}")
-    if schema_editor.connection.vendor == "postgresql":  # what else migrations 0018, 0020 and 0021 made
-        schema_editor.execute("DROP SEQUENCE IF EXISTS leased_due_current, leased_reclaim_turn_at")
-        schema_editor.execute("DROP FUNCTION IF EXISTS leased_due_generation_for, leased_due_inserted, "
-                              "leased_due_changed, leased_rotate_due, leased_reclaim_turn, leased_due_truncated, "
-                              "leased_mend_due, leased_due_generation_holds_a_job, leased_truncate_drained_due, "
-                              "leased_refused_row")
+    dialect = dialect_named(schema_editor.connection.vendor)
+    for statement in dialect.drop_after_tables if dialect is not None else ():
+        schema_editor.execute(statement)

@@ -43,16 +43,18 @@ def _heard(listener: Listener, queue_name: str, timeout: float = 30.0) -> bool:
 def a_listener_hears_of_jobs_due_now(make: MakeBackend) -> None:
     """Jobs due now reach a live worker's listener: those the backend wrote itself at their
     commit, those written on a caller's connection once the caller calls wake() after committing.
-    A backend without wake-ups (listener() is None) is polled, and passes this."""
+    A backend without wake-ups (listener() is None) is polled, and says why in its polling_reason."""
     backend = make()
     listener = backend.listener()
     if listener is None:
+        assert backend.polling_reason, "a backend that gives no wake-ups says why, for the worker's log"
         backend.wake(["mail"])  # nobody to tell: does nothing
         return
+    assert backend.polling_reason is None, "a backend that gives wake-ups gives no reason to poll"
     try:
         listener.wait(0.01)  # a listener may start listening at its first wait, as a worker's does
         # The worker's row says where it listens, as the engine announces it (a port, if it has one).
-        register(backend, "w1", host=socket.gethostname(), wake_port=getattr(listener, "port", None))
+        register(backend, "w1", host=socket.gethostname(), wake_port=listener.port)
         enqueue(backend, new_job(queue_name="mail"))
         assert _heard(listener, "mail"), "a job the backend wrote due now wakes the worker"
         with backend.attempt_transaction() as connection:
