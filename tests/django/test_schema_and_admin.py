@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import backend, close_leased_connections, db_alias, run_queued  # noqa: E402,F401  (fixtures)
+from djangotest import backend, close_leased_connections, db_alias, job_id, run_queued  # noqa: E402,F401  (fixtures)
 
 from conftest import mariadb_database, postgres_schema  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
@@ -82,7 +82,7 @@ def staff_client(db_alias) -> Client:
 def test_the_admin_lists_jobs_shows_attempts_and_retries_and_cancels(backend, staff_client, tmp_path):
     failed = tasks.flaky.using(max_attempts=1).enqueue(5, str(tmp_path / "attempts"))
     waiting = tasks.send_welcome.enqueue(1)
-    backend.app.cancel(int(waiting.id))
+    backend.app.cancel(job_id(waiting))
     pending = tasks.send_welcome.enqueue(2)
     run_queued(backend, queues=["default"])
 
@@ -90,17 +90,17 @@ def test_the_admin_lists_jobs_shows_attempts_and_retries_and_cancels(backend, st
     assert listing.status_code == 200
     assert "signups.tasks.flaky" in listing.text and "Retry the selected" in listing.text
 
-    page = staff_client.get(f"/admin/leased/job/{failed.id}/change/")
+    page = staff_client.get(f"/admin/leased/job/{job_id(failed)}/change/")
     assert page.status_code == 200
     assert "ConnectionError" in page.text and "attempt 1 failed" in page.text and "<details>" in page.text
     assert 'name="_save"' not in page.text  # read-only: actions change jobs, not forms
 
-    retried = staff_client.post("/admin/leased/job/", {"action": "retry_jobs", "_selected_action": [failed.id]},
+    retried = staff_client.post("/admin/leased/job/", {"action": "retry_jobs", "_selected_action": [job_id(failed)]},
                                 follow=True)
     assert "1 retried" in retried.text
     assert backend.get_result(failed.id).status == "READY"
     cancelled = staff_client.post("/admin/leased/job/", {
-        "action": "cancel_jobs", "_selected_action": [pending.id, waiting.id]}, follow=True)
+        "action": "cancel_jobs", "_selected_action": [job_id(pending), job_id(waiting)]}, follow=True)
     assert "1 cancelled" in cancelled.text and "only waiting, pending or running jobs" in cancelled.text
     assert backend.get_result(pending.id).errors[0].exception_class_path.endswith("TaskCancelled")
-    backend.app.cancel(int(failed.id))
+    backend.app.cancel(job_id(failed))
