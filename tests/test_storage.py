@@ -83,6 +83,19 @@ def test_finish_writes_a_batch_fenced_one_by_one(app, tasks):
     assert (app.get_job(one.id).status, app.get_job(two.id).result) == (JobStatus.RUNNING, 2)
 
 
+def test_an_end_in_another_workers_name_is_not_written_beside_the_holders_own(app, tasks):
+    # One batch with the holder's end and an intruder's for the same job and attempt: each is fenced
+    # on its whole lease, worker too. The shared sequence once counted the intruder's as written (and
+    # its job finished twice in throughput); the fused PostgreSQL finish said so too.
+    a, _ = tasks
+    a.enqueue()
+    (held,) = claim(app)
+    intruder = Lease(held.id, held.attempt, "intruder")
+    ends = [AttemptEnd(held.lease, Outcome.DONE, result_json="1"), AttemptEnd(intruder, Outcome.DONE, result_json="2")]
+    assert app.backend.finish(ends) == [True, False]
+    assert [(row.done, row.failed) for row in app.backend.throughput(3600.0)] == [(1, 0)]
+
+
 def test_concurrent_claimers_never_share_a_job(app, tasks):
     a, _ = tasks
     ids = {a.enqueue(n).id for n in range(60)}
