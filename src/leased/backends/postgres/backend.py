@@ -31,12 +31,13 @@ from leased.backends.postgres.horizon import old_transactions
 from leased.backends.postgres.listener import Listener
 from leased.backends.postgres.pruning import pruning_lock
 from leased.backends.postgres.queries import MIGRATIONS, MIGRATOR, QUERIES, decoded, run_at, utc
-from leased.backends.postgres.url import connect_kwargs, described, own_parameters, parsed
+from leased.backends.postgres.url import connect_kwargs, described, listen_target, own_parameters, parsed
 from leased.backends.sql.async_drivers import asyncpg_identity, enqueue_asyncpg
 from leased.backends.sql.callers import type_name, wrong_connection
 from leased.backends.sql.enqueue import insert_statement
 from leased.backends.sql.scripts import schema_problem
 from leased.backends.sql.store import SQLStore
+from leased.backends.sql.writes import SharedSequence, Writes
 from leased.clock import Clock
 from leased.errors import ConfigurationError
 from leased.jobs import ClaimedJob, Job, Lease, NewJob, Outcome
@@ -59,18 +60,15 @@ class PostgresBackend(SQLStore):
         url, own = own_parameters(url)
         params = parsed(url, "PostgreSQL URL")
         self._where = described(params)
-        # A direct connection for LISTEN, when the URL goes through a pooler.
-        self._listen_url = own.get("listen_url")
-        if self._listen_url is not None:
-            listen_params = parsed(self._listen_url, "listen_url in the PostgreSQL URL")
-            self._listen_where = f"{described(listen_params)} (listen_url)"
-            self._listen_kwargs = connect_kwargs(listen_params)
+        self._listen = listen_target(own)  # a direct connection for LISTEN, when the URL goes through a pooler
         self.connections = PostgresConnections(url, connect_kwargs(params), self._where, min_connections,
                                                max_connections)
         self._handlers = HandlerConnections(self.connections)
         # The write verbs in one statement each, or (fused=False) the shared sequence of statements.
-        self.writes = FusedWrites(self.connections, self) if fused else None
-        self.claims = PostgresClaims(self.connections, self._claimed, FusedWrites(self.connections, self).reclaim_expired_steps)
+        fused_writes = FusedWrites(self.connections, self)
+        self.writes: Writes = fused_writes if fused else SharedSequence(self)
+        # The claim's reclaim is one statement whatever the writes: the steps it leaves, the fused way.
+        self.claims = PostgresClaims(self.connections, self._claimed, fused_writes.reclaim_expired_steps)
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self._where})"
@@ -95,15 +93,16 @@ class PostgresBackend(SQLStore):
         if not self.connections.pools.pooled():
             return Listener(self.connections.url, self.connections.connect_kwargs, QUERIES["wake_channel"],
                             self._where)
-        if self._listen_url is None:
+        if self._listen is None:
             return None  # see polling_reason
-        return Listener(self._listen_url, self._listen_kwargs, QUERIES["wake_channel"], self._listen_where,
+        listen_url, listen_kwargs, listen_where = self._listen
+        return Listener(listen_url, listen_kwargs, QUERIES["wake_channel"], listen_where,
                         expected=self.connections.reached_now, identity_query=QUERIES["connection_identity"])
 
     @property
     def polling_reason(self) -> str | None:
         """Why this backend gives no wake-ups (listener() is None), in a line; None when it does."""
-        if self.connections.pools.pooled() and self._listen_url is None:
+        if self.connections.pools.pooled() and self._listen is None:
             return (f"{self._where} is reached through a pooler (PgBouncer?), where LISTEN cannot work; "
                     "add listen_url=<a direct URL> to the database URL for push wake-ups")
         return None
@@ -114,83 +113,56 @@ class PostgresBackend(SQLStore):
     def pruning(self) -> AbstractContextManager[bool]:
         return pruning_lock(self.connections)
 
-    # The runtime: the claim, and the write verbs in one statement each (fused.py).
+    # The runtime: the claim, and the write verbs: fused (fused.py), or the shared sequence.
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         return self.claims.claim(request)
 
     def renew(self, leases: Sequence[Lease], wait_seconds: float | None = None,
               progress: Mapping[Lease, str] | None = None) -> set[Lease]:
-        if self.writes is None:
-            return super().renew(leases, wait_seconds, progress)
         return self.writes.renew(leases, wait_seconds, progress)
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
-        if self.writes is None:
-            return super().finish(ends)
         return self.writes.finish(ends)
 
     def _finish_on(self, connection: psycopg.Connection[Any], ends: Sequence[AttemptEnd], prepared: Any = None,
                    held: Any = None, counted_as: str | None = None) -> tuple[list[bool], set[str]]:
-        if self.writes is None:
-            return super()._finish_on(connection, ends, prepared, held, counted_as)
         return self.writes.finish_on(connection, ends, counted_as)
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:
-        if self.writes is None:
-            return super().release(leases, outcome, message, explains_expiry)
         self.writes.release(leases, outcome, message, explains_expiry)
 
     def reclaim_expired(self, skip_if_done_within: float | None = None) -> int:
-        if self.writes is None:
-            reclaimed = super().reclaim_expired(skip_if_done_within)
-            with self.connections.connection() as connection:
-                rotate_due(connection)  # as the fused reclaim does after its statement
-            return reclaimed
-        return self.writes.reclaim_expired(skip_if_done_within)
+        reclaimed = self.writes.reclaim_expired(skip_if_done_within)
+        # Once a second per worker, its turn at the reclaim or not (see rotate_due).
+        with self.connections.connection() as connection:
+            rotate_due(connection)
+        return reclaimed
 
     def bury_workers(self, id_prefix: str, how: str) -> int:
-        if self.writes is None:
-            return super().bury_workers(id_prefix, how)
         return self.writes.bury_workers(id_prefix, how)
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
-        if self.writes is None:
-            return super().retry_failed(task_name, queue_name)
         return self.writes.retry_failed(task_name, queue_name)
 
     def retry(self, job_id: int) -> Job:
-        if self.writes is None:
-            return super().retry(job_id)
         return self.writes.retry(job_id)
 
     def cancel(self, job_id: int) -> Job:
-        if self.writes is None:
-            return super().cancel(job_id)
         return self.writes.cancel(job_id)
 
     def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
-        if self.writes is None:
-            return super().cancel_pending(task_name, queue_name)
         return self.writes.cancel_pending(task_name, queue_name)
 
     def pause_queue(self, queue_name: str) -> bool:
-        if self.writes is None:
-            return super().pause_queue(queue_name)
         return self.writes.pause_queue(queue_name)
 
     def resume_queue(self, queue_name: str) -> bool:
-        if self.writes is None:
-            return super().resume_queue(queue_name)
         return self.writes.resume_queue(queue_name)
 
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
-        if self.writes is None:
-            return super().prune_batch(rule, limit)
         return self.writes.prune_batch(rule, limit)
 
     def fold_throughput(self, older_than_seconds: float) -> int:
-        if self.writes is None:
-            return super().fold_throughput(older_than_seconds)
         return self.writes.fold_throughput(older_than_seconds)
 
     def set_queue_limit(self, limit: QueueLimit) -> None:

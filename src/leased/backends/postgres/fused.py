@@ -21,7 +21,7 @@ from psycopg.rows import dict_row
 
 from leased.admin import WORKER_GONE_AFTER
 from leased.backends.ports import AttemptEnd, PruneRule
-from leased.backends.postgres.claims import reclaim_params, rotate_due
+from leased.backends.postgres.claims import reclaim_params
 from leased.backends.postgres.connections import DictConnection, DictCursor, PostgresConnections, one
 from leased.backends.postgres.queries import QUERIES
 from leased.errors import InvalidTransition
@@ -136,7 +136,6 @@ class FusedWrites:
         with self._connections.connection() as connection:
             reclaimed = one(connection.execute(QUERIES["fused_reclaim_expired"],
                                            reclaim_params(steps=False, spacing=skip_if_done_within)))
-            rotate_due(connection)
         return reclaimed["n"] + (self.reclaim_expired_steps() if reclaimed["steps_left"] else 0)
 
     def bury_workers(self, id_prefix: str, how: str) -> int:

@@ -57,3 +57,13 @@ def connect_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     if "connect_timeout" not in params:
         kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
     return kwargs
+
+
+def listen_target(own: dict[str, str]) -> tuple[str, dict[str, Any], str] | None:
+    """The URL's listen_url (a direct connection for LISTEN, when the URL goes through a pooler):
+    the URL, its connection arguments and how it is named; None when it has none."""
+    url = own.get("listen_url")
+    if url is None:
+        return None
+    params = parsed(url, "listen_url in the PostgreSQL URL")
+    return url, connect_kwargs(params), f"{described(params)} (listen_url)"

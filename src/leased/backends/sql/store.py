@@ -83,7 +83,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
     def _job(self, row: Mapping[str, Any], history: tuple[Attempt, ...] = ()) -> Job:
         return job_from_row(row, self._to_time, self._from_json, history)
 
-    def _claimed(self, rows: list[Mapping[str, Any]]) -> list[ClaimedJob]:
+    def _claimed(self, rows: Sequence[Mapping[str, Any]]) -> list[ClaimedJob]:
         return claimed_from_rows(rows, self._to_time, self._from_json)
 
     # Enqueue: the one algorithm, answered by this dialect's two steps.
