@@ -208,7 +208,7 @@ def test_a_left_due_row_claims_only_the_job_it_was_written_for(postgres_app):
     reused = app.tasks["t"].using(queue_name="sleepy").enqueue_many([()] * 3)
     assert [job.id for job in reused] == [job.id for job in sleepy]
     noop = app.tasks["t"].using(queue_name="noop").enqueue()
-    app.backend._due_set_mended = True  # this worker's first claim is past: the claim alone must cope
+    app.backend.claims.due_set_mended = True  # this worker's first claim is past: the claim alone must cope
     claimed = app.backend.claim(ClaimRequest("w", TASKS, ("noop",), 10))
     assert [job.id for job in claimed] == [noop.id]  # not the sleepy jobs the left rows' ids now name
     assert raw_scalar(app, "SELECT count(*) FROM leased_due WHERE queue_name = 'noop'") == 0
@@ -219,7 +219,7 @@ def test_a_claim_that_meets_left_rows_drops_them_claims_again_and_says_so(postgr
     gone = app.tasks["t"].using(priority=9).enqueue_many([()] * 25)
     postgres_without_triggers(app, f"DELETE FROM leased_jobs WHERE id <= {gone[-1].id}")
     healthy = app.tasks["t"].enqueue()
-    app.backend._due_set_mended = True  # as above: the claim alone must cope
+    app.backend.claims.due_set_mended = True  # as above: the claim alone must cope
     with caplog.at_level(logging.WARNING, logger="leased"):
         claimed = app.backend.claim(ClaimRequest("w", TASKS, None, 10))
     assert [job.id for job in claimed] == [healthy.id]  # in one call, though 25 left rows came first

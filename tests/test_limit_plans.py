@@ -13,7 +13,7 @@ import pytest
 
 
 from leased.backends.ports import ClaimRequest
-from leased.backends.postgres.backend import QUERIES as POSTGRES
+from leased.backends.postgres.queries import QUERIES as POSTGRES
 from leased.backends.sqlite.backend import QUERIES as SQLITE
 
 TASKS = ("sync", "plain")

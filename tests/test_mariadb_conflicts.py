@@ -19,7 +19,7 @@ from conftest import callers_connection, wait_for
 from leased import Leased
 from leased.backends.ports import ClaimRequest
 from leased.backends.sql import store
-from leased.backends.mariadb import backend as mariadb
+from leased.backends.mariadb import connections as mariadb_connections
 from leased.backends.mariadb import driver
 from leased.errors import DatabaseConflict
 
@@ -115,7 +115,7 @@ def test_a_claim_chosen_as_a_deadlock_victim_runs_again_and_claims(app):
 
 
 def test_a_conflict_that_persists_is_database_conflict_after_the_retries(app, monkeypatch):
-    monkeypatch.setattr(mariadb, "LOCK_WAIT_SECONDS", 1)  # the server's own timer, for new sessions
+    monkeypatch.setattr(mariadb_connections, "LOCK_WAIT_SECONDS", 1)  # the server's own timer, for new sessions
     monkeypatch.setattr(store, "CONFLICT_RETRIES", 2)
     app.backend.close()  # sessions made from here on wait one second for a lock
     _, second = _two_keyed_jobs(app)

@@ -7,7 +7,7 @@ import pytest
 
 from leased import Leased
 from leased.backends.ports import ClaimRequest
-from leased.backends.mariadb.backend import server_problem
+from leased.backends.mariadb.server import server_problem
 
 
 @pytest.mark.parametrize("version", ["8.0.36", "8.4.3", "9.1.0-commercial"])
@@ -35,7 +35,7 @@ def test_a_mysql_url_reaching_mariadb_works_as_mariadb_does(database_url):
 
     job = t.enqueue(1)
     assert [claimed.id for claimed in app.backend.claim(ClaimRequest("w", ("t",), None, 5))] == [job.id]
-    assert app.backend._server_checked
+    assert app.backend.connections.server_checked
     app.close()
 
 
@@ -63,7 +63,7 @@ def test_a_batch_past_max_allowed_packet_is_one_clear_error_with_nothing_written
     assert task.enqueue("after").id  # the app's connection still works
     # Where the size was not checked first (the estimate is short, say), the server's refusal is
     # the same error, and the connection it dropped is not used again.
-    app.backend._max_packet = None
+    app.backend.connections.max_packet = None
     with pytest.raises(PayloadError, match="max_allowed_packet.*nothing was written"):
         task.enqueue_many([(big,)] * (limit // 900_000 + 2))
     assert task.enqueue("again").id

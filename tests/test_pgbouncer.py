@@ -21,7 +21,7 @@ import pytest
 import pgbouncer
 from conftest import _POSTGRES_PROBLEM, POSTGRES_URL, REQUIRE_POSTGRES, wait_for
 from leased import Leased, Outcome
-from leased.backends.postgres.backend import _own_parameters
+from leased.backends.postgres.url import own_parameters
 from leased.errors import ConfigurationError
 from leased.testing import advance
 
@@ -182,9 +182,9 @@ def test_the_clock_seam_is_refused_through_a_pooler(transaction_bouncer):
 
 def test_leased_url_parameters_are_taken_out_and_the_rest_kept_byte_for_byte():
     url = "postgresql://u@h:6432/db?options=-c%20a%3Db+c&listen_url=postgresql%3A%2F%2Fu%40d%2Fdb&sslmode=disable"
-    assert _own_parameters(url) == ("postgresql://u@h:6432/db?options=-c%20a%3Db+c&sslmode=disable",
+    assert own_parameters(url) == ("postgresql://u@h:6432/db?options=-c%20a%3Db+c&sslmode=disable",
                                     {"listen_url": "postgresql://u@d/db"})
-    assert _own_parameters("postgresql://u@h/db?sslmode=disable") == ("postgresql://u@h/db?sslmode=disable", {})
+    assert own_parameters("postgresql://u@h/db?sslmode=disable") == ("postgresql://u@h/db?sslmode=disable", {})
 
 
 def test_a_producers_own_connection_through_the_pooler_enqueues_in_its_transaction(transaction_bouncer):

@@ -7,7 +7,7 @@ import re
 from contextlib import contextmanager
 
 from leased.backends.mariadb.backend import QUERIES as MARIADB
-from leased.backends.postgres.backend import QUERIES as POSTGRES
+from leased.backends.postgres.queries import QUERIES as POSTGRES
 from leased.backends.sqlite.backend import QUERIES as SQLITE
 
 HISTORY = 20_000
@@ -104,7 +104,7 @@ def test_the_reclaim_reads_the_running_jobs_once(app, backend_name):
             "CASE WHEN i %% 100 = 0 THEN 'running' ELSE 'done' END, 1, 3, 30, 'w', now() - interval '1 minute', "
             "now() FROM generate_series(1, %s) AS i", (HISTORY,))
         connection.execute("ANALYZE leased_jobs")
-        (plan,) = connection.execute("EXPLAIN (FORMAT JSON) " + POSTGRES["reclaim_expired"],
+        (plan,) = connection.execute("EXPLAIN (FORMAT JSON) " + POSTGRES["fused_reclaim_expired"],
                                      {"steps": False, "spacing": 1.0, "silent_after": 15.0, "buried_prefix": None,
                                       "buried_how": None}).fetchone()
     nodes = list(_plan_nodes(plan[0]["Plan"]))
@@ -204,11 +204,11 @@ def test_postgres_writes_of_a_batch_do_work_linear_in_the_batch(app, backend_nam
                 "outcomes": ["done"] * batch, "error_types": [None] * batch, "error_messages": [None] * batch,
                 "tracebacks": [None] * batch, "progress": [None] * batch, "handler_outlived_limits": [False] * batch,
                 "counted_as": None}
-        for name, params in [("renew", {"job_ids": ids, "attempts": [1] * batch, "progress": [None] * batch,
-                                        "worker_id": "w"}),
-                             ("release", {"job_ids": ids, "attempts": [1] * batch, "worker_id": "w",
-                                          "outcome": "shutdown", "message": None}),
-                             ("finish", ends)]:
+        for name, params in [("fused_renew", {"job_ids": ids, "attempts": [1] * batch, "progress": [None] * batch,
+                                              "worker_id": "w"}),
+                             ("fused_release", {"job_ids": ids, "attempts": [1] * batch, "worker_id": "w",
+                                                "outcome": "shutdown", "message": None}),
+                             ("fused_finish", ends)]:
             work = _rows_through_generic_plan(connection, POSTGRES[name], params)
             assert work < 40 * batch, (name, work)
 
@@ -468,7 +468,7 @@ def test_postgres_sessions_never_compile_a_statement(app, backend_name):
         return  # no JIT elsewhere
     app.counts()
     for for_claims in (False, True):
-        with app.backend._connection(for_claims=for_claims) as connection:
+        with app.backend.connections.connection(for_claims=for_claims) as connection:
             assert connection.execute("SHOW jit").fetchone()["jit"] == "off"
 
 

@@ -102,7 +102,7 @@ def test_a_claim_that_waited_for_a_connection_keeps_its_whole_lease(url):
         return "ran"
 
     job = brief.enqueue()
-    pool = backend._open_claims_pool()
+    pool = backend.connections.pools.open_claims_pool()
     held = [pool.getconn() for _ in range(pool.max_size)]
     try:
         with running_worker(app):

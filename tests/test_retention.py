@@ -180,7 +180,7 @@ def test_a_prune_batch_reads_the_finished_index_not_the_table(app, backend_name)
         return
     import psycopg
 
-    from leased.backends.postgres.backend import QUERIES
+    from leased.backends.postgres.queries import QUERIES
 
     with psycopg.connect(app.database_url, autocommit=True) as connection:
         connection.execute(
@@ -188,7 +188,7 @@ def test_a_prune_batch_reads_the_finished_index_not_the_table(app, backend_name)
             "SELECT 't', 'default', 'done', 3, 30, now() FROM generate_series(1, 20000)")
         connection.execute("ANALYZE leased_jobs")
         plan = "\n".join(row[0] for row in connection.execute(
-            "EXPLAIN " + QUERIES["prune_batch"], {"status": "done", "older_than": 3600.0, "task_names": None,
+            "EXPLAIN " + QUERIES["fused_prune_batch"], {"status": "done", "older_than": 3600.0, "task_names": None,
                                                   "except_task_names": [], "limit": 1000}))
     assert "leased_jobs_finished" in plan and "Seq Scan on leased_jobs" not in plan, plan
 

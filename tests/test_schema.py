@@ -64,7 +64,8 @@ def _query_names(code: str) -> set[str]:
 def _shared_code_of(backend_class: type, own: str) -> str:
     """The shared body's code that this dialect runs: its public methods that the dialect does not
     override (a verb it does in one statement of its own names other queries) or calls through
-    super(), and the private helpers that code, or the dialect's own, calls."""
+    super() or the shared sequence of write verbs, and the private helpers that code, or the
+    dialect's own, calls."""
     from leased.backends.sql.store import SQLStore
 
     shared = [cls for cls in SQLStore.__mro__ if cls.__module__.startswith("leased.backends.")]
@@ -73,7 +74,14 @@ def _shared_code_of(backend_class: type, own: str) -> str:
     # What the dialect calls through super() runs too, though the dialect overrides it.
     inherited |= {name: getattr(cls, name) for name in re.findall(r"super\(\)\.(\w+)\(", own)
                   for cls in shared if name in vars(cls)}
-    reached = {name for name in inherited if not name.startswith("_")}
+    # What it runs through the shared sequence of the write verbs (sql/writes.py) runs too.
+    sequence = set()
+    if "SharedSequence" in own:
+        from leased.backends.sql import writes
+
+        sequence = set(re.findall(r"SQLStore\.(\w+)\(", inspect.getsource(writes)))
+        inherited |= {name: getattr(SQLStore, name) for name in sequence}
+    reached = {name for name in inherited if not name.startswith("_")} | sequence
     while True:
         code = "".join(inspect.getsource(inherited[name]) for name in sorted(reached))
         called = set(re.findall(r"self\.(_\w+)", own + code)) & set(inherited)

@@ -12,10 +12,10 @@ from leased.backends import connect
 from leased.backends.ports import Backend
 from leased.testing.conformance import CHECKS, Recorder, exercise
 
-# How each variant of a backend opens on a fresh database's URL. Where a database's backend does
-# some verbs two ways (PostgreSQL's one-statement verbs, and the sequence the others share), each
-# way is a variant here, and the whole suite runs on each. A variant that does not apply to the
-# database gives None for it, and its tests skip there.
+# How each variant of a backend opens on a fresh database's URL; the whole suite runs on each. A
+# variant that does not apply to the database gives None for it, and its tests skip there.
+# PostgreSQL's second form of its write verbs (the shared sequence, beside its one-statement verbs)
+# runs the suite in test_postgres_fused.py, on PostgreSQL alone.
 VARIANTS: dict[str, Callable[[str], Backend | None]] = {"connect": connect}
 
 

@@ -111,7 +111,7 @@ _DRIVERS = installed_drivers()
 _BY_CONNECTION_CLASS = {driver.connection_class: driver for driver in _DRIVERS}
 
 
-def _classes(name: str) -> tuple[type, ...]:
+def _classes(name: str) -> tuple[type[Exception], ...]:
     """The exception class `name` (a DB-API name) of every installed driver: a caller's connection
     may come from the other one."""
     return tuple(getattr(driver.module, name) for driver in _DRIVERS)

@@ -13,6 +13,7 @@ A promoted standby shows three kinds of trouble, each an outage to wait out, nev
 from __future__ import annotations
 
 import logging
+from typing import Any
 import re
 import select
 import weakref
@@ -92,9 +93,9 @@ class OwnPoolWarnings(logging.Filter):
     def __init__(self, pool_names: tuple[str, ...]):
         super().__init__()
         self._pool_names = pool_names
-        self._connections: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+        self._connections: weakref.WeakSet[psycopg.Connection[Any] | psycopg.AsyncConnection[Any]] = weakref.WeakSet()
 
-    def adopt(self, connection: psycopg.Connection) -> None:
+    def adopt(self, connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
         """A connection one of leased's pools made."""
         self._connections.add(connection)
 

@@ -130,7 +130,7 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), seen AS (
-    -- Each job found by its primary key alone (see finish): without statistics the planner would
+    -- Each job found by its primary key alone (see fused_finish): without statistics the planner would
     -- read the pending jobs' indexes of leased_jobs, the dead entries a held horizon keeps included.
     SELECT due.generation, due.priority, due.run_after, due.id,
            job.id IS NOT NULL AND job.refused IS NULL AS ready, job.refused,
@@ -180,9 +180,9 @@ SELECT * FROM leased_mend_due();
 -- transaction holds the horizon back; and an idle queue truncates nothing.
 SELECT leased_rotate_due(65536, 1000) AS rotated;
 
--- name: renew
--- Rows are locked in id order, as finish and release lock them: writers that take many rows in
--- different orders deadlock. Each is found by its primary key alone (see finish). :progress is
+-- name: fused_renew
+-- Rows are locked in id order, as fused_finish and fused_release lock them: writers that take many rows in
+-- different orders deadlock. Each is found by its primary key alone (see fused_finish). :progress is
 -- each attempt's latest report since the renewal before (TaskContext.progress), NULL if none: it
 -- rides on the renewal, a column no index reads, so the update stays HOT.
 WITH held AS (
@@ -210,7 +210,7 @@ WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s 
   AND lease_expires_at > leased_now() + (statement_timestamp() - now())
 FOR UPDATE;
 
--- name: finish
+-- name: fused_finish
 -- A batch of attempts' ends in one statement, each fenced on its lease: an end whose lease was
 -- lost (expired and reclaimed, cancelled) matches no held row and writes nothing.
 WITH ends AS (
@@ -282,13 +282,13 @@ WITH ends AS (
         handler_outlived_limit = excluded.handler_outlived_limit
     WHERE a.outcome IS NULL
 )
-SELECT id, attempt, status, workflow_id FROM finished;
+SELECT id, attempt, status, workflow_id, worker_id FROM finished;
 
--- name: release
+-- name: fused_release
 WITH given AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS given (id, attempt)
 ), held AS (
-    -- Found by primary key alone and locked in id order (see finish).
+    -- Found by primary key alone and locked in id order (see fused_finish).
     SELECT job.id, job.attempt, job.attempt_started_at, job.progress
     FROM (SELECT * FROM given ORDER BY id) AS given
     CROSS JOIN LATERAL (SELECT id, attempt, status, lease_owner, attempt_started_at, progress FROM leased_jobs
@@ -310,12 +310,12 @@ ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_message = excluded.error_message
 WHERE a.outcome IS NULL;
 
--- name: reclaim_expired
+-- name: fused_reclaim_expired
 -- SKIP LOCKED: a row another reclaimer or a finishing worker holds is theirs to settle; waiting
 -- on it could deadlock two reclaimers that lock the same rows in different orders.
 -- With steps false, a workflow's step on its last attempt is left out: it fails, and its failure
 -- settles its children (backends/sql/workflows.py), which a transaction of its own does with
--- steps true (reclaim_expired_steps in backend.py); steps_left says whether any waits for it.
+-- steps true (reclaim_expired_steps in fused.py); steps_left says whether any waits for it.
 -- The running jobs are read once (lapsed), and only the few whose lease lapsed are locked, by
 -- primary key: while a transaction elsewhere holds the vacuum horizon back, leased_jobs_leases
 -- keeps an entry for every job claimed since, and each is a visit to the table (a second read
@@ -490,7 +490,7 @@ SELECT j.queue_name, j.status, count(*) AS n
 FROM unnest(%(ids)s::bigint[]) AS probe (id) JOIN leased_jobs AS j ON j.id = probe.id
 GROUP BY j.queue_name, j.status;
 
--- name: retry
+-- name: fused_retry
 -- A retried job is due now: it wakes listening workers on enqueue's channel, at commit, so that
 -- a retry from the CLI or the dashboard starts at once rather than at the workers' next poll.
 WITH retried AS (
@@ -503,7 +503,7 @@ WITH retried AS (
 )
 SELECT retried.*, pg_notify(left('leased.' || current_schema(), 63), retried.queue_name) AS woke FROM retried;
 
--- name: cancel
+-- name: fused_cancel
 WITH target AS (
     SELECT id, status, attempt, lease_owner, attempt_started_at FROM leased_jobs
     WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
@@ -569,7 +569,7 @@ SELECT queue_name, sum(done)::bigint AS done, sum(failed)::bigint AS failed FROM
 WHERE minute >= date_trunc('minute', leased_now() - make_interval(secs => %(window_seconds)s::float8))
 GROUP BY queue_name;
 
--- name: retry_failed
+-- name: fused_retry_failed
 -- Wakes listening workers once per queue with a retried job, as retry does.
 WITH retried AS (
     UPDATE leased_jobs
@@ -670,7 +670,7 @@ SELECT count(*) AS n FROM (
     LIMIT %(limit)s
 ) AS ahead;
 
--- name: cancel_pending
+-- name: fused_cancel_pending
 -- Every pending job (of one task, or queue) cancelled at once. Pending jobs are never leased: no
 -- handler is running, and no attempt record is written.
 WITH cancelled AS (
@@ -723,7 +723,7 @@ SELECT set_config('leased.clock_offset', %(offset)s, false);
 SELECT extract(epoch FROM pg_postmaster_start_time()) AS started, current_setting('port') AS port,
        current_database() AS database, to_regclass('leased_jobs')::oid AS jobs_table;
 
--- name: explain_expired
+-- name: fused_explain_expired
 -- A worker's own account of why it let leases lapse replaces the reclaimer's guess that it
 -- "stopped renewing": on the attempts that expiry closed, and on their jobs while no later
 -- attempt has begun.
@@ -951,13 +951,13 @@ DELETE FROM leased_queue_limits WHERE queue_name = %(queue_name)s;
 SELECT * FROM leased_queue_limits ORDER BY queue_name;
 -- Pausing queues, and pruning finished jobs (migration 0003).
 
--- name: pause_queue
+-- name: fused_pause_queue
 -- Returns the queue only if this paused it (it was not paused already).
 INSERT INTO leased_queues AS q (queue_name, paused_at) VALUES (%(queue_name)s, leased_now())
 ON CONFLICT (queue_name) DO UPDATE SET paused_at = leased_now() WHERE q.paused_at IS NULL
 RETURNING queue_name;
 
--- name: resume_queue
+-- name: fused_resume_queue
 -- Wakes listening workers at commit, as a job due now does.
 UPDATE leased_queues SET paused_at = NULL WHERE queue_name = %(queue_name)s AND paused_at IS NOT NULL
 RETURNING queue_name, pg_notify(left('leased.' || current_schema(), 63), queue_name);
@@ -979,7 +979,7 @@ SELECT pg_try_advisory_xact_lock(1818583405, hashtext(current_schema())) AS lock
 -- name: prune_unlock
 SELECT pg_advisory_unlock(1818583405, hashtext(current_schema()));
 
--- name: prune_batch
+-- name: fused_prune_batch
 -- One batch of a rule's finished jobs in one statement: picked oldest first through the
 -- finished_at index (a pass with nothing to delete reads only the rows past the cutoff), locked
 -- with SKIP LOCKED (a row someone is retrying is theirs; a row that stopped matching, retried
@@ -1015,7 +1015,7 @@ WHERE finished_at < leased_now() - make_interval(secs => %(older_than)s::float8)
 -- name: prune_throughput
 DELETE FROM leased_throughput WHERE minute < leased_now() - make_interval(secs => %(older_than)s::float8);
 
--- name: fold_throughput
+-- name: fused_fold_throughput
 -- The workers' own count rows (migration 0011) of minutes older than :older_than, summed into one
 -- row per minute, queue and task (worker_id ''): the sums the readers see are unchanged, and a
 -- month of minutes keeps a row per queue and task however many workers ran. Workers count into
@@ -1242,19 +1242,25 @@ ORDER BY id
 FOR UPDATE;
 
 -- name: record_attempts
--- Records of running attempts a workflow's cancel ends (the other verbs write theirs in their
--- own statements). :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type,
--- error_message, traceback], fenced on the lease as the rest.
+-- An attempt's record, written once as it ends, from what the claim wrote in the job row: before
+-- the job row's own end, in its transaction (a workflow's cancel, and the shared sequence's verbs;
+-- the fused ones write theirs in their own statements). :ends is a JSON array of [job_id, attempt,
+-- worker_id, outcome, error_type, error_message, traceback, progress, handler_outlived_limit (0 or
+-- 1; absent: not known)], fenced on the lease as the rest; untold progress is the attempt's latest
+-- report, as its last renewal wrote it.
 INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                                  error_message, traceback)
+                                  error_message, traceback, progress, handler_outlived_limit)
 SELECT job.id, job.attempt, job.lease_owner, coalesce(job.attempt_started_at, leased_now()), leased_now(),
-       e ->> 3, e ->> 4, e ->> 5, e ->> 6
+       e ->> 3, e ->> 4, e ->> 5, e ->> 6,
+       coalesce(e ->> 7, CASE WHEN job.progress LIKE '%%"attempt": ' || job.attempt || '}' THEN job.progress END),
+       (e ->> 8)::int::boolean
 FROM jsonb_array_elements(%(ends)s::jsonb) AS ends (e)
 JOIN leased_jobs AS job ON job.id = (e ->> 0)::bigint
 WHERE job.attempt = (e ->> 1)::int AND job.lease_owner = e ->> 2 AND job.status = 'running'
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
-    error_message = excluded.error_message, traceback = excluded.traceback
+    error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress,
+    handler_outlived_limit = excluded.handler_outlived_limit
 WHERE a.outcome IS NULL;
 
 -- name: cancel_unfinished_steps
@@ -1333,3 +1339,230 @@ VALUES (%(job_id)s, %(name)s, %(attempt)s, %(result)s::json,
 -- name: durable_steps
 SELECT name, attempt, result, started_at, finished_at FROM leased_durable_steps
 WHERE job_id = %(job_id)s ORDER BY started_at, name;
+
+-- The shared sequence (backends/sql/): the write verbs as the named statements of one transaction,
+-- as SQLite and MariaDB run them. A PostgresBackend runs its fused_* statements instead (fused.py),
+-- and these when built with fused=False, as the conformance suite builds one so that the two never
+-- drift (tests/test_postgres_fused.py). Leases, ends and counts come as JSON arrays (jsonb), as the
+-- shared code writes them, in job id order; rows are locked in that order, as the fused ones are.
+
+-- name: renew
+WITH held AS (
+    SELECT job.id FROM leased_jobs AS job
+    JOIN jsonb_array_elements(%(leases)s::jsonb) AS given (l)
+      ON job.id = (l ->> 0)::bigint AND job.attempt = (l ->> 1)::int
+    WHERE job.status = 'running' AND job.lease_owner = %(worker_id)s::text AND job.lease_expires_at > leased_now()
+    ORDER BY job.id
+    FOR UPDATE OF job
+)
+UPDATE leased_jobs AS job
+SET lease_expires_at = leased_now() + make_interval(secs => job.lease_seconds)
+FROM held
+WHERE job.id = held.id;
+
+-- name: record_progress
+-- :progress is a JSON array of [job_id, attempt, progress] (TaskContext.progress), with a renewal.
+UPDATE leased_jobs AS job
+SET progress = r ->> 2
+FROM jsonb_array_elements(%(progress)s::jsonb) AS reported (r)
+WHERE job.id = (r ->> 0)::bigint AND job.attempt = (r ->> 1)::int AND job.lease_owner = %(worker_id)s::text
+  AND job.status = 'running';
+
+-- name: held_leases
+-- Of the given leases, those the worker holds unexpired: after renew, the ones it renewed.
+SELECT job.id, job.attempt FROM leased_jobs AS job
+JOIN jsonb_array_elements(%(leases)s::jsonb) AS given (l)
+  ON job.id = (l ->> 0)::bigint AND job.attempt = (l ->> 1)::int
+WHERE job.status = 'running' AND job.lease_owner = %(worker_id)s::text AND job.lease_expires_at > leased_now();
+
+-- name: leases_to_finish
+-- Of the given leases, those the worker still holds, expired or not, locked: the ends finish may write.
+SELECT job.id, job.attempt, job.queue_name, job.task_name, job.workflow_id FROM leased_jobs AS job
+JOIN jsonb_array_elements(%(leases)s::jsonb) AS given (l)
+  ON job.id = (l ->> 0)::bigint AND job.attempt = (l ->> 1)::int
+WHERE job.status = 'running' AND job.lease_owner = %(worker_id)s::text
+ORDER BY job.id
+FOR UPDATE OF job;
+
+-- name: finish
+-- :ends is a JSON array of [job_id, attempt, worker_id, status, result, last_error, retry_in_seconds,
+-- progress, outcome]; each end is fenced on its lease, so one whose lease was lost matches nothing.
+UPDATE leased_jobs AS job
+SET status = e ->> 3,
+    result = (e ->> 4)::json,
+    last_error = coalesce(e ->> 5, job.last_error),
+    finished_at = CASE WHEN e ->> 3 = 'pending' THEN NULL ELSE leased_now() END,
+    run_after = CASE WHEN e ->> 3 = 'pending' THEN leased_now() + make_interval(secs => (e ->> 6)::float8)
+                     ELSE job.run_after END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    progress = coalesce(e ->> 7, job.progress),
+    crashes = job.crashes + (e ->> 8 IS NOT DISTINCT FROM 'crashed')::int
+FROM jsonb_array_elements(%(ends)s::jsonb) AS ends (e)
+WHERE job.id = (e ->> 0)::bigint AND job.attempt = (e ->> 1)::int AND job.lease_owner = e ->> 2
+  AND job.status = 'running';
+
+-- name: count_finished
+-- :counts is a JSON array of [queue_name, task_name, worker_id, done, failed], in key order.
+INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, done, failed)
+SELECT date_trunc('minute', leased_now()), c ->> 0, c ->> 1, c ->> 2, (c ->> 3)::int, (c ->> 4)::int
+FROM jsonb_array_elements(%(counts)s::jsonb) AS counts (c)
+ON CONFLICT (minute, queue_name, task_name, worker_id) DO UPDATE
+SET done = t.done + excluded.done, failed = t.failed + excluded.failed;
+
+-- name: release
+UPDATE leased_jobs AS job
+SET status = 'pending', run_after = leased_now(), lease_owner = NULL, lease_expires_at = NULL
+FROM jsonb_array_elements(%(leases)s::jsonb) AS given (l)
+WHERE job.id = (l ->> 0)::bigint AND job.attempt = (l ->> 1)::int AND job.status = 'running'
+  AND job.lease_owner = %(worker_id)s::text;
+
+-- name: explain_expired_jobs
+-- Run before explain_expired_attempts, whose rows it finds unexplained.
+UPDATE leased_jobs AS job
+SET last_error = 'lease expired: ' || %(message)s::text
+FROM leased_attempts AS a, jsonb_array_elements(%(leases)s::jsonb) AS given (l)
+WHERE a.job_id = (l ->> 0)::bigint AND a.attempt = (l ->> 1)::int AND a.worker_id = %(worker_id)s::text
+  AND a.outcome = 'expired' AND job.id = a.job_id AND job.attempt = a.attempt AND job.status <> 'running';
+
+-- name: explain_expired_attempts
+UPDATE leased_attempts AS a
+SET error_message = %(message)s::text
+FROM jsonb_array_elements(%(leases)s::jsonb) AS given (l)
+WHERE a.job_id = (l ->> 0)::bigint AND a.attempt = (l ->> 1)::int AND a.worker_id = %(worker_id)s::text
+  AND a.outcome = 'expired';
+
+-- name: expired_ids
+-- Expired leases, locked (rows a claim or another reclaimer holds are left to it), with what
+-- record_attempts needs: it writes the records before reclaim_expired clears the leases.
+SELECT id, attempt, lease_owner, queue_name, task_name, workflow_id, max_attempts, crashes, max_crashes,
+       EXISTS (SELECT FROM leased_workers AS w
+               WHERE w.id = job.lease_owner
+                 AND w.last_seen_at <= leased_now() - make_interval(secs => %(silent_after)s::float8)) AS gone
+FROM leased_jobs AS job
+WHERE status = 'running' AND lease_expires_at <= leased_now()
+ORDER BY id
+FOR UPDATE SKIP LOCKED;
+
+-- name: reclaim_expired
+-- The job's last error is its expired attempt's, just recorded; an attempt recorded as crashed
+-- adds to its crashes, and the crash that reaches max_crashes fails it as a poison job.
+UPDATE leased_jobs AS job
+SET status = CASE WHEN job.attempt >= job.max_attempts
+                       OR (a.outcome = 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN 'failed'
+                  ELSE 'pending' END,
+    finished_at = CASE WHEN job.attempt >= job.max_attempts
+                            OR (a.outcome = 'crashed' AND job.crashes + 1 >= job.max_crashes) THEN leased_now() END,
+    last_error = CASE WHEN a.outcome = 'crashed' AND job.crashes + 1 >= job.max_crashes
+                      THEN 'quarantined after ' || (job.crashes + 1)
+                           || CASE WHEN job.crashes = 0 THEN ' crash: ' ELSE ' crashes: ' END || a.error_message
+                      ELSE a.error_message END,
+    crashes = job.crashes + (a.outcome IS NOT DISTINCT FROM 'crashed')::int,
+    run_after = leased_now(),
+    lease_owner = NULL,
+    lease_expires_at = NULL
+FROM leased_attempts AS a
+WHERE a.job_id = job.id AND a.attempt = job.attempt AND job.id = ANY(%(job_ids)s::bigint[])
+  AND job.status = 'running';
+
+-- name: expire_leases_of
+-- Their leases end now, for the reclaim in the same transaction (bury_workers ended them already).
+UPDATE leased_jobs SET lease_expires_at = leased_now()
+WHERE status = 'running' AND left(lease_owner, length(%(prefix)s::text)) = %(prefix)s::text
+  AND lease_expires_at > leased_now();
+
+-- name: lock_for_retry
+SELECT id, queue_name, workflow_id FROM leased_jobs WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
+FOR UPDATE;
+
+-- name: retry
+-- A retried job is due now: it wakes listening workers at commit, as fused_retry does.
+WITH retried AS (
+    UPDATE leased_jobs
+    SET status = 'pending', run_after = leased_now(), finished_at = NULL,
+        max_attempts = greatest(max_attempts, attempt + 1), crashes = least(crashes, max_crashes - 1)
+    WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
+    RETURNING queue_name
+)
+SELECT pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke FROM retried;
+
+-- name: lock_for_cancel
+-- A running job's attempt and worker come along: its record is written before cancel clears them.
+SELECT id, attempt, lease_owner, status, workflow_id FROM leased_jobs
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
+FOR UPDATE;
+
+-- name: cancel
+UPDATE leased_jobs
+SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting');
+
+-- name: failed_to_retry
+SELECT id, queue_name, workflow_id FROM leased_jobs
+WHERE status = 'failed'
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
+ORDER BY id
+FOR UPDATE;
+
+-- name: pending_to_cancel
+-- A job a claim holds locked is waited for, and left out once claimed.
+SELECT id, attempt, workflow_id FROM leased_jobs
+WHERE status = 'pending'
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
+ORDER BY id
+FOR UPDATE;
+
+-- name: cancel_jobs
+UPDATE leased_jobs SET status = 'cancelled', finished_at = leased_now()
+WHERE id = ANY(%(job_ids)s::bigint[]) AND status = 'pending';
+
+-- name: ensure_queue
+INSERT INTO leased_queues (queue_name, paused_at) VALUES (%(queue_name)s, NULL)
+ON CONFLICT (queue_name) DO NOTHING;
+
+-- name: pause_queue
+-- Changes a row only if this paused the queue (it was not paused already).
+UPDATE leased_queues SET paused_at = leased_now() WHERE queue_name = %(queue_name)s AND paused_at IS NULL;
+
+-- name: resume_queue
+-- A row per queue resumed; wakes listening workers at commit, as fused_resume_queue does.
+WITH resumed AS (
+    UPDATE leased_queues SET paused_at = NULL WHERE queue_name = %(queue_name)s AND paused_at IS NOT NULL
+    RETURNING queue_name
+)
+SELECT queue_name, pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke FROM resumed;
+
+-- name: prunable_ids
+-- One batch of a rule's finished jobs, oldest first through the finished_at index, locked (a row
+-- someone is retrying is theirs). A workflow's step goes only once no step of its run can still run.
+SELECT id, workflow_id FROM leased_jobs
+WHERE finished_at < leased_now() - make_interval(secs => %(older_than)s::float8) AND status = %(status)s::text
+  AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+  AND task_name <> ALL(%(except_task_names)s::text[])
+  AND (workflow_id IS NULL OR NOT EXISTS (
+      SELECT 1 FROM leased_jobs AS step WHERE step.workflow_id = leased_jobs.workflow_id
+        AND step.status IN ('waiting', 'pending', 'running')))
+ORDER BY finished_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: delete_jobs
+-- Their attempts go with them (ON DELETE CASCADE); only finished rows.
+DELETE FROM leased_jobs WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('done', 'failed', 'cancelled');
+
+-- name: throughput_cutoff
+SELECT leased_now() - make_interval(secs => %(older_than)s::float8) AS cutoff;
+
+-- name: fold_throughput
+INSERT INTO leased_throughput AS t (minute, queue_name, task_name, worker_id, done, failed)
+SELECT minute, queue_name, task_name, '', sum(done), sum(failed) FROM leased_throughput
+WHERE minute < %(cutoff)s AND worker_id <> ''
+GROUP BY minute, queue_name, task_name
+ORDER BY minute, queue_name, task_name
+ON CONFLICT (minute, queue_name, task_name, worker_id) DO UPDATE
+SET done = t.done + excluded.done, failed = t.failed + excluded.failed;
+
+-- name: delete_folded
+DELETE FROM leased_throughput WHERE minute < %(cutoff)s AND worker_id <> '';

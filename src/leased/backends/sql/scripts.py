@@ -6,7 +6,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -59,7 +59,7 @@ def load_migrations(folder: Path) -> list[Migration]:
 MIGRATE_HINT = "run `leased migrate APP` (or app.migrate() in your code)"
 
 
-def schema_problem(applied: set[int], migrations: list[Migration], where: str,
+def schema_problem(applied: set[int], migrations: Sequence[Migration], where: str,
                    compatibility: Mapping[int, int] | None = None) -> str | None:
     """Why a database whose recorded versions are `applied` cannot run this leased, or None.
     One text for every entry point (worker, CLI, dashboard, producers), said in one line.

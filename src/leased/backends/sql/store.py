@@ -83,7 +83,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
     def _job(self, row: Mapping[str, Any], history: tuple[Attempt, ...] = ()) -> Job:
         return job_from_row(row, self._to_time, self._from_json, history)
 
-    def _claimed(self, rows: list[Mapping[str, Any]]) -> list[ClaimedJob]:
+    def _claimed(self, rows: Sequence[Mapping[str, Any]]) -> list[ClaimedJob]:
         return claimed_from_rows(rows, self._to_time, self._from_json)
 
     # Enqueue: the one algorithm, answered by this dialect's two steps.
@@ -164,7 +164,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         return kept
 
     def _finish_on(self, connection: Any, ends: Sequence[AttemptEnd], prepared: _FinishParams | None = None,
-                   held: dict[tuple[int, int], Any] | None = None, counted_as: str | None = None
+                   held: dict[Lease, Any] | None = None, counted_as: str | None = None
                    ) -> tuple[list[bool], set[str]]:
         """finish()'s statements in the transaction open on `connection`: whether each end was
         written, and the queues of the steps their ends made due (to wake after the commit).
@@ -175,15 +175,16 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
             held = {}
             for worker_id, leases in prepared.leases_of.items():
                 rows = self._all(connection, "leases_to_finish", worker_id=worker_id, leases=leases)
-                held |= {(row["id"], row["attempt"]): row for row in rows}
-        kept = [(end.lease.job_id, end.lease.attempt) in held for end in ends]
+                held |= {Lease(row["id"], row["attempt"], worker_id): row for row in rows}
+        # By the whole lease, worker too: an end for a job another worker holds is not written.
+        kept = [end.lease in held for end in ends]
         written = [end for end, flag in zip(ends, kept) if flag]
         released: set[str] = set()
         if written:  # the records first: finish clears the leases they are read from
             records, finishes = prepared.all_ends if len(written) == len(ends) else ends_json(written)
             self._execute(connection, "record_attempts", ends=records)
             self._execute(connection, "finish", ends=finishes)
-            rows = [held[end.lease.job_id, end.lease.attempt] for end in written]
+            rows = [held[end.lease] for end in written]
             self._count_finished(connection, finished_counts(
                 (row["queue_name"], row["task_name"], counted_as or end.lease.worker_id, end.job_status)
                 for end, row in zip(written, rows)))
@@ -209,7 +210,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
             return False, set()
         # Counted in a row of the handler thread's own: concurrent handlers of one worker would
         # otherwise queue on their worker's row of the minute, each until its transaction commits.
-        kept, released = self._finish_on(connection, [end], held={(lease.job_id, lease.attempt): fence},
+        kept, released = self._finish_on(connection, [end], held={lease: fence},
                                          counted_as=f"{lease.worker_id}/{threading.get_native_id()}")
         return kept[0], released
 

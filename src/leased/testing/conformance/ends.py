@@ -25,6 +25,20 @@ def every_end_is_fenced_on_its_own_lease(make: MakeBackend) -> None:
 
 
 @check
+def an_end_in_another_workers_name_is_not_written_beside_the_holders_own(make: MakeBackend) -> None:
+    # One batch holding the holder's end and an intruder's for the same job and attempt: each is
+    # fenced on its whole lease, worker included. The shared sequence once counted the intruder's as
+    # written (and the job finished twice in throughput); PostgreSQL's fused finish said so too.
+    backend = make()
+    enqueue(backend)
+    (held,) = claim(backend)
+    intruder = Lease(held.id, held.attempt, "intruder")
+    assert backend.finish([done(held.lease, "1"), done(intruder, "2")]) == [True, False]
+    assert job(backend, held.id).result == 1
+    assert [(row.done, row.failed) for row in backend.throughput(3600.0)] == [(1, 0)]
+
+
+@check
 def an_error_with_a_retry_waits_for_its_backoff(make: MakeBackend) -> None:
     backend = make()
     enqueue(backend)
