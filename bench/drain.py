@@ -2,6 +2,7 @@
 
     python bench/drain.py                      # SQLite (temp file), the local PostgreSQL and MariaDB
     python bench/drain.py --jobs 10000 --concurrency 10 --backend sqlite
+    python bench/drain.py --bulk --jobs 20000 --backend postgres   # enqueued in one enqueue_many
 
 A measurement, not a test: run it by hand and compare runs on the same machine. Issue 5's suite
 will put these figures side by side with the peers'.
@@ -24,11 +25,13 @@ def noop(n: int) -> None:
     return None
 
 
-def drain(url: str, jobs: int, concurrency: int) -> tuple[float, float]:
+def drain(url: str, jobs: int, concurrency: int, bulk: bool = False) -> tuple[float, float]:
     app = Leased(url)
     task = app.task(name="bench.noop")(noop)
     started = time.perf_counter()
-    for n in range(jobs):
+    if bulk:  # the drain alone, without thousands of enqueue round trips before it
+        task.enqueue_many([(n,) for n in range(jobs)])
+    for n in range(0 if bulk else jobs):
         task.enqueue(n)
     enqueued = time.perf_counter()
     stats = app.run_until_empty(concurrency=concurrency)
@@ -65,17 +68,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "mariadb", "all"], default="all")
+    parser.add_argument("--bulk", action="store_true", help="enqueue the jobs in one enqueue_many")
     options = parser.parse_args()
     print(f"{'backend':10} {'jobs':>7} {'enqueue/s':>10} {'drain/s':>10}")
     if options.backend in ("sqlite", "all"):
         with tempfile.TemporaryDirectory() as folder:
-            rates = drain(f"sqlite:///{Path(folder) / 'bench.db'}", options.jobs, options.concurrency)
+            rates = drain(f"sqlite:///{Path(folder) / 'bench.db'}", options.jobs, options.concurrency, options.bulk)
         print(f"{'sqlite':10} {options.jobs:>7} {rates[0]:>10.0f} {rates[1]:>10.0f}")
     for name, make_url in (("postgres", postgres_url), ("mariadb", mariadb_url)):
         if options.backend in (name, "all"):
             url, drop = make_url()
             try:
-                rates = drain(url, options.jobs, options.concurrency)
+                rates = drain(url, options.jobs, options.concurrency, options.bulk)
             finally:
                 drop()
             print(f"{name:10} {options.jobs:>7} {rates[0]:>10.0f} {rates[1]:>10.0f}")

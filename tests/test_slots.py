@@ -92,3 +92,21 @@ def test_unwritten_ends_hold_claims_back():
     slots, _ = slots_of(10, clock)
     assert slots.wanted(unwritten=0) == 10
     assert slots.wanted(unwritten=995) == 5
+
+
+def test_a_thread_whose_job_ended_takes_no_job_behind_one_still_waiting_for_a_thread():
+    """A handler thread whose job ended used to take the next waiting job itself while a job given to
+    the handler threads before it still waited for a thread being woken (a GIL switch or more): at
+    concurrency 10 a no-op drain started jobs up to 500 places late (bench/claim_order.py). While
+    one waits, the thread leaves the next job to the threads' line, behind it."""
+    given: list[Claimed] = []  # given to the handler threads, and no thread has taken them yet
+    slots = Slots(2, run_on_thread=given.append, run_on_loop=given.append, freed=lambda: None,
+                  threads_behind=lambda: bool(given), clock=Clock())
+    first, second, third, fourth = (Claimed() for _ in range(4))
+    slots.add([first, second, third, fourth])
+    assert given == [first, second]
+    given.remove(first)  # a thread takes the first; the second waits for the thread woken for it
+    assert slots.ended(first, on_thread=True) is None
+    assert given == [second, third]  # for whichever thread comes first: the woken one, or this one
+    given.clear()
+    assert slots.ended(second, on_thread=True) is fourth  # none waits: the thread takes the next itself

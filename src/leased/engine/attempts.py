@@ -75,7 +75,7 @@ class ClaimedAttempts:
         self._threads: HandlerThreads[ClaimedAttempt] = HandlerThreads(self._run_on_thread, thread_failed)
         self._to_loop: LoopInbox[ClaimedAttempt] = LoopInbox(self._start_on_loop)
         self.slots = Slots(concurrency, run_on_thread=self._threads.run, run_on_loop=self._to_loop.put,
-                           freed=slot_freed)
+                           freed=slot_freed, threads_behind=lambda: self._threads.behind)
         self._by_lease: dict[Lease, ClaimedAttempt] = {}  # claimed, until the attempt's end is written
         self._all_closed = asyncio.Event()
         self._all_closed.set()

@@ -3,7 +3,9 @@ loop alike, and the claimed attempts waiting for one, in claim order; and how so
 which tells the claimer how far ahead to claim.
 
 Thread-safe: a handler thread whose job ended takes the next waiting sync job itself, in the slot
-it holds, without a round trip through the loop. A slot is held until its handler returns, even
+it holds, without a round trip through the loop, unless jobs given to the handler threads before it
+still wait for one: then it takes the first of those (engine/threads.py), so that handlers take
+their jobs in claim order. A slot is held until its handler returns, even
 past the attempt's time limit: a sync handler that ignores its limit keeps its thread busy.
 """
 
@@ -27,11 +29,12 @@ MAX_UNWRITTEN_ENDS = 1_000
 class Slots:
     def __init__(self, concurrency: int, *, run_on_thread: Callable[[ClaimedAttempt], None],
                  run_on_loop: Callable[[ClaimedAttempt], None], freed: Callable[[], None],
-                 clock: Callable[[], float] = time.monotonic):
+                 threads_behind: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.monotonic):
         self.concurrency = concurrency
         self._run_on_thread = run_on_thread  # a sync attempt, to a handler thread (from any thread)
         self._run_on_loop = run_on_loop  # an async attempt, to the loop (from any thread)
         self._freed = freed  # a handler ended: the claimer may want to claim more (from any thread)
+        self._threads_behind = threads_behind  # whether sync attempts given to threads wait for one to take them
         self._clock = clock
         self._lock = threading.Lock()
         self._waiting: collections.deque[ClaimedAttempt] = collections.deque()
@@ -54,23 +57,24 @@ class Slots:
         with self._lock:
             self._waiting.extend(attempts)
             starting = self._take_free()
-        self._start(starting)
+        self._start_on_loop(starting)
 
     def ended(self, attempt: ClaimedAttempt, on_thread: bool) -> ClaimedAttempt | None:
         """The attempt's handler returned (`attempt.started` is 0 if it never ran). On its thread: the
-        next waiting attempt, if it is sync, for that thread to run in the same slot; otherwise None,
-        and the slot goes to whoever is next in line."""
+        next waiting attempt, if it is sync and no attempt given to the threads before it waits for
+        one, for that thread to run in the same slot; otherwise None, and the slot goes to whoever
+        is next in line (the thread then takes the first attempt waiting for a thread)."""
         now = self._clock()
         with self._lock:
             self._ends.append((now, now - attempt.started if attempt.started else 0.0))
             self._holding.discard(attempt)
-            if on_thread and self._waiting and not self._waiting[0].is_async:
-                following, starting = self._waiting.popleft(), ()
+            if on_thread and self._waiting and not self._waiting[0].is_async and not self._threads_behind():
+                following, starting = self._waiting.popleft(), []
                 self._holding.add(following)
             else:
                 following = None
                 starting = self._take_free()
-        self._start(starting)
+        self._start_on_loop(starting)
         self._freed()
         return following
 
@@ -84,16 +88,23 @@ class Slots:
         return True
 
     def _take_free(self) -> list[ClaimedAttempt]:
-        starting = []
+        """Under the lock: free slots to the attempts first in line. Sync ones go to the handler
+        threads here, still under the lock, so that no thread asking ended() for its next attempt
+        can take one from the line while an earlier one is between the line and the threads; the
+        async ones are returned, for _start_on_loop once the lock is released."""
+        on_loop = []
         while len(self._holding) < self.concurrency and self._waiting:
             attempt = self._waiting.popleft()
             self._holding.add(attempt)
-            starting.append(attempt)
-        return starting
+            if attempt.is_async:
+                on_loop.append(attempt)
+            else:
+                self._run_on_thread(attempt)
+        return on_loop
 
-    def _start(self, attempts: Iterable[ClaimedAttempt]) -> None:
+    def _start_on_loop(self, attempts: Iterable[ClaimedAttempt]) -> None:
         for attempt in attempts:
-            (self._run_on_loop if attempt.is_async else self._run_on_thread)(attempt)
+            self._run_on_loop(attempt)
 
     def claim_took(self, seconds: float) -> None:
         """A claim took this long (monotonic seconds, from the request to its rows)."""

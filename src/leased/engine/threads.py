@@ -73,14 +73,17 @@ class LoopInbox(Generic[Item]):
 
 class HandlerThreads(Generic[Item]):
     """Runs items on reused threads: `work(item)` runs one and returns the next this thread should
-    run, or None when it has no more (its slot is free); the thread then takes an item waiting for
-    a thread, or waits for run() to give it one.
+    run, or None when it has no more (its slot is free); the thread then takes the first item in
+    line, or waits for run() to put one there.
 
-    Idle threads are woken one at a time. run() wakes one, and the items given while it wakes wait
-    in line: the woken thread wakes the next idle one for them (it holds the GIL by then), or
-    starts a thread for each if none is idle, and a thread whose work is done takes one before it
-    goes idle. Woken all at once, the hundreds of threads a claim of a wave of jobs starts would
-    all wait for the GIL together, each waking every switch interval to ask for it again: several
+    Items wait in one line, in the order given, and whichever thread comes first takes the first:
+    a thread just woken, or one whose work is done. A thread is not handed an item as it is woken,
+    because waking takes it a GIL switch or more, and meanwhile busy threads took later jobs and
+    ran hundreds of them first (a no-op drain at concurrency 10 started jobs up to 500 places
+    late). Idle threads are woken one at a time: run() wakes one, and the woken thread wakes the
+    next while items remain in line (it holds the GIL by then), or starts a thread for each if none
+    is idle. Woken all at once, the hundreds of threads a claim of a wave of jobs starts would all
+    wait for the GIL together, each waking every switch interval to ask for it again: several
     context switches per job on top of the handler's."""
 
     def __init__(self, work: Callable[[Item], Item | None], failed: Callable[[BaseException], None],
@@ -89,18 +92,25 @@ class HandlerThreads(Generic[Item]):
         self._failed = failed  # work() raised: a bug in the engine, which must stop the worker loudly
         self._name = name
         self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue] = []  # the inboxes of threads waiting for an item
-        self._in_line: collections.deque[Item] = collections.deque()  # items given while a thread wakes
-        self._waking = False  # a thread was given an item and has not yet looked at the line
+        self._idle: list[queue.SimpleQueue] = []  # the inboxes of threads waiting to be woken
+        self._line: collections.deque[Item] = collections.deque()  # items given that no thread has taken yet
+        self._waking = False  # a thread was woken and has not yet looked at the line
         self._started = 0
         self._closed = False
 
+    @property
+    def behind(self) -> bool:
+        """Whether items given wait in line for a thread (read without the lock: a caller that sees
+        one just taken only looks at the line once more)."""
+        return bool(self._line)
+
     def run(self, item: Item) -> None:
-        """From any thread: run `item` on an idle thread, or on a new one if none is idle."""
+        """From any thread: put `item` in line, and wake an idle thread for it, or start a new one
+        if none is idle."""
         with self._lock:
+            self._line.append(item)
             if self._waking:
-                self._in_line.append(item)  # the thread waking wakes the next for it
-                return
+                return  # the thread waking wakes the next for it
             inbox = self._idle.pop() if self._idle else None
             if inbox is None:
                 self._started += 1
@@ -108,9 +118,9 @@ class HandlerThreads(Generic[Item]):
             else:
                 self._waking = True
         if inbox is not None:
-            inbox.put(item)
+            inbox.put(True)
         else:
-            threading.Thread(target=self._serve, args=(item,), name=f"{self._name}-{number}", daemon=True).start()
+            threading.Thread(target=self._serve, name=f"{self._name}-{number}", daemon=True).start()
 
     def shutdown(self) -> None:
         """Let idle threads exit; busy ones exit when their item is done."""
@@ -118,7 +128,7 @@ class HandlerThreads(Generic[Item]):
             self._closed = True
             idle, self._idle = self._idle, []
         for inbox in idle:
-            inbox.put(None)
+            inbox.put(False)
 
     def start_idle(self, count: int) -> None:
         """Start threads up to `count`, idle, and return when each has started. The worker calls it
@@ -130,42 +140,42 @@ class HandlerThreads(Generic[Item]):
                     return
                 self._started += 1
                 number = self._started
-            threading.Thread(target=self._serve, args=(None,), name=f"{self._name}-{number}", daemon=True).start()
+            threading.Thread(target=self._serve, name=f"{self._name}-{number}", daemon=True).start()
 
     def _wake_next(self) -> None:
-        """On a thread just woken: wake the next idle one for the first item in line, if any. With
-        none idle, each item in line gets a new thread, as run() would have given it."""
+        """On a thread just woken: wake the next idle one while items wait in line beyond the first
+        (which this thread takes). With none idle, each of them gets a new thread, as run() would
+        have given it."""
         with self._lock:
-            if self._in_line and self._idle:
-                inbox, item = self._idle.pop(), self._in_line.popleft()
+            if len(self._line) > 1 and self._idle:
+                inbox = self._idle.pop()
             else:
                 self._waking = False
-                inbox, unthreaded = None, list(self._in_line)
-                self._in_line.clear()
+                inbox, unthreaded = None, max(0, len(self._line) - 1)
                 first = self._started + 1
-                self._started += len(unthreaded)
+                self._started += unthreaded
         if inbox is not None:
-            inbox.put(item)
+            inbox.put(True)
             return
-        for number, item in enumerate(unthreaded, first):
-            threading.Thread(target=self._serve, args=(item,), name=f"{self._name}-{number}", daemon=True).start()
+        for number in range(first, first + unthreaded):
+            threading.Thread(target=self._serve, name=f"{self._name}-{number}", daemon=True).start()
 
-    def _serve(self, item: Item | None) -> None:
+    def _serve(self) -> None:
         mark_worker_thread()  # the handler's own calls are its own: see Executor
         inbox: queue.SimpleQueue = queue.SimpleQueue()
+        item: Item | None = None
         try:
             while True:
                 while item is not None:
                     item = self._work(item)
                 with self._lock:
-                    if self._in_line:
-                        item = self._in_line.popleft()
+                    if self._line:
+                        item = self._line.popleft()
                         continue
                     if self._closed:
                         return
                     self._idle.append(inbox)
-                item = inbox.get()
-                if item is None:
+                if not inbox.get():
                     return
                 self._wake_next()
         except BaseException as error:

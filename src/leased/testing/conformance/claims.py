@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta, timezone
 
-from leased.jobs import JobStatus, Lease
+from leased.jobs import Job, JobStatus, Lease
 from leased.testing.conformance.helpers import claim, enqueue, ids, job, new_job
 from leased.testing.conformance.suite import MakeBackend, check
 
@@ -16,6 +16,32 @@ def claims_come_by_priority_then_due_time_then_id(make: MakeBackend) -> None:
     past = datetime.now(timezone.utc) - timedelta(minutes=1)
     low, high, early, low_twin = enqueue(backend, new_job(), new_job(priority=5), new_job(run_at=past), new_job())
     assert ids(claim(backend)) == [high.id, early.id, low.id, low_twin.id]
+
+
+@check
+def claims_in_a_row_keep_claim_order(make: MakeBackend) -> None:
+    """Claim after claim, each takes the first due jobs in claim order, so no job is claimed after
+    one that comes after it: across enqueue calls, and jobs falling due between claims."""
+    backend = make()
+    now = datetime.now(timezone.utc)
+    jobs = enqueue(backend, *(new_job(priority=n % 3, run_at=now - timedelta(seconds=n % 7)) for n in range(30)))
+    for n in range(10):
+        jobs += enqueue(backend, new_job(priority=n % 2))
+    later = enqueue(backend, *(new_job(priority=n % 4, delay_seconds=60) for n in range(10)))
+    pending = sorted(jobs, key=_claim_order)
+    for limit in (3, 7, 3, 7):
+        assert ids(claim(backend, limit=limit)) == ids(pending[:limit]), "the first due jobs in claim order"
+        del pending[:limit]
+    backend.clock.advance(61)
+    pending = sorted(pending + later, key=_claim_order)
+    while pending:
+        assert ids(claim(backend, limit=4)) == ids(pending[:4]), "jobs fallen due take their place in the order"
+        del pending[:4]
+    assert claim(backend) == []
+
+
+def _claim_order(written: Job) -> tuple[int, datetime, int]:
+    return -written.priority, written.run_after, written.id
 
 
 @check
