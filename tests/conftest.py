@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 import pytest
 
 import connections
+import databases
 from leased import Leased
 from leased.engine.worker import Worker
 
@@ -206,10 +207,24 @@ def backend_name(request) -> str:
     return request.param
 
 
+@pytest.fixture(scope="session")
+def migrated_databases(tmp_path_factory) -> Iterator[databases.MigratedDatabases]:
+    migrated = databases.MigratedDatabases(tmp_path_factory.mktemp("migrated"), POSTGRES_URL, MARIADB_URL)
+    yield migrated
+    migrated.close()
+
+
 @pytest.fixture
-def database_url(backend_name, tmp_path) -> Iterator[str]:
-    """The one fixture a backend adds to run the whole behavioural suite: a fresh database URL."""
-    if backend_name == "sqlite":
+def database_url(backend_name, tmp_path, request) -> Iterator[str]:
+    """The one fixture a backend adds to run the whole behavioural suite: a fresh database URL.
+
+    With the `app` fixture, whose first use would migrate it, the database comes migrated (a copy of
+    one migrated once per session: tests/databases.py); otherwise it is empty, for the tests of
+    migrating and of a missing schema."""
+    if "app" in request.fixturenames:
+        with request.getfixturevalue("migrated_databases").borrowed(backend_name, tmp_path) as url:
+            yield url
+    elif backend_name == "sqlite":
         yield f"sqlite:///{tmp_path / 'jobs.db'}"
     elif backend_name == "mariadb":
         with mariadb_database() as url:
