@@ -25,6 +25,7 @@ import pytest
 
 import connections
 import databases
+from run_alone import RunAlone
 from leased import Leased
 from leased.engine.worker import Worker
 
@@ -205,6 +206,24 @@ def backend_name(request) -> str:
             pytest.fail(problem)
         pytest.skip(problem)
     return request.param
+
+
+@pytest.fixture(scope="session")
+def run_alone(tmp_path_factory) -> RunAlone | None:
+    """The lock between this run's xdist workers (tests/run_alone.py); None without xdist."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    return RunAlone(tmp_path_factory.getbasetemp().parent)  # the workers' temporary roots share a parent
+
+
+@pytest.fixture(autouse=True)
+def alone_or_beside_others(request, run_alone) -> Iterator[None]:
+    """A test marked `alone` runs while no other test does; the others run beside each other."""
+    if run_alone is None:
+        yield
+    else:
+        with run_alone.exclusive() if request.node.get_closest_marker("alone") else run_alone.shared():
+            yield
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import pytest
 
 import chaos
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 
 
 def test_chaos_soak_keeps_every_invariant(backend_name, database_url, tmp_path):
