@@ -41,6 +41,11 @@ BACKENDS = ["sqlite", "postgres", "mariadb"]
 _SRC = str(Path(__file__).parent.parent / "src")
 os.environ["PYTHONPATH"] = os.pathsep.join([_SRC, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
+# xdist's workers start with COLUMNS=80 and LINES=24 that the run's own environment did not set: the
+# CLI would then fit its tables to 80 columns, cutting what the tests read. As without xdist, unset.
+if os.environ.get("PYTEST_XDIST_WORKER") and (os.environ.get("COLUMNS"), os.environ.get("LINES")) == ("80", "24"):
+    del os.environ["COLUMNS"], os.environ["LINES"]
+
 
 def _postgres_problem() -> str | None:
     try:
