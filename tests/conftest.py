@@ -213,22 +213,25 @@ def backend_name(request) -> str:
     return request.param
 
 
-@pytest.fixture(scope="session")
-def run_alone(tmp_path_factory) -> RunAlone | None:
-    """The lock between this run's xdist workers (tests/run_alone.py); None without xdist."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+def _run_alone(config) -> RunAlone | None:
+    """The lock between this run's xdist workers (tests/run_alone.py), in the temporary root they
+    share (each worker's basetemp is a folder of it); None without xdist."""
+    if not hasattr(config, "workerinput") or not config.option.basetemp:
         return None
-    return RunAlone(tmp_path_factory.getbasetemp().parent)  # the workers' temporary roots share a parent
+    return RunAlone(Path(config.option.basetemp).parent)
 
 
-@pytest.fixture(autouse=True)
-def alone_or_beside_others(request, run_alone) -> Iterator[None]:
-    """A test marked `alone` runs while no other test does; the others run beside each other."""
-    if run_alone is None:
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked `alone` runs while no other test does; the others run beside each other. Taken
+    around the whole protocol, outside pytest-timeout's clock: a wait for a long test that runs
+    alone is not this test's time."""
+    lock = _run_alone(item.config)
+    if lock is None:
         yield
-    else:
-        with run_alone.exclusive() if request.node.get_closest_marker("alone") else run_alone.shared():
-            yield
+        return
+    with lock.exclusive() if item.get_closest_marker("alone") else lock.shared():
+        yield
 
 
 @pytest.fixture(scope="session")
