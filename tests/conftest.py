@@ -234,6 +234,20 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Captured output and logs as text that xdist can send to its controller: a test may log a lone
+    surrogate (tests/test_logs.py does, on purpose), which execnet cannot encode, and the worker's
+    report would crash the whole run."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, _sendable(text)) for title, text in report.sections]
+
+
+def _sendable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 @pytest.fixture(scope="session")
 def migrated_databases(tmp_path_factory) -> Iterator[databases.MigratedDatabases]:
     migrated = databases.MigratedDatabases(tmp_path_factory.mktemp("migrated"), POSTGRES_URL, MARIADB_URL)

@@ -312,7 +312,7 @@ def test_the_upgrade_to_0019_drops_the_due_rows_left_behind():
         try:
             app.task(name="t")(lambda: None)
             assert app.job_counts().totals["pending"] == 3  # the first use migrates the rest
-            indexes = {name for (name,) in sql(app, "SELECT indexname FROM pg_indexes WHERE tablename = 'leased_jobs'")}
+            indexes = {name for (name,) in sql(app, "SELECT indexname FROM pg_indexes WHERE tablename = 'leased_jobs' AND schemaname = current_schema()")}
             assert not indexes & {"leased_jobs_due", "leased_jobs_queue_due"}
             assert_due_set_matches_the_jobs(app)
         finally:
