@@ -25,6 +25,8 @@ from typing import Callable, Iterator
 import pytest
 
 import connections
+import databases
+from run_alone import RunAlone
 from leased import Leased
 from leased.backends import DIALECTS, parse_database_url
 from leased.backends.capabilities import Capabilities
@@ -41,6 +43,11 @@ BACKENDS = list(DIALECTS)
 # import whatever leased is installed.
 _SRC = str(Path(__file__).parent.parent / "src")
 os.environ["PYTHONPATH"] = os.pathsep.join([_SRC, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
+# xdist's workers start with COLUMNS=80 and LINES=24 that the run's own environment did not set: the
+# CLI would then fit its tables to 80 columns, cutting what the tests read. As without xdist, unset.
+if os.environ.get("PYTEST_XDIST_WORKER") and (os.environ.get("COLUMNS"), os.environ.get("LINES")) == ("80", "24"):
+    del os.environ["COLUMNS"], os.environ["LINES"]
 
 
 def _postgres_problem() -> str | None:
@@ -209,6 +216,48 @@ def backend_name(request) -> str:
     return request.param
 
 
+def _run_alone(config) -> RunAlone | None:
+    """The lock between this run's xdist workers (tests/run_alone.py), in the temporary root they
+    share (each worker's basetemp is a folder of it); None without xdist."""
+    if not hasattr(config, "workerinput") or not config.option.basetemp:
+        return None
+    return RunAlone(Path(config.option.basetemp).parent)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked `alone` runs while no other test does; the others run beside each other. Taken
+    around the whole protocol, outside pytest-timeout's clock: a wait for a long test that runs
+    alone is not this test's time."""
+    lock = _run_alone(item.config)
+    if lock is None:
+        yield
+        return
+    with lock.exclusive() if item.get_closest_marker("alone") else lock.shared():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Captured output and logs as text that xdist can send to its controller: a test may log a lone
+    surrogate (tests/test_logs.py does, on purpose), which execnet cannot encode, and the worker's
+    report would crash the whole run."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, _sendable(text)) for title, text in report.sections]
+
+
+def _sendable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.fixture(scope="session")
+def migrated_databases(tmp_path_factory) -> Iterator[databases.MigratedDatabases]:
+    migrated = databases.MigratedDatabases(tmp_path_factory.mktemp("migrated"), POSTGRES_URL, MARIADB_URL)
+    yield migrated
+    migrated.close()
+
+
 @pytest.fixture
 def capabilities(backend_name) -> Capabilities:
     """What the test's database can do: a test asks this (or @pytest.mark.needs), never its name."""
@@ -241,9 +290,16 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 @pytest.fixture
-def database_url(backend_name, tmp_path) -> Iterator[str]:
-    """The one fixture a backend adds to run the whole behavioural suite: a fresh database URL."""
-    if backend_name == "sqlite":
+def database_url(backend_name, tmp_path, request) -> Iterator[str]:
+    """The one fixture a backend adds to run the whole behavioural suite: a fresh database URL.
+
+    With the `app` fixture, whose first use would migrate it, the database comes migrated (a copy of
+    one migrated once per session: tests/databases.py); otherwise it is empty, for the tests of
+    migrating and of a missing schema."""
+    if "app" in request.fixturenames:
+        with request.getfixturevalue("migrated_databases").borrowed(backend_name, tmp_path) as url:
+            yield url
+    elif backend_name == "sqlite":
         yield f"sqlite:///{tmp_path / 'jobs.db'}"
     elif backend_name == "mariadb":
         with mariadb_database() as url:

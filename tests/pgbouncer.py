@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,8 @@ from typing import Iterator
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from servers import free_port
+
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 START_TIMEOUT = 10.0
 
@@ -30,12 +31,6 @@ START_TIMEOUT = 10.0
 def missing() -> str | None:
     """Why PgBouncer cannot run here, or None."""
     return None if os.access(BINARY, os.X_OK) else f"no pgbouncer binary at {BINARY} (apt-get install pgbouncer)"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager
@@ -62,7 +57,7 @@ class PgBouncer:
     def __init__(self, server_url: str, role: str, pool_mode: str):
         server = conninfo_to_dict(server_url)
         self.role, self.pool_mode = role, pool_mode
-        self.port = _free_port()
+        self.port = free_port()
         self.directory = Path(tempfile.mkdtemp(prefix="leased-pgbouncer-"))
         database = server.get("dbname", "test")
         (self.directory / "users.txt").write_text(f'"{role}" ""\n')

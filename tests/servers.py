@@ -4,6 +4,7 @@ Imports no pytest."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,9 +18,24 @@ from conftest import wait_for
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port nothing listens on, for a server a test starts.
+
+    Below the kernel's ephemeral range: a port the kernel hands out (bind to port 0) is free only
+    until the next outgoing connection, and under xdist the other workers' database connections
+    take such ports all the time, between this check and the server's bind. Each xdist worker
+    draws from a band of its own, at random (other runs may share the machine)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    band = max(64, (low - 10_000) // 32)
+    start = 10_000 + (worker % 32) * band
+    for port in random.sample(range(start, start + band), band):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                continue
+            return port
+    raise RuntimeError(f"no free port from {start} to {start + band - 1}")
 
 
 def get(url: str, **headers: str) -> tuple[int, str, str]:

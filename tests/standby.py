@@ -13,7 +13,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Iterator
 
 import psycopg
+
+from servers import free_port
 
 VERSION = "15"
 TOOLS = ("pg_createcluster", "pg_ctlcluster", "pg_dropcluster", "pg_basebackup", "runuser")
@@ -46,12 +47,6 @@ def missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _as_postgres(*command: str) -> str:
     done = subprocess.run(["runuser", "-u", "postgres", "--", *command], capture_output=True, text=True,
                           timeout=120)
@@ -64,7 +59,7 @@ class Cluster:
     """One cluster this module made: `url` reaches its `leased` database as postgres."""
 
     def __init__(self, name: str, directory: Path):
-        self.name, self.port = name, _free_port()
+        self.name, self.port = name, free_port()
         self.data_directory = directory / name
         self.config_directory = Path(f"/etc/postgresql/{VERSION}/{name}")
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/{DATABASE}"

@@ -10,7 +10,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 
 
 def test_workflows_bench_short_run(monkeypatch):

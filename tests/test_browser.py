@@ -49,6 +49,8 @@ from playwright.sync_api import Page, expect, sync_playwright
 from leased.web import dashboard
 from leased.web.server import listen, url
 
+pytestmark = pytest.mark.system
+
 
 class Scenario:
     """An app whose handlers the test steers: `flaky` fails until allowed, `patient` waits to be cancelled."""

@@ -1,4 +1,5 @@
-"""The `leased` command, run for real in subprocesses against both backends.
+"""The `leased` command against every backend: in this process through click's CliRunner, and as
+a real `leased` process where the test is about the process (the worker, signals, the entry point).
 
 A small app module is written to tmp_path and the CLI runs there, the way a user runs it from
 their project directory. Jobs are executed in-process (run_until_empty) where the test is about
@@ -7,6 +8,7 @@ the inspection commands, and by `leased worker` where it is about the worker.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -14,8 +16,12 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
+import traceback
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -25,6 +31,7 @@ from leased.backends import parse_database_url
 from leased.backends.ports import ClaimRequest
 from leased.cli.main import describe_job
 from leased.jobs import Outcome
+from servers import free_port
 
 APP = "tasks_app:app"
 
@@ -74,8 +81,16 @@ def register_tasks(app: Leased) -> None:
         raise ValueError(SNEAKY)
 
 
+# Run in a process of their own, as a user runs them: they install signal handlers, configure logging
+# and supervise processes. Every other command runs in this process through click's CliRunner (a
+# `leased` process spends nearly all its time importing); the tests that start `leased` as a process
+# (the worker's, the demo's, `python -m leased`, a terminal's) keep the entry point itself covered.
+IN_A_PROCESS = {"worker", "demo"}
+
+
 class Cli:
-    """Runs `python -m leased.cli.main` in a project directory whose app uses `url`."""
+    """Runs `leased` commands in a project directory whose app uses `url`: in this process through
+    click's CliRunner, `worker` and `demo` as `python -m leased.cli.main`."""
 
     def __init__(self, cwd: Path, url: str):
         self.cwd = cwd
@@ -91,11 +106,50 @@ class Cli:
         return [sys.executable, "-m", "leased.cli.main", *args]
 
     def run(self, *args: str, code: int = 0, timeout: float = 60) -> subprocess.CompletedProcess:
-        result = subprocess.run(self.command(*args), cwd=self.cwd, env=self.env, capture_output=True, text=True,
-                                timeout=timeout)
+        if args and args[0] in IN_A_PROCESS:
+            result = subprocess.run(self.command(*args), cwd=self.cwd, env=self.env, capture_output=True, text=True,
+                                    timeout=timeout)
+        else:
+            result = self.run_here(*args)
         assert result.returncode == code, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         assert "Traceback" not in result.stderr, result.stderr
         return result
+
+    def run_here(self, *args: str) -> subprocess.CompletedProcess:
+        """The command in this process, as its own process would see it: run from the project
+        directory with the project's environment, the user's modules imported afresh (and their apps
+        closed afterwards), a time zone from the environment in force."""
+        from click.testing import CliRunner
+
+        from leased.cli.main import cli
+
+        environment = {name: value for name, value in self.env.items() if os.environ.get(name) != value}
+        environment.update({name: None for name in os.environ if name not in self.env})
+        previous_directory, previous_path = os.getcwd(), list(sys.path)
+        self._forget_project_modules()
+        os.chdir(self.cwd)
+        try:
+            with _time_zone(self.env.get("TZ")):
+                outcome = CliRunner(env=environment).invoke(cli, list(args), prog_name="leased")
+        finally:
+            os.chdir(previous_directory)
+            sys.path[:] = previous_path
+            self._forget_project_modules()
+        if outcome.exception is not None and not isinstance(outcome.exception, SystemExit):
+            raise AssertionError(f"leased {shlex.join(args)} raised:\n{''.join(traceback.format_exception(outcome.exception))}"
+                                 f"stdout:\n{outcome.stdout}\nstderr:\n{outcome.stderr}")
+        return subprocess.CompletedProcess(["leased", *args], outcome.exit_code, outcome.stdout, outcome.stderr)
+
+    def _forget_project_modules(self) -> None:
+        """The app modules in the project directory unimported, their apps closed: the next command
+        imports them again, with the environment it runs in (as a new process would)."""
+        importlib.invalidate_caches()  # a module written since the last import is found
+        for name, module in list(sys.modules.items()):
+            if Path(getattr(module, "__file__", None) or "/").parent == self.cwd:
+                del sys.modules[name]
+                for value in vars(module).values():
+                    if isinstance(value, Leased):
+                        value.close()
 
     def json(self, *args: str) -> object:
         return json.loads(self.run(*args, "--json").stdout)
@@ -105,6 +159,25 @@ class Cli:
         lines = self.run(*args, code=code).stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), lines
         return lines[0]
+
+
+@contextmanager
+def _time_zone(zone: str | None) -> Iterator[None]:
+    """The process's local time zone as `zone` (TZ's syntax) for the block, if given."""
+    if zone is None or zone == os.environ.get("TZ"):
+        yield
+        return
+    previous = os.environ.get("TZ")
+    os.environ["TZ"] = zone
+    time.tzset()
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = previous
+        time.tzset()
 
 
 def existing(url: str) -> str:
@@ -388,12 +461,9 @@ def test_the_demos_progress_shows_at_most_its_concurrency_running():
 
 
 def test_demo_with_dashboard_serves_it_with_a_worker_until_interrupted(tmp_path):
-    import socket
     import urllib.request
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     output = tmp_path / "demo.out"
     with open(output, "w") as sink:
         demo = subprocess.Popen([sys.executable, "-m", "leased.cli.main", "demo", "--jobs", "6", "--seed", "1",

@@ -15,7 +15,7 @@ import pytest
 from conftest import kill_worker_sessions, needs_faketime, raw_scalar, raw_sql, wait_for
 from leased import JobStatus, Outcome, Progress
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 HERE = Path(__file__).parent
 
 
@@ -196,6 +196,7 @@ def test_killed_connections_are_replaced_and_no_job_is_lost(app, hold, spawn, tm
     assert "Traceback" not in (tmp_path / "worker-a.log").read_text()
 
 
+@pytest.mark.alone
 @pytest.mark.skipif(os.environ.get("LEASED_TEST_RESTART_POSTGRES") != "1",
                     reason="restarts the PostgreSQL server; set LEASED_TEST_RESTART_POSTGRES=1 (CI does)")
 @postgres_only
@@ -220,6 +221,7 @@ def _survived_the_restart(worker, tmp_path) -> None:
     assert "Traceback" not in log
 
 
+@pytest.mark.alone
 @pytest.mark.skipif(os.environ.get("LEASED_TEST_RESTART_MARIADB") != "1",
                     reason="restarts the MariaDB server; set LEASED_TEST_RESTART_MARIADB=1 (CI does)")
 @pytest.mark.parametrize("backend_name", ["mariadb"], indirect=True)

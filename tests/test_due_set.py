@@ -290,6 +290,7 @@ def blocked_on_a_lock(app: Leased) -> bool:
     return bool(sql(app, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"))
 
 
+@pytest.mark.alone  # blocked_on_a_lock reads every session of the database
 def test_a_cancel_waits_for_the_claim_holding_its_due_row_so_the_due_set_stays_exact(app):
     """Migration 0019: the counts read the due set, so a writer taking a job out of it waits for a
     claim that holds the job's due row, rather than leave the row behind for the next claim."""
@@ -305,6 +306,7 @@ def test_a_cancel_waits_for_the_claim_holding_its_due_row_so_the_due_set_stays_e
     assert generation_of(app) == {} and app.job_counts().totals["pending"] == 0
 
 
+@pytest.mark.alone  # blocked_on_a_lock reads every session of the database
 def test_a_limited_claim_waits_for_a_plain_claim_holding_its_jobs_due_row(app):
     """The limited claim deletes its jobs' due rows; one a plain claim holds (which will find the
     job locked and leave the row) is waited for, not skipped: no row is left for a running job."""
@@ -339,7 +341,7 @@ def test_the_upgrade_to_0019_drops_the_due_rows_left_behind():
         try:
             app.task(name="t")(lambda: None)
             assert app.job_counts().totals["pending"] == 3  # the first use migrates the rest
-            indexes = {name for (name,) in sql(app, "SELECT indexname FROM pg_indexes WHERE tablename = 'leased_jobs'")}
+            indexes = {name for (name,) in sql(app, "SELECT indexname FROM pg_indexes WHERE tablename = 'leased_jobs' AND schemaname = current_schema()")}
             assert not indexes & {"leased_jobs_due", "leased_jobs_queue_due"}
             assert_due_set_matches_the_jobs(app)
         finally:

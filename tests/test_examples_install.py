@@ -28,6 +28,7 @@ from conftest import wait_for
 from leased import Leased
 from servers import free_port, get, serving
 
+pytestmark = pytest.mark.system
 EXAMPLES = Path(__file__).parent.parent / "examples"
 REQUIRED = os.environ.get("LEASED_REQUIRE_EXAMPLES") == "1"
 

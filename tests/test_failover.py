@@ -29,7 +29,7 @@ from conftest import wait_for
 from leased import Leased
 from leased.errors import DatabaseUnavailable
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 HERE = Path(__file__).parent
 WORKERS = 3
 ORDERS_PER_SECOND = 40

@@ -26,7 +26,7 @@ from conftest import POSTGRES_URL, REQUIRE_POSTGRES, _POSTGRES_PROBLEM, faketime
     wait_for
 from leased import JobStatus, Leased, Outcome
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.xdist_group("hosts")]
 HERE = Path(__file__).parent
 LEASE = 2.0  # hosts_app's tasks
 RETRY_IN = 2.5  # hosts_app's flaky: its one retry is due this long after its failure

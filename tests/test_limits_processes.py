@@ -16,7 +16,7 @@ from conftest import raw_rows, wait_for
 from leased import JobStatus, Outcome
 from leased.backends.ports import ClaimRequest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from conftest import wait_for  # noqa: E402
 from leased import PermanentError  # noqa: E402
 from leased.metrics import database_registry, worker_registry  # noqa: E402
+from servers import free_port  # noqa: E402
 
 
 def samples(text: str) -> dict[tuple, float]:
@@ -84,12 +84,6 @@ def test_worker_metrics_count_attempts_and_time_them(app):
     assert scraped[("leased_attempts_total", labels)] == 1
     assert scraped[("leased_attempts_total", (("outcome", "error"), ("queue", "default"), ("task", "flaky")))] == 1
     assert scraped[("leased_attempt_duration_seconds_count", (("queue", "default"), ("task", "flaky")))] == 2
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_worker_command_serves_metrics(app, database_url, tmp_path):

@@ -22,6 +22,8 @@ import pytest
 
 from test_readme import quick_start, run
 
+pytestmark = pytest.mark.system
+
 ROOT = Path(__file__).parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 FLOOR = tuple(int(part) for part in re.fullmatch(r">=\s*(\d+)\.(\d+)", PROJECT["requires-python"]).groups())

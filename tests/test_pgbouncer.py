@@ -25,7 +25,7 @@ from leased.backends.postgres.url import own_parameters
 from leased.errors import ConfigurationError
 from leased.testing import advance
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 HERE = Path(__file__).parent
 JOBS = 2_000
 

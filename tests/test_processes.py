@@ -23,7 +23,7 @@ from leased.cli import supervisor
 from leased.cli.main import cli
 from leased.worker_ids import supervisor_pid
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 HERE = Path(__file__).parent
 sqlite_only = pytest.mark.parametrize("backend_name", ["sqlite"], indirect=True)
 # The supervisor with a short first restart wait, so that a process dying five times does not take

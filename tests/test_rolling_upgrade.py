@@ -19,6 +19,8 @@ from leased import Leased
 from rolling_upgrade import (MIGRATE_THEN_ROLL, NEW_SOURCE, NEW_WORKERS_FIRST, OLD_RELEASE, Load,
                              OldReleaseUnavailable, old_release_source, percentile, roll)
 
+pytestmark = pytest.mark.system
+
 # A job waits a poll (0.2 s here) at most beside idle workers, plus what a migration's brief locks
 # hold it on a machine shared with other runs. The stalls this catches were 120 s and 426 s long.
 STALL_BOUND = 5.0

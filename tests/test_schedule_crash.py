@@ -13,7 +13,7 @@ import pytest
 from conftest import wait_for
 from leased import JobStatus
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 HERE = Path(__file__).parent
 # Ticks of the every-second schedule the three workers race for: enough for each to win some and
 # to show none missed or doubled, few enough for the suite's budget (raise it for a longer soak).

@@ -32,6 +32,7 @@ def waiting_on_a_lock(url: str) -> bool:
                                        "AND wait_event_type = 'Lock'").fetchall())
 
 
+@pytest.mark.alone  # waiting_on_a_lock reads every session of the database
 def test_a_migration_waiting_for_its_locks_gives_way_to_the_producers_behind_it():
     """An older release's producer holds a transaction open on leased_jobs; migrate's first version
     (0018's CREATE TRIGGER) must wait for it. Meanwhile another enqueue of that release, which

@@ -12,6 +12,7 @@ from urllib.parse import urljoin
 import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
+pytestmark = pytest.mark.system
 
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "django"
 SOURCE = Path(__file__).parent.parent.parent / "src"

@@ -14,6 +14,9 @@ USE_TEST_DBS = os.environ.get("LEASED_DJANGO_USE_TEST_DBS") == "1"
 SQLITE_TEST_NAME = os.path.join(tempfile.gettempdir(), f"leased-django-{RUN_ID}.sqlite3")
 POSTGRES_TEST_NAME = f"test_leased_django_{RUN_ID}"
 MARIADB_TEST_NAME = f"test_leased_django_{RUN_ID}"
+# Under pytest-xdist, pytest-django names each worker's test databases with the worker's id appended
+# (`_gw0`); the worker processes a test starts inherit PYTEST_XDIST_WORKER and open the same ones.
+_XDIST_SUFFIX = f"_{os.environ['PYTEST_XDIST_WORKER']}" if USE_TEST_DBS and os.environ.get("PYTEST_XDIST_WORKER") else ""
 
 SECRET_KEY = "leased-tests-only"
 DEBUG = False
@@ -50,7 +53,7 @@ TEMPLATES = [{
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": SQLITE_TEST_NAME if USE_TEST_DBS else SQLITE_TEST_NAME + ".unused",
+        "NAME": SQLITE_TEST_NAME + _XDIST_SUFFIX if USE_TEST_DBS else SQLITE_TEST_NAME + ".unused",
         # IMMEDIATE: a transaction takes SQLite's write lock when it begins, so a worker and a
         # request never deadlock upgrading read locks (the setting leased recommends for Django on SQLite).
         "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30},
@@ -63,7 +66,7 @@ if os.environ.get("LEASED_DJANGO_POSTGRES") == "1":
     _postgres = conninfo_to_dict(os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
     DATABASES["postgres"] = {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": POSTGRES_TEST_NAME if USE_TEST_DBS else _postgres.get("dbname", "test"),
+        "NAME": POSTGRES_TEST_NAME + _XDIST_SUFFIX if USE_TEST_DBS else _postgres.get("dbname", "test"),
         "USER": _postgres.get("user", "postgres"),
         "PASSWORD": _postgres.get("password", ""),
         "HOST": _postgres.get("host", "127.0.0.1"),
@@ -80,7 +83,7 @@ if os.environ.get("LEASED_DJANGO_MARIADB") == "1":
     _mariadb = urlsplit(os.environ.get("LEASED_TEST_MARIADB_URL", "mariadb://root@127.0.0.1:3306/test"))
     DATABASES["mariadb"] = {
         "ENGINE": "django.db.backends.mysql",
-        "NAME": MARIADB_TEST_NAME if USE_TEST_DBS else _mariadb.path.lstrip("/") or "test",
+        "NAME": MARIADB_TEST_NAME + _XDIST_SUFFIX if USE_TEST_DBS else _mariadb.path.lstrip("/") or "test",
         "USER": unquote(_mariadb.username or "root"),
         "PASSWORD": unquote(_mariadb.password or ""),
         "HOST": _mariadb.hostname or "127.0.0.1",
