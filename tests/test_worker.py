@@ -383,6 +383,8 @@ class BrokenListener(InjectedFault):
         closed = self.closed
 
         class Broken:
+            port = None  # a listener the Listener port describes: it hears no datagrams
+
             def wait(self, timeout):
                 raise RuntimeError("a bug in the listener (injected)")
 
