@@ -143,8 +143,10 @@ def test_a_row_whose_json_cannot_be_read_is_claimed_finished_and_reclaimed(app, 
     with running_worker(app, concurrency=4) as worker:
         if stage == "finish":
             wait_for(lambda: app.get_job(bad.id).status is JobStatus.RUNNING, message="the job to start")
-            spoil(app, column, value, bad.id)
-            proceed.set()
+            try:
+                spoil(app, column, value, bad.id)
+            finally:  # a database that refuses the value skips the test: the held handler goes on at once
+                proceed.set()
         wait_for(lambda: sorted(n for n in ran if n) == list(range(1, 6)), message="the healthy jobs to run")
         wait_for(lambda: app.get_job(bad.id).status not in (JobStatus.PENDING, JobStatus.RUNNING),
                  message="the bad job to end")
