@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from conftest import running_worker, wait_for
+from conftest import raw_sql, running_worker, wait_for
 from leased import JobStatus, Leased, Outcome
 from leased.backends.ports import AttemptEnd, ClaimRequest
 from leased.metrics import worker_registry
@@ -117,3 +117,20 @@ def test_a_retry_elsewhere_wakes_the_worker(app, producer, capabilities, how):
         else:
             assert producer.retry_failed(task_name="flaky") == 1
         wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed start")
+
+
+def test_wake_workers_reaches_the_workers_of_another_app_on_the_database(app, producer, capabilities):
+    # A job made due behind leased's back (an operator's UPDATE): no commit of leased's tells the
+    # workers, so a worker polling once a minute sleeps on until wake_workers() nudges every worker
+    # on the database, not only the calling app's own (it once woke only those).
+    app.task(name="later")(lambda: None)
+    later = producer.task(name="later")(lambda: None)
+    job = later.using(run_after=datetime.now(UTC) + timedelta(hours=1)).enqueue()
+    with running_worker(app, poll_interval=SLOW_POLL):
+        if capabilities.listen_notify:
+            wait_for(lambda: listening(app), message="the listener to connect")
+        else:
+            wait_for(lambda: app.workers(), message="the worker to record its port")
+        raw_sql(app, f"UPDATE leased_jobs SET run_after = created_at WHERE id = {job.id}")
+        producer.wake_workers()
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a nudged start")

@@ -244,7 +244,7 @@ class Leased:
             connection = driver_connection(connection)
         results = (self._backend or self._open(connection)).enqueue(jobs, connection)
         if connection is None:  # in a caller's transaction the jobs exist only once they commit
-            self.wake_workers()
+            self._wake_own_workers()
         return [job for job, _ in results]
 
     async def enqueue_jobs_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
@@ -269,7 +269,7 @@ class Leased:
             connection = driver_connection(connection)
         enqueued = (self._backend or self._open(connection)).enqueue_workflow(workflow, connection)
         if connection is None:
-            self.wake_workers()
+            self._wake_own_workers()
         return enqueued
 
     def get_workflow(self, workflow_id: int) -> WorkflowInfo:
@@ -293,7 +293,7 @@ class Leased:
     def retry_workflow(self, workflow_id: int) -> int:
         """Retry every failed step of the run; the steps its failure cancelled wait again. Returns how many."""
         retried = self.backend.retry_workflow(workflow_id)
-        self.wake_workers()
+        self._wake_own_workers()
         return retried
 
     # Inspection and administration.
@@ -377,13 +377,13 @@ class Leased:
     def retry(self, job_id: int) -> Job:
         """Take a failed or cancelled job back to pending, now, with at least one more attempt."""
         job = self.backend.retry(job_id)
-        self.wake_workers()
+        self._wake_own_workers()
         return job
 
     def retry_failed(self, *, task_name: str | None = None, queue_name: str | None = None) -> int:
         """Take every failed job (of one task, or queue) back to pending; returns how many."""
         retried = self.backend.retry_failed(task_name, queue_name)
-        self.wake_workers()
+        self._wake_own_workers()
         return retried
 
     def cancel(self, job_id: int) -> Job:
@@ -421,7 +421,7 @@ class Leased:
         `rate_limit` ("100/m", "10/s", "1000/h") starts per sliding window. Neither: no limit."""
         limit = QueueLimit(check_queue_name(queue_name), check_concurrency(concurrency), parse_rate(rate_limit))
         self.backend.set_queue_limit(limit)
-        self.wake_workers()
+        self._wake_own_workers()
         return limit
 
     def limits(self) -> dict[str, QueueLimit]:
@@ -430,7 +430,14 @@ class Leased:
 
     # Workers.
     def wake_workers(self) -> None:
-        """This process's workers look for work now instead of at their next poll."""
+        """Every worker on this database looks for work now instead of at its next poll: this
+        process's at once, the others by a wake-up (PostgreSQL: a NOTIFY; SQLite and MariaDB: a
+        datagram to the workers on this host; workers elsewhere poll)."""
+        self._wake_own_workers()
+        self.backend.nudge({*self.backend.queue_names(), *(task.queue_name for task in self.tasks.values())})
+
+    def _wake_own_workers(self) -> None:
+        # After this app's own writes, whose commits already woke the other processes' workers.
         for worker in list(self._workers):
             worker.notify()
 
@@ -516,7 +523,7 @@ class Leased:
         """Let workers claim the queue's jobs again, and wake them. False if it was not paused."""
         self.check_known_queue(queue_name, "resume")
         resumed = self.backend.resume_queue(queue_name)
-        self.wake_workers()
+        self._wake_own_workers()
         return resumed
 
     def paused_queues(self) -> list[str]:

@@ -189,6 +189,11 @@ class ProducerPort(Protocol):
         make (jobs enqueued on a caller's connection). Does nothing where the commit itself tells
         them (PostgreSQL's NOTIFY)."""
 
+    def nudge(self, queue_names: Iterable[str]) -> None:
+        """Tell every live worker this producer reaches to look at `queue_names` now, whether or not
+        a commit made jobs due (app.wake_workers: an operator's or a script's nudge). Unlike wake(),
+        it sends a wake-up of its own where commits carry them (PostgreSQL: a NOTIFY)."""
+
 
 class WorkerPort(Protocol):
     """What a worker's loops need: claim, keep, end and give back attempts; announce the worker; run schedules."""

@@ -83,7 +83,7 @@ def advance(app: Leased, by: timedelta | float) -> None:
     does not move."""
     seconds = by.total_seconds() if isinstance(by, timedelta) else float(by)
     app.backend.clock.advance(seconds)
-    app.wake_workers()  # its own workers look again now, by the moved clock
+    app._wake_own_workers()  # its own workers look again now: the clock moved for this process alone
 
 
 def enqueued(task: Task) -> list[Job]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import psycopg
 from psycopg import errors
@@ -272,6 +272,10 @@ class PostgresBackend(SQLStore):
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
         return self.connections.rows(name, **params)
+
+    def nudge(self, queue_names: Iterable[str]) -> None:
+        """A NOTIFY per queue: commits send theirs, a nudge has no commit of its own to ride on."""
+        self._rows("nudge", queue_names=sorted(set(queue_names)))
 
     @contextmanager
     def _snapshot(self) -> Iterator[Callable[..., list[dict[str, Any]]]]:

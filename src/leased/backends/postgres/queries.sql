@@ -1566,3 +1566,8 @@ SET done = t.done + excluded.done, failed = t.failed + excluded.failed;
 
 -- name: delete_folded
 DELETE FROM leased_throughput WHERE minute < %(cutoff)s AND worker_id <> '';
+
+-- name: nudge
+-- app.wake_workers: every listening worker looks at these queues now, with no commit to carry it.
+SELECT pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke
+FROM unnest(%(queue_names)s::text[]) AS queue_name;

@@ -60,6 +60,10 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
             for queue_name in set(queue_names):
                 self._waker.wake(queue_name)
 
+    def nudge(self, queue_names: Iterable[str]) -> None:
+        """Where datagrams carry wake-ups, a nudge is one."""
+        self.wake(queue_names)
+
     def _transact(self, work: Callable[[Any], T], wait_seconds: float | None = None, one_statement: bool = False) -> T:
         """work(connection) in one write transaction of ours; run again when the database broke it
         off to settle a conflict (the one such policy of every dialect: see CONFLICT_RETRIES)."""

@@ -42,13 +42,15 @@ def _heard(listener: Listener, queue_name: str, timeout: float = 30.0) -> bool:
 @check
 def a_listener_hears_of_jobs_due_now(make: MakeBackend) -> None:
     """Jobs due now reach a live worker's listener: those the backend wrote itself at their
-    commit, those written on a caller's connection once the caller calls wake() after committing.
-    A backend without wake-ups (listener() is None) is polled, and says why in its polling_reason."""
+    commit, those written on a caller's connection once the caller calls wake() after committing,
+    and a nudge() with no commit at all. A backend without wake-ups (listener() is None) is polled,
+    and says why in its polling_reason."""
     backend = make()
     listener = backend.listener()
     if listener is None:
         assert backend.polling_reason, "a backend that gives no wake-ups says why, for the worker's log"
         backend.wake(["mail"])  # nobody to tell: does nothing
+        backend.nudge(["mail"])
         return
     assert backend.polling_reason is None, "a backend that gives wake-ups gives no reason to poll"
     try:
@@ -61,6 +63,8 @@ def a_listener_hears_of_jobs_due_now(make: MakeBackend) -> None:
             backend.enqueue([new_job(queue_name="reports")], connection)
         backend.wake(["reports"])
         assert _heard(listener, "reports"), "a job written on a caller's connection wakes it after wake()"
+        backend.nudge(["nudged"])
+        assert _heard(listener, "nudged"), "a nudge wakes it with no job and no commit"
     finally:
         listener.close()
 
