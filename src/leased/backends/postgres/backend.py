@@ -49,9 +49,8 @@ T = TypeVar("T")
 
 class PostgresBackend(SQLStore):
     capabilities = capabilities.POSTGRES
-    # The reclaim reads every job claimed since the oldest open transaction began, and a claim that
-    # waited for it kept every job enqueued meanwhile waiting (bench/long_transaction_notes.md); the
-    # workers take turns at it (migration 0020, bench/fleet_reclaims.py).
+    # The reclaim reads every job claimed since the oldest open transaction began, and a claim waiting for it
+    # held up every job enqueued meanwhile (bench/long_transaction_notes.md): workers take turns (0020).
     reclaims_beside_claims = True
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10, fused: bool = True):
@@ -273,15 +272,11 @@ class PostgresBackend(SQLStore):
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
         return self.connections.rows(name, **params)
 
-    def nudge(self, queue_names: Iterable[str]) -> None:
-        """A NOTIFY per queue: commits send theirs, a nudge has no commit of its own to ride on."""
+    def nudge(self, queue_names: Iterable[str]) -> None:  # a NOTIFY per queue, with no commit to ride on
         self._rows("nudge", queue_names=sorted(set(queue_names)))
 
-    @contextmanager
-    def _snapshot(self) -> Iterator[Callable[..., list[dict[str, Any]]]]:
-        with self.connections.connection() as connection, connection.transaction():
-            connection.execute(QUERIES["why_snapshot"])  # one snapshot, and now() is one instant
-            yield lambda name, **params: connection.execute(QUERIES[name], params).fetchall()
+    def _snapshot(self) -> AbstractContextManager[Callable[..., list[dict[str, Any]]]]:
+        return self.connections.snapshot()
 
     def _time_in(self, value: datetime) -> datetime:
         return value

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import weakref
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import psycopg
 from psycopg import errors
@@ -167,6 +167,13 @@ class PostgresConnections:
                 if not tries_left:
                     raise
         raise AssertionError("unreachable: the last try raises")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Callable[..., list[dict[str, Any]]]]:
+        """Reads of one snapshot, in which now() is one instant too (`leased why`)."""
+        with self.connection() as connection, connection.transaction():
+            connection.execute(QUERIES["why_snapshot"])
+            yield lambda name, **params: connection.execute(QUERIES[name], params).fetchall()
 
     def fetch_one(self, name: str, **params: Any) -> dict[str, Any] | None:
         rows = self.rows(name, **params)
