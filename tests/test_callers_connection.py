@@ -75,10 +75,9 @@ def test_first_use_inside_callers_transaction_without_the_schema(database_url, c
 
 
 def test_a_write_lock_held_past_the_busy_timeout_is_a_leased_error_naming_the_holder(tmp_path, monkeypatch):
-    from leased.backends.sqlite import backend as sqlite_backend, connections as sqlite_connections
+    from leased.backends.sqlite import queries as sqlite_queries
 
-    for module in (sqlite_backend, sqlite_connections):  # each reads the busy timeout it imported
-        monkeypatch.setattr(module, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(sqlite_queries, "BUSY_TIMEOUT_MS", 200)  # read where it is defined, at each use
     app = Leased(f"sqlite:///{tmp_path / 'jobs.db'}")
 
     @app.task(name="t")

@@ -28,7 +28,8 @@ from leased.backends.sql.wakeups import DatagramListener, Waker
 from leased.backends.sqlite.async_handlers import AsyncHandlerConnections
 from leased.backends.sqlite.connections import SQLiteConnections
 from leased.backends.sqlite.locking import translated_lock_errors, write_lock
-from leased.backends.sqlite.queries import (BUSY_TIMEOUT_MS, MIGRATIONS, MIGRATOR, QUERIES, applied_versions, epoch,
+from leased.backends.sqlite import queries
+from leased.backends.sqlite.queries import (MIGRATIONS, MIGRATOR, QUERIES, applied_versions, epoch,
                                             is_missing_table, prepare_connection, schema_compatibility, time_value)
 from leased.clock import Clock
 from leased.errors import ConfigurationError, SchemaNotReady
@@ -51,7 +52,7 @@ class SQLiteBackend(SQLStore):
         self._files_reached: set[str] = set()  # callers' main database files found to be ours
         self._async_handlers = AsyncHandlerConnections(
             self.connections.open, lambda connection: write_lock(self.connections.write_lock, connection, path, None,
-                                                                 BUSY_TIMEOUT_MS))
+                                                                 queries.BUSY_TIMEOUT_MS))
         self._waker = Waker(self._wake_ports)
 
     def __repr__(self) -> str:

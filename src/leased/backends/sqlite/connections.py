@@ -14,7 +14,8 @@ from typing import Any, Callable, Iterator
 
 from leased.backends.sql.scripts import schema_problem
 from leased.backends.sqlite.locking import is_lock_error, lock_message, write_lock
-from leased.backends.sqlite.queries import BUSY_TIMEOUT_MS, MIGRATIONS, QUERIES, is_missing_table, prepare_connection
+from leased.backends.sqlite import queries
+from leased.backends.sqlite.queries import MIGRATIONS, QUERIES, is_missing_table, prepare_connection
 from leased.clock import Clock
 from leased.errors import DatabaseFull, DatabaseLocked, DatabaseUnavailable, SchemaNotReady
 
@@ -42,11 +43,11 @@ class SQLiteConnections:
     def open(self) -> sqlite3.Connection:
         try:
             connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                         timeout=BUSY_TIMEOUT_MS / 1000)
+                                         timeout=queries.BUSY_TIMEOUT_MS / 1000)
             switch_to_wal(connection)
             connection.execute("PRAGMA synchronous = NORMAL")
             connection.execute("PRAGMA foreign_keys = ON")
-            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            connection.execute(f"PRAGMA busy_timeout = {queries.BUSY_TIMEOUT_MS}")
         except sqlite3.OperationalError as error:
             if is_lock_error(error):  # e.g. switching a new file to WAL while a caller writes to it
                 raise DatabaseLocked(lock_message(self.path, "open")) from None
@@ -65,7 +66,7 @@ class SQLiteConnections:
         connection = getattr(self._local, "handler_connection", None)
         if connection is None:
             connection = self._local.handler_connection = self.open()
-        with write_lock(self.write_lock, connection, self.path, None, BUSY_TIMEOUT_MS):
+        with write_lock(self.write_lock, connection, self.path, None, queries.BUSY_TIMEOUT_MS):
             try:
                 yield connection
                 if connection.in_transaction:
@@ -87,7 +88,7 @@ class SQLiteConnections:
         connection = self.connection()
         # Threads of one process queue here rather than in SQLite's busy handler, which polls
         # with sleeps of up to 100 ms; other processes still wait in the busy handler.
-        with write_lock(self.write_lock, connection, self.path, wait_seconds, BUSY_TIMEOUT_MS,
+        with write_lock(self.write_lock, connection, self.path, wait_seconds, queries.BUSY_TIMEOUT_MS,
                         begin=not one_statement):
             try:
                 yield connection
@@ -147,7 +148,7 @@ def switch_to_wal(connection: sqlite3.Connection) -> None:
     once, without its busy handler, when connections opening a new file switch it together (one
     holds the lock the other's switch would wait for, and waiting could deadlock): seen when four
     processes migrated one new file at the same time. Once the file is in WAL mode this is a read."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + queries.BUSY_TIMEOUT_MS / 1000
     pause = 0.001
     while True:
         try:
