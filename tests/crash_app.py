@@ -34,6 +34,13 @@ def hold(context, mode):
     return f"done by {context.worker_id}"
 
 
+@app.task(name="share")
+def share():
+    """A quick job under the default lease: a 1 s lease on a loaded machine expires when a process
+    stalls past it, which is the lease doing its work, not the sharing the test is about."""
+    return "shared"
+
+
 @app.task(name="interrupting", max_attempts=2, backoff=Backoff(base=0, jitter=0))
 def interrupting():
     raise KeyboardInterrupt("raised by the handler, not by a signal")  # before: stopped its worker
