@@ -27,9 +27,16 @@ NEW_SOURCE = ROOT / "src"
 PROGRAM = HERE / "rolling_upgrade_app.py"
 TASK = "upgrade.record"  # the one task the program's producers enqueue and its workers run
 
-# The previous release: the last commit before migration 0021 (bef9734 added it), schema version 0020.
-# Move it forward when a newer migration makes a newer "previous release".
-OLD_RELEASE = "1ee9b314fbf31a3a0d6d3f299d259c0688ffc5a5"
+# Earlier releases a rolling upgrade starts from, by the schema version they run: the last commit
+# before migration 0021 (bef9734 added it) and the last before 0025 (9db4098). OLD_RELEASE, the
+# previous release, is the newest; add one here when a newer migration makes a newer previous release.
+OLDER_RELEASES = {
+    20: "1ee9b314fbf31a3a0d6d3f299d259c0688ffc5a5",
+    24: "9219a745d150b242beb379f8970eb18e7a5b2438",
+}
+OLD_RELEASE = OLDER_RELEASES[max(OLDER_RELEASES)]
+# This release's schema version: its newest migration (the files, the same on every database).
+LATEST_VERSION = max(int(path.name[:4]) for path in (NEW_SOURCE / "leased/backends/sqlite/migrations").glob("[0-9]*.sql"))
 
 # Orders of a deploy: `leased migrate` from the new release, then its workers; or the new workers
 # first, each migrating as it starts (Leased's default), two at once.
