@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import connections
 import databases
@@ -31,6 +32,13 @@ from leased import Leased
 from leased.backends import DIALECTS, parse_database_url
 from leased.backends.capabilities import Capabilities
 from leased.engine.worker import Worker
+
+# Property tests draw the same examples on every run, so that the suite is deterministic (a red run
+# is a bug to fix, never a draw to retry), and a loaded machine that draws slowly is not a failure.
+# HYPOTHESIS_PROFILE=explore draws new examples each run, to look for what the fixed ones miss.
+settings.register_profile("suite", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", deadline=None, max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 POSTGRES_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("LEASED_REQUIRE_POSTGRES") == "1"
