@@ -211,8 +211,8 @@ class MariaDBBackend(SQLStore):
     _migrator = MIGRATOR
 
     @contextmanager
-    def _migration_connection(self) -> Iterator[Any]:
-        with self.connections.translated():
+    def _migration_connection(self, outside_transaction: bool = False) -> Iterator[Any]:
+        with self.connections.translated():  # DDL commits on its own here: every version is "outside"
             yield self.connections.connection()
 
     def _is_duplicate_key(self, error: BaseException) -> bool:

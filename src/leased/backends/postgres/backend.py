@@ -245,9 +245,8 @@ class PostgresBackend(SQLStore):
     # The dialect's hooks (sql/dialect.py).
     _to_time = staticmethod(utc)
     _from_json = staticmethod(decoded)
-    # Schema: the shared runner (MIGRATOR), serialized by an advisory lock, in a transaction of
-    # ours. A caller's open transaction (`callers_connection`) holds no lock of ours, so a missing
-    # schema is created meanwhile on a connection of our own.
+    # Schema: the shared runner (MIGRATOR), serialized by an advisory lock, on a connection of ours:
+    # a caller's open transaction (`callers_connection`) holds no lock of ours.
     _migrator = MIGRATOR
 
     def _transaction(self, wait_seconds: float | None = None, one_statement: bool = False
@@ -256,12 +255,13 @@ class PostgresBackend(SQLStore):
         return self.connections.transaction(one_statement)
 
     @contextmanager
-    def _migration_connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        """A transaction to apply a version in, whose lock waits are short (migration_lock_timeout):
-        a DDL statement waiting for its lock holds up every claim, enqueue and renewal queued behind
-        it, so it gives way and the runner tries again (SQLStore._apply_up_to)."""
-        with self.connections.transaction() as connection:
-            connection.execute(QUERIES["migration_lock_timeout"])
+    def _migration_connection(self, outside_transaction: bool = False) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """A transaction whose lock waits are short: DDL waiting for a lock holds up every claim queued
+        behind it, so it gives way and the runner tries again (SQLStore._apply_up_to). A version outside
+        one (CREATE INDEX CONCURRENTLY) holds up nobody while it waits: it waits as long as it must."""
+        with self.connections.transaction(one_statement=outside_transaction) as connection:
+            if not outside_transaction:
+                connection.execute(QUERIES["migration_lock_timeout"])
             yield connection
 
     def _execute(self, connection: psycopg.Connection[Any], name: str, /, **params: Any

@@ -52,5 +52,15 @@ def _migration_lock(connection: psycopg.Connection) -> Iterator[None]:
     yield
 
 
+@contextmanager
+def _migration_session_lock(connection: psycopg.Connection) -> Iterator[None]:
+    """The advisory lock, held by the session across a migration that commits statement by statement."""
+    _run_statement(connection, QUERIES["migration_session_lock"])
+    try:
+        yield
+    finally:
+        _run_statement(connection, QUERIES["migration_session_unlock"])
+
+
 MIGRATOR = Migrator(MIGRATIONS, QUERIES["create_version_table"], QUERIES["applied_versions"], now_sql="now()",
-                    run=_run_statement, lock=_migration_lock, whole_scripts=True)
+                    run=_run_statement, lock=_migration_lock, whole_scripts=True, session_lock=_migration_session_lock)

@@ -538,6 +538,14 @@ SET LOCAL lock_timeout = '500ms';
 -- schema in it queue behind one another.
 SELECT pg_advisory_xact_lock(119182682449252);
 
+-- name: migration_session_lock
+-- The same key, held by the session: a migration outside a transaction commits statement by
+-- statement, so the transaction's lock above would end with its first.
+SELECT pg_advisory_lock(119182682449252);
+
+-- name: migration_session_unlock
+SELECT pg_advisory_unlock(119182682449252);
+
 -- name: applied_versions
 SELECT version FROM leased_schema_version;
 

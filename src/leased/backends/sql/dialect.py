@@ -57,9 +57,10 @@ class Dialect:
         """A read-only transaction that sees one state of the database; yields read_rows."""
         raise NotImplementedError
 
-    def _migration_connection(self) -> AbstractContextManager[Any]:
-        """A connection of its own to migrate on: in a write transaction, where DDL takes part in one."""
-        return self._transaction()
+    def _migration_connection(self, outside_transaction: bool = False) -> AbstractContextManager[Any]:
+        """A connection of its own to migrate on: in a write transaction, where DDL takes part in one;
+        in none for a version that runs outside a transaction (scripts.OUTSIDE_A_TRANSACTION)."""
+        return self._transaction(one_statement=outside_transaction)
 
     # Enqueue's two steps (see enqueue.py), and the caller's transaction.
     def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> Sequence[Sequence[Any]]:

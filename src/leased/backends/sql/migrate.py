@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from leased.backends.sql.scripts import Migration, statements
+from leased.errors import ConfigurationError
 
 
 def _no_lock(connection: Any) -> AbstractContextManager[None]:
@@ -38,22 +39,37 @@ class Migrator:
     # None needed where the transaction the connection is in already excludes the others (SQLite's).
     lock: Callable[[Any], AbstractContextManager[None]] = _no_lock
     whole_scripts: bool = False  # the driver runs a migration's script in one call (PostgreSQL)
+    # Held instead of `lock` while migrations that run outside a transaction apply: each of their
+    # statements commits on its own, and a transaction's lock would end with the first.
+    session_lock: Callable[[Any], AbstractContextManager[None]] = _no_lock
 
-    def apply(self, connection: Any, up_to: int | None = None) -> list[int]:
+    def apply(self, connection: Any, up_to: int | None = None, outside_transaction: bool = False) -> list[int]:
         """Apply the migrations up to version `up_to` (all: None) that are not recorded yet, on
         `connection`, in the transaction it has open if it has one (ours, or Django's migration's;
         MariaDB commits DDL on its own, so there each version is recorded as soon as applied).
-        Returns the versions applied."""
-        with self.lock(connection):
+        Returns the versions applied.
+
+        A migration that runs outside a transaction (scripts.OUTSIDE_A_TRANSACTION) is applied only
+        when the caller says `connection` is in none (`outside_transaction`), and then only such
+        migrations are: where the other kind comes next, apply stops and returns what it applied,
+        for the caller to go on on a connection of that kind (a backend's migrate() applies one
+        version at a time); where it comes first, it is refused, naming the version."""
+        with (self.session_lock if outside_transaction else self.lock)(connection):
             self.run(connection, self.create_version_table)
             done = {version for (version,) in self.run(connection, self.applied_versions)}
-            applied = []
+            applied: list[int] = []
             for migration in self.migrations:
-                if migration.version not in done and (up_to is None or migration.version <= up_to):
-                    for statement in [migration.sql] if self.whole_scripts else statements(migration.sql):
-                        self.run(connection, statement)
-                    self.run(connection, self._record(migration))
-                    applied.append(migration.version)
+                if migration.version in done or (up_to is not None and migration.version > up_to):
+                    continue
+                if migration.outside_transaction != outside_transaction:
+                    if applied:
+                        break
+                    raise ConfigurationError(_other_kind(migration))
+                whole = self.whole_scripts and not migration.outside_transaction
+                for statement in [migration.sql] if whole else statements(migration.sql):
+                    self.run(connection, statement)
+                self.run(connection, self._record(migration))
+                applied.append(migration.version)
         return applied
 
     def script(self) -> str:
@@ -66,3 +82,12 @@ class Migrator:
 
     def _record(self, migration: Migration) -> str:
         return f"INSERT INTO leased_schema_version (version, applied_at) VALUES ({migration.version}, {self.now_sql})"
+
+
+def _other_kind(migration: Migration) -> str:
+    named = f"migration {migration.version:04d} ({migration.name})"
+    if migration.outside_transaction:
+        return (f"{named} runs outside a transaction (PostgreSQL builds an index without blocking writes only so, "
+                "CREATE INDEX CONCURRENTLY), and this connection is in one: apply it on a connection of its own, "
+                "as `leased migrate APP` does (in Django, the migration that applies it has atomic = False)")
+    return f"{named} runs in a transaction, and this connection is in none: apply it in one, as `leased migrate APP` does"

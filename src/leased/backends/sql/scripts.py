@@ -34,11 +34,18 @@ def _without_trailing_comments(body: str) -> str:
     return "\n".join(lines).strip()
 
 
+# A migration file that starts with this line runs outside a transaction, each statement committed
+# on its own: PostgreSQL builds an index on a busy table without blocking its writes only so
+# (CREATE INDEX CONCURRENTLY), and refuses that inside a transaction. See CONTRIBUTING.md.
+OUTSIDE_A_TRANSACTION = "-- leased: outside a transaction"
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     version: int
     name: str
     sql: str
+    outside_transaction: bool = False  # its file starts with OUTSIDE_A_TRANSACTION
 
 
 def load_migrations(folder: Path) -> list[Migration]:
@@ -46,7 +53,8 @@ def load_migrations(folder: Path) -> list[Migration]:
     for path in sorted(folder.iterdir()):
         match = _MIGRATION_FILE.match(path.name)
         if match:
-            migrations.append(Migration(int(match[1]), match[2], path.read_text()))
+            sql = path.read_text()
+            migrations.append(Migration(int(match[1]), match[2], sql, sql.startswith(OUTSIDE_A_TRANSACTION)))
     versions = [m.version for m in migrations]
     # Branches developed side by side reserve numbers ahead (0006 while 0003-0005 are elsewhere), so
     # a gap is allowed: migrate() applies every version not yet recorded, not only those above the

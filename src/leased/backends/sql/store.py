@@ -520,10 +520,11 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
         for MIGRATION_PATIENCE_SECONDS at most."""
         deadline = time.monotonic() + MIGRATION_PATIENCE_SECONDS
         tries = 0
+        outside = any(m.version == version and m.outside_transaction for m in self._migrator.migrations)
         while True:
             try:
-                with self._migration_connection() as connection:
-                    return self._migrator.apply(connection, up_to=version)
+                with self._migration_connection(outside) as connection:
+                    return self._migrator.apply(connection, up_to=version, outside_transaction=outside)
             except DatabaseConflict as error:
                 tries += 1
                 if time.monotonic() >= deadline:

@@ -21,12 +21,16 @@ LEASED_TABLES = ("leased_due", "leased_durable_steps", "leased_dependencies", "l
 
 
 def apply_leased_migrations(up_to: int) -> Callable[[Any, Any], None]:
-    """A RunPython function applying leased's migrations 1..up_to that are not applied yet."""
+    """A RunPython function applying leased's migrations 1..up_to that are not applied yet. A
+    version that runs outside a transaction (PostgreSQL's CREATE INDEX CONCURRENTLY) comes in a
+    Django migration of its own, with atomic = False, which this applies it on."""
 
     def forwards(apps: Any, schema_editor: Any) -> None:
         connection = schema_editor.connection
         connection.ensure_connection()
-        migrator(connection.vendor).apply(connection.connection, up_to)
+        schema = migrator(connection.vendor)
+        outside = any(migration.version == up_to and migration.outside_transaction for migration in schema.migrations)
+        schema.apply(connection.connection, up_to, outside_transaction=outside)
 
     return forwards
 
