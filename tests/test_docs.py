@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
 
-pytest.importorskip("sphinx", reason="the docs tools come with the test extra: pip install -e '.[test]'")
+pytest.importorskip("sphinx", reason="the docs tools come with the test dependency group: pip install -e . --group test")
 
 
 @pytest.fixture(scope="module")
@@ -95,11 +95,11 @@ def test_the_home_page_is_the_readme(site):
 
 def test_the_readmes_command_builds_the_docs_where_the_test_command_installed_them():
     # The README's one-line command uses the test command's venv: the docs tools must be in the
-    # test extra it installs.
+    # test dependency group it installs.
     import tomllib
 
     section = (ROOT / "README.md").read_text().split("## The docs", 1)[1]
     (command,) = re.findall(r"```sh\n(.+?)\n```", section, re.S)
     assert command.startswith(".venv/bin/sphinx-build ") and " docs docs/_build/html" in command
-    test_extra = " ".join(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"])
-    assert all(tool in test_extra for tool in ("sphinx", "myst-parser", "sphinx-click", "furo"))
+    test_group = " ".join(tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["test"])
+    assert all(tool in test_group for tool in ("sphinx", "myst-parser", "sphinx-click", "furo"))
