@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ElementTree
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -103,3 +104,24 @@ def test_the_readmes_command_builds_the_docs_where_the_test_command_installed_th
     assert command.startswith(".venv/bin/sphinx-build ") and " docs docs/_build/html" in command
     test_group = " ".join(tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["test"])
     assert all(tool in test_group for tool in ("sphinx", "myst-parser", "sphinx-click", "furo"))
+
+
+def test_the_state_diagram_draws_every_status_and_exactly_the_transitions_of_its_table(site):
+    # states.svg is drawn by hand: a box per JobStatus (id="status-NAME"), an arrow per transition
+    # (data-from, data-to; "new" is a job not yet written), the same as the rows of the page's table.
+    from leased import JobStatus
+
+    svg = ElementTree.parse(DOCS / "reference" / "states.svg").getroot()
+    groups = list(svg.iter("{http://www.w3.org/2000/svg}g"))
+    boxes = {group.get("id").removeprefix("status-") for group in groups if (group.get("id") or "").startswith("status-")}
+    assert boxes == {status.value for status in JobStatus}
+    arrows = {(group.get("data-from"), group.get("data-to")) for group in groups if group.get("data-from")}
+    table = set()
+    for row in (DOCS / "reference" / "states.md").read_text().splitlines():
+        cells = row.split("|")[1:3]
+        if row.startswith("| ") and len(cells) == 2 and "`" in cells[1]:
+            sources = ["new"] if cells[0].strip() == "(new)" else re.findall(r"`(\w+)`", cells[0])
+            table |= {(source, target) for source in sources for target in re.findall(r"`(\w+)`", cells[1])}
+    assert arrows == table
+    # And the built page shows it.
+    assert 'src="../_images/states.svg"' in (site / "reference" / "states.html").read_text()

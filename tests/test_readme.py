@@ -60,8 +60,6 @@ NOT_RUN = {
     ("docs/explanation/architecture.md", "Layout"): "a directory tree; tests/test_imports.py holds its layers",
     ("docs/reference/cli.md", "The command line"): "a synopsis; the reference below it is generated from the "
                                                    "commands, and tests/test_cli.py runs them",
-    ("docs/reference/states.md", "The job state machine"): "a diagram; tests/test_storage_conformance.py "
-                                                           "drives every transition",
     ("docs/howto/dashboard.md", "The dashboard and metrics"): "installs and serves until stopped; "
                                                               "tests/test_web.py serves the dashboard",
     ("docs/howto/django.md", "With Django"): "examples/django's commands; tests/test_examples_install.py runs them",
