@@ -183,7 +183,7 @@ class Workers:
     logs: list[Path] = field(default_factory=list)
 
     def check_alive(self) -> None:
-        for process, log in zip(self.processes, self.logs):
+        for process, log in zip(self.processes, self.logs, strict=True):
             if process.poll() is not None:
                 raise Failed(f"worker exited with code {process.returncode}: {tail(log)}")
 

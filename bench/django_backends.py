@@ -38,17 +38,17 @@ if not bench_venv.inside(VENV) and __name__ == "__main__":
                  "run it with python3.12")
     bench_venv.bootstrap(VENV, BENCH / "requirements-django.txt", "django", Path(__file__).resolve())
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-from importlib import metadata  # noqa: E402
+import argparse
+import json
+import os
+import random
+import subprocess
+import time
+from datetime import UTC, datetime
+from importlib import metadata
 
-import report  # noqa: E402
-from common import WORK, ProbeReceiver, Workers, median_range, percentile, recreate_database, remove_sqlite, spawn, wait_for_done  # noqa: E402
+import report
+from common import WORK, ProbeReceiver, Workers, median_range, percentile, recreate_database, remove_sqlite, spawn, wait_for_done
 
 PROJECT = BENCH / "django_project"
 RESULTS = BENCH / "django_results.json"

@@ -121,7 +121,7 @@ class Paths:
                 with cursor.copy(f"COPY leased_jobs ({COLUMNS}) FROM STDIN" + (" (FORMAT BINARY)" if binary else "")) as copy:
                     if binary:
                         copy.set_types(BINARY_TYPES)
-                    for job_id, job in zip(ids, jobs):
+                    for job_id, job in zip(ids, jobs, strict=True):
                         run_after = job.run_at or now + timedelta(seconds=job.delay_seconds)
                         args, kwargs = (Json(job.args_json, dumps=str), Json(job.kwargs_json, dumps=str)) if binary \
                             else (job.args_json, job.kwargs_json)

@@ -28,7 +28,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
-from common import autovacuum_on  # noqa: E402
+from common import autovacuum_on
 
 SUMMARY = re.compile(r"^(sqlite|postgres|mariadb): (transactional|plain), .*$", re.MULTILINE)
 

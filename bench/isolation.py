@@ -32,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent / "src"))
 
-import bench_venv  # noqa: E402
+import bench_venv
 
 WORKER_APP = '''
 import os

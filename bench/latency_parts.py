@@ -73,7 +73,7 @@ def main() -> None:
         worker.terminate()
         worker.wait(30)
         producer.close()
-    totals = [call + wake for call, wake in zip(calls, wakes)]
+    totals = [call + wake for call, wake in zip(calls, wakes, strict=True)]
     for label, values in (("enqueue call", calls), ("wake-up", wakes), ("enqueue to start", totals)):
         print(f"{label:17} p50 {percentile(values, 0.5):6.2f} ms   p99 {percentile(values, 0.99):6.2f} ms")
 

@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from drain import postgres_url  # noqa: E402
+from drain import postgres_url
 
-from leased import Leased  # noqa: E402
-from leased.backends.ports import ClaimRequest  # noqa: E402
+from leased import Leased
+from leased.backends.ports import ClaimRequest
 
 HELD = 10_000
 

@@ -30,12 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import mariadb_connect  # noqa: E402
+from common import mariadb_connect
 
-from leased import Leased  # noqa: E402
-from leased.backends.base import AttemptEnd, ClaimRequest  # noqa: E402
-from leased.backends.mariadb import driver  # noqa: E402
-from leased.jobs import Outcome  # noqa: E402
+from leased import Leased
+from leased.backends.base import AttemptEnd, ClaimRequest
+from leased.backends.mariadb import driver
+from leased.jobs import Outcome
 
 DRIVERS = ("mysqlclient", "pymysql")
 STEPS = ("enqueue", "enqueue_many", "claim", "finish", "drain")

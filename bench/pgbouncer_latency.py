@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import pgbouncer  # noqa: E402  (tests/pgbouncer.py)
+import pgbouncer  # tests/pgbouncer.py
 
 SERVER_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 LINE = re.compile(r"^(enqueue call|wake-up|enqueue to start)\s+p50\s+([\d.]+) ms\s+p99\s+([\d.]+) ms$", re.M)

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from leased import Leased  # noqa: E402
+from leased import Leased
 
 BURN_SOURCE = '''
 def burn(loops):

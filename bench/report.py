@@ -270,7 +270,7 @@ def chart(results: dict, path: Path = CHART) -> None:
               ("latency", "p50", "latency p50 (ms, lower is better)"),
               ("latency", "p99", "latency p99 (ms, lower is better)")]
     figure, axes = plt.subplots(3, 2, figsize=(13, 12))
-    for axis, (metric, key, title) in zip(axes.flat, panels):
+    for axis, (metric, key, title) in zip(axes.flat, panels, strict=True):
         medians, lows, highs = [], [], []
         for peer in peers:
             summary = stat(results, peer["name"], metric, key)
@@ -289,7 +289,7 @@ def chart(results: dict, path: Path = CHART) -> None:
         axis.set_title(title, fontsize=10)
         if metric == "latency":
             axis.set_xscale("log")
-        for position, value, high in zip(positions, medians, highs):
+        for position, value, high in zip(positions, medians, highs, strict=True):
             axis.text(value + high, position, f" {value:,.0f}" if value >= 10 else (f" {value:.1f}" if value else " n/a"),
                       va="center", fontsize=7)
     baseline = median_range(results["baselines"].get("pgbench_c1", []))

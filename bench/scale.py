@@ -40,21 +40,21 @@ import bench_venv
 if not bench_venv.inside(bench_venv.VENV) and __name__ == "__main__":
     bench_venv.bootstrap_bench(Path(__file__).resolve())
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import time
+from datetime import UTC, datetime
 
-import report  # noqa: E402
-from common import BENCH, autovacuum_on, leased_commit, median_range  # noqa: E402
-from dashboard_million import page_times  # noqa: E402
-from peers.leased import LeasedPostgres, LeasedSQLite  # noqa: E402
-from prune_under_load import add_history  # noqa: E402
-from workloads import Limits, drain, latency_on  # noqa: E402
+import report
+from common import BENCH, autovacuum_on, leased_commit, median_range
+from dashboard_million import page_times
+from peers.leased import LeasedPostgres, LeasedSQLite
+from prune_under_load import add_history
+from workloads import Limits, drain, latency_on
 
 RESULTS = BENCH / "scale_results.json"
 SECTION = BENCH / "scale.md"

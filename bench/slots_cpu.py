@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
+from itertools import pairwise
 from pathlib import Path
 
 from leased import Leased
@@ -64,7 +65,7 @@ def where_time_went(runs: list[tuple[int, float, float]], slots: int, sleep: flo
     for thread, start, end in runs:
         by_thread[thread].append((start, end))
     gaps = sorted(following[0] - previous[1] for spans in map(sorted, by_thread.values())
-                  for previous, following in zip(spans, spans[1:]))
+                  for previous, following in pairwise(spans))
     handoff = (f"{gaps[len(gaps) // 2] * 1000:.2f}/{gaps[len(gaps) * 9 // 10] * 1000:.1f}" if gaps else "-")
     return f"   {spread * 1000:>7.1f} {middle:>6} {handoff:>10}"
 

@@ -35,9 +35,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from common import drop_fresh_database, fresh_database, percentile  # noqa: E402
+from common import drop_fresh_database, fresh_database, percentile
 
-from leased import Leased  # noqa: E402
+from leased import Leased
 
 BACKENDS = ("sqlite", "postgres", "mariadb")
 CONCURRENCY = 8

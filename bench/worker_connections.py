@@ -26,11 +26,11 @@ HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
-import hosts  # noqa: E402  (tests/hosts.py)
-import psycopg  # noqa: E402
+import hosts  # tests/hosts.py
+import psycopg
 
-from leased import Leased  # noqa: E402
-from leased.testing.plugin import postgres_schema  # noqa: E402
+from leased import Leased
+from leased.testing.plugin import postgres_schema
 
 SERVER_URL = os.environ.get("LEASED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 LEVELS = (1, 10, 100)
@@ -58,7 +58,7 @@ def main() -> None:
         hold = app.task(name="hold", lease=2.0, takes_context=True, max_attempts=3)(lambda context, mode: None)
         workers = []
         try:
-            for host, level in zip(machines, LEVELS):
+            for host, level in zip(machines, LEVELS, strict=True):
                 env = {**os.environ, "LEASED_DATABASE_URL": f"{host.url(url)}&application_name=bench-host-{level}",
                        "HOSTS_HOST": host.name, "HOSTS_MARKERS": str(markers),
                        "PYTHONPATH": os.pathsep.join([str(TESTS), str(Path(source).resolve())])}

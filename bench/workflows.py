@@ -59,7 +59,7 @@ VENV = BENCH / ".venv-workflows"
 if __name__ == "__main__" and not bench_venv.inside(VENV):
     bench_venv.bootstrap(VENV, BENCH / "requirements-workflows.txt", "postgres,mariadb", Path(__file__).resolve())
 
-from leased import Leased  # noqa: E402
+from leased import Leased
 
 # The worker processes import this module: `leased worker workflows:app`, `celery -A workflows:celery_app`.
 app = Leased(os.environ.get("BENCH_LEASED_URL", "sqlite:///unused.db"))
@@ -111,17 +111,17 @@ except ImportError:  # the leased workers import this module too; they need no C
     celery_app = celery_noop = celery_callback = None
 
 
-import argparse  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import sqlite3  # noqa: E402
-import statistics  # noqa: E402
-import uuid  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
+import argparse
+import gc
+import json
+import platform
+import sqlite3
+import statistics
+import uuid
+from datetime import UTC, datetime
 
-import report  # noqa: E402
-from common import (PG_ADMIN_URL, WORK, Failed, Workers, drop_fresh_database, fresh_database,  # noqa: E402
+import report
+from common import (PG_ADMIN_URL, WORK, Failed, Workers, drop_fresh_database, fresh_database,
                     leased_commit, mariadb_connect, spawn, venv_bin)
 
 RESULTS = BENCH / "workflows_results.json"
@@ -383,7 +383,7 @@ def measure_or_error(measure, *args) -> dict:
     load = os.getloadavg()[0]
     try:
         return {**measure(*args), "load": load}
-    except Exception as error:  # noqa: BLE001 - reported, and the other measurements go on
+    except Exception as error:  # reported, and the other measurements go on
         return {"error": f"{type(error).__name__}: {error}"[:400]}
 
 
@@ -413,7 +413,7 @@ def ratio(a: float | None, b: float | None) -> str:
 def paired(a: list[dict], b: list[dict]) -> str:
     """The ratio of medians, and in brackets the range of the repeats' own ratios (a and b of one
     repeat ran a minute apart, so they saw the same machine)."""
-    pairs = [x["seconds"] / y["seconds"] for x, y in zip(a, b) if "seconds" in x and "seconds" in y]
+    pairs = [x["seconds"] / y["seconds"] for x, y in zip(a, b, strict=True) if "seconds" in x and "seconds" in y]
     text = ratio(med(a), med(b))
     if len(pairs) > 1:
         text += f" ({min(pairs):.2f}–{max(pairs):.2f})"
@@ -493,13 +493,13 @@ def server_facts() -> dict:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as connection:
             facts["postgresql"] = connection.execute("SHOW server_version").fetchone()[0].split()[0]
             facts["autovacuum"] = connection.execute("SHOW autovacuum").fetchone()[0]
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:  # reported as unreachable, in the facts
         facts["postgresql"] = f"unreachable ({type(error).__name__})"
     try:
         from importlib import metadata
 
         facts["celery"] = metadata.version("celery")
-    except Exception:  # noqa: BLE001
+    except Exception:  # no celery here: the facts leave it out
         pass
     return facts
 

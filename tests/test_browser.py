@@ -34,7 +34,7 @@ def _browser_problem() -> str | None:
         try:
             __import__(module)
         except ImportError:
-            return f"{module} is not installed (pip install -e '.[test]')"
+            return f"{module} is not installed (pip install -e . --group test)"
     return None
 
 

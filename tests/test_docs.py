@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ElementTree
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -18,7 +19,7 @@ import pytest
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
 
-pytest.importorskip("sphinx", reason="the docs tools come with the test extra: pip install -e '.[test]'")
+pytest.importorskip("sphinx", reason="the docs tools come with the test dependency group: pip install -e . --group test")
 
 
 @pytest.fixture(scope="module")
@@ -95,11 +96,32 @@ def test_the_home_page_is_the_readme(site):
 
 def test_the_readmes_command_builds_the_docs_where_the_test_command_installed_them():
     # The README's one-line command uses the test command's venv: the docs tools must be in the
-    # test extra it installs.
+    # test dependency group it installs.
     import tomllib
 
     section = (ROOT / "README.md").read_text().split("## The docs", 1)[1]
     (command,) = re.findall(r"```sh\n(.+?)\n```", section, re.S)
     assert command.startswith(".venv/bin/sphinx-build ") and " docs docs/_build/html" in command
-    test_extra = " ".join(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"])
-    assert all(tool in test_extra for tool in ("sphinx", "myst-parser", "sphinx-click", "furo"))
+    test_group = " ".join(tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["test"])
+    assert all(tool in test_group for tool in ("sphinx", "myst-parser", "sphinx-click", "furo"))
+
+
+def test_the_state_diagram_draws_every_status_and_exactly_the_transitions_of_its_table(site):
+    # states.svg is drawn by hand: a box per JobStatus (id="status-NAME"), an arrow per transition
+    # (data-from, data-to; "new" is a job not yet written), the same as the rows of the page's table.
+    from leased import JobStatus
+
+    svg = ElementTree.parse(DOCS / "reference" / "states.svg").getroot()
+    groups = list(svg.iter("{http://www.w3.org/2000/svg}g"))
+    boxes = {group.get("id").removeprefix("status-") for group in groups if (group.get("id") or "").startswith("status-")}
+    assert boxes == {status.value for status in JobStatus}
+    arrows = {(group.get("data-from"), group.get("data-to")) for group in groups if group.get("data-from")}
+    table = set()
+    for row in (DOCS / "reference" / "states.md").read_text().splitlines():
+        cells = row.split("|")[1:3]
+        if row.startswith("| ") and len(cells) == 2 and "`" in cells[1]:
+            sources = ["new"] if cells[0].strip() == "(new)" else re.findall(r"`(\w+)`", cells[0])
+            table |= {(source, target) for source in sources for target in re.findall(r"`(\w+)`", cells[1])}
+    assert arrows == table
+    # And the built page shows it.
+    assert 'src="../_images/states.svg"' in (site / "reference" / "states.html").read_text()

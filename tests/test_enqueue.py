@@ -48,7 +48,7 @@ def test_an_enqueued_job_is_a_frozen_job_like_one_built_from_its_fields(app, not
         assert (values["status"], values["attempt"], values["created"]) == (JobStatus.PENDING, 0, True)
         assert repr(job) == repr(Job(**values))
         with pytest.raises(FrozenInstanceError):
-            job.priority = 1  # type: ignore[misc]
+            job.priority = 1  # type: ignore[misc]  # the frozen value refuses it
 
 
 def test_a_created_job_takes_each_field_where_job_has_it():

@@ -106,7 +106,7 @@ def start_worker(url: str, log: Path) -> subprocess.Popen:
 
 def alive(workers: list[subprocess.Popen], logs: list[Path]) -> bool:
     """True while every worker runs; a worker's death fails the test with its log."""
-    for worker, log in zip(workers, logs):
+    for worker, log in zip(workers, logs, strict=True):
         assert worker.poll() is None, f"a worker died:\n{log.read_text()[-3000:]}"
     return True
 
@@ -199,7 +199,7 @@ def test_workers_and_producers_carry_on_across_a_promoted_standby(clusters, sess
         for worker in workers:
             assert worker.poll() is None, "a worker died"
             worker.terminate()
-        for worker, log in zip(workers, logs):
+        for worker, log in zip(workers, logs, strict=True):
             assert worker.wait(timeout=30) == 0, log.read_text()[-3000:]
             text = log.read_text()
             assert "Traceback" not in text and "failed; stopping" not in text, text[-3000:]

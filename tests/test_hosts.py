@@ -275,7 +275,7 @@ def test_a_worker_holds_the_same_connections_at_concurrency_1_10_and_100(fleet, 
     machines, relay = fleet
     app = Leased(schema_url)
     hold = app.task(name="hold", lease=LEASE, takes_context=True, max_attempts=3)(lambda context, mode: None)
-    levels = dict(zip(machines, (1, 10, 100)))
+    levels = dict(zip(machines, (1, 10, 100), strict=True))
     # Finished jobs past their retention, for the pruning pass each worker starts with: the one
     # that gets the pruners' lock deletes them (a pass once grew the pool to two for good).
     old = hold.enqueue_many([("quick",)] * 5)

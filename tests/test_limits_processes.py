@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.system]
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-import limits_app  # noqa: E402  (the same tasks the workers run)
+import limits_app  # the same tasks the workers run
 
 
 @pytest.fixture

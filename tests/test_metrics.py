@@ -12,12 +12,12 @@ import urllib.request
 import pytest
 
 prometheus_client = pytest.importorskip("prometheus_client")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import wait_for  # noqa: E402
-from leased import PermanentError  # noqa: E402
-from leased.metrics import database_registry, worker_registry  # noqa: E402
-from servers import free_port  # noqa: E402
+from conftest import wait_for
+from leased import PermanentError
+from leased.metrics import database_registry, worker_registry
+from servers import free_port
 
 
 def samples(text: str) -> dict[tuple, float]:

@@ -22,7 +22,7 @@ with warnings.catch_warnings():  # as test_web imports it: without httpx's depre
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from leased.web import dashboard  # noqa: E402
+from leased.web import dashboard
 
 HOLDER = "leased-test-holder"
 APP_SOURCE = """import os

@@ -1,6 +1,6 @@
 """The wheel users install: it runs the demo and a worker from a fresh venv, it carries py.typed (so
-their checker reads our annotations), and its version is leased.__version__, the one place the
-version is written (pyproject reads it)."""
+their checker reads our annotations) and none of the suite's tools, and its version is
+leased.__version__, the one place the version is written (pyproject reads it)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,12 @@ def test_the_wheel_is_typed_and_versioned_from_the_package(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
-        version = email.message_from_bytes(archive.read(metadata))["Version"]
+        fields = email.message_from_bytes(archive.read(metadata))
+    version = fields["Version"]
     assert "leased/py.typed" in names
+    # Users' extras only: the suite's tools (Playwright, Django, FastAPI...) are a dependency group,
+    # which a wheel never carries.
+    assert "test" not in fields.get_all("Provides-Extra")
     assert version == leased.__version__
     assert wheel.name.startswith(f"leased-{leased.__version__}-")
 

@@ -233,7 +233,7 @@ def _rows_through_generic_plan(connection, sql: str, params: dict) -> int:
     try:
         types = [_PARAMETER_TYPES.get(name, "text[]") for name in names]
         connection.execute(f"PREPARE under_test ({', '.join(types)}) AS {numbered}".replace("%%", "%"))
-        placeholders = ", ".join(f"%({name})s::{type_}" for name, type_ in zip(names, types))
+        placeholders = ", ".join(f"%({name})s::{type_}" for name, type_ in zip(names, types, strict=True))
         execute = psycopg.ClientCursor(connection).mogrify(f"EXECUTE under_test ({placeholders})", params)
         (plan,), = connection.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {execute}")
     finally:

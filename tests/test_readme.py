@@ -49,7 +49,9 @@ RUN_SEPARATELY = {
     "Workflows: steps that wait for other steps": "test_workflow_example_runs_and_prints_what_it_says checks its output",
     "Two commands on a fresh machine": "the test command is CI's, word for word "
                                        "(test_ci_runs_the_readmes_test_command_word_for_word...), and both "
-                                       "venv steps run in test_the_two_commands_one_after_the_other_leave_one_working_venv",
+                                       "venv steps run in test_the_two_commands_one_after_the_other_leave_one_working_venv, "
+                                       "the test command's installs in test_the_test_command_installs_its_dependency_"
+                                       "group_from_wheels_alone",
     "The docs": "tests/test_docs.py builds the site as this command does, with warnings as errors",
 }
 # Blocks that are not Python, by (page, section heading), or by page for all of its blocks -> why
@@ -60,8 +62,6 @@ NOT_RUN = {
     ("docs/explanation/architecture.md", "Layout"): "a directory tree; tests/test_imports.py holds its layers",
     ("docs/reference/cli.md", "The command line"): "a synopsis; the reference below it is generated from the "
                                                    "commands, and tests/test_cli.py runs them",
-    ("docs/reference/states.md", "The job state machine"): "a diagram; tests/test_storage_conformance.py "
-                                                           "drives every transition",
     ("docs/howto/dashboard.md", "The dashboard and metrics"): "installs and serves until stopped; "
                                                               "tests/test_web.py serves the dashboard",
     ("docs/howto/django.md", "With Django"): "examples/django's commands; tests/test_examples_install.py runs them",
@@ -310,3 +310,28 @@ def test_the_two_commands_one_after_the_other_leave_one_working_venv(tmp_path):
     expected = subprocess.run(["bash", "-c", tests.split(" -m venv")[0] + version], capture_output=True, text=True,
                               check=True).stdout.split()
     assert python == expected and f"(python {'.'.join(expected)})" in pip, (python, pip)
+
+
+@pytest.mark.system
+@pytest.mark.timeout(900)  # some hundred wheels, from pip's cache or the registry
+def test_the_test_command_installs_its_dependency_group_from_wheels_alone(tmp_path):
+    # The test command's install steps, up to pytest, in a copy of the project: the venv's own pip
+    # (too old for groups) upgrades itself first, then installs leased and the `test` group, all
+    # from wheels (PIP_ONLY_BINARY=:all: refuses any source distribution, as a machine without
+    # compilers would).
+    _, tests = fresh_machine_commands()
+    install, run_tests = tests.rsplit(" && ", 1)
+    assert run_tests == ".venv/bin/pytest" and "--group test" in install
+    for name in ("pyproject.toml", "README.md"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    subprocess.run(["cp", "-r", str(ROOT / "src"), str(tmp_path / "src")], check=True)
+    env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    installed = subprocess.run(["bash", "-c", install], cwd=tmp_path, env={**env, "PIP_ONLY_BINARY": ":all:"},
+                               capture_output=True, text=True, timeout=900)
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    probe = ("import importlib.metadata as m, leased, pytest, sphinx, mypy, playwright; "
+             "print(m.version('pip'), leased.__file__)")
+    pip_version, leased_file = subprocess.run([".venv/bin/python", "-c", probe], cwd=tmp_path, env=env,
+                                              capture_output=True, text=True, check=True).stdout.split()
+    assert tuple(int(part) for part in pip_version.split(".")[:2]) >= (25, 1)
+    assert Path(leased_file).is_relative_to(tmp_path / "src")  # editable: the checkout's own code

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import statistics
 from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def test_three_workers_ticking_one_schedule_write_exactly_one_job_per_tick(app, 
     ticks = ticks_of(app)
     times = [tick for tick, _ in ticks]
     assert len(times) == len(set(times)), "a tick enqueued twice"
-    assert {b - a for a, b in zip(times, times[1:])} == {timedelta(seconds=1)}, "a tick missed"
+    assert {b - a for a, b in pairwise(times)} == {timedelta(seconds=1)}, "a tick missed"
     runners = {job.result for _, job in ticks if job.result}
     lateness = [(job.created_at - tick).total_seconds() for tick, job in ticks]
     print(f"\n{len(ticks)} ticks, one job each; run by {sorted(runners)}; enqueued after the tick: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -58,9 +59,9 @@ def test_several_times_in_the_spring_gap(cron, expected):
 def test_every_five_minutes_keeps_five_minute_steps_across_spring_and_runs_the_repeated_hour_once():
     every5 = schedule("*/5 * * * *", timezone="Europe/Paris")
     spring = every5.ticks_between(utc(2026, 3, 29, 0), utc(2026, 3, 29, 2), 1000)
-    assert {b - a for a, b in zip(spring, spring[1:])} == {timedelta(minutes=5)}
+    assert {b - a for a, b in pairwise(spring)} == {timedelta(minutes=5)}
     autumn = every5.ticks_between(utc(2026, 10, 24, 23), utc(2026, 10, 25, 3), 1000)
-    steps = [b - a for a, b in zip(autumn, autumn[1:])]
+    steps = [b - a for a, b in pairwise(autumn)]
     assert steps.count(timedelta(minutes=65)) == 1 and set(steps) == {timedelta(minutes=5), timedelta(minutes=65)}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -151,7 +152,7 @@ def test_workers_ticking_at_once_write_one_job_per_tick(app, database_url):
     assert failures == []
     ticks = scheduled_times(app, "race")
     assert len(ticks) >= 30 and len(ticks) == len(set(ticks))
-    assert {b - a for a, b in zip(ticks, ticks[1:])} == {timedelta(seconds=1)}  # and none missing
+    assert {b - a for a, b in pairwise(ticks)} == {timedelta(seconds=1)}  # and none missing
 
 
 def test_overlap_skip_skips_a_tick_while_the_last_run_is_pending_and_records_it(app):

@@ -22,9 +22,9 @@ pytest.importorskip("starlette", reason="the dashboard needs the web extra: pip 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families
 
-from leased.web import dashboard  # noqa: E402
+from leased.web import dashboard
 
 SRC = Path(__file__).parent.parent / "src"
 APP_SOURCE = """

@@ -243,7 +243,7 @@ def test_a_row_whose_trace_context_is_not_a_trace_runs_untraced(app, spans):
         pass
 
     jobs = [plain.enqueue() for _ in range(3)]
-    for job, value in zip(jobs, ["not json", '{"traceparent": "00-zz-yy-01"}', "[1, 2]"]):
+    for job, value in zip(jobs, ["not json", '{"traceparent": "00-zz-yy-01"}', "[1, 2]"], strict=True):
         raw_sql(app, f"UPDATE leased_jobs SET trace_context = '{value}' WHERE id = {job.id}")
     app.run_until_empty()
     assert {app.get_job(job.id).status for job in jobs} == {"done"}

@@ -401,7 +401,7 @@ def test_two_parents_ending_at_once_release_their_child_exactly_once(database_ur
     apps = [Leased(database_url), Leased(database_url)]
     try:
         claimed = {worker: app_.backend.claim(ClaimRequest(worker, ("add",), None, 100))
-                   for worker, app_ in zip(("a", "b"), apps)}
+                   for worker, app_ in zip(("a", "b"), apps, strict=True)}
         # Each worker holds one parent of every pair where it can: swap so that both sides race.
         barrier = threading.Barrier(2)
 
@@ -410,7 +410,7 @@ def test_two_parents_ending_at_once_release_their_child_exactly_once(database_ur
             for job in claimed[worker]:
                 app_.backend.finish([AttemptEnd(job.lease, Outcome.DONE, result_json="1", workflow_id=job.workflow_id)])
 
-        threads = [threading.Thread(target=finish, args=(worker, app_)) for worker, app_ in zip(("a", "b"), apps)]
+        threads = [threading.Thread(target=finish, args=(worker, app_)) for worker, app_ in zip(("a", "b"), apps, strict=True)]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -457,10 +457,7 @@ class Leased:
         worker = Worker(self.backend, self.tasks, concurrency=concurrency, queues=queues,
                         poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
                         max_payload_bytes=self.max_payload_bytes, events=self.events, push=push,
-                        # A Schedule is a ScheduledTicks; mypy disagrees only because backends/ports.py's
-                        # TickSource declares `expression` and `skip_overlap` as writable attributes where
-                        # Schedule has read-only properties (ports.py is the fix, outside this change).
-                        schedules=tuple(self.schedules.values()),  # type: ignore[arg-type]
+                        schedules=tuple(self.schedules.values()),
                         children=Children(
                             open_backend=connect,
                             max_tasks_per_child=check_per_child("max_tasks_per_child", max_tasks_per_child),

@@ -176,7 +176,7 @@ def codec_for(hint: Any, hints: Callable[[type], dict[str, Any]]) -> Codec | Non
             inner = codec_for(others[0], hints)
             return None if inner is None else OptionalCodec(inner)
         return None
-    if origin in (list, typing.List) and len(parts) == 1:  # noqa: UP006 - typing.List is what old code writes
+    if origin is list and len(parts) == 1:  # list[int] and typing.List[int] alike
         inner = codec_for(parts[0], hints)
         return None if inner is None else ListCodec(inner)
     return None
@@ -216,7 +216,7 @@ def _hints(owner: Any) -> dict[str, Any]:
     resolved = {}
     for name, value in getattr(owner, "__annotations__", {}).items():
         try:
-            resolved[name] = eval(value, namespace) if isinstance(value, str) else value  # noqa: S307 - as typing does
+            resolved[name] = eval(value, namespace) if isinstance(value, str) else value  # as typing.get_type_hints does
         except Exception:
             continue
     return resolved

@@ -28,8 +28,8 @@ os.environ["LEASED_DJANGO_MARIADB"] = "0" if MARIADB_PROBLEM else "1"
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 django.setup()
 
-from django.tasks import task_backends  # noqa: E402  (after setup)
-from django.test import override_settings  # noqa: E402
+from django.tasks import task_backends  # after setup
+from django.test import override_settings
 
 DATABASES = {"sqlite": "default", "postgres": "postgres", "mariadb": "mariadb"}
 # Why a database is not there, and whether that fails the test (CI) rather than skipping it.

@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import DATABASES, PROBLEMS, close_leased_connections, leased_tasks  # noqa: E402,F401  (fixtures)
+from djangotest import DATABASES, PROBLEMS, close_leased_connections, leased_tasks  # noqa: F401  (fixtures)
 
-from django.test import TransactionTestCase  # noqa: E402
-from signups import tasks  # noqa: E402
+from django.test import TransactionTestCase
+from signups import tasks
 
 REACHABLE = [alias for name, alias in DATABASES.items() if not PROBLEMS.get(name, (None, False))[0]]
 

@@ -9,20 +9,20 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import backend, close_leased_connections, db_alias, job_id, leased_tasks, run_async, run_queued, worker_process  # noqa: E402,F401  (fixtures)
+from djangotest import backend, close_leased_connections, db_alias, job_id, leased_tasks, run_async, run_queued, worker_process  # noqa: F401  (fixtures)
 
-from conftest import wait_for  # noqa: E402
-from django.db import transaction  # noqa: E402
-from django.tasks import TaskResultStatus, task, task_backends  # noqa: E402
-from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist  # noqa: E402
-from django.tasks.signals import task_enqueued, task_finished, task_started  # noqa: E402
-from django.test import override_settings  # noqa: E402
-from django.utils import timezone  # noqa: E402
-from signups import tasks  # noqa: E402
-from signups.models import Signup  # noqa: E402
+from conftest import wait_for
+from django.db import transaction
+from django.tasks import TaskResultStatus, task, task_backends
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.test import override_settings
+from django.utils import timezone
+from signups import tasks
+from signups.models import Signup
 
-from leased.contrib.django import LeasedBackend, LeasedTask  # noqa: E402
-from leased.contrib.django.exceptions import LeaseExpired, TaskCancelled  # noqa: E402
+from leased.contrib.django import LeasedBackend, LeasedTask
+from leased.contrib.django.exceptions import LeaseExpired, TaskCancelled
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

@@ -20,14 +20,14 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import close_leased_connections, require_database, run_async, run_queued, tasks_setting  # noqa: E402,F401,I001
+from djangotest import close_leased_connections, require_database, run_async, run_queued, tasks_setting  # noqa: F401  (fixtures)
 
-import conformance_tasks as test_tasks  # noqa: E402
-from django.db import connections  # noqa: E402
-from django.tasks import TaskResult, TaskResultStatus, default_task_backend, task_backends  # noqa: E402
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch  # noqa: E402
-from django.test import override_settings  # noqa: E402
-from django.utils import timezone  # noqa: E402
+import conformance_tasks as test_tasks
+from django.db import connections
+from django.tasks import TaskResult, TaskResultStatus, default_task_backend, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
+from django.test import override_settings
+from django.utils import timezone
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

@@ -10,19 +10,19 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import backend, close_leased_connections, db_alias, job_id, leased_tasks, require_database, run_async, run_queued, tasks_setting, worker_process  # noqa: E402,F401  (fixtures)
+from djangotest import backend, close_leased_connections, db_alias, job_id, leased_tasks, require_database, run_async, run_queued, tasks_setting, worker_process  # noqa: F401  (fixtures)
 
-from django.core.management import call_command  # noqa: E402
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa: E402
-from django.db import connections  # noqa: E402
-from django.tasks import TaskResultStatus, task_backends  # noqa: E402
-from django.tasks.signals import task_started  # noqa: E402
-from django.test import override_settings  # noqa: E402
-from django.utils import timezone  # noqa: E402
-from signups import tasks  # noqa: E402
+from django.core.management import call_command
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.db import connections
+from django.tasks import TaskResultStatus, task_backends
+from django.tasks.signals import task_started
+from django.test import override_settings
+from django.utils import timezone
+from signups import tasks
 
-from leased import Backoff  # noqa: E402
-from leased.backends import dialect_named  # noqa: E402
+from leased import Backoff
+from leased.backends import dialect_named
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

@@ -17,15 +17,15 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+)
 
-from djangotest import DATABASES, close_leased_connections, leased_tasks, require_database, worker_process  # noqa: E402,F401  (fixtures)
+from djangotest import DATABASES, close_leased_connections, leased_tasks, require_database, worker_process  # noqa: F401  (fixtures)
 
-from conftest import wait_for  # noqa: E402
-from django.db import transaction  # noqa: E402
-from django.tasks import TaskResultStatus  # noqa: E402
-from django.tasks.exceptions import TaskResultDoesNotExist  # noqa: E402
-from signups import tasks  # noqa: E402
+from conftest import wait_for
+from django.db import transaction
+from django.tasks import TaskResultStatus
+from django.tasks.exceptions import TaskResultDoesNotExist
+from signups import tasks
 
-from leased.contrib.django.backend import close_all  # noqa: E402
+from leased.contrib.django.backend import close_all
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

@@ -6,19 +6,19 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import backend, close_leased_connections, db_alias, job_id, run_queued  # noqa: E402,F401  (fixtures)
+from djangotest import backend, close_leased_connections, db_alias, job_id, run_queued  # noqa: F401  (fixtures)
 
-from conftest import mariadb_database, postgres_schema  # noqa: E402
-from django.contrib.auth.models import User  # noqa: E402
-from django.core.management import call_command  # noqa: E402
-from django.db import connections  # noqa: E402
-from django.test import Client  # noqa: E402
-from schemas import leased_schema  # noqa: E402
-from signups import tasks  # noqa: E402
-from leased.backends.sqlite.backend import MIGRATIONS as SQLITE_MIGRATIONS  # noqa: E402
+from conftest import mariadb_database, postgres_schema
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.db import connections
+from django.test import Client
+from schemas import leased_schema
+from signups import tasks
+from leased.backends.sqlite.backend import MIGRATIONS as SQLITE_MIGRATIONS
 
-from leased import Leased  # noqa: E402
-from leased.contrib.django.connection import database_url  # noqa: E402
+from leased import Leased
+from leased.contrib.django.connection import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

@@ -104,12 +104,17 @@ class TickPlan:
 
 
 class TickSource(Protocol):
-    """A schedule as the backend sees it: its plan is computed inside the transaction that writes it."""
+    """A schedule as the backend sees it: its plan is computed inside the transaction that writes it.
+    Read-only, so a frozen value or one with properties (leased.schedules.Schedule) is one."""
 
-    name: str
-    expression: str
-    timezone: str
-    skip_overlap: bool
+    @property
+    def name(self) -> str: ...
+    @property
+    def expression(self) -> str: ...
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def skip_overlap(self) -> bool: ...
 
     def plan(self, last_tick: datetime | None, now: datetime) -> TickPlan: ...
 

@@ -151,11 +151,12 @@ def counts_table(counts: dict[str, dict[str, int]], estimated: Collection[str] =
     """app.counts() as queues by statuses, with a total column (and row, for several queues); the
     `estimated` statuses, and any total over them, marked ≈ (leased.counts)."""
     statuses = [status.value for status in JobStatus]
-    rows = [[queue, *(by_status[s] for s in statuses), sum(by_status.values())] for queue, by_status in counts.items()]
+    rows = [(queue, [*(by_status[s] for s in statuses), sum(by_status.values())]) for queue, by_status in counts.items()]
     if len(rows) > 1:
-        rows.append(["(all)", *(sum(row[i] for row in rows) for i in range(1, len(statuses) + 2))])
+        rows.append(("(all)", [sum(column) for column in zip(*(numbers for _, numbers in rows), strict=True)]))
     marked = [status in estimated for status in statuses] + [bool(estimated)]
-    shown = [[row[0], *(format_count(n, guess) for n, guess in zip(row[1:], marked))] for row in rows]
+    shown = [[queue, *(format_count(n, guess) for n, guess in zip(numbers, marked, strict=True))]
+             for queue, numbers in rows]
     note = "\n≈ estimated from a sample of job ids; --exact counts every job" if estimated else ""
     return table(["QUEUE", *(s.upper() for s in statuses), "TOTAL"], shown,
                  right=range(1, len(statuses) + 2), indent=indent) + note

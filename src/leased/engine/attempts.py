@@ -126,7 +126,7 @@ class ClaimedAttempts:
         """On the loop, from the completer: how a batch of attempts ended, and whether their ends
         were written."""
         closing: list[tuple[ClaimedAttempt, Outcome | None, bool]] = []
-        for (attempt, end), result in zip(batch, results):
+        for (attempt, end), result in zip(batch, results, strict=True):
             if end is None:  # cancelled, or a sync handler returning after its attempt ended
                 reason = attempt.context.cancel_reason
                 if reason is CancelReason.TIMEOUT:

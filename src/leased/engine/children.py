@@ -372,7 +372,7 @@ def _answer(call: Call, contexts: list[TaskContext], running: list[tuple[asyncio
         func = _resolve(call.module, call.qualname)
         handler_args = list(call.args)
         if call.takes_context:
-            context = TaskContext(_ChildClaim(call), call.worker_id, _store(stores, call.database_url, open_backend),  # type: ignore[arg-type]
+            context = TaskContext(_ChildClaim(call), call.worker_id, _store(stores, call.database_url, open_backend),  # type: ignore[arg-type]  # a _ChildClaim, not a ClaimedJob: what a context reads of it
                                   report_progress=lambda lease, report: send(("progress", report)))
             contexts[:] = [context]
             handler_args = [context, *handler_args]

@@ -57,7 +57,7 @@ class Completer:
             self._recorded([(attempt, end.end) for attempt, end in written], [end.kept for _, end in written])
             ends = [(attempt, end) for attempt, end in ends if not isinstance(end, Written)]
         if ends:
-            self._ends += ends  # type: ignore[arg-type]
+            self._ends += ends
             self._ready.set()
 
     async def run(self) -> None:

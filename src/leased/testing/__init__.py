@@ -88,7 +88,11 @@ def advance(app: Leased, by: timedelta | float) -> None:
 
 def enqueued(task: Task) -> list[Job]:
     """The task's jobs waiting to run (pending), oldest first."""
-    return list(reversed(task.app.list_jobs(task_name=task.name, status="pending", limit=10_000)))
+    app = task.app  # a Producer to the task: these helpers read jobs through a whole Leased
+    if not isinstance(app, Leased):
+        raise ConfigurationError(f"enqueued() reads the jobs of a task of a leased.Leased app; task {task.name!r} "
+                                 f"belongs to {type(app).__name__}")
+    return list(reversed(app.list_jobs(task_name=task.name, status="pending", limit=10_000)))
 
 
 def _call(task: Task, args: tuple | list, kwargs: dict[str, Any]) -> dict[str, Any] | tuple:

@@ -48,11 +48,11 @@ def throughput_chart(rows: list[Throughput], minutes: int = 60, now: datetime | 
         if 0 <= index < minutes:
             done[index] += row.done
             failed[index] += row.failed
-    peak = max((d + f for d, f in zip(done, failed)), default=0)
+    peak = max((d + f for d, f in zip(done, failed, strict=True)), default=0)
     scale = HEIGHT / peak if peak else 0.0
     step = WIDTH / minutes
     bars = []
-    for index, (d, f) in enumerate(zip(done, failed)):
+    for index, (d, f) in enumerate(zip(done, failed, strict=True)):
         done_height, failed_height = d * scale, f * scale
         minute = (first + timedelta(minutes=index)).strftime("%H:%M UTC")
         bars.append(Bar(index * step, step - GAP, HEIGHT - done_height, done_height,

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SESSION_COOKIE = "leased_session"
 FLASH_COOKIE = "leased_flash"
@@ -226,7 +226,7 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
-        async def send_with_headers(message: dict) -> None:
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 present = {name.lower() for name, _ in message.get("headers", [])}
                 extra = [(name.encode(), value.encode()) for name, value in SECURITY_HEADERS.items()

@@ -23,7 +23,8 @@ def identity(connection: psycopg.Connection, query: str) -> Identity:
     known = _IDENTITIES.get(connection)
     if known is None:
         with connection.cursor(row_factory=tuple_row) as cursor:
-            known = _IDENTITIES[connection] = tuple(cursor.execute(query).fetchone())
+            (row,) = cursor.execute(query).fetchall()
+            known = _IDENTITIES[connection] = tuple(row)
     return known
 
 
@@ -32,7 +33,8 @@ async def identity_async(connection: psycopg.AsyncConnection, query: str) -> Ide
     if known is None:
         async with connection.cursor(row_factory=tuple_row) as cursor:
             await cursor.execute(query)
-            known = _IDENTITIES[connection] = tuple(await cursor.fetchone())
+            (row,) = await cursor.fetchall()
+            known = _IDENTITIES[connection] = tuple(row)
     return known
 
 

@@ -48,7 +48,8 @@ def described(params: dict[str, Any]) -> str:
     hosts = (params.get("host") or "the default host").split(",")
     ports = str(params.get("port") or "").split(",")
     ports = ports * len(hosts) if len(ports) == 1 else ports
-    where = ", ".join(f"{host}:{port}" if port else host for host, port in zip(hosts, ports))
+    # Not strict: a URL with more hosts than ports is libpq's to refuse, in its words, at connect.
+    where = ", ".join(f"{host}:{port}" if port else host for host, port in zip(hosts, ports, strict=False))
     return f"PostgreSQL database {params.get('dbname') or '(default)'!r} on {where}"
 
 

@@ -51,7 +51,7 @@ def enqueue_steps(jobs: Sequence[NewJob]) -> Steps:
     for part in in_parts(sent):
         created += yield InsertJobs(part)
     found = {}
-    for new, job in zip(sent, created):
+    for new, job in zip(sent, created, strict=True):
         if job is None:
             found[new.idempotency_key] = yield from _held_or_inserted(new)
     return enqueue_results(jobs, created, found)
@@ -100,7 +100,7 @@ def needs_no_transaction(jobs: Sequence[NewJob]) -> bool:
 
 def due_queue_names(jobs: Sequence[NewJob], results: Sequence[tuple[Job, bool]], now: datetime) -> set[str]:
     """Queues that got a new job due at `now`: after the commit, their workers are worth waking."""
-    return {job.queue_name for job, (_, created) in zip(jobs, results)
+    return {job.queue_name for job, (_, created) in zip(jobs, results, strict=True)
             if created and job.delay_seconds <= 0 and (job.run_at is None or job.run_at <= now)}
 
 
@@ -165,7 +165,7 @@ def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time:
     decoded = json.loads(f"[{','.join(job.args_json for job in jobs)},{','.join(job.kwargs_json for job in jobs)}]")
     args, kwargs = decoded[:len(jobs)], decoded[len(jobs):]
     created: list[Job | None] = []
-    for job, job_args, job_kwargs in zip(jobs, args, kwargs):
+    for job, job_args, job_kwargs in zip(jobs, args, kwargs, strict=True):
         row = next(keyless_rows) if job.idempotency_key is None else keyed.get(job.idempotency_key)
         if row is None:
             created.append(None)

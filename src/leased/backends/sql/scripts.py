@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -17,7 +18,7 @@ def load_queries(path: Path) -> dict[str, str]:
     text = path.read_text()
     parts = _NAME.split(text)
     queries = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"{path}: query {name!r} is defined twice")
         queries[name] = _without_trailing_comments(body).rstrip(";")
@@ -59,7 +60,7 @@ def load_migrations(folder: Path) -> list[Migration]:
     # Branches developed side by side reserve numbers ahead (0006 while 0003-0005 are elsewhere), so
     # a gap is allowed: migrate() applies every version not yet recorded, not only those above the
     # highest. Each number once is not negotiable.
-    if not versions or versions[0] != 1 or any(a >= b for a, b in zip(versions, versions[1:])):
+    if not versions or versions[0] != 1 or any(a >= b for a, b in pairwise(versions)):
         raise ValueError(f"{folder}: migrations must be numbered 0001, 0002, ..., each once, got {versions}")
     return migrations
 

@@ -182,7 +182,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
                 held |= {Lease(row["id"], row["attempt"], worker_id): row for row in rows}
         # By the whole lease, worker too: an end for a job another worker holds is not written.
         kept = [end.lease in held for end in ends]
-        written = [end for end, flag in zip(ends, kept) if flag]
+        written = [end for end, flag in zip(ends, kept, strict=True) if flag]
         released: set[str] = set()
         if written:  # the records first: finish clears the leases they are read from
             records, finishes = prepared.all_ends if len(written) == len(ends) else ends_json(written)
@@ -191,11 +191,11 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
             rows = [held[end.lease] for end in written]
             self._count_finished(connection, finished_counts(
                 (row["queue_name"], row["task_name"], counted_as or end.lease.worker_id, end.job_status)
-                for end, row in zip(written, rows)))
+                for end, row in zip(written, rows, strict=True)))
             if any(row["workflow_id"] is not None for row in rows):  # a step ended: its children settle
                 released = self._settle_rows(connection, (
                     {"id": end.lease.job_id, "status": end.job_status.value, "workflow_id": row["workflow_id"]}
-                    for end, row in zip(written, rows)))
+                    for end, row in zip(written, rows, strict=True)))
         return kept, released
 
     # A transactional handler's end (leased.engine.transactional): written in the transaction its

@@ -60,7 +60,7 @@ class WorkflowStore(Dialect):
             return Enqueued(holder["id"], {row["name"]: row["job_id"] for row in names}, created=False)
         workflow_id = rows[0]["id"]
         job_ids = self._write_steps(connection, workflow_id, workflow.steps)
-        return Enqueued(workflow_id, dict(zip((step.name for step in workflow.steps), job_ids)))
+        return Enqueued(workflow_id, dict(zip((step.name for step in workflow.steps), job_ids, strict=True)))
 
     def _write_steps(self, connection: Any, workflow_id: int, steps: Sequence[NewStep],
                      added_by: int | None = None, done: frozenset[int] | set[int] = frozenset()) -> list[int]:
@@ -70,7 +70,7 @@ class WorkflowStore(Dialect):
         waits_for = [sum(1 for parent in step.parents if parent >= 0 or -1 - parent not in done) for step in steps]
         jobs = [step.job._replace(workflow_id=workflow_id,
                                   status=JobStatus.WAITING.value if left else JobStatus.PENDING.value)
-                for step, left in zip(steps, waits_for)]
+                for step, left in zip(steps, waits_for, strict=True)]
         job_ids = [job.id for job, _ in self._insert(connection, jobs)]
 
         def job_id(parent: int) -> int:
@@ -116,7 +116,7 @@ class WorkflowStore(Dialect):
                     [[job_id, child] for job_id in job_ids for child in children]))
                 self._execute(connection, "count_parents", counts=json.dumps(
                     [[child, -len(job_ids), 0] for child in children]))
-            return existing | dict(zip((step.name for step in new), job_ids))
+            return existing | dict(zip((step.name for step in new), job_ids, strict=True))
 
         added = self._transact(work)
         self.wake({step.job.queue_name for step in steps if not step.parents})
@@ -346,7 +346,7 @@ def _tally(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[dict[str, int],
         counts, *sums = tallies.get(row["workflow_id"], ({}, 0, 0, 0))
         counts[row["status"]] = row["n"]
         added = (int(row[column] or 0) for column in ("skipped", "open_ends", "compensations_run"))
-        tallies[row["workflow_id"]] = (counts, *(total + more for total, more in zip(sums, added)))
+        tallies[row["workflow_id"]] = (counts, *(total + more for total, more in zip(sums, added, strict=True)))
     return tallies
 
 

@@ -59,7 +59,7 @@ def the_oldest_due_job_and_recent_finishes_are_read_per_queue(make: MakeBackend)
 def throughput_counts_finishes_per_minute_queue_and_task(make: MakeBackend) -> None:
     backend = make()
     enqueue(backend, new_job("a"), new_job("b", queue_name="mail", max_attempts=1), new_job("a", max_attempts=1))
-    for claimed, end in zip(claim(backend), (done, lambda lease: error(lease, None), done)):
+    for claimed, end in zip(claim(backend), (done, lambda lease: error(lease, None), done), strict=True):
         assert backend.finish([end(claimed.lease)]) == [True]
     rows = backend.throughput(300)
     by_task: dict[tuple[str | None, str | None], tuple[int, int]] = {}

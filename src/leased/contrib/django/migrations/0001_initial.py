@@ -10,7 +10,7 @@ from leased.contrib.django.schema import apply_leased_migrations, drop_leased_ta
 class Migration(migrations.Migration):
     initial = True
 
-    dependencies = []
+    dependencies: list[tuple[str, str]] = []
 
     operations = [
         # atomic=False: MariaDB commits DDL on its own, and Django refuses DDL inside atomic() there.
