@@ -253,6 +253,16 @@ def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
     assert cli.error("show", APP, "999999") == "error: no job with id 999999"
 
 
+def test_jobs_by_worker(cli, app):
+    register_tasks(app)
+    ran = [app.get_task("add").enqueue(n, 1).id for n in range(2)]
+    with running_worker(app) as worker:
+        wait_for(lambda: all(app.get_job(job_id).status == "done" for job_id in ran), message="the jobs")
+    app.get_task("add").enqueue(9, 9)  # no worker ran this one
+    assert [job["id"] for job in cli.json("jobs", "--database", cli.url, "--worker", worker.id)] == ran[::-1]
+    assert cli.run("jobs", APP, "--worker", "nobody:1:0").stdout.strip() == "no jobs match"
+
+
 def test_migrate_applies_once_and_prints_sql(cli):
     from leased.backends.sqlite.backend import MIGRATIONS
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
 from conftest import running_worker, wait_for
+
 from leased import JobStatus, Outcome, PermanentError
+from leased.errors import ConfigurationError
 
 
 def test_overview_counts_waits_and_recent_finishes(app):
@@ -63,6 +66,34 @@ def test_search_by_id_or_key_and_page_both_ways(app):
     oldest = app.list_jobs(order="oldest", limit=2)
     assert [job.id for job in oldest] == ids[:2]
     assert [job.id for job in app.list_jobs(order="oldest", limit=2, after_id=oldest[-1].id)] == ids[2:4]
+
+
+def test_jobs_by_the_worker_that_ran_them_or_holds_them_now(app):
+    started, release = threading.Event(), threading.Event()
+
+    @app.task(name="quick")
+    def quick(n): ...
+
+    @app.task(name="block")
+    def block():
+        started.set()
+        release.wait(30)
+
+    ran = [quick.enqueue(n).id for n in range(2)]
+    with running_worker(app) as first:
+        wait_for(lambda: all(app.get_job(job_id).status == JobStatus.DONE for job_id in ran), message="quick jobs")
+    held = block.enqueue().id
+    with running_worker(app) as second:
+        assert started.wait(10)
+        assert [job.id for job in app.list_jobs(worker_id=second.id)] == [held]  # held now: no attempt ended yet
+        assert [job.id for job in app.list_jobs(worker_id=first.id)] == ran[::-1]
+        assert [job.id for job in app.list_jobs(worker_id=first.id, order="oldest", limit=1)] == ran[:1]
+        assert app.list_jobs(worker_id=first.id, status="running") == []
+        release.set()
+    assert [job.id for job in app.list_jobs(worker_id=second.id)] == [held]  # ran it: its attempt is recorded
+    assert app.list_jobs(worker_id="nobody:1:0") == []
+    with pytest.raises(ConfigurationError, match="invalid worker_id '  ': use a worker's id"):
+        app.list_jobs(worker_id="  ")
 
 
 def test_retry_failed_takes_back_every_failed_job_of_a_task(app):

@@ -77,6 +77,7 @@ class JobFilter:
     newest_first: bool = True
     before_id: int | None = None  # keyset pagination, newest first
     after_id: int | None = None  # keyset pagination, oldest first
+    worker_id: str | None = None  # jobs this worker ran an attempt of, or holds the lease of now
 
     @property
     def search_id(self) -> int | None:

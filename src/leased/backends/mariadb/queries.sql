@@ -282,6 +282,8 @@ WHERE (%(status)s IS NULL OR status = %(status)s)
   AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
   AND (%(search)s IS NULL OR id = %(search_id)s OR idempotency_key = %(search)s)
   AND (%(before_id)s IS NULL OR id < %(before_id)s)
+  AND (%(worker_id)s IS NULL OR lease_owner = %(worker_id)s
+       OR id IN (SELECT job_id FROM leased_attempts WHERE worker_id = %(worker_id)s))
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -294,6 +296,8 @@ WHERE (%(status)s IS NULL OR status = %(status)s)
   AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
   AND (%(search)s IS NULL OR id = %(search_id)s OR idempotency_key = %(search)s)
   AND (%(after_id)s IS NULL OR id > %(after_id)s)
+  AND (%(worker_id)s IS NULL OR lease_owner = %(worker_id)s
+       OR id IN (SELECT job_id FROM leased_attempts WHERE worker_id = %(worker_id)s))
 ORDER BY id
 LIMIT %(limit)s;
 

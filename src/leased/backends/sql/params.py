@@ -88,7 +88,8 @@ def worker_params(worker: WorkerRecord) -> dict[str, Any]:
 def filter_params(where: JobFilter) -> dict[str, Any]:
     return {"status": where.status and where.status.value, "queue_name": where.queue_name,
             "task_name": where.task_name, "search": where.search, "search_id": where.search_id,
-            "before_id": where.before_id, "after_id": where.after_id, "limit": where.limit}
+            "before_id": where.before_id, "after_id": where.after_id, "limit": where.limit,
+            "worker_id": where.worker_id}
 
 
 def queue_limit_params(limit: QueueLimit) -> dict[str, Any]:
