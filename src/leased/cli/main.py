@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import click
 from click.core import ParameterSource
 
-from leased.cli import operations, output
+from leased.cli import operations, output, workers
 from leased.cli.loading import Failure, load_existing_app, open_app
 from leased.cli.options import ByteSize, Duration, Id, ProcessCount, database_option
 from leased.cli.supervisor import CANNOT_START, Supervisor
@@ -722,6 +722,7 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
 
 for command in operations.COMMANDS:  # after the job commands: the tour goes on with the queues
     cli.add_command(command)
+cli.add_command(workers.workers)
 
 
 def main() -> None:

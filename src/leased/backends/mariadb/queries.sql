@@ -410,9 +410,9 @@ SELECT DISTINCT queue_name AS name FROM leased_jobs ORDER BY queue_name;
 
 -- name: register_worker
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, wake_host, stuck_handlers,
-                            children, started_at, last_seen_at)
+                            children, task_signatures, started_at, last_seen_at)
 VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, %(tasks)s, %(wake_port)s, %(host)s,
-        %(stuck_handlers)s, %(children)s, leased_now(), leased_now())
+        %(stuck_handlers)s, %(children)s, %(task_signatures)s, leased_now(), leased_now())
 ON DUPLICATE KEY UPDATE last_seen_at = leased_now(), stuck_handlers = VALUE(stuck_handlers),
                         children = VALUE(children);
 

@@ -608,9 +608,9 @@ WITH RECURSIVE names (name) AS (
 SELECT name FROM names WHERE name IS NOT NULL;
 
 -- name: register_worker
-INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, stuck_handlers, children)
+INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, stuck_handlers, children, task_signatures)
 VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s::json, %(tasks)s::json, %(stuck_handlers)s,
-        %(children)s)
+        %(children)s, %(task_signatures)s)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now(), stuck_handlers = excluded.stuck_handlers,
                                children = excluded.children;
 

@@ -82,7 +82,8 @@ def worker_params(worker: WorkerRecord) -> dict[str, Any]:
     return {"id": worker.id, "host": worker.host, "pid": worker.pid, "concurrency": worker.concurrency,
             "queues": None if worker.queues is None else json.dumps(list(worker.queues)),
             "tasks": json.dumps(list(worker.tasks)), "wake_port": worker.wake_port,
-            "stuck_handlers": worker.stuck_handlers, "children": worker.children}
+            "stuck_handlers": worker.stuck_handlers, "children": worker.children,
+            "task_signatures": worker.task_signatures}
 
 
 def filter_params(where: JobFilter) -> dict[str, Any]:

@@ -382,9 +382,9 @@ SELECT name FROM names WHERE name IS NOT NULL;
 
 -- name: register_worker
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, stuck_handlers, children,
-                            started_at, last_seen_at)
-VALUES (:id, :host, :pid, :concurrency, :queues, :tasks, :wake_port, :stuck_handlers, :children, leased_now(),
-        leased_now())
+                            task_signatures, started_at, last_seen_at)
+VALUES (:id, :host, :pid, :concurrency, :queues, :tasks, :wake_port, :stuck_handlers, :children, :task_signatures,
+        leased_now(), leased_now())
 ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now(), stuck_handlers = excluded.stuck_handlers,
                                children = excluded.children;
 
