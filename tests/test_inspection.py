@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from conftest import running_worker, wait_for
+from two_workers import one_ran_jobs_another_holds_one
 
 from leased import JobStatus, Outcome, PermanentError
 from leased.errors import ConfigurationError
@@ -69,28 +70,13 @@ def test_search_by_id_or_key_and_page_both_ways(app):
 
 
 def test_jobs_by_the_worker_that_ran_them_or_holds_them_now(app):
-    started, release = threading.Event(), threading.Event()
-
-    @app.task(name="quick")
-    def quick(n): ...
-
-    @app.task(name="block")
-    def block():
-        started.set()
-        release.wait(30)
-
-    ran = [quick.enqueue(n).id for n in range(2)]
-    with running_worker(app) as first:
-        wait_for(lambda: all(app.get_job(job_id).status == JobStatus.DONE for job_id in ran), message="quick jobs")
-    held = block.enqueue().id
-    with running_worker(app) as second:
-        assert started.wait(10)
-        assert [job.id for job in app.list_jobs(worker_id=second.id)] == [held]  # held now: no attempt ended yet
-        assert [job.id for job in app.list_jobs(worker_id=first.id)] == ran[::-1]
-        assert [job.id for job in app.list_jobs(worker_id=first.id, order="oldest", limit=1)] == ran[:1]
-        assert app.list_jobs(worker_id=first.id, status="running") == []
-        release.set()
-    assert [job.id for job in app.list_jobs(worker_id=second.id)] == [held]  # ran it: its attempt is recorded
+    with one_ran_jobs_another_holds_one(app) as workers:
+        first, second, ran, held = workers.first.id, workers.second.id, workers.ran, workers.held
+        assert [job.id for job in app.list_jobs(worker_id=second)] == [held]  # held now: no attempt ended yet
+        assert [job.id for job in app.list_jobs(worker_id=first)] == ran[::-1]
+        assert [job.id for job in app.list_jobs(worker_id=first, order="oldest", limit=1)] == ran[:1]
+        assert app.list_jobs(worker_id=first, status="running") == []
+    assert [job.id for job in app.list_jobs(worker_id=second)] == [held]  # ran it: its attempt is recorded
     assert app.list_jobs(worker_id="nobody:1:0") == []
     with pytest.raises(ConfigurationError, match="invalid worker_id '  ': use a worker's id"):
         app.list_jobs(worker_id="  ")
