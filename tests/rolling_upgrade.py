@@ -35,8 +35,9 @@ OLDER_RELEASES = {
     24: "9219a745d150b242beb379f8970eb18e7a5b2438",
 }
 OLD_RELEASE = OLDER_RELEASES[max(OLDER_RELEASES)]
-# This release's schema version: its newest migration (the files, the same on every database).
-LATEST_VERSION = max(int(path.name[:4]) for path in (NEW_SOURCE / "leased/backends/sqlite/migrations").glob("[0-9]*.sql"))
+# This release's schema versions (the files, the same on every database): numbers merged from branches
+# may leave a gap (0028 before 0026).
+VERSIONS = sorted(int(path.name[:4]) for path in (NEW_SOURCE / "leased/backends/sqlite/migrations").glob("[0-9]*.sql"))
 
 # Orders of a deploy: `leased migrate` from the new release, then its workers; or the new workers
 # first, each migrating as it starts (Leased's default), two at once.

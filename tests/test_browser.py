@@ -190,6 +190,31 @@ def test_a_declined_confirmation_cancels_nothing(scenario, page):
         scenario.app.cancel(job.id)  # let the worker stop promptly
 
 
+def test_the_workers_page_shows_the_job_a_worker_holds_and_leads_to_its_jobs(scenario, page):
+    job = scenario.patient.enqueue()
+    with running_worker(scenario.app, concurrency=1, shutdown_grace=1.0) as worker:
+        assert scenario.patient_started.wait(timeout=30)
+        page.goto("/")
+        page.get_by_role("link", name="Workers", exact=True).click()
+        expect(page.locator("h1")).to_have_text("Workers")
+        row = page.locator(f'tr[data-worker="{worker.id}"]')
+        expect(row.locator(".badge.alive")).to_have_text("alive")
+        expect(row.get_by_role("link", name=f"patient {job.id}")).to_be_visible()  # the job it holds now
+
+        page.set_viewport_size({"width": 390, "height": 844})  # a phone: the row is a card, nothing overflows
+        expect(row.get_by_role("link", name="jobs this worker ran")).to_be_visible()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        page.set_viewport_size({"width": 1280, "height": 900})
+
+        row.get_by_role("link", name="jobs this worker ran").click()
+        expect(page).to_have_url(re.compile(r"/jobs\?worker="))
+        expect(page.get_by_label("Worker")).to_have_value(worker.id)  # the filter form shows it
+        rows = page.locator("table.jobs tbody tr")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text("patient")
+        scenario.app.cancel(job.id)  # let the worker stop promptly
+
+
 def test_pause_a_queue_see_the_badge_and_resume_it(scenario, page):
     scenario.flaky.using(queue_name="mail").enqueue("m-1")
     page.goto("/")

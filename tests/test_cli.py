@@ -28,7 +28,7 @@ import pytest
 from conftest import running_worker, wait_for
 from leased import Leased
 from leased.backends import parse_database_url
-from leased.backends.ports import ClaimRequest
+from leased.backends.ports import ClaimRequest, WorkerRecord
 from leased.cli.main import describe_job
 from leased.jobs import Outcome
 from servers import free_port
@@ -251,6 +251,34 @@ def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
     assert app.get_job(later["id"]).status == "cancelled"
     assert "cannot cancel" in cli.error("cancel", "--database", cli.url, str(later["id"]))
     assert cli.error("show", APP, "999999") == "error: no job with id 999999"
+
+
+def test_jobs_by_worker(cli, app):
+    register_tasks(app)
+    ran = [app.get_task("add").enqueue(n, 1).id for n in range(2)]
+    with running_worker(app) as worker:
+        wait_for(lambda: all(app.get_job(job_id).status == "done" for job_id in ran), message="the jobs")
+    app.get_task("add").enqueue(9, 9)  # no worker ran this one
+    assert [job["id"] for job in cli.json("jobs", "--database", cli.url, "--worker", worker.id)] == ran[::-1]
+    assert cli.run("jobs", APP, "--worker", "nobody:1:0").stdout.strip() == "no jobs match"
+
+
+def test_workers_lists_live_workers_first_and_warns_of_a_task_with_two_signatures(cli, app):
+    assert cli.run("workers", APP).stdout.strip() == "no workers: none has checked in within a day"
+    for worker_id, signature in (("shop:1:a", "(order_id: int)"), ("fastapi:2:b", "(user: str, amount: int)")):
+        app.backend.register_worker(WorkerRecord(worker_id, "host-1", 4242, 4, ("mail",), ("send_receipt",),
+                                                 task_signatures=json.dumps({"send_receipt": signature})))
+    shown = cli.run("workers", APP)
+    header, *rows = shown.stdout.splitlines()
+    assert header.split()[:6] == ["ID", "STATUS", "HOST", "PID", "RUNNING", "QUEUES"]
+    assert [row.split()[:6] for row in rows] == [["shop:1:a", "alive", "host-1", "4242", "0/4", "mail"],
+                                                 ["fastapi:2:b", "alive", "host-1", "4242", "0/4", "mail"]]
+    (warning,) = shown.stderr.splitlines()
+    assert warning.startswith("warning: task send_receipt has two signatures among live workers: (order_id: int) "
+                              "on worker shop:1:a, (user: str, amount: int) on worker fastapi:2:b. ")
+    listed = cli.json("workers", "--database", cli.url)
+    assert [(worker["id"], worker["task_signatures"]) for worker in listed] == [
+        ("shop:1:a", {"send_receipt": "(order_id: int)"}), ("fastapi:2:b", {"send_receipt": "(user: str, amount: int)"})]
 
 
 def test_migrate_applies_once_and_prints_sql(cli):

@@ -5,8 +5,12 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
 from conftest import running_worker, wait_for
+from two_workers import one_ran_jobs_another_holds_one
+
 from leased import JobStatus, Outcome, PermanentError
+from leased.errors import ConfigurationError
 
 
 def test_overview_counts_waits_and_recent_finishes(app):
@@ -63,6 +67,19 @@ def test_search_by_id_or_key_and_page_both_ways(app):
     oldest = app.list_jobs(order="oldest", limit=2)
     assert [job.id for job in oldest] == ids[:2]
     assert [job.id for job in app.list_jobs(order="oldest", limit=2, after_id=oldest[-1].id)] == ids[2:4]
+
+
+def test_jobs_by_the_worker_that_ran_them_or_holds_them_now(app):
+    with one_ran_jobs_another_holds_one(app) as workers:
+        first, second, ran, held = workers.first.id, workers.second.id, workers.ran, workers.held
+        assert [job.id for job in app.list_jobs(worker_id=second)] == [held]  # held now: no attempt ended yet
+        assert [job.id for job in app.list_jobs(worker_id=first)] == ran[::-1]
+        assert [job.id for job in app.list_jobs(worker_id=first, order="oldest", limit=1)] == ran[:1]
+        assert app.list_jobs(worker_id=first, status="running") == []
+    assert [job.id for job in app.list_jobs(worker_id=second)] == [held]  # ran it: its attempt is recorded
+    assert app.list_jobs(worker_id="nobody:1:0") == []
+    with pytest.raises(ConfigurationError, match="invalid worker_id '  ': use a worker's id"):
+        app.list_jobs(worker_id="  ")
 
 
 def test_retry_failed_takes_back_every_failed_job_of_a_task(app):

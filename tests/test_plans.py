@@ -368,7 +368,7 @@ def test_a_filtered_page_of_jobs_reads_about_a_page(app, backend_name):
     history = ("INSERT INTO leased_jobs (task_name, queue_name, status, args, kwargs, max_attempts, lease_seconds, "
                "run_after, created_at, finished_at) SELECT {task}, {queue}, {status}, '[]', '{{}}', 3, 30, {t}, {t}, {t} "
                "FROM {rows}")
-    page = {"search": None, "search_id": None, "before_id": None, "after_id": None, "limit": 50}
+    page = {"search": None, "search_id": None, "before_id": None, "after_id": None, "limit": 50, "worker_id": None}
     if backend_name == "mariadb":
         from conftest import _mariadb_connection
         from leased.backends.mariadb import driver

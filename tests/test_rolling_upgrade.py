@@ -16,7 +16,7 @@ import pytest
 
 from conftest import raw_scalar
 from leased import Leased
-from rolling_upgrade import (LATEST_VERSION, MIGRATE_THEN_ROLL, NEW_SOURCE, NEW_WORKERS_FIRST, OLDER_RELEASES, Load,
+from rolling_upgrade import (MIGRATE_THEN_ROLL, NEW_SOURCE, NEW_WORKERS_FIRST, OLDER_RELEASES, VERSIONS, Load,
                              OldReleaseUnavailable, old_release_source, percentile, roll)
 
 pytestmark = pytest.mark.system
@@ -59,7 +59,7 @@ def test_an_older_release_runs_beside_this_one_through_an_upgrade(database_url, 
     assert all(outcome.alive_before_stop.values()), outcome.alive_before_stop
     assert set(outcome.exit_codes.values()) == {0}, outcome.exit_codes
     if order == MIGRATE_THEN_ROLL:
-        pending = range(version + 1, LATEST_VERSION + 1)
+        pending = [v for v in VERSIONS if v > version]
         applied = ("applied migrations " if len(pending) > 1 else "applied migration ") + ", ".join(f"{v:04d}" for v in pending)
         assert applied in outcome.migrate_output, outcome.migrate_output
     for name, log in outcome.logs.items():

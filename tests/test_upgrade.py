@@ -63,7 +63,8 @@ def test_a_migration_waiting_for_its_locks_gives_way_to_the_producers_behind_it(
         assert not migrating.is_alive() and not failures, failures
         with psycopg.connect(url, autocommit=True) as connection:
             versions = {version for (version,) in connection.execute("SELECT version FROM leased_schema_version")}
-        assert versions == set(range(1, max(versions) + 1)) and max(versions) >= 21
+        # Every version this release has: numbers merged from branches may leave a gap (0028 before 0026).
+        assert versions == {migration.version for migration in migrator("postgres").migrations}
         app.task(name="t")(lambda: None)
         assert len(app.backend.claim(ClaimRequest("w", ("t",), None, 10))) == 2  # both in the due set
         app.close()

@@ -8,6 +8,7 @@ do; escaping of what comes from the database; /metrics; and the `leased dashboar
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import subprocess
@@ -15,6 +16,8 @@ import sys
 import warnings
 
 import pytest
+from conftest import wait_for
+from two_workers import one_ran_jobs_another_holds_one
 
 pytest.importorskip("starlette", reason="the dashboard needs the web extra: pip install -e '.[web]'")
 
@@ -120,6 +123,40 @@ def test_overview_groups_the_processes_of_a_supervisor_under_it_and_its_host(cli
     rows = re.findall(r'<code class="worker-id"><bdi>([^<]+)</bdi></code>', html)
     assert rows == ["web-1:4200/4242:aaaaaaaa", "web-1:4200/4243:bbbbbbbb", "web-1:5000:cccccccc",
                     "web-2:4200/4300:dddddddd"]
+
+
+def test_workers_page_shows_the_jobs_each_worker_holds_and_links_the_jobs_it_ran(app):
+    client = TestClient(dashboard(app))
+    assert "No worker has checked in" in client.get("/workers").text
+    with one_ran_jobs_another_holds_one(app, count=3) as workers:
+        wait_for(lambda: [w for w in app.workers() if w.running == 1], message="the held job in the worker's row")
+        html = client.get("/workers").text
+    first, second, held = workers.first.id, workers.second.id, workers.held
+    assert '<a href="/workers" aria-current="page">Workers</a>' in html
+    rows = dict(re.findall(r'<tr class="[^"]*" data-worker="([^"]+)">(.*?)</tr>', html, re.S))
+    assert set(rows) == {second}, "a worker that stopped signed off"
+    assert f'<a href="/jobs/{held}"><bdi>block</bdi> {held}</a>' in rows[second]
+    link = re.search(r'<a href="(/jobs\?worker=[^"]+)">jobs this worker ran</a>', rows[second]).group(1)
+    assert listed_ids(client.get(link.replace("&amp;", "&")).text) == [held]
+    jobs_page = client.get("/jobs", params={"worker": first}).text
+    assert listed_ids(jobs_page) == workers.ran[::-1]
+    assert f'name="worker" value="{first}"' in jobs_page  # shown in the filter form, with Clear
+    assert 'class="button quiet" href="/jobs">Clear</a>' in jobs_page
+    assert listed_ids(client.get("/jobs", params={"worker": first, "status": "running"}).text) == []
+
+
+def test_workers_page_warns_of_one_task_name_with_two_signatures(app):
+    from leased.backends.ports import WorkerRecord
+
+    for worker_id, signature in (("shop:1:a", "(order_id: int)"), ("fastapi:2:b", "(user: str, amount: int)")):
+        app.backend.register_worker(WorkerRecord(worker_id, "host-1", 1, 1, None, ("send_receipt",),
+                                                 task_signatures=json.dumps({"send_receipt": signature})))
+    html = TestClient(dashboard(app)).get("/workers").text
+    (warning,) = re.findall(r'<p class="notice warn" role="alert" data-signature-clash="send_receipt">(.*?)</p>',
+                            html, re.S)
+    assert ("task send_receipt has two signatures among live workers: (order_id: int) on worker shop:1:a, "
+            "(user: str, amount: int) on worker fastapi:2:b.") in warning
+    assert "queues of its own" in warning and "a schema or database per app" in warning
 
 
 def test_overview_draws_throughput_that_survives_pruning(client, app):

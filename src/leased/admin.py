@@ -55,6 +55,8 @@ class WorkerInfo:
     alive: bool
     stuck_handlers: int = 0  # handler threads still running past their job's time limit, each holding a slot
     children: ChildrenSummary | None = None  # None: it has started no child (no process-isolated job yet)
+    # Each task's signature as this worker registered it (leased.task_signatures); empty from older code.
+    task_signatures: dict[str, str] = field(default_factory=dict)
 
     @property
     def supervisor_pid(self) -> int | None:

@@ -310,10 +310,11 @@ class Leased:
     def list_jobs(self, *, status: JobStatus | str | None = None, queue_name: str | None = None,
                   task_name: str | None = None, search: str | int | None = None, limit: int = 100,
                   before_id: int | None = None, after_id: int | None = None,
-                  order: str = "newest") -> list[Job]:
+                  order: str = "newest", worker_id: str | None = None) -> list[Job]:
         """Jobs newest first (page on with before_id=<last id>), or oldest first (after_id=<last id>).
 
-        `search` matches a job id or an idempotency key exactly.
+        `search` matches a job id or an idempotency key exactly; `worker_id` keeps the jobs that worker
+        ran an attempt of or holds now (a `WorkerInfo.id`, as `workers()` lists them).
         """
         if status is not None:
             status = _job_status(status)
@@ -324,8 +325,11 @@ class Leased:
         if order not in ("newest", "oldest"):
             raise ConfigurationError(f"invalid order {order!r}: use 'newest' or 'oldest'")
         search = None if search is None or str(search).strip() == "" else str(search).strip()
+        if worker_id is not None and (not isinstance(worker_id, str) or not worker_id.strip()):
+            raise ConfigurationError(f"invalid worker_id {worker_id!r}: use a worker's id, as app.workers() "
+                                     "or `leased workers` lists them")
         return self.backend.list_jobs(JobFilter(status, queue_name, task_name, search, limit, order == "newest",
-                                                before_id, after_id))
+                                                before_id, after_id, worker_id and worker_id.strip()))
 
     def counts(self) -> dict[str, dict[str, int]]:
         """{queue_name: {status: count}}, every status present (zero when none), all exact: it reads

@@ -77,6 +77,7 @@ class JobFilter:
     newest_first: bool = True
     before_id: int | None = None  # keyset pagination, newest first
     after_id: int | None = None  # keyset pagination, oldest first
+    worker_id: str | None = None  # jobs this worker ran an attempt of, or holds the lease of now
 
     @property
     def search_id(self) -> int | None:
@@ -94,6 +95,7 @@ class WorkerRecord:
     wake_port: int | None = None  # where the worker hears about new jobs, if it listens on a port
     stuck_handlers: int = 0  # handler threads still running past their job's time limit
     children: str | None = None  # its process-isolated handlers' children, as JSON (admin.ChildrenSummary)
+    task_signatures: str | None = None  # {task name: its signature's text}, as JSON (leased.task_signatures)
 
 
 # Periodic jobs (see leased/schedules.py): the state of each schedule, and what one run decided.
@@ -310,6 +312,10 @@ class WorkerPort(Protocol):
 
     def unregister_worker(self, worker_id: str) -> None: ...
 
+    def list_workers(self, silent_after: float) -> list[WorkerInfo]:
+        """Every worker's row, alive if seen within `silent_after` seconds: for inspection, and for a
+        starting worker to compare its tasks' signatures with its live peers' (leased.task_signatures)."""
+
     def schedule_states(self) -> tuple[datetime, list[ScheduleState]]:
         """The database's now, and every schedule's stored state."""
 
@@ -386,8 +392,6 @@ class InspectionPort(Protocol):
     def queue_names(self) -> list[str]: ...
 
     def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int: ...
-
-    def list_workers(self, silent_after: float) -> list[WorkerInfo]: ...
 
     def recent_quarantined(self, recent: int) -> dict[str, int]:
         """Poison jobs (failed when their crashes reached max_crashes) by queue, among the `recent`

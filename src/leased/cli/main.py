@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import click
 from click.core import ParameterSource
 
-from leased.cli import operations, output
+from leased.cli import operations, output, workers
 from leased.cli.loading import Failure, load_existing_app, open_app
 from leased.cli.options import ByteSize, Duration, Id, ProcessCount, database_option
 from leased.cli.supervisor import CANNOT_START, Supervisor
@@ -345,16 +345,18 @@ def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, k
 @click.option("--status", type=click.Choice([status.value for status in JobStatus]))
 @click.option("--queue", "queue_name", metavar="QUEUE")
 @click.option("--task", "task_name", metavar="TASK")
+@click.option("--worker", "worker_id", metavar="ID", help="Jobs this worker ran or holds now (`leased workers` lists ids).")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--before-id", type=Id(), metavar="ID", help="Next page: jobs older than ID (the last id shown).")
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON array.")
 @click.pass_context
 def jobs(ctx: click.Context, app_spec: str | None, database: str | None, status: str | None,
-         queue_name: str | None, task_name: str | None, limit: int, before_id: int | None, as_json: bool) -> None:
+         queue_name: str | None, task_name: str | None, worker_id: str | None, limit: int, before_id: int | None,
+         as_json: bool) -> None:
     """List jobs, newest first."""
     app = open_app(ctx, app_spec, database)
     found = app.list_jobs(status=status, queue_name=queue_name, task_name=task_name, limit=limit,
-                          before_id=before_id)
+                          before_id=before_id, worker_id=worker_id)
     if as_json:
         output.echo(output.to_json([output.job_to_dict(job) for job in found]))
         if not found and (unknown := unknown_filters(app, task_name, queue_name)):
@@ -362,7 +364,7 @@ def jobs(ctx: click.Context, app_spec: str | None, database: str | None, status:
         return
     if not found:
         unknown = unknown_filters(app, task_name, queue_name)
-        output.echo("no jobs" + (" match" if status or queue_name or task_name or before_id else "")
+        output.echo("no jobs" + (" match" if status or queue_name or task_name or worker_id or before_id else "")
                    + (f": {unknown}" if unknown else ""))
         return
     output.echo(output.jobs_table(found))
@@ -720,6 +722,7 @@ def dashboard(ctx: click.Context, app_spec: str | None, database: str | None, ho
 
 for command in operations.COMMANDS:  # after the job commands: the tour goes on with the queues
     cli.add_command(command)
+cli.add_command(workers.workers)
 
 
 def main() -> None:

@@ -10,9 +10,10 @@ import threading
 from dataclasses import replace
 from typing import Callable
 
-from leased.admin import WORKER_BEAT_SECONDS, ChildrenSummary
+from leased.admin import WORKER_BEAT_SECONDS, WORKER_SILENT_AFTER, ChildrenSummary
 from leased.backends.ports import RuntimePort, WorkerRecord
 from leased.engine.retrying import is_transient, one_line
+from leased.task_signatures import signature_clashes
 
 log = logging.getLogger("leased.worker")
 
@@ -33,6 +34,7 @@ class Announcer:
 
     async def run(self, wake_port: int | None) -> None:
         record = replace(self._record, wake_port=wake_port)
+        peers_checked = False
         while True:
             self._soon.clear()
             try:
@@ -40,6 +42,9 @@ class Announcer:
                 await asyncio.to_thread(self._register, replace(
                     record, stuck_handlers=self._stuck_handlers(),
                     children=None if children is None else children.to_json()))
+                if not peers_checked:
+                    await asyncio.to_thread(self._warn_of_signature_clashes)
+                    peers_checked = True
             except Exception as error:
                 if not is_transient(error):
                     raise  # an outage costs a beat: the next one announces again
@@ -55,6 +60,12 @@ class Announcer:
             # deleted the row meanwhile, this one wrote it back, and it must go again.
             if self._signed_off:
                 self._backend.unregister_worker(record.id)
+
+    def _warn_of_signature_clashes(self) -> None:
+        """Once, when the worker's row is first written: a live peer that registers one of its task
+        names with another signature is most likely another app on the same database."""
+        for clash in signature_clashes(self._backend.list_workers(WORKER_SILENT_AFTER), involving=self._record.id):
+            log.warning("worker %s: %s", self._record.id, clash)
 
     def _unregister(self) -> None:
         with self._sign_off_lock:

@@ -47,6 +47,7 @@ from leased.engine.timelimits import TimeLimits
 from leased.events import Event, Events
 from leased.jobs import Lease
 from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from leased.task_signatures import signatures_json
 from leased.worker_ids import default_worker_id
 
 if TYPE_CHECKING:
@@ -104,7 +105,8 @@ class Worker:
         names = tuple(sorted(self.tasks))
         stopping: Callable[[], bool] = lambda: self._stopping
         self._announcer = Announcer(self.backend, WorkerRecord(self.id, socket.gethostname(), os.getpid(),
-                                                               self.concurrency, self.queues, names),
+                                                               self.concurrency, self.queues, names,
+                                                               task_signatures=signatures_json(self.tasks)),
                                     lambda: self._time_limits.stuck, self.children.summary)
         self._lease_keeper = LeaseKeeper(self.backend, self._cancel, heartbeat_died=self._heartbeat_died,
                                          stopping=stopping,

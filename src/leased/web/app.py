@@ -66,6 +66,7 @@ def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | b
         Route("/workflows/{workflow_id:id}/retry", pages.retry_workflow, methods=["POST"], name="retry_workflow"),
         Route("/workflows/{workflow_id:id}/cancel", pages.cancel_workflow, methods=["POST"], name="cancel_workflow"),
         Route("/schedules", pages.schedules, name="schedules"),
+        Route("/workers", pages.workers, name="workers"),
         Route("/queues/{queue_name}/pause", pages.pause_queue, methods=["POST"], name="pause_queue"),
         Route("/queues/{queue_name}/resume", pages.resume_queue, methods=["POST"], name="resume_queue"),
         Route("/metrics", MetricsEndpoint(leased), name="metrics"),

@@ -23,14 +23,16 @@ from leased.admin import WorkerInfo
 from leased.app import Leased
 from leased.digits import whole_number
 from leased.errors import ConfigurationError, InvalidTransition, JobNotFound, WorkflowNotFound
-from leased.jobs import JobStatus
+from leased.jobs import Job, JobStatus
 from leased.run_views import STEP_STATUSES, parents_note, step_counts, step_tree
 from leased.runs import WorkflowInfo, WorkflowStatus
+from leased.task_signatures import signature_clashes
 from leased.web.charts import throughput_chart
 from leased.web.graph import FAN_OUT_SHOWN, step_graph
 from leased.web.security import CSRF_FIELD, Csrf, Flash, foreign_origin
 
 PAGE_SIZE = 50
+HELD_SHOWN = 1_000  # running jobs listed on the Workers page, beside the workers holding them
 ORDERS = ("newest", "oldest")
 
 
@@ -46,6 +48,7 @@ class JobsQuery:
     queue: str | None = None
     task: str | None = None
     search: str | None = None
+    worker: str | None = None  # a worker's id: the jobs it ran an attempt of, or holds now
     order: str = "newest"
     before_id: int | None = None
     after_id: int | None = None
@@ -70,18 +73,19 @@ class JobsQuery:
             raise BadRequest(f"unknown status {status!r}: use one of {', '.join(s.value for s in JobStatus)}")
         if order not in ORDERS:
             raise BadRequest(f"order must be newest or oldest, got {order!r}")
-        return cls(status, text("queue"), text("task"), text("q"), order, whole("before_id"), whole("after_id"))
+        return cls(status, text("queue"), text("task"), text("q"), text("worker"), order, whole("before_id"),
+                   whole("after_id"))
 
     def link(self, **changes: Any) -> str:
         """This query's string with some fields changed; a new filter starts again at the first page."""
         fields = {"status": self.status, "queue": self.queue, "task": self.task, "q": self.search,
-                  "order": None if self.order == "newest" else self.order}
+                  "worker": self.worker, "order": None if self.order == "newest" else self.order}
         fields.update(changes)
         return "?" + urlencode({key: value for key, value in fields.items() if value is not None})
 
     @property
     def filtered(self) -> bool:
-        return any((self.status, self.queue, self.task, self.search))
+        return any((self.status, self.queue, self.task, self.search, self.worker))
 
 
 def jobs_page(leased: Leased, query: JobsQuery) -> dict[str, Any]:
@@ -98,7 +102,7 @@ def jobs_page(leased: Leased, query: JobsQuery) -> dict[str, Any]:
     read_newest = newest != backward
     cursor = backward_cursor if backward else forward_cursor
     rows = leased.list_jobs(status=query.status, queue_name=query.queue, task_name=query.task,
-                            search=query.search, limit=PAGE_SIZE + 1,
+                            search=query.search, worker_id=query.worker, limit=PAGE_SIZE + 1,
                             before_id=cursor if read_newest else None,
                             after_id=None if read_newest else cursor, order="newest" if read_newest else "oldest")
     more = len(rows) > PAGE_SIZE
@@ -217,6 +221,18 @@ class Pages:
             return self.problem(request, 400, "Bad request", str(error))
         return self.render(request, "jobs.html", {
             "query": query, **page, "task_names": self.leased.task_names(), "queue_names": self.leased.queue_names(),
+            "worker_ids": [worker.id for worker in self.leased.workers()],
+        })
+
+    def workers(self, request: Request) -> Response:
+        workers = self.leased.workers()
+        held: dict[str | None, list[Job]] = {}
+        # One read of the running jobs (their number is bounded by the workers' slots), not one per worker.
+        for job in reversed(self.leased.list_jobs(status=JobStatus.RUNNING, limit=HELD_SHOWN)):
+            held.setdefault(job.lease_owner, []).append(job)
+        return self.render(request, "workers.html", {
+            "workers": workers, "worker_groups": worker_groups(workers), "held": held,
+            "alive_workers": sum(1 for worker in workers if worker.alive), "clashes": signature_clashes(workers),
         })
 
     def job(self, request: Request) -> Response:

@@ -282,6 +282,8 @@ WHERE (%(status)s IS NULL OR status = %(status)s)
   AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
   AND (%(search)s IS NULL OR id = %(search_id)s OR idempotency_key = %(search)s)
   AND (%(before_id)s IS NULL OR id < %(before_id)s)
+  AND (%(worker_id)s IS NULL OR lease_owner = %(worker_id)s
+       OR id IN (SELECT job_id FROM leased_attempts WHERE worker_id = %(worker_id)s))
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -294,6 +296,8 @@ WHERE (%(status)s IS NULL OR status = %(status)s)
   AND (%(task_name)s IS NULL OR task_name = %(task_name)s)
   AND (%(search)s IS NULL OR id = %(search_id)s OR idempotency_key = %(search)s)
   AND (%(after_id)s IS NULL OR id > %(after_id)s)
+  AND (%(worker_id)s IS NULL OR lease_owner = %(worker_id)s
+       OR id IN (SELECT job_id FROM leased_attempts WHERE worker_id = %(worker_id)s))
 ORDER BY id
 LIMIT %(limit)s;
 
@@ -406,9 +410,9 @@ SELECT DISTINCT queue_name AS name FROM leased_jobs ORDER BY queue_name;
 
 -- name: register_worker
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, wake_host, stuck_handlers,
-                            children, started_at, last_seen_at)
+                            children, task_signatures, started_at, last_seen_at)
 VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, %(tasks)s, %(wake_port)s, %(host)s,
-        %(stuck_handlers)s, %(children)s, leased_now(), leased_now())
+        %(stuck_handlers)s, %(children)s, %(task_signatures)s, leased_now(), leased_now())
 ON DUPLICATE KEY UPDATE last_seen_at = leased_now(), stuck_handlers = VALUE(stuck_handlers),
                         children = VALUE(children);
 

@@ -423,6 +423,8 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(search)s::text IS NULL OR id = %(search_id)s::bigint OR idempotency_key = %(search)s::text)
   AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(worker_id)s::text IS NULL OR lease_owner = %(worker_id)s::text
+       OR id IN (SELECT job_id FROM leased_attempts WHERE worker_id = %(worker_id)s::text))
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -436,6 +438,8 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(search)s::text IS NULL OR id = %(search_id)s::bigint OR idempotency_key = %(search)s::text)
   AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s::bigint)
+  AND (%(worker_id)s::text IS NULL OR lease_owner = %(worker_id)s::text
+       OR id IN (SELECT job_id FROM leased_attempts WHERE worker_id = %(worker_id)s::text))
 ORDER BY id
 LIMIT %(limit)s;
 
@@ -612,9 +616,9 @@ WITH RECURSIVE names (name) AS (
 SELECT name FROM names WHERE name IS NOT NULL;
 
 -- name: register_worker
-INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, stuck_handlers, children)
+INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, stuck_handlers, children, task_signatures)
 VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s::json, %(tasks)s::json, %(stuck_handlers)s,
-        %(children)s)
+        %(children)s, %(task_signatures)s)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now(), stuck_handlers = excluded.stuck_handlers,
                                children = excluded.children;
 

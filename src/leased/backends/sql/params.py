@@ -82,13 +82,15 @@ def worker_params(worker: WorkerRecord) -> dict[str, Any]:
     return {"id": worker.id, "host": worker.host, "pid": worker.pid, "concurrency": worker.concurrency,
             "queues": None if worker.queues is None else json.dumps(list(worker.queues)),
             "tasks": json.dumps(list(worker.tasks)), "wake_port": worker.wake_port,
-            "stuck_handlers": worker.stuck_handlers, "children": worker.children}
+            "stuck_handlers": worker.stuck_handlers, "children": worker.children,
+            "task_signatures": worker.task_signatures}
 
 
 def filter_params(where: JobFilter) -> dict[str, Any]:
     return {"status": where.status and where.status.value, "queue_name": where.queue_name,
             "task_name": where.task_name, "search": where.search, "search_id": where.search_id,
-            "before_id": where.before_id, "after_id": where.after_id, "limit": where.limit}
+            "before_id": where.before_id, "after_id": where.after_id, "limit": where.limit,
+            "worker_id": where.worker_id}
 
 
 def queue_limit_params(limit: QueueLimit) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Mapping
 
 from leased.admin import ChildrenSummary, WorkerInfo
@@ -108,6 +109,7 @@ def worker_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable
         queues=from_json(row["queues"]), tasks=from_json(row["tasks"]), running=row["running"],
         alive=row["silent_seconds"] < silent_after, stuck_handlers=row["stuck_handlers"],
         children=ChildrenSummary.from_json(row["children"]),
+        task_signatures=json.loads(row["task_signatures"]) if row["task_signatures"] else {},
     )
 
 

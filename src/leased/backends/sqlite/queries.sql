@@ -220,6 +220,8 @@ SELECT * FROM leased_jobs WHERE id = :job_id;
 SELECT * FROM leased_attempts WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: list_jobs_newest
+-- :worker_id: jobs the worker holds now, or ran an attempt of (no index holds attempts by worker,
+-- so that filter reads the attempts once; without it the condition is true and reads nothing).
 -- The status filter is its own branch: SQLite does not look past `:status IS NULL OR status =
 -- :status` to the (status, id) index, and walked the whole table in id order for a status as rare
 -- as pending (54 ms for a page at a million jobs, 0.6 ms through the index). The branches merge in
@@ -229,7 +231,9 @@ WITH filtered AS NOT MATERIALIZED (
     WHERE (:queue_name IS NULL OR queue_name = :queue_name)
       AND (:task_name IS NULL OR task_name = :task_name)
       AND (:search IS NULL OR id = :search_id OR idempotency_key = :search)
-      AND (:before_id IS NULL OR id < :before_id))
+      AND (:before_id IS NULL OR id < :before_id)
+      AND (:worker_id IS NULL OR lease_owner = :worker_id
+           OR id IN (SELECT job_id FROM leased_attempts WHERE worker_id = :worker_id)))
 SELECT * FROM filtered WHERE status = :status
 UNION ALL
 SELECT * FROM filtered WHERE :status IS NULL
@@ -243,7 +247,9 @@ WITH filtered AS NOT MATERIALIZED (
     WHERE (:queue_name IS NULL OR queue_name = :queue_name)
       AND (:task_name IS NULL OR task_name = :task_name)
       AND (:search IS NULL OR id = :search_id OR idempotency_key = :search)
-      AND (:after_id IS NULL OR id > :after_id))
+      AND (:after_id IS NULL OR id > :after_id)
+      AND (:worker_id IS NULL OR lease_owner = :worker_id
+           OR id IN (SELECT job_id FROM leased_attempts WHERE worker_id = :worker_id)))
 SELECT * FROM filtered WHERE status = :status
 UNION ALL
 SELECT * FROM filtered WHERE :status IS NULL
@@ -376,9 +382,9 @@ SELECT name FROM names WHERE name IS NOT NULL;
 
 -- name: register_worker
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, wake_port, stuck_handlers, children,
-                            started_at, last_seen_at)
-VALUES (:id, :host, :pid, :concurrency, :queues, :tasks, :wake_port, :stuck_handlers, :children, leased_now(),
-        leased_now())
+                            task_signatures, started_at, last_seen_at)
+VALUES (:id, :host, :pid, :concurrency, :queues, :tasks, :wake_port, :stuck_handlers, :children, :task_signatures,
+        leased_now(), leased_now())
 ON CONFLICT (id) DO UPDATE SET last_seen_at = leased_now(), stuck_handlers = excluded.stuck_handlers,
                                children = excluded.children;
 

@@ -39,6 +39,22 @@ def counts_and_listings_agree_with_what_was_written(make: MakeBackend) -> None:
 
 
 @check
+def jobs_are_listed_by_the_worker_that_ran_or_holds_them(make: MakeBackend) -> None:
+    """A worker's jobs: those it ran an attempt of (whoever runs them now), and those it holds now."""
+    backend = make()
+    first, second, third, _ = enqueue(backend, new_job(), new_job(), new_job(), new_job("b"))
+    ran_by_w1 = claim(backend, "w1", limit=2)
+    backend.finish([done(ran_by_w1[0].lease), error(ran_by_w1[1].lease, retry_in_seconds=0)])
+    assert ids(claim(backend, "w2", tasks=("a",))) == [third.id, second.id]  # the retry is due later
+    assert ids(backend.list_jobs(JobFilter(worker_id="w1"))) == [second.id, first.id]
+    assert ids(backend.list_jobs(JobFilter(worker_id="w2"))) == [third.id, second.id]
+    assert ids(backend.list_jobs(JobFilter(worker_id="w2", status=JobStatus.RUNNING, newest_first=False))) \
+        == [second.id, third.id]
+    assert ids(backend.list_jobs(JobFilter(worker_id="w1", before_id=second.id))) == [first.id]
+    assert backend.list_jobs(JobFilter(worker_id="w3")) == []
+
+
+@check
 def the_oldest_due_job_and_recent_finishes_are_read_per_queue(make: MakeBackend) -> None:
     backend = make()
     enqueue(backend, new_job(queue_name="mail"), new_job(queue_name="mail"), new_job("b", max_attempts=1))

@@ -1,0 +1,12 @@
+"""leased migration 0028: each task's signature on its worker's row, to warn of two apps sharing a task name."""
+
+from django.db import migrations
+
+from leased.contrib.django.schema import apply_leased_migrations
+
+
+class Migration(migrations.Migration):
+    # Renumber on merge: 0022 and 0023 are reserved for leased's 0026 and 0027, made elsewhere.
+    dependencies = [("leased", "0021_handler_outlived_limit")]
+
+    operations = [migrations.RunPython(apply_leased_migrations(up_to=28), migrations.RunPython.noop, atomic=False)]
