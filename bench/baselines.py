@@ -165,7 +165,7 @@ def _leased_postgres_loop(app, batch: int):
     params = {"worker_id": CEILING_WORKER, "task_names": ["bench.noop"], "queue_names": None, "limit": batch}
 
     def claim():
-        with backend._connection(for_claims=True) as connection:
+        with backend.connection(for_claims=True) as connection:
             return [(row["id"], row["attempt"]) for row in connection.execute(queries["claim"], params)]
 
     def finish(held):

@@ -41,7 +41,7 @@ def _two_keyed_jobs(app: Leased) -> tuple[int, int]:
 def _count_conflicts(app: Leased) -> list[DatabaseConflict]:
     """Every conflict that broke off one of the backend's transactions (the real one, wrapped)."""
     conflicts: list[DatabaseConflict] = []
-    transaction = app.backend._transaction
+    transaction = app.backend.database.transaction
 
     @contextmanager
     def counted(wait_seconds: float | None = None, one_statement: bool = False) -> Iterator[Any]:
@@ -52,7 +52,7 @@ def _count_conflicts(app: Leased) -> list[DatabaseConflict]:
             conflicts.append(conflict)
             raise
 
-    app.backend._transaction = counted
+    app.backend.database.transaction = counted
     return conflicts
 
 
@@ -149,10 +149,10 @@ def test_a_claim_that_reclaims_does_both_in_one_transaction(app):
     def cut_off(*args: Any, **kwargs: Any) -> Any:
         raise DatabaseUnavailable("cut off between the reclaim and the lease")
 
-    backend._lease = cut_off
+    backend.claims.lease = cut_off
     with pytest.raises(DatabaseUnavailable, match="cut off"):
         claim(backend, "w2", reclaim_expired=True)
-    del backend._lease
+    del backend.claims.lease
     still = backend.get_job(written.id)
     assert (still.status, still.lease_owner, still.history[-1].outcome) == (JobStatus.RUNNING, "w1", None)
     (again,) = claim(backend, "w2", reclaim_expired=True)  # whole, the claim reclaims and takes it
