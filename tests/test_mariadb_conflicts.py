@@ -18,7 +18,7 @@ import pytest
 from conftest import callers_connection, wait_for
 from leased import Leased
 from leased.backends.ports import ClaimRequest
-from leased.backends.sql import store
+from leased.backends.sql import database
 from leased.backends.mariadb import connections as mariadb_connections
 from leased.backends.mariadb import driver
 from leased.errors import DatabaseConflict
@@ -116,7 +116,7 @@ def test_a_claim_chosen_as_a_deadlock_victim_runs_again_and_claims(app):
 
 def test_a_conflict_that_persists_is_database_conflict_after_the_retries(app, monkeypatch):
     monkeypatch.setattr(mariadb_connections, "LOCK_WAIT_SECONDS", 1)  # the server's own timer, for new sessions
-    monkeypatch.setattr(store, "CONFLICT_RETRIES", 2)
+    monkeypatch.setattr(database, "CONFLICT_RETRIES", 2)
     app.backend.close()  # sessions made from here on wait one second for a lock
     _, second = _two_keyed_jobs(app)
     conflicts = _count_conflicts(app)
