@@ -106,11 +106,11 @@ class Admin:
 
     def set_queue_limit(self, limit: QueueLimit) -> None:
         if limit.is_empty:
-            self._database.transact(lambda connection: self._execute(connection, "clear_queue_limit",
-                                                            queue_name=limit.queue_name))
+            self._database.transact(
+                lambda connection: self._execute(connection, "clear_queue_limit", queue_name=limit.queue_name))
         else:
-            self._database.transact(lambda connection: self._execute(connection, "set_queue_limit",
-                                                            **queue_limit_params(limit)))
+            self._database.transact(
+                lambda connection: self._execute(connection, "set_queue_limit", **queue_limit_params(limit)))
 
     def changed_or_explain(self, row: Any, job_id: int, action: str, allowed: str) -> Job:
         """The job after a one-job action; when the action changed nothing (`row` None), why."""

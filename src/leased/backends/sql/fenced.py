@@ -51,7 +51,7 @@ class FencedEnds:
         """The job's row, locked in the transaction on `connection`, if `lease` still holds it
         unexpired by the database's clock now; else None."""
         return self._database.execute(connection, "lease_fence", job_id=lease.job_id, attempt=lease.attempt,
-                             worker_id=lease.worker_id).fetchone()
+                                      worker_id=lease.worker_id).fetchone()
 
     def record_step(self, lease: Lease, name: str, result_json: str | None, seconds: float,
                     connection: Any = None) -> bool:
@@ -61,8 +61,8 @@ class FencedEnds:
         def work(connection: Any) -> bool:
             if self.fence(connection, lease) is None:
                 return False
-            self._database.execute(connection, "record_durable_step", job_id=lease.job_id, name=name, attempt=lease.attempt,
-                          result=result_json, seconds=seconds)
+            self._database.execute(connection, "record_durable_step", job_id=lease.job_id, name=name,
+                                   attempt=lease.attempt, result=result_json, seconds=seconds)
             return True
 
         return self._database.in_callers(connection, work) if connection is not None else self._database.transact(work)

@@ -38,7 +38,8 @@ class Leases:
                 self._execute(connection, "record_progress", worker_id=held["worker_id"], progress=reported)
             return self._all(connection, "held_leases", **held)
 
-        return {Lease(row["id"], row["attempt"], held["worker_id"]) for row in self._database.transact(work, wait_seconds)}
+        renewed = self._database.transact(work, wait_seconds)
+        return {Lease(row["id"], row["attempt"], held["worker_id"]) for row in renewed}
 
     def finish(self, ends: Sequence[AttemptEnd]) -> list[bool]:
         if not ends:

@@ -192,8 +192,8 @@ class Workflows:
 
     def parents_of(self, job_id: int) -> list[ParentEnd]:
         """The parents of a step, by name, with how each ended."""
-        return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), self._database.from_json(row["result"]),
-                          row["last_error"])
+        from_json = self._database.from_json
+        return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), from_json(row["result"]), row["last_error"])
                 for row in self._database.rows("parents_of", job_id=job_id)]
 
     def step_names(self, workflow_id: int) -> dict[str, int]:
