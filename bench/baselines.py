@@ -165,7 +165,7 @@ def _leased_postgres_loop(app, batch: int):
     params = {"worker_id": CEILING_WORKER, "task_names": ["bench.noop"], "queue_names": None, "limit": batch}
 
     def claim():
-        with backend._connection(for_claims=True) as connection:
+        with backend.connection(for_claims=True) as connection:
             return [(row["id"], row["attempt"]) for row in connection.execute(queries["claim"], params)]
 
     def finish(held):
@@ -221,20 +221,20 @@ def _leased_mariadb_loop(app, batch: int):
               "limit": batch}
 
     def claim():
-        rows = backend._transact(lambda connection: backend._lease(
-            connection, backend._all(connection, "claim_ids", **params), CEILING_WORKER))
+        rows = backend.database.transact(lambda connection: backend.claims.lease(
+            connection, backend.database.all(connection, "claim_ids", **params), CEILING_WORKER))
         return [(row["id"], row["attempt"]) for row in rows]
 
     def finish(held):
         def work(connection):
-            backend._all(connection, "held_leases", worker_id=CEILING_WORKER, leases=json.dumps(held))
-            backend._execute(connection, "record_attempts", ends=json.dumps(
+            backend.database.all(connection, "held_leases", worker_id=CEILING_WORKER, leases=json.dumps(held))
+            backend.database.execute(connection, "record_attempts", ends=json.dumps(
                 [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held]))
-            backend._execute(connection, "finish", ends=json.dumps(
+            backend.database.execute(connection, "finish", ends=json.dumps(
                 [[job_id, attempt, CEILING_WORKER, "done", "null", None, 0.0] for job_id, attempt in held]))
-            backend._execute(connection, "count_finished", counts=finished_count(held))
+            backend.database.execute(connection, "count_finished", counts=finished_count(held))
 
-        backend._transact(work)
+        backend.database.transact(work)
 
     return claim, finish
 

@@ -191,7 +191,7 @@ def fill_other(url: str, database: str, jobs: int, spacing: float) -> None:
                                .replace("concat('host-', n)", "'host-' || n"))
             connection.execute("ANALYZE")
     else:
-        connection = app.backend._connection()
+        connection = app.backend.connection()
         cursor = connection.cursor()
         cursor.execute(spaced(MARIADB_FILL, jobs, spacing))
         cursor.execute(COUNTED["mariadb"])

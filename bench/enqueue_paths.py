@@ -194,7 +194,7 @@ def client_breakdown(paths: Paths, batch: int, repeats: int = 30) -> None:
     with paths.connection.transaction():
         rows = paths.connection.execute(paths.queries["insert_jobs"],
                                         {"jobs": jobs_json(jobs, lambda t: t.isoformat())}).fetchall()
-    to_time = paths.app.backend._to_time
+    to_time = paths.app.backend.dialect.to_time
     steps = {"NewJobs from the calls": lambda: paths._jobs(numbers),
              "the batch as JSON": lambda: jobs_json(jobs, lambda t: t.isoformat()),
              "Jobs from the rows": lambda: created_jobs(jobs, rows, to_time)}

@@ -52,7 +52,7 @@ def main() -> None:
     producer = Leased(url)
     task = producer.task(name="bench.latency_probe")(probe.func)
     if url.startswith("postgres"):
-        with producer.backend._connection() as connection:
+        with producer.backend.connection() as connection:
             connection.execute("DELETE FROM leased_jobs")
     worker = subprocess.Popen([sys.executable, "-m", "leased.cli.main", "worker", "latency_parts:app",
                                "--concurrency", "10", "--log-level", "warning"], cwd=Path(__file__).parent)

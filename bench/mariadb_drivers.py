@@ -53,7 +53,7 @@ def one_round(url: str, name: str, jobs: int) -> dict[str, tuple[float, float]]:
     app = Leased(url)
     task = app.task(name="noop")(noop)
     app.migrate()
-    app.backend._connection()  # a connection of this driver, opened before the clock starts
+    app.backend.connection()  # a connection of this driver, opened before the clock starts
     timings: dict[str, tuple[float, float]] = {}
 
     def timed(step: str, work) -> None:
@@ -98,7 +98,7 @@ def one_round(url: str, name: str, jobs: int) -> dict[str, tuple[float, float]]:
 
 
 def _empty(app: Leased) -> None:
-    connection = app.backend._connection()
+    connection = app.backend.connection()
     with connection.cursor() as cursor:
         for table in ("leased_attempts", "leased_jobs"):
             cursor.execute(f"DELETE FROM {table}")

@@ -36,7 +36,7 @@ def add_history(app: Leased, count: int, days_old: float) -> None:
     """`count` done jobs with an attempt each, finished `days_old` days ago, written in bulk."""
     app.counts()  # the schema
     if app.database_url.startswith("sqlite"):
-        connection = app.backend._connection()
+        connection = app.backend.connection()
         old = f"leased_now() - {days_old * DAY}"
         connection.execute("BEGIN IMMEDIATE")
         connection.execute(

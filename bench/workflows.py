@@ -165,7 +165,7 @@ class Store:
             with self._reader.cursor() as cursor:
                 cursor.execute(sql)
                 return cursor.fetchone() is not None
-        with self.app.backend._connection() as connection:
+        with self.app.backend.connection() as connection:
             return connection.execute(sql).fetchone() is not None
 
     def ends(self, task_name: str) -> list[float]:

@@ -61,3 +61,37 @@ def test_no_python_file_of_a_dialect_runs_past_300_lines():
             for path in sorted((BACKENDS / kind.name).glob("*.py"))
             if (lines := len(path.read_text().splitlines())) > 300}
     assert not long, long
+
+
+def _base_names(node: ast.ClassDef) -> list[str]:
+    """The names a class's bases go by (Generic[T] as Generic, module.Name as Name)."""
+    names = []
+    for base in node.bases:
+        base = base.value if isinstance(base, ast.Subscript) else base
+        if isinstance(base, (ast.Name, ast.Attribute)):
+            names.append(base.id if isinstance(base, ast.Name) else base.attr)
+    return names
+
+
+def test_no_class_of_the_backends_inherits_a_leased_class_but_a_protocol_or_an_error():
+    """Storage is parts composed over a dialect (CONTRIBUTING.md, "Adding a database"), not a tower
+    of subclasses: a class under backends/ may name a protocol it satisfies or an error it refines,
+    never another leased class whose body it would inherit."""
+    bases_of: dict[str, list[str]] = {}
+    for path in ENGINE.parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases_of.setdefault(node.name, []).extend(_base_names(node))
+
+    def reaches(name: str, roots: set[str], seen: frozenset[str] = frozenset()) -> bool:
+        return name in roots or any(reaches(base, roots, seen | {name}) for base in bases_of.get(name, ())
+                                    if base not in seen)
+
+    errors = {"BaseException", "Exception", "ValueError", "RuntimeError", "OSError", "ConnectionError"}
+    towers = set()
+    for path in BACKENDS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                towers |= {(str(path.relative_to(BACKENDS)), node.name, base) for base in _base_names(node)
+                           if base in bases_of and not reaches(base, {"Protocol"}) and not reaches(base, errors)}
+    assert not towers, towers

@@ -280,9 +280,9 @@ def test_a_key_freed_before_the_lookup_is_inserted_after_all(app, notify):
         if isinstance(step, InsertJobs) and not inserts:
             inserts.append(step)
             return [None]
-        return app.backend._answer(connection, step)
+        return app.backend.database.answer(connection, step)
 
-    with app.backend._transaction() as connection:
+    with app.backend.database.transaction() as connection:
         ((job, created),) = drive(enqueue_steps([new]), lambda step: answer(connection, step))
     assert created and app.get_job(job.id) == job and job.idempotency_key == "k"
 

@@ -27,8 +27,8 @@ def test_sqlite_disk_full_fails_enqueue_clearly_and_keeps_the_file_intact(tmp_pa
     def store(blob): ...
 
     kept = [store.enqueue("x" * 1000).id for _ in range(5)]
-    pages = app.backend._connection().execute("PRAGMA page_count").fetchone()[0]
-    app.backend._connection().execute(f"PRAGMA max_page_count = {pages + 2}")
+    pages = app.backend.connection().execute("PRAGMA page_count").fetchone()[0]
+    app.backend.connection().execute(f"PRAGMA max_page_count = {pages + 2}")
     with pytest.raises(DatabaseFull, match="is full .* nothing was written"):
         for _ in range(100):
             store.enqueue("y" * 50_000)

@@ -36,7 +36,7 @@ def _held_back(app, held: int) -> None:
 
 
 def _sqlite_steps(app) -> int:
-    connection = app.backend._connection()
+    connection = app.backend.connection()
     connection.execute("ANALYZE")
     steps = 0
 
@@ -92,7 +92,7 @@ def _mariadb_reads(app) -> int:
         cursor.execute("ANALYZE TABLE leased_jobs")
         cursor.fetchall()
         before = reads(cursor)
-        rows = app.backend.pick_limited(connection, params)
+        rows = app.backend.claims.pick_limited(connection, params)
         after = reads(cursor)
         assert len(rows) == 10 and all(row["id"] > 0 for row in rows)
         cursor.execute("SELECT count(*) AS n FROM leased_jobs WHERE id IN %s AND concurrency_key = 'busy'",
@@ -121,7 +121,7 @@ def test_claim_limited_work_does_not_grow_with_held_back_jobs(app, backend_name)
 def test_claim_limited_reads_indexes_not_the_table(app, backend_name):
     _held_back(app, 2_000)
     if backend_name == "sqlite":
-        connection = app.backend._connection()
+        connection = app.backend.connection()
         connection.execute("ANALYZE")
         params = {"worker_id": "w", "task_names": json.dumps(TASKS), "queue_names": None, "limit": 10}
         plan = [row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + SQLITE["claim_limited"], params)]

@@ -18,7 +18,7 @@ import pytest
 from conftest import callers_connection, wait_for
 from leased import Leased
 from leased.backends.ports import ClaimRequest
-from leased.backends.sql import store
+from leased.backends.sql import database
 from leased.backends.mariadb import connections as mariadb_connections
 from leased.backends.mariadb import driver
 from leased.errors import DatabaseConflict
@@ -41,7 +41,7 @@ def _two_keyed_jobs(app: Leased) -> tuple[int, int]:
 def _count_conflicts(app: Leased) -> list[DatabaseConflict]:
     """Every conflict that broke off one of the backend's transactions (the real one, wrapped)."""
     conflicts: list[DatabaseConflict] = []
-    transaction = app.backend._transaction
+    transaction = app.backend.database.transaction
 
     @contextmanager
     def counted(wait_seconds: float | None = None, one_statement: bool = False) -> Iterator[Any]:
@@ -52,7 +52,7 @@ def _count_conflicts(app: Leased) -> list[DatabaseConflict]:
             conflicts.append(conflict)
             raise
 
-    app.backend._transaction = counted
+    app.backend.database.transaction = counted
     return conflicts
 
 
@@ -116,7 +116,7 @@ def test_a_claim_chosen_as_a_deadlock_victim_runs_again_and_claims(app):
 
 def test_a_conflict_that_persists_is_database_conflict_after_the_retries(app, monkeypatch):
     monkeypatch.setattr(mariadb_connections, "LOCK_WAIT_SECONDS", 1)  # the server's own timer, for new sessions
-    monkeypatch.setattr(store, "CONFLICT_RETRIES", 2)
+    monkeypatch.setattr(database, "CONFLICT_RETRIES", 2)
     app.backend.close()  # sessions made from here on wait one second for a lock
     _, second = _two_keyed_jobs(app)
     conflicts = _count_conflicts(app)
@@ -149,10 +149,10 @@ def test_a_claim_that_reclaims_does_both_in_one_transaction(app):
     def cut_off(*args: Any, **kwargs: Any) -> Any:
         raise DatabaseUnavailable("cut off between the reclaim and the lease")
 
-    backend._lease = cut_off
+    backend.claims.lease = cut_off
     with pytest.raises(DatabaseUnavailable, match="cut off"):
         claim(backend, "w2", reclaim_expired=True)
-    del backend._lease
+    del backend.claims.lease
     still = backend.get_job(written.id)
     assert (still.status, still.lease_owner, still.history[-1].outcome) == (JobStatus.RUNNING, "w1", None)
     (again,) = claim(backend, "w2", reclaim_expired=True)  # whole, the claim reclaims and takes it

@@ -55,7 +55,7 @@ def test_jobs_run_end_to_end_on_each_driver(app, on_driver):
     job = double.enqueue(21)
     app.run_until_empty()
     assert (app.get_job(job.id).status, app.get_job(job.id).result) == ("done", 42)
-    assert type(app.backend._connection()) is on_driver.connection_class
+    assert type(app.backend.connection()) is on_driver.connection_class
 
 
 @on_mariadb
@@ -73,7 +73,7 @@ def test_the_drivers_errors_become_leased_errors(app, on_driver):
         cursor.execute("DROP TABLE leased_attempts")
     with pytest.raises(Exception) as raised:  # the driver's "no such table", told apart from the others
         app.get_job(first.id)
-    assert app.backend._is_missing_table(raised.value) or app.backend._is_missing_table(raised.value.__cause__)
+    assert app.backend.dialect.is_missing_table(raised.value) or app.backend.dialect.is_missing_table(raised.value.__cause__)
 
 
 @on_mariadb
@@ -82,7 +82,7 @@ def test_a_killed_connection_is_unavailable_once_then_opened_again(app, on_drive
     def t() -> None: ...
 
     t.enqueue()
-    own = app.backend._connection()
+    own = app.backend.connection()
     with own.cursor() as cursor:
         cursor.execute("SELECT CONNECTION_ID()")
         (connection_id,) = cursor.fetchone()

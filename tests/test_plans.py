@@ -16,7 +16,7 @@ HISTORY = 20_000
 def test_claim_reads_the_due_index_not_the_table(app, backend_name):
     app.counts()  # schema
     if backend_name == "sqlite":
-        connection = app.backend._connection()
+        connection = app.backend.connection()
         connection.execute(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
             "INSERT INTO leased_jobs (task_name, queue_name, status, max_attempts, lease_seconds, run_after, "
@@ -126,7 +126,7 @@ def test_sqlite_finish_looks_each_job_up_by_id(app, backend_name):
     if backend_name != "sqlite":
         return  # PostgreSQL joins the batch to the primary key by itself
     app.counts()
-    connection = app.backend._connection()
+    connection = app.backend.connection()
     plan = " ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + SQLITE["finish"], {"ends": "[]"}))
     assert "INTEGER PRIMARY KEY" in plan and "leased_jobs_status" not in plan, plan
 
@@ -284,7 +284,7 @@ def test_the_overviews_counts_read_no_finished_history(app, backend_name):
                 (plan,) = connection.execute("EXPLAIN (FORMAT JSON) " + POSTGRES[name], values).fetchone()[0]
                 assert not list(_postgres_scans(plan["Plan"], HISTORY)), (name, plan)
     elif backend_name == "sqlite":
-        connection = app.backend._connection()
+        connection = app.backend.connection()
         connection.execute(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
             "INSERT INTO leased_jobs (task_name, queue_name, status, max_attempts, lease_seconds, run_after, "
@@ -393,7 +393,7 @@ def test_a_filtered_page_of_jobs_reads_about_a_page(app, backend_name):
         finally:
             connection.close()
     elif backend_name == "sqlite":
-        connection = app.backend._connection()
+        connection = app.backend.connection()
         connection.execute(history.format(
             task="'t' || (i % 4)", queue="'q' || (i % 5)", status=STATUSES.format(i="i", percent="%"),
             t="0", rows="(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) SELECT i FROM n)"),
@@ -447,7 +447,7 @@ def test_counting_failed_jobs_by_queue_reads_only_failed_jobs(app, backend_name)
     if backend_name != "sqlite":
         return  # MariaDB's plan is checked above; PostgreSQL reads its partial failed-or-cancelled index
     app.counts()
-    connection = app.backend._connection()
+    connection = app.backend.connection()
     connection.execute(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
         "INSERT INTO leased_jobs (task_name, queue_name, status, max_attempts, lease_seconds, run_after, "

@@ -168,7 +168,7 @@ def test_a_prune_batch_reads_the_finished_index_not_the_table(app, backend_name)
     if backend_name == "sqlite":
         from leased.backends.sqlite.backend import QUERIES
 
-        connection = app.backend._connection()
+        connection = app.backend.connection()
         plan = " ".join(row[3] for row in connection.execute(
             "EXPLAIN QUERY PLAN " + QUERIES["prunable_ids"],
             {"status": "done", "older_than": 60, "task_names": None, "except_task_names": "[]", "limit": 10}))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import ast
-import importlib
-import inspect
 import re
 import subprocess
 import sys
@@ -16,7 +14,7 @@ import pytest
 
 from leased import Leased
 from schemas import apply_script, empty_database, leased_schema
-from leased.backends import connect
+from leased.backends import DIALECTS as DIALECT_ROWS, connect
 from leased.backends.sql import scripts
 
 BACKENDS_DIR = Path(__file__).parent.parent / "src" / "leased" / "backends"
@@ -54,61 +52,45 @@ def test_printed_sql_builds_the_schema_that_migrate_builds(backend_name, tmp_pat
 DIALECTS = sorted(path.parent.name for path in BACKENDS_DIR.glob("*/queries.sql"))
 
 
-_QUERY_USES = (r'QUERIES\["(\w+)"\]', r'_(?:run|rows|fetch_one|all)\(\s*"(\w+)"', r'_(?:execute|all)\(\w+, "(\w+)"')
+# A query's name in double quotes, or in single ones where ast.unparse wrote the shared code out.
+_QUERY_USES = (r'QUERIES\[["\'](\w+)["\']\]', r'\b_?(?:run|rows|read_rows|read|fetch_one|one|all)\(\s*["\'](\w+)["\']',
+               r'\b_?(?:execute|all)\(\w+, ["\'](\w+)["\']')
 
 
 def _query_names(code: str) -> set[str]:
     return {name for pattern in _QUERY_USES for name in re.findall(pattern, code)}
 
 
-def _shared_code_of(backend_class: type, own: str) -> str:
-    """The shared body's code that this dialect runs: its public methods that the dialect does not
-    override (a verb it does in one statement of its own names other queries) or calls through
-    super() or the shared sequence of write verbs, and the private helpers that code, or the
-    dialect's own, calls."""
-    from leased.backends.sql.store import SQLStore
-
-    shared = [cls for cls in SQLStore.__mro__ if cls.__module__.startswith("leased.backends.")]
-    inherited = {name: function for cls in reversed(shared) for name, function in vars(cls).items()
-                 if callable(function) and getattr(backend_class, name, None) is function}
-    # What the dialect calls through super() runs too, though the dialect overrides it.
-    inherited |= {name: getattr(cls, name) for name in re.findall(r"super\(\)\.(\w+)\(", own)
-                  for cls in shared if name in vars(cls)}
-    # What it runs through the shared sequence of the write verbs (sql/writes.py) runs too.
-    sequence = set()
-    if "SharedSequence" in own:
-        from leased.backends.sql import writes
-
-        sequence = set(re.findall(r"SQLStore\.(\w+)\(", inspect.getsource(writes)))
-        inherited |= {name: getattr(SQLStore, name) for name in sequence}
-    reached = {name for name in inherited if not name.startswith("_")} | sequence
-    while True:
-        code = "".join(inspect.getsource(inherited[name]) for name in sorted(reached))
-        called = set(re.findall(r"self\.(_\w+)", own + code)) & set(inherited)
-        if called <= reached:
-            return code + _shared_functions_called(own + code)
-        reached |= called
-
-
-def _shared_functions_called(code: str) -> str:
-    """The shared functions that name queries for a dialect (enqueue's insert_statement), where it calls them."""
-    from leased.backends.sql import enqueue
-
-    return "".join(inspect.getsource(function) for name, function in vars(enqueue).items()
-                   if inspect.isfunction(function) and function.__module__ == enqueue.__name__
-                   and re.search(rf"\b{name}\(", code))
+def _shared_code_for(capabilities: object) -> str:
+    """The shared parts' code (backends/sql/) as this dialect runs it: every part serves every
+    dialect, but for a branch on a capability (`if not ....capabilities.update_returning:`) the
+    dialect's own declaration decides, and the branch it never takes is left out."""
+    code = []
+    for path in sorted((BACKENDS_DIR / "sql").glob("*.py")):
+        source = path.read_text()
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If):
+                test, negated = (node.test.operand, True) if isinstance(node.test, ast.UnaryOp) \
+                    and isinstance(node.test.op, ast.Not) else (node.test, False)
+                if isinstance(test, ast.Attribute) and isinstance(test.value, ast.Attribute) \
+                        and test.value.attr == "capabilities":
+                    taken = getattr(capabilities, test.attr) != negated
+                    node.body, node.orelse = (node.body, node.orelse) if taken else (node.orelse, [ast.Pass()])
+                    node.test = ast.Constant(True)
+        code.append(ast.unparse(tree))
+    return "".join(code)
 
 
 @pytest.mark.parametrize("backend", DIALECTS)
 def test_every_query_used_is_defined_and_every_query_defined_is_used(backend):
     folder = BACKENDS_DIR / backend
     defined = set(scripts.load_queries(folder / "queries.sql"))
-    backend_class = {"sqlite": "SQLiteBackend", "postgres": "PostgresBackend", "mariadb": "MariaDBBackend"}[backend]
     own = "".join(path.read_text() for path in folder.glob("*.py"))
-    code = own + _shared_code_of(getattr(importlib.import_module(f"leased.backends.{backend}"), backend_class), own)
+    code = own + _shared_code_for(DIALECT_ROWS[backend].capabilities)
     used = _query_names(code)
     assert used - defined == set(), "queries used but not defined"
-    mentioned = set(re.findall(r'"(\w+)"', code))
+    mentioned = set(re.findall(r'["\'](\w+)["\']', code))
     assert defined - mentioned == set(), "queries defined but never used"
 
 
@@ -125,20 +107,20 @@ def test_a_migration_merged_later_into_a_gap_is_still_applied(database_url):
     from leased.backends.sql.scripts import Migration
 
     app = Leased(database_url, migrate=False)
-    backend_class = type(connect(database_url))  # the class, unopened: the schema is not there yet
-    migrator = backend_class._migrator
+    dialect_class = type(connect(database_url).dialect)  # the class: the migrations are its
+    migrator = dialect_class.migrator
     migrations = migrator.migrations
     last = migrations[-1].version
     early = Migration(last + 2, "merged_early", "CREATE TABLE leased_merged_early (id integer);")
     late = Migration(last + 1, "merged_late", "CREATE TABLE leased_merged_late (id integer);")
     try:
-        backend_class._migrator = replace(migrator, migrations=[*migrations, early])
+        dialect_class.migrator = replace(migrator, migrations=[*migrations, early])
         assert app.migrate() == [m.version for m in migrations] + [early.version]
-        backend_class._migrator = replace(migrator, migrations=[*migrations, late, early])
+        dialect_class.migrator = replace(migrator, migrations=[*migrations, late, early])
         assert app.migrate() == [late.version]
         assert app.migrate() == []
     finally:
-        backend_class._migrator = migrator
+        dialect_class.migrator = migrator
         app.close()
 
 
@@ -171,13 +153,13 @@ def test_the_upgrade_to_counted_finishes_carries_over_what_was_counted(database_
     from conftest import raw_sql, time_literal
 
     app = Leased(database_url, migrate=False)
-    backend_class = type(connect(database_url))  # the class, unopened: the schema is not there yet
-    migrator = backend_class._migrator
+    dialect_class = type(connect(database_url).dialect)  # the class: the migrations are its
+    migrator = dialect_class.migrator
     try:
-        backend_class._migrator = replace(migrator, migrations=[m for m in migrator.migrations if m.version < 11])
+        dialect_class.migrator = replace(migrator, migrations=[m for m in migrator.migrations if m.version < 11])
         app.migrate()
     finally:
-        backend_class._migrator = migrator
+        dialect_class.migrator = migrator
     minute = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=5)
     at = time_literal(app, minute + timedelta(seconds=30))
     for status, finished in (("done", at), ("done", at), ("failed", at), ("cancelled", at), ("pending", "NULL")):
@@ -284,20 +266,20 @@ def test_a_newer_schema_runs_older_code_where_its_versions_say_it_may(database_u
     breaking = Migration(current + 2, "breaking", "CREATE TABLE leased_breaking (id integer);\n"
                          "INSERT INTO leased_schema_compatibility (version, oldest_code_version) "
                          f"VALUES ({current + 2}, {current + 2});")
-    backend_class = type(connect(database_url))
-    migrator = backend_class._migrator
+    dialect_class = type(connect(database_url).dialect)
+    migrator = dialect_class.migrator
     try:
-        backend_class._migrator = replace(migrator, migrations=[*migrator.migrations, additive])
+        dialect_class.migrator = replace(migrator, migrations=[*migrator.migrations, additive])
         Leased(database_url).migrate()  # the next release migrates
     finally:
-        backend_class._migrator = migrator
+        dialect_class.migrator = migrator
     older = Leased(database_url)  # this release, restarted: it runs, and has nothing to apply
     assert older.migrate() == [] and older.counts() is not None
     try:
-        backend_class._migrator = replace(migrator, migrations=[*migrator.migrations, additive, breaking])
+        dialect_class.migrator = replace(migrator, migrations=[*migrator.migrations, additive, breaking])
         Leased(database_url).migrate()  # the release after that
     finally:
-        backend_class._migrator = migrator
+        dialect_class.migrator = migrator
     with pytest.raises(SchemaNotReady, match=rf"version {current + 2} needs newer code"):
         older.backend.check_schema()  # what a process of this release checks when it starts
     older.close()

@@ -111,7 +111,7 @@ class LeasedPostgres(_Leased):
         self._open_producer()
 
     def count_done(self):
-        with self.producer.backend._connection() as connection:
+        with self.producer.backend.connection() as connection:
             return connection.execute(self.done_sql()).fetchone()["n"]
 
     def teardown(self):

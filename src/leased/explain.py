@@ -8,7 +8,7 @@ Every time in a reason is relative to the database's clock, never the caller's.
 Adding a reason takes three steps:
   1. a field on JobFacts (leased/facts.py), with a default that means "nothing known" (so a backend that does not
      read it yet still explains everything else);
-  2. a named query in each backend's queries.sql, read in InspectionReads.why_facts
+  2. a named query in each backend's queries.sql, read in Inspection.why_facts
      (backends/sql/inspection.py) inside the same snapshot;
   3. a rule below: a function `(facts) -> list[Reason]`, put in PENDING_BLOCKERS if it keeps a
      due job from being claimed (then "it should start" is not said), or called from the status

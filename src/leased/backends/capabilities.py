@@ -1,8 +1,8 @@
 """What each database can do, declared once: the rest of leased (and its tests) asks a capability,
 never a database's name, so a fourth database declares its own and edits nothing else.
 
-Each capability is a difference some code outside the backends branches on; a capability nothing
-reads does not belong here. The table of databases that holds these (backends.DIALECTS) is in
+Each capability is a difference some code branches on: outside the backends, or in the parts
+they share (backends/sql/); a capability nothing reads does not belong here. The table of databases that holds these (backends.DIALECTS) is in
 backends/__init__.py; this module is a leaf, so that each backend class can name its own.
 """
 
@@ -49,19 +49,25 @@ class Capabilities:
     # Its sessions read at REPEATABLE READ unless told otherwise (MariaDB): a framework's connection
     # that enqueues in its transactions must be set to READ COMMITTED.
     repeatable_read_by_default: bool
+    # UPDATE ... RETURNING reads back the rows an update changed in the same statement; without it
+    # (MariaDB) the shared parts read them with a second query in the same transaction.
+    update_returning: bool
 
 
 SQLITE = Capabilities(
     single_writer=True, listen_notify=False, transactional_ddl=True, async_transactions=True,
     typed_times_and_json=False, runs_whole_scripts=False, reports_old_transactions=False, pruning_lock=False,
-    file_database=True, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=False)
+    file_database=True, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=False,
+    update_returning=True)
 
 POSTGRES = Capabilities(
     single_writer=False, listen_notify=True, transactional_ddl=True, async_transactions=True,
     typed_times_and_json=True, runs_whole_scripts=True, reports_old_transactions=True, pruning_lock=True,
-    file_database=False, schemas_in_url=True, libpq_url=True, repeatable_read_by_default=False)
+    file_database=False, schemas_in_url=True, libpq_url=True, repeatable_read_by_default=False,
+    update_returning=True)
 
 MARIADB = Capabilities(
     single_writer=False, listen_notify=False, transactional_ddl=False, async_transactions=False,
     typed_times_and_json=False, runs_whole_scripts=False, reports_old_transactions=False, pruning_lock=True,
-    file_database=False, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=True)
+    file_database=False, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=True,
+    update_returning=False)

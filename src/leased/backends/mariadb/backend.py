@@ -2,81 +2,122 @@
 
 Every transaction runs in READ COMMITTED: REPEATABLE READ's gap locks make concurrent claims
 deadlock on the due index. Claims lock their rows with FOR UPDATE SKIP LOCKED, so workers never
-wait on each other's rows. UPDATE has no RETURNING here, so a write that must know what it changed
-locks those rows first, changes them by id and reads them back, in one transaction. A deadlock or
-a lock wait timeout rolls the transaction back as DatabaseConflict, and the shared body runs it
-again (sql/store.py, CONFLICT_RETRIES). Times come from the server's clock with microseconds.
+wait on each other's rows (claims.py). UPDATE has no RETURNING here, so a write that must know
+what it changed locks those rows first, changes them by id and reads them back, in one
+transaction. A deadlock or a lock wait timeout rolls the transaction back as DatabaseConflict, and
+the shared parts run it again (sql/database.py, CONFLICT_RETRIES). Times come from the server's
+clock with microseconds.
+
+The backend is the shared parts (backends/sql/store.py) over MariaDB's dialect (dialect.py), with
+its claim (claims.py) and its pruners' named lock.
 """
 
 from __future__ import annotations
 
-import json
 import socket
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Iterator
 
-from leased.admin import WORKER_SILENT_AFTER
+from leased.admin import WORKER_SILENT_AFTER, OldTransaction
 from leased.backends import capabilities
-from leased.backends.mariadb import driver
-from leased.backends.mariadb.connections import MariaDBConnections, is_missing_table
-from leased.backends.mariadb.limited import pick_limited
-from leased.backends.mariadb.server import (ER_DUP_ENTRY, KEY_INDEX, MIGRATOR, QUERIES, connect_arguments,
-                                            epoch, errno, packet_problem, refused_by, statement_bytes, time_value)
-from leased.backends.ports import ClaimRequest
-from leased.backends.sql.callers import wrong_connection
-from leased.backends.sql.enqueue import insert_statement
-from leased.backends.sql.store import SQLStore
+from leased.backends.mariadb.claims import MariaDBClaims
+from leased.backends.mariadb.connections import MariaDBConnections
+from leased.backends.mariadb.dialect import MariaDBDialect
+from leased.backends.mariadb.server import MIGRATOR, QUERIES, connect_arguments
+from leased.backends.ports import AttemptEnd
+from leased.backends.sql.database import Database
+from leased.backends.sql.fenced import FencedEnds
+from leased.backends.sql.store import SQLParts
 from leased.backends.sql.wakeups import DatagramListener, Waker
 from leased.clock import Clock
-from leased.errors import ConfigurationError, DatabaseConflict, PayloadError
-from leased.jobs import ClaimedJob, Job, NewJob
-from leased.payloads import decode
+from leased.errors import ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError
+from leased.jobs import Lease
 
 # What tests, the pytest plugin and backends/__init__.py import from here.
 __all__ = ["MIGRATOR", "QUERIES", "MariaDBBackend", "connect_arguments"]
 
-T = TypeVar("T")
 
-
-class MariaDBBackend(SQLStore):
+class MariaDBBackend:
     capabilities = capabilities.MARIADB
+    reclaims_beside_claims = False  # in a claim's transaction once a second (see WorkerPort)
+    polling_reason = None  # a datagram's listener is always there (for workers on the producer's host)
 
     def __init__(self, url: str):
         self.connections = MariaDBConnections(url)
-        self._where = self.connections.where
-        self._waker = Waker(self._wake_ports)
+        self.where = self.connections.where
         self._host = socket.gethostname()
+        self.dialect = MariaDBDialect(self.connections)
+        database = self.database = Database(self.dialect, Waker(self._wake_ports))
+        parts = self.parts = SQLParts(database)
+        # The shared verbs, each a part's own (backends/sql/store.py).
+        self.enqueue, self.wake, self.nudge = parts.producer.enqueue, database.wake, database.wake
+        writes = parts.shared_writes
+        self.renew, self.finish, self.release = writes.renew, writes.finish, writes.release
+        self.reclaim_expired, self.bury_workers = writes.reclaim_expired, writes.bury_workers
+        self.retry, self.cancel, self.retry_failed = writes.retry, writes.cancel, writes.retry_failed
+        self.cancel_pending, self.pause_queue, self.resume_queue = (
+            writes.cancel_pending, writes.pause_queue, writes.resume_queue)
+        self.prune_batch, self.fold_throughput = writes.prune_batch, writes.fold_throughput
+        self.fenced = FencedEnds(database, writes.finish_on)
+        self.finish_in, self.record_step = self.fenced.finish_in, self.fenced.record_step
+        leases, admin, retention = parts.leases, parts.admin, parts.retention
+        self.register_worker, self.unregister_worker = leases.register_worker, leases.unregister_worker
+        self.set_queue_limit, self.prune_throughput = admin.set_queue_limit, retention.prune_throughput
+        read = parts.inspection
+        self.get_job, self.list_jobs, self.list_workers = read.get_job, read.list_jobs, read.list_workers
+        self.counts, self.job_counts, self.oldest_due = read.counts, read.job_counts, read.oldest_due
+        self.finished_since, self.task_names, self.queue_names = read.finished_since, read.task_names, read.queue_names
+        self.count_jobs, self.recent_quarantined = read.count_jobs, read.recent_quarantined
+        self.paused_queues, self.queue_limits, self.throughput = read.paused_queues, read.queue_limits, read.throughput
+        self.why_facts, self.count_prunable, self.durable_steps = read.why_facts, read.count_prunable, read.durable_steps
+        self.schedule_states, self.run_schedules = parts.schedules.schedule_states, parts.schedules.run_schedules
+        flows = parts.workflows
+        self.enqueue_workflow, self.add_steps, self.parents_of = flows.enqueue_workflow, flows.add_steps, flows.parents_of
+        self.step_names, self.get_workflow, self.list_workflows = flows.step_names, flows.get_workflow, flows.list_workflows
+        self.cancel_workflow, self.retry_workflow = flows.cancel_workflow, flows.retry_workflow
+        self.migration_sql = parts.schema.migration_sql
+        self.enqueue_async = parts.producer.enqueue_async
+        self.claims = MariaDBClaims(self.connections, database, parts.leases)
+        self.claim = self.claims.claim
+        self.migrate, self.check_schema = parts.schema.migrate, parts.schema.check_schema
 
     def __repr__(self) -> str:
-        return f"MariaDBBackend({self._where})"
-
-    # The dialect's connections (connections.py).
-    def _connection(self) -> Any:
-        return self.connections.connection()
-
-    def _transaction(self, wait_seconds: float | None = None, one_statement: bool = False
-                     ) -> AbstractContextManager[Any]:
-        return self.connections.transaction(wait_seconds, one_statement)
-
-    def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
-        return self.connections.rows(name, **params)
-
-    def _execute(self, connection: Any, name: str, /, **params: Any) -> Any:
-        return self.connections.execute(connection, name, **params)
-
-    def attempt_transaction(self) -> AbstractContextManager[Any]:
-        return self.connections.attempt_transaction()
-
-    def close(self) -> None:
-        self.connections.close()
+        return f"MariaDBBackend({self.where})"
 
     @property
     def clock(self) -> Clock:
         """What leased_now() adds to the server's clock, on our sessions and callers' (see leased.clock)."""
         return self.connections.clock
 
+    def connection(self) -> Any:
+        """This thread's connection of ours (for tests and benchmarks that read the database directly)."""
+        return self.connections.connection()
+
+    def attempt_transaction(self) -> AbstractContextManager[Any]:
+        return self.connections.attempt_transaction()
+
+    def serving_worker(self) -> AbstractContextManager[None]:
+        return nullcontext()  # one set of connections serves every caller
+
+    def close(self) -> None:
+        self.connections.close()
+
+    # Async transactional handlers need an async driver, which MariaDB's backend does not use.
+    def attempt_transaction_async(self) -> Any:
+        raise ConfigurationError(ASYNC_TRANSACTIONS_NOT_ON_MARIADB)
+
+    async def finish_in_async(self, connection: Any, end: AttemptEnd) -> tuple[bool, set[str]]:
+        raise ConfigurationError(ASYNC_TRANSACTIONS_NOT_ON_MARIADB)
+
+    async def record_step_async(self, lease: Lease, name: str, result_json: str | None, seconds: float,
+                                connection: Any) -> bool:
+        raise ConfigurationError(ASYNC_TRANSACTIONS_NOT_ON_MARIADB)
+
+    async def close_async(self) -> None:
+        return None
+
     def _wake_ports(self) -> list[int]:
-        rows = self._rows("wake_ports", host=self._host, silent_after=WORKER_SILENT_AFTER)
+        rows = self.dialect.rows("wake_ports", host=self._host, silent_after=WORKER_SILENT_AFTER)
         return [row["wake_port"] for row in rows]
 
     def listener(self) -> DatagramListener:
@@ -84,139 +125,18 @@ class MariaDBBackend(SQLStore):
         workers elsewhere poll."""
         return DatagramListener()
 
-    # How rows hold times and JSON (epoch seconds, JSON text), for the shared reads.
-    _to_time = staticmethod(time_value)
-    _from_json = staticmethod(decode)
+    def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
+        return ()  # not read on MariaDB: `why` names none
 
-    def _time_in(self, value: Any) -> float:
-        return value.timestamp()
-
-    def _list_param(self, values: Sequence[Any]) -> str:
-        return json.dumps(list(values))
-
-    # Runtime.
-    def _in_callers(self, connection: Any, work: Callable[[Any], T]) -> T:
-        if driver.connection_driver(connection) is None:
-            raise ConfigurationError(
-                wrong_connection(connection, "pymysql.Connection or MySQLdb.Connection", "MariaDB"))
-        self.connections.check_server(connection)
-        self.connections.check_reach(connection)
-        with self.connections.translated():  # the caller's transaction: we never commit it
-            self.connections.set_clock(connection)
-            return work(connection)
-
-    def _insert_rows(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
-        """The rows inserted; none for a job whose key a pending job holds. The duplicate-key error
-        rolls back its statement only (InnoDB), so a batch that met one goes again job by job, in
-        the transaction a batch with keys always has (needs_no_transaction)."""
-        statement, params = insert_statement(QUERIES, jobs, epoch)
-        size = statement_bytes(statement, params)
-        if self.connections.max_packet is not None and size > self.connections.max_packet:
-            raise PayloadError(f"{self._where}: {packet_problem(size, self.connections.max_packet)}; nothing was written")
-        try:
-            with driver.tuple_cursor(connection) as cursor:
-                cursor.execute(statement, params)
-                return list(cursor.fetchall())
-        except driver.IntegrityError as error:
-            if not refused_by(error, KEY_INDEX):
-                raise
-        if len(jobs) == 1:
-            return []
-        return [row for job in jobs for row in self._insert_rows(connection, [job])]
-
-    def _pending_with_key(self, connection: Any, key: str) -> dict[str, Any] | None:
-        with driver.dict_cursor(connection) as cursor:
-            cursor.execute(QUERIES["pending_with_key"], {"idempotency_key": key})
-            return cursor.fetchone()
-
-    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
-        params = {"worker_id": request.worker_id, "task_names": json.dumps(list(request.task_names)),
-                  "queue_names": None if request.queue_names is None else json.dumps(list(request.queue_names)),
-                  "limit": request.limit}
-
-        def claim_plain(connection: Any) -> list[dict[str, Any]]:
-            if request.reclaim_expired:  # in the claim's transaction, as the port promises: one, not two
-                self._reclaim(connection)
-            return self._lease(connection, self._all(connection, "claim_ids", **params), request.worker_id)
-
-        rows = self._transact(claim_plain)
-        if len(rows) < request.limit and self._rows("limits_in_use")[0]["in_use"]:
-            rows += self._claim_limited({**params, "limit": request.limit - len(rows)})
-        return self._claimed(rows)
-
-    def _lease(self, connection: Any, picked: list[dict[str, Any]], worker_id: str,
-               limited: bool = False) -> list[dict[str, Any]]:
-        if not picked:
-            return []
-        ids = {"job_ids": self._ids(picked), "worker_id": worker_id}
-        self._execute(connection, "take_leases", **ids)
-        self._execute(connection, "refuse_rows", job_ids=ids["job_ids"])
-        if limited:
-            self._execute(connection, "record_starts", job_ids=ids["job_ids"])
-            self._execute(connection, "forget_old_starts")
-        return self._all(connection, "leased_jobs", **ids)
-
-    def _release(self, connection: Any, job_ids: str) -> set[str]:
-        self._execute(connection, "release_steps", job_ids=job_ids)  # no UPDATE ... RETURNING here
-        return {row["queue_name"] for row in self._all(connection, "released_queues", job_ids=job_ids)}
-
-    def _claim_limited(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """Claims of limited jobs take turns under a named lock: no two count the same free room."""
-        connection = self.connections.connection()
-        with self.connections.translated():
-            if not self._execute(connection, "limited_claim_lock").fetchone()["locked"]:
-                raise DatabaseConflict(f"{self._where}: another claim held the limited-claim lock too long")
-        try:
-            return self._transact(lambda own: self._lease(own, self.pick_limited(own, params), params["worker_id"],
-                                                          limited=True))
-        finally:
-            with self.connections.translated():
-                self._execute(connection, "limited_claim_unlock")
-
-    def pick_limited(self, connection: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """The limited claim's choice on `connection`, in its transaction (see limited.py)."""
-        return pick_limited(lambda name, **query_params: self._all(connection, name, **query_params), params)
-
-    @contextmanager
-    def _snapshot(self) -> Iterator[Callable[..., list[dict[str, Any]]]]:
-        with self.connections.translated():
-            connection = self.connections.connection()
-            self._execute(connection, "why_snapshot")  # one consistent read, until the commit
-            try:
-                yield lambda name, **params: self._all(connection, name, **params)
-            finally:
-                connection.commit()
-
-    # Periodic jobs: the shared ScheduleStore, on a transaction of ours.
-    def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
-        self.wake({job.queue_name for job in jobs})
-
-    # Limits per queue.
-    # Pausing queues, and pruning finished jobs.
     @contextmanager
     def pruning(self) -> Iterator[bool]:
         """Holds the pruners' named lock on this thread's connection while the pass runs."""
         connection = self.connections.connection()
         with self.connections.translated():
-            locked = bool(self._execute(connection, "try_prune_lock").fetchone()["locked"])
+            locked = bool(self.dialect.execute(connection, "try_prune_lock").fetchone()["locked"])
         try:
             yield locked
         finally:
             if locked:
                 with self.connections.translated():
-                    self._execute(connection, "prune_unlock")
-
-    # Schema: the shared runner (MIGRATOR), under its named lock, on a connection of ours that
-    # autocommits: a transaction would not hold DDL.
-    _migrator = MIGRATOR
-
-    @contextmanager
-    def _migration_connection(self, outside_transaction: bool = False) -> Iterator[Any]:
-        with self.connections.translated():  # DDL commits on its own here: every version is "outside"
-            yield self.connections.connection()
-
-    def _is_duplicate_key(self, error: BaseException) -> bool:
-        return isinstance(error, driver.IntegrityError) and errno(error) == ER_DUP_ENTRY
-
-    def _is_missing_table(self, error: BaseException) -> bool:
-        return is_missing_table(error)
+                    self.dialect.execute(connection, "prune_unlock")

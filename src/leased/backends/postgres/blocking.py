@@ -2,10 +2,10 @@
 
 An async transactional handler writes through a psycopg.AsyncConnection, on the worker's event
 loop. Its end, fenced on the lease, must be written in that same transaction, and the writing is
-the store's sync code (the fence, the finish, a workflow step's settling): written once for every
-backend. So once the handler has returned (nothing else uses the connection then), that code runs
+the shared parts' sync code (sql/fenced.py: the fence, the finish, a workflow step's settling):
+written once for every backend. So once the handler has returned (nothing else uses the connection then), that code runs
 on a thread over this wrapper, which sends each statement to the loop and waits for its answer;
-the loop runs on meanwhile. It offers what the store calls: execute(), cursor(row_factory=...),
+the loop runs on meanwhile. It offers what those parts call: execute(), cursor(row_factory=...),
 and a cursor's execute(), fetchone(), fetchall() and rowcount.
 """
 

@@ -52,7 +52,7 @@ def _split_stale(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]
 
 
 class PostgresClaims:
-    """`claim` of the runtime port. `claimed` turns rows into jobs (the store's); `reclaim_steps`
+    """`claim` of the runtime port. `claimed` turns rows into jobs (the database's, sql/database.py); `reclaim_steps`
     fails the workflow steps a claim's reclaim left, and settles their children (see reclaim_expired
     in queries.sql)."""
 

@@ -1,5 +1,5 @@
 """PostgreSQL's fused verbs: write verbs done in one statement each (data-modifying CTEs), where
-the shared body (backends/sql/) does them as the named statements of one transaction.
+the shared parts (backends/sql/) do them as the named statements of one transaction.
 
 A job and its attempt record change together in one statement on an autocommit connection, so
 each verb is one round trip and a transaction of its own: the hot path (renew, finish) and the
@@ -8,12 +8,14 @@ conformance suite checks by running both on PostgreSQL (tests/test_postgres_fuse
 backend with `PostgresBackend(url, fused=False)` to run the shared sequence instead.
 
 The statements are queries.sql's `fused_*` ones; what a step's end settles in its workflow, the
-retried steps' undoing, and the one-job actions' explanations are the shared body's.
+retried steps' undoing (sql/step_ends.py), and the one-job actions' explanations (sql/admin.py) are
+the shared parts', which this part composes; each transaction of several statements is the
+database's `transact`, with its conflict retry.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Mapping, Sequence
 
 import psycopg
 from psycopg import errors
@@ -24,28 +26,16 @@ from leased.backends.ports import AttemptEnd, PruneRule
 from leased.backends.postgres.claims import reclaim_params
 from leased.backends.postgres.connections import DictConnection, DictCursor, PostgresConnections, one
 from leased.backends.postgres.queries import QUERIES
+from leased.backends.sql.admin import Admin
+from leased.backends.sql.database import Database
+from leased.backends.sql.params import rule_params
+from leased.backends.sql.step_ends import StepEnds
 from leased.errors import InvalidTransition
 from leased.jobs import Job, Lease, Outcome
 
-T = TypeVar("T")
 # The finish in a transactional handler's own transaction, where now() is when the handler began.
 FINISH_AT_STATEMENT_TIME = QUERIES["fused_finish"].replace(
     "leased_now()", "(leased_now() + (statement_timestamp() - now()))")
-
-
-class SharedBody(Protocol):
-    """What the fused verbs use of the shared body."""
-
-    def _transact(self, work: Callable[[Any], T], wait_seconds: float | None = None,
-                  one_statement: bool = False) -> T: ...
-
-    def _settle_rows(self, connection: Any, rows: Any) -> set[str]: ...
-
-    def _retried_steps(self, connection: Any, job_ids: Sequence[int]) -> None: ...
-
-    def _changed_or_explain(self, row: Any, job_id: int, action: str, allowed: str) -> Job: ...
-
-    def _rule_params(self, rule: PruneRule) -> dict[str, Any]: ...
 
 
 def _lease_arrays(leases: Sequence[Lease]) -> dict[str, Any]:
@@ -73,11 +63,13 @@ def _written(ends: Sequence[AttemptEnd], rows: Sequence[Mapping[str, Any]]) -> l
 
 
 class FusedWrites:
-    """The write verbs PostgreSQL does in one statement each, over its connections and the shared body."""
+    """The write verbs PostgreSQL does in one statement each, over its connections and the shared parts."""
 
-    def __init__(self, connections: PostgresConnections, shared: SharedBody):
+    def __init__(self, connections: PostgresConnections, database: Database, step_ends: StepEnds, admin: Admin):
         self._connections = connections
-        self._shared = shared
+        self._database = database
+        self._step_ends = step_ends
+        self._admin = admin
 
     def _execute(self, connection: psycopg.Connection[Any], name: str, /, **params: Any) -> DictCursor:
         return connection.cursor(row_factory=dict_row).execute(QUERIES[name], params)
@@ -106,23 +98,25 @@ class FusedWrites:
             # ends stay one statement in autocommit, one round trip.
             def work(connection: DictConnection) -> list[dict[str, Any]]:
                 ended = self._execute(connection, "fused_finish", **params).fetchall()
-                self._shared._settle_rows(connection, ended)
+                self._step_ends.settle_rows(connection, ended)
                 return ended
 
-            rows = self._shared._transact(work)
+            rows = self._database.transact(work)
         else:
             rows = self._connections.rows("fused_finish", **params)
             if any(row["workflow_id"] is not None for row in rows):  # a caller that did not say (not the engine)
-                self._shared._transact(lambda connection: self._shared._settle_rows(connection, rows))
+                self._database.transact(lambda connection: self._step_ends.settle_rows(connection, rows))
         return _written(ends, rows)
 
-    def finish_on(self, connection: psycopg.Connection[Any], ends: Sequence[AttemptEnd], counted_as: str | None = None
+    def finish_on(self, connection: psycopg.Connection[Any], ends: Sequence[AttemptEnd], *,
+                  held: Mapping[Lease, Any] | None = None, counted_as: str | None = None
                   ) -> tuple[list[bool], set[str]]:
-        """finish() in a transactional handler's transaction (store.finish_in), timed by the
-        statement's clock: leased_now() there is when the handler's transaction began."""
+        """finish() in a transactional handler's transaction (sql/fenced.py), timed by the
+        statement's clock: leased_now() there is when the handler's transaction began. Its one
+        statement fences each end itself: the rows of `held` are not needed."""
         with connection.cursor(row_factory=dict_row) as cursor:
             rows = cursor.execute(FINISH_AT_STATEMENT_TIME, _finish_params(ends, counted_as)).fetchall()
-        released = self._shared._settle_rows(connection, rows) if any(row["workflow_id"] is not None for row in rows) \
+        released = self._step_ends.settle_rows(connection, rows) if any(row["workflow_id"] is not None for row in rows) \
             else set()
         return _written(ends, rows), released
 
@@ -145,10 +139,10 @@ class FusedWrites:
             reclaimed = one(connection.execute(QUERIES["fused_reclaim_expired"],
                                            reclaim_params(steps=False, buried=(id_prefix, how))))
             # A step this crash quarantined (lapsed could not know its worker was buried) settles here.
-            self._shared._settle_rows(connection, reclaimed["failed_steps"])
+            self._step_ends.settle_rows(connection, reclaimed["failed_steps"])
             return reclaimed
 
-        reclaimed = self._shared._transact(work)
+        reclaimed = self._database.transact(work)
         # A workflow's step that this crash fails settles its children in a transaction of its own.
         return reclaimed["n"] + (self.reclaim_expired_steps() if reclaimed["steps_left"] else 0)
 
@@ -157,53 +151,53 @@ class FusedWrites:
         transaction (the claim's reclaim leaves them: it runs in one round trip)."""
         def work(connection: DictConnection) -> int:
             reclaimed = one(connection.execute(QUERIES["fused_reclaim_expired"], reclaim_params(steps=True)))
-            self._shared._settle_rows(connection, reclaimed["failed_steps"])
+            self._step_ends.settle_rows(connection, reclaimed["failed_steps"])
             return reclaimed["n"]
 
-        return self._shared._transact(work)
+        return self._database.transact(work)
 
     # What people do to jobs and queues. A job due again wakes the workers by NOTIFY at commit.
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         def work(connection: DictConnection) -> int:
             retried = one(self._execute(connection, "fused_retry_failed", task_name=task_name,
                                     queue_name=queue_name))
-            self._shared._retried_steps(connection, retried["steps"])
+            self._step_ends.retried_steps(connection, retried["steps"])
             return retried["n"]
 
-        return self._shared._transact(work)
+        return self._database.transact(work)
 
     def retry(self, job_id: int) -> Job:
         def work(connection: DictConnection) -> dict[str, Any] | None:
             row = self._execute(connection, "fused_retry", job_id=job_id).fetchone()
             if row is not None and row["workflow_id"] is not None:
-                self._shared._retried_steps(connection, [job_id])
+                self._step_ends.retried_steps(connection, [job_id])
             return row
 
         try:
-            row = self._shared._transact(work)
+            row = self._database.transact(work)
         except errors.UniqueViolation:
             raise InvalidTransition(
                 f"job {job_id} cannot be retried: another pending job holds its idempotency key") from None
-        return self._shared._changed_or_explain(row, job_id, "retry", "failed or cancelled")
+        return self._admin.changed_or_explain(row, job_id, "retry", "failed or cancelled")
 
     def cancel(self, job_id: int) -> Job:
         def work(connection: DictConnection) -> dict[str, Any] | None:
             row = self._execute(connection, "fused_cancel", job_id=job_id).fetchone()
             if row is not None:
-                self._shared._settle_rows(connection, [row])
+                self._step_ends.settle_rows(connection, [row])
             return row
 
-        return self._shared._changed_or_explain(self._shared._transact(work), job_id, "cancel",
+        return self._admin.changed_or_explain(self._database.transact(work), job_id, "cancel",
                                                 "waiting, pending or running")
 
     def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
         def work(connection: DictConnection) -> int:
             cancelled = one(self._execute(connection, "fused_cancel_pending", task_name=task_name,
                                       queue_name=queue_name))
-            self._shared._settle_rows(connection, cancelled["steps"])
+            self._step_ends.settle_rows(connection, cancelled["steps"])
             return cancelled["n"]
 
-        return self._shared._transact(work)
+        return self._database.transact(work)
 
     def pause_queue(self, queue_name: str) -> bool:
         return self._fetch_one("fused_pause_queue", queue_name=queue_name) is not None
@@ -214,13 +208,13 @@ class FusedWrites:
     # Pruning.
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
         def work(connection: DictConnection) -> int:
-            pruned = one(self._execute(connection, "fused_prune_batch", **self._shared._rule_params(rule),
+            pruned = one(self._execute(connection, "fused_prune_batch", **rule_params(rule, self._database.list_param),
                                    limit=limit))
             if pruned["workflow_ids"]:  # a run goes once the last of its steps has
                 self._execute(connection, "delete_empty_workflows", workflow_ids=pruned["workflow_ids"])
             return pruned["n"]
 
-        return self._shared._transact(work)
+        return self._database.transact(work)
 
     def fold_throughput(self, older_than_seconds: float) -> int:
         return self._connections.one("fused_fold_throughput", older_than=older_than_seconds)["n"]

@@ -1,2 +1,2 @@
-"""What every SQL database shares: the store that implements the ports once (store.py) over each
-dialect's hooks, and the parts it is built from."""
+"""What every SQL database shares: the parts that implement the ports once (one per area, wired
+by store.py), each built from a Database (database.py) over a database's dialect (dialect.py)."""

@@ -1,6 +1,6 @@
-"""Inspection reads shared by the backends: each runs the same-named query from its own SQL file,
-and these turn the rows into values. A backend provides `_rows(name, **params)`, and for reads
-that must agree with each other, `_snapshot()` and how its driver returns times and JSON."""
+"""The reads of the inspection port, one part over a database (database.py): each runs the
+same-named query from its dialect's queries.sql, and turns the rows into values; reads that must
+agree with each other run in one snapshot."""
 
 from __future__ import annotations
 
@@ -8,18 +8,51 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from leased.admin import WORKER_SILENT_AFTER, OldTransaction
-from leased.backends.ports import PruneRule, Throughput
-from leased.backends.sql.dialect import Dialect, ReadRows
-from leased.backends.sql.rows import history_from_rows, job_from_row, worker_from_row
+from leased.admin import WORKER_SILENT_AFTER, WorkerInfo
+from leased.backends.ports import JobFilter, PruneRule, Throughput
+from leased.backends.sql.database import Database
+from leased.backends.sql.dialect import ReadRows
+from leased.backends.sql.params import filter_params
+from leased.backends.sql.rows import history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts, sample_ids, tally
 from leased.facts import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick, StepRow
-from leased.jobs import JobStatus
-from leased.limits import Rate
+from leased.jobs import DurableStep, Job, JobStatus
+from leased.limits import QueueLimit, Rate
 from leased.runs import RunWhen
 
-class InspectionReads(Dialect):
-    """The reads of the inspection and admin ports, over the dialect's _rows() and _snapshot()."""
+
+
+class Inspection:
+    def __init__(self, database: Database):
+        self._database = database
+        self._rows = database.rows
+
+    def get_job(self, job_id: int) -> Job | None:
+        rows = self._rows("get_job", job_id=job_id)
+        if not rows:
+            return None
+        to_time = self._database.to_time
+        return self._database.job(rows[0], history_from_rows(rows[0], self._rows("get_history", job_id=job_id), to_time))
+
+    def list_jobs(self, where: JobFilter) -> list[Job]:
+        query = "list_jobs_newest" if where.newest_first else "list_jobs_oldest"
+        return [self._database.job(row) for row in self._rows(query, **filter_params(where))]
+
+    def list_workers(self, silent_after: float) -> list[WorkerInfo]:
+        return [worker_from_row(row, self._database.to_time, self._database.from_json, silent_after)
+                for row in self._rows("list_workers")]
+
+    def queue_limits(self) -> list[QueueLimit]:
+        return [queue_limit_from_row(row) for row in self._rows("queue_limits")]
+
+    def recent_quarantined(self, recent: int) -> dict[str, int]:
+        return {row["queue_name"]: row["n"] for row in self._rows("recent_quarantined", recent=recent)}
+
+    def durable_steps(self, job_id: int) -> list[DurableStep]:
+        to_time = self._database.to_time
+        return [DurableStep(row["name"], row["attempt"], self._database.from_json(row["result"]),
+                            to_time(row["started_at"]), to_time(row["finished_at"]))
+                for row in self._rows("durable_steps", job_id=job_id)]
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         return {(row["queue_name"], JobStatus(row["status"])): row["n"] for row in self._rows("counts")}
@@ -27,7 +60,7 @@ class InspectionReads(Dialect):
     def job_counts(self, exact_up_to: int = EXACT_UP_TO, sample_size: int = SAMPLE_SIZE) -> JobCounts:
         """Exact pending and running, capped exact failed and cancelled, and estimates for the rest
         (see leased.counts), read in one snapshot: a few index ranges and sample_size key lookups."""
-        with self._snapshot() as read_rows:
+        with self._database.snapshot() as read_rows:
             span = read_rows("count_id_range")[0]
             if span["low"] is None:
                 return JobCounts({})
@@ -37,7 +70,7 @@ class InspectionReads(Dialect):
             under = {status: capped[status] <= exact_up_to for status in capped}
             return tally(active=read_rows("count_active"), capped=capped,
                          split=read_rows("count_split", failed=under["failed"], cancelled=under["cancelled"]),
-                         sampled=read_rows("count_sample", ids=self._list_param(probes)), low=low, high=high,
+                         sampled=read_rows("count_sample", ids=self._database.list_param(probes)), low=low, high=high,
                          probes=len(probes), exact_up_to=exact_up_to)
 
     def oldest_due(self) -> dict[str, float]:
@@ -59,7 +92,7 @@ class InspectionReads(Dialect):
 
     def why_facts(self, job_id: int) -> JobFacts | None:
         """What explain() needs about one job, read in one snapshot with the database's now."""
-        with self._snapshot() as read_rows:
+        with self._database.snapshot() as read_rows:
             now = read_rows("why_now")[0]["now"]
             found = read_rows("get_job", job_id=job_id)
             if not found:
@@ -74,7 +107,7 @@ class InspectionReads(Dialect):
                 paused = read_rows("why_queue_paused", queue_name=row["queue_name"])
             tick = read_rows("why_schedule_tick", task_name=row["task_name"], job_id=job_id)
             step = read_rows("why_step", job_id=job_id) if row["workflow_id"] is not None else []
-        to_time, from_json = self._to_time, self._from_json
+        to_time, from_json = self._database.to_time, self._database.from_json
         job = job_from_row(row, to_time, from_json, history_from_rows(row, history, to_time))
         return JobFacts(job, to_time(now), tuple(worker_from_row(worker, to_time, from_json, WORKER_SILENT_AFTER)
                                                  for worker in workers), ahead,
@@ -105,14 +138,9 @@ class InspectionReads(Dialect):
             if limit.rate_full:
                 slot = read_rows("why_next_slot", limit_name=f"{scope}:{name}", rate_count=rate.count,
                                  rate_seconds=rate.seconds)
-                limit = replace(limit, next_slot_at=self._to_time(slot[0]["at"]) if slot else None)
+                limit = replace(limit, next_slot_at=self._database.to_time(slot[0]["at"]) if slot else None)
             limits.append(limit)
         return tuple(limits)
-
-    def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
-        """Sessions whose transaction holds back vacuum, open longer than this; a backend that has
-        no such horizon (SQLite) or does not read it (MariaDB) has none to name."""
-        return ()
 
     def count_jobs(self, status: JobStatus | None, task_name: str | None, queue_name: str | None) -> int:
         return self._rows("count_jobs", status=status and status.value, task_name=task_name,
@@ -134,5 +162,5 @@ class InspectionReads(Dialect):
 
     def _rule_params(self, rule: PruneRule) -> dict[str, Any]:
         return {"status": rule.status.value, "older_than": rule.older_than_seconds,
-                "task_names": None if rule.task_names is None else self._list_param(rule.task_names),
-                "except_task_names": self._list_param(rule.except_task_names)}
+                "task_names": None if rule.task_names is None else self._database.list_param(rule.task_names),
+                "except_task_names": self._database.list_param(rule.except_task_names)}

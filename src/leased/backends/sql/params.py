@@ -5,9 +5,9 @@ query takes them."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from leased.backends.ports import AttemptEnd, JobFilter, WorkerRecord
+from leased.backends.ports import AttemptEnd, JobFilter, PruneRule, WorkerRecord
 from leased.jobs import Lease, Outcome, worker_died_error, worker_gone_error, worker_stalled_error
 from leased.limits import QueueLimit
 
@@ -15,7 +15,7 @@ from leased.limits import QueueLimit
 CANCELLED_BY_A_USER = "cancelled by a user"
 
 
-def running_records(rows: list[Mapping[str, Any]], outcome: Outcome | None, message: str | None = None) -> str:
+def running_records(rows: Sequence[Mapping[str, Any]], outcome: Outcome | None, message: str | None = None) -> str:
     """record_attempts' :ends for the running attempts of these job rows (id, attempt, lease_owner):
     how an expired lease's or a cancelled job's attempt ended, as `outcome` with `message`, or each
     with the row's own (an expired lease's outcome says whether its worker is gone)."""
@@ -71,7 +71,7 @@ def finished_counts(finished: Iterable[tuple[str, str, str, str]]) -> str | None
     return json.dumps([[*key, *count] for key, count in sorted(counts.items())]) if counts else None
 
 
-def expired_failures(expired: list[Mapping[str, Any]]) -> str | None:
+def expired_failures(expired: Sequence[Mapping[str, Any]]) -> str | None:
     """count_finished's :counts for expired leases (rows of id, lease_owner, queue_name, task_name,
     last_attempt) that the reclaim failed, out of attempts: each counted in its worker's rows."""
     return finished_counts((row["queue_name"], row["task_name"], row["lease_owner"], "failed")
@@ -117,3 +117,10 @@ def released_records(leases: Sequence[Lease], outcome: Outcome, message: str) ->
     """record_attempts' :ends for attempts given up (released), each closed as `outcome` with `message`."""
     return json.dumps([[lease.job_id, lease.attempt, lease.worker_id, outcome.value, None, message, None]
                        for lease in leases])
+
+
+def rule_params(rule: PruneRule, list_param: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+    """A pruning rule as count_prunable's and prunable_ids' parameters, lists as the dialect takes them."""
+    return {"status": rule.status.value, "older_than": rule.older_than_seconds,
+            "task_names": None if rule.task_names is None else list_param(rule.task_names),
+            "except_task_names": list_param(rule.except_task_names)}

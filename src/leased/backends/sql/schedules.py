@@ -1,5 +1,6 @@
-"""Periodic jobs in storage, shared by the backends: each runs the same-named queries from its own
-SQL file, through the dialect's hooks (dialect.py) and the store's `_insert(connection, jobs)`.
+"""Periodic jobs in storage, one part over a database (database.py): each statement is the
+same-named query of the dialect's queries.sql, and a tick's job is written by the database's
+`insert(connection, jobs)`, enqueue's algorithm.
 
 Exactly one job per tick, without a leader: the tick's row in leased_schedule_ticks has a primary
 key on (schedule, tick time) and is written in the transaction that writes the job, so a second
@@ -13,24 +14,23 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Sequence
 
-from leased.backends.sql.dialect import Dialect
+from leased.backends.sql.database import Database
 from leased.backends.ports import ScheduleState, TickOutcome, TickSource
-from leased.jobs import Job, JobStatus, NewJob
+from leased.jobs import JobStatus
 
 TICKS_KEPT = 100  # tick rows kept per schedule; older ones are pruned as new ones are written
 
 
-class ScheduleStore(Dialect):
-    def _insert(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
-        """The store's enqueue on `connection`, in its transaction."""
-        raise NotImplementedError
-
-    def _ticks_enqueued(self, jobs: Sequence[Job]) -> None:
-        """After the commit: wake workers if the backend does not do it in the transaction."""
+class Schedules:
+    def __init__(self, database: Database):
+        self._database = database
+        self._time_out = database.time_out
+        self._time_in = database.time_in
 
     def schedule_states(self) -> tuple[datetime, list[ScheduleState]]:
-        now = self._time_out(self._rows("database_now")[0]["now"])
-        return now, [self._state(row) for row in self._rows("list_schedules")]
+        rows = self._database.rows
+        now = self._time_out(rows("database_now")[0]["now"])
+        return now, [self._state(row) for row in rows("list_schedules")]
 
     def _state(self, row: Any) -> ScheduleState:
         status = row["last_job_status"]
@@ -43,9 +43,9 @@ class ScheduleStore(Dialect):
 
     def run_schedules(self, sources: Sequence[TickSource]) -> list[TickOutcome]:
         outcomes: list[TickOutcome] = []
-        with self._transaction() as connection:
+        with self._database.transaction() as connection:
             def run(query: str, **params: Any) -> Any:
-                return self._execute(connection, query, **params)
+                return self._database.execute(connection, query, **params)
 
             def one(query: str, **params: Any) -> Any:
                 return run(query, **params).fetchone()
@@ -63,7 +63,7 @@ class ScheduleStore(Dialect):
                         skipped, last_skipped = skipped + 1, tick
                         outcomes.append(TickOutcome(source.name, tick, None))
                         continue
-                    ((job, _),) = self._insert(connection, [source.new_job(tick)])
+                    ((job, _),) = self._database.insert(connection, [source.new_job(tick)])
                     run("set_tick_job", schedule_name=source.name, tick_at=self._time_in(tick), job_id=job.id)
                     last_job_id = job.id
                     outcomes.append(TickOutcome(source.name, tick, job))
@@ -72,5 +72,6 @@ class ScheduleStore(Dialect):
                     last_skipped_at=None if last_skipped is None else self._time_in(last_skipped))
                 if plan.ticks:
                     run("prune_ticks", schedule_name=source.name, keep=TICKS_KEPT)
-        self._ticks_enqueued([outcome.job for outcome in outcomes if outcome.job is not None])
+        # After the commit; where the commit itself notifies (PostgreSQL) there is nothing to send.
+        self._database.wake(outcome.job.queue_name for outcome in outcomes if outcome.job is not None)
         return outcomes

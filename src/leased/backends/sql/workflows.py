@@ -1,15 +1,7 @@
-"""Workflows in storage, shared by the backends: each runs the same-named queries from its own SQL
-file, through the dialect's hooks (dialect.py) and the store's `_insert(connection, jobs)`.
-
-No coordinator. A step waits (status 'waiting') with two counters in its leased_steps row: the
-parents not ended yet, and those that ended failed or cancelled. Whatever ends a step's job (a
-worker's finish, the reclaim of its last expired lease, a cancel) calls `_settle` in the same
-transaction: each child's counters move by what ended, and a child whose parents have all ended
-becomes pending, or is cancelled, there and then. One parent's end costs a lookup of its own edges
-and its children's rows, whatever their other parents number. The children's rows are locked (FOR
-UPDATE; SQLite's one writer), so two parents ending at once on two workers count one after the
-other, and exactly one of them releases the child. `_revive` undoes a failure's cascade when a
-person retries the step that failed.
+"""Workflows in storage, one part over a database (database.py): writing a run (its steps go in
+through the database's `insert`, enqueue's algorithm), steps added at run time, a run cancelled or
+retried as a whole, and the reads. What a step's end does to its children is step_ends.py's, which
+this part composes. Each statement is the same-named query of the dialect's queries.sql.
 """
 
 from __future__ import annotations
@@ -17,36 +9,29 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
-from leased.backends.sql.dialect import Dialect
+from leased.backends.sql.database import Database
 from leased.backends.sql.params import CANCELLED_BY_A_USER, running_records
+from leased.backends.sql.step_ends import ENDED_AS_FAILED, StepEnds
 from leased.errors import ConfigurationError, InvalidTransition, WorkflowNotFound
-from leased.jobs import Job, JobStatus, Lease, NewJob, Outcome
+from leased.jobs import JobStatus, Lease, Outcome
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen, StepInfo, WorkflowInfo
 
-ENDED_AS_FAILED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
-_EARLIER = -1  # a cancel's parent: one that failed in an earlier transaction
 
 
-class WorkflowStore(Dialect):
-    def _insert(self, connection: Any, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
-        raise NotImplementedError
-
-    def wake(self, queue_names: Iterable[str]) -> None:
-        raise NotImplementedError
-
-    def _transact(self, work: Any, wait_seconds: float | None = None, one_statement: bool = False) -> Any:
-        raise NotImplementedError
-
-    def _all(self, connection: Any, name: str, /, **params: Any) -> list[Any]:
-        raise NotImplementedError
+class Workflows:
+    def __init__(self, database: Database, step_ends: StepEnds):
+        self._database = database
+        self._step_ends = step_ends
+        self._execute = database.execute
+        self._all = database.all
 
     # Writing a run: the workflow's row, its jobs (through enqueue's bulk insert), steps and edges.
     def enqueue_workflow(self, workflow: NewWorkflow, connection: Any = None) -> Enqueued:
         if connection is not None:
-            return self._in_callers(connection, lambda callers: self._write_workflow(callers, workflow))
-        enqueued = self._transact(lambda own: self._write_workflow(own, workflow))
+            return self._database.in_callers(connection, lambda callers: self._write_workflow(callers, workflow))
+        enqueued = self._database.transact(lambda own: self._write_workflow(own, workflow))
         if enqueued.created:
-            self.wake({step.job.queue_name for step in workflow.steps if not step.parents})
+            self._database.wake({step.job.queue_name for step in workflow.steps if not step.parents})
         return enqueued
 
     def _write_workflow(self, connection: Any, workflow: NewWorkflow) -> Enqueued:
@@ -71,7 +56,7 @@ class WorkflowStore(Dialect):
         jobs = [step.job._replace(workflow_id=workflow_id,
                                   status=JobStatus.WAITING.value if left else JobStatus.PENDING.value)
                 for step, left in zip(steps, waits_for, strict=True)]
-        job_ids = [job.id for job, _ in self._insert(connection, jobs)]
+        job_ids = [job.id for job, _ in self._database.insert(connection, jobs)]
 
         def job_id(parent: int) -> int:
             return job_ids[parent] if parent >= 0 else -1 - parent
@@ -118,8 +103,8 @@ class WorkflowStore(Dialect):
                     [[child, -len(job_ids), 0] for child in children]))
             return existing | dict(zip((step.name for step in new), job_ids, strict=True))
 
-        added = self._transact(work)
-        self.wake({step.job.queue_name for step in steps if not step.parents})
+        added = self._database.transact(work)
+        self._database.wake({step.job.queue_name for step in steps if not step.parents})
         return {step.name: added[step.name] for step in steps}
 
     def _existing_parents(self, connection: Any, workflow_id: int, steps: Sequence[NewStep]) -> set[int]:
@@ -141,113 +126,6 @@ class WorkflowStore(Dialect):
                                         "for a step that ended without succeeding")
         return {job_id for job_id, status in rows.items() if status == JobStatus.DONE.value}
 
-    # Ends: what every verb that ends a step's job calls, in its own transaction.
-    def _settle(self, connection: Any, ended: Sequence[tuple[int, str]]) -> set[str]:
-        """Count ended steps (job id, the status it ended in) against their children:
-        a child whose parents have all ended is released or cancelled, and a cancel ends it in
-        turn. Returns the queues of the steps released: after the commit, workers to wake."""
-        names: dict[int, str] = {}
-        released: set[str] = set()
-        while ended:
-            rows = self._all(connection, "lock_children", job_ids=json.dumps([job_id for job_id, _ in ended]))
-            if not rows:
-                break
-            failed_ids = {job_id: status for job_id, status in ended if status in ENDED_AS_FAILED}
-            children: dict[int, dict[str, Any]] = {}
-            for row in rows:
-                child = children.setdefault(row["job_id"], {"row": row, "ended": 0, "failed": 0, "first_failed": None})
-                child["ended"] += 1
-                if row["parent_id"] in failed_ids:
-                    child["failed"] += 1
-                    child["first_failed"] = child["first_failed"] or row["parent_id"]
-            # Every child counts, whatever its status: the counters always say how many of its
-            # parents have not ended and how many failed, so a retry can put it back.
-            self._execute(connection, "count_parents", counts=json.dumps(
-                [[job_id, child["ended"], child["failed"]] for job_id, child in children.items()]))
-            release, cancel = [], []
-            for job_id, child in children.items():
-                row = child["row"]
-                if row["status"] != JobStatus.WAITING.value:
-                    continue  # counted only
-                left = row["parents_left"] - child["ended"]
-                failed = row["parents_failed"] + child["failed"]
-                run_when = RunWhen(row["run_when"])
-                if run_when is RunWhen.SUCCEEDED and failed:
-                    cancel.append((job_id, child["first_failed"] or _EARLIER))
-                elif left <= 0:
-                    if run_when is RunWhen.FAILED and not failed:
-                        cancel.append((job_id, None))
-                    else:
-                        release.append(job_id)
-            if release:
-                self._release_steps(connection, release, released)
-            if cancel:
-                unnamed = [parent for _, parent in cancel if parent not in (None, _EARLIER) and parent not in names]
-                if unnamed:
-                    names |= {row["job_id"]: row["name"] for row in
-                              self._all(connection, "names_of_steps", job_ids=json.dumps(unnamed))}
-                self._execute(connection, "cancel_steps", steps=json.dumps([
-                    [job_id, "skipped: no parent failed" if parent is None else "a parent failed" if parent is _EARLIER
-                     else _reason(names.get(parent, str(parent)), failed_ids.get(parent))] for job_id, parent in cancel]))
-                self._execute(connection, "mark_cancelled_by_parents",
-                              job_ids=json.dumps([job_id for job_id, _ in cancel]))
-            ended = [(job_id, JobStatus.CANCELLED.value) for job_id, _ in cancel]
-        return released
-
-    def _release_steps(self, connection: Any, job_ids: list[int], released: set[str]) -> None:
-        chained = self._all(connection, "previous_results", job_ids=json.dumps(job_ids))
-        if chained:  # a chain's step gets its previous step's result as its first argument
-            self._execute(connection, "set_args", steps=json.dumps([
-                [row["job_id"], _prepend(self._from_json(row["args"]), self._from_json(row["result"]))]
-                for row in chained]))
-        released |= self._release(connection, json.dumps(job_ids))
-
-    def _release(self, connection: Any, job_ids: str) -> set[str]:
-        """Waiting steps to pending, due now; the queues they are in."""
-        return {row["queue_name"] for row in self._all(connection, "release_steps", job_ids=job_ids)}
-
-    def _retried_steps(self, connection: Any, job_ids: Sequence[int]) -> None:
-        """After a retry made these steps pending again: they are no longer cancelled in their
-        parents' name, and what their end settled is undone."""
-        if job_ids:
-            # A step retried before its parents have all ended, none failed, waits for them again;
-            # otherwise it runs now, as asked.
-            # After _revive: a step retried with its own parent counts that parent back first.
-            self._execute(connection, "uncancel_steps", job_ids=json.dumps(list(job_ids)))
-            self._revive(connection, job_ids)
-            self._execute(connection, "rewait_steps", job_ids=json.dumps(list(job_ids)))
-
-    def _revive(self, connection: Any, job_ids: Sequence[int]) -> None:
-        """Steps a person retried are no longer ended: their children count them back, and those
-        their end had cancelled wait again, transitively."""
-        frontier = list(job_ids)
-        while frontier:
-            rows = self._all(connection, "lock_children", job_ids=json.dumps(frontier))
-            counts: dict[int, int] = {}
-            children: dict[int, Any] = {}
-            for row in rows:
-                counts[row["job_id"]] = counts.get(row["job_id"], 0) + 1
-                children[row["job_id"]] = row
-            # Each retried parent had ended failed or cancelled: one ended and one failed fewer. A
-            # step cancelled in their name waits again.
-            if not counts:
-                break
-            self._execute(connection, "count_parents", counts=json.dumps(
-                [[job_id, -n, -n] for job_id, n in counts.items()]))
-            revive = [job_id for job_id, row in children.items()
-                      if row["status"] == JobStatus.CANCELLED.value and row["cancelled_by_parents"]
-                      and row["parents_failed"] - counts[job_id] <= 0]  # no other parent failed
-            if revive:
-                self._execute(connection, "revive_steps", job_ids=json.dumps(revive))
-                self._execute(connection, "uncancel_steps", job_ids=json.dumps(revive))
-            frontier = revive
-
-    def _settle_rows(self, connection: Any, rows: Iterable[Mapping[str, Any]]) -> set[str]:
-        """Settle the steps among `rows` (id, status, workflow_id) that ended."""
-        ended = [(row["id"], row["status"]) for row in rows
-                 if row["workflow_id"] is not None and row["status"] in (JobStatus.DONE.value, *ENDED_AS_FAILED)]
-        return self._settle(connection, ended) if ended else set()
-
     # A run as a whole.
     def cancel_workflow(self, workflow_id: int) -> int:
         """Cancel every unfinished step of the run, running ones through their leases; returns how many."""
@@ -263,10 +141,10 @@ class WorkflowStore(Dialect):
             if rows:
                 self._execute(connection, "cancel_unfinished_steps", job_ids=json.dumps([row["id"] for row in rows]))
                 # Counted as ends like any cancel, so that a step retried later finds its counters true.
-                self._settle(connection, [(row["id"], JobStatus.CANCELLED.value) for row in rows])
+                self._step_ends.settle(connection, [(row["id"], JobStatus.CANCELLED.value) for row in rows])
             return len(rows)
 
-        return self._transact(work)
+        return self._database.transact(work)
 
     def retry_workflow(self, workflow_id: int) -> int:
         """Retry every failed step of the run, and the steps cancelled in its name; returns how many."""
@@ -277,17 +155,17 @@ class WorkflowStore(Dialect):
             rows = self._all(connection, "failed_steps", workflow_id=workflow_id)
             if rows:
                 ids = [row["id"] for row in rows]
-                self._execute(connection, "retry_jobs", job_ids=self._ids(rows))
-                self._retried_steps(connection, ids)
+                self._execute(connection, "retry_jobs", job_ids=self._database.ids(rows))
+                self._step_ends.retried_steps(connection, ids)
             return rows
 
-        retried = self._transact(work)
-        self.wake(row["queue_name"] for row in retried)
+        retried = self._database.transact(work)
+        self._database.wake(row["queue_name"] for row in retried)
         return len(retried)
 
     # Reads.
     def get_workflow(self, workflow_id: int) -> WorkflowInfo | None:
-        with self._snapshot() as read:
+        with self._database.snapshot() as read:
             rows = read("get_workflow", workflow_id=workflow_id)
             if not rows:
                 return None
@@ -304,7 +182,7 @@ class WorkflowStore(Dialect):
 
     def list_workflows(self, limit: int = 50, before_id: int | None = None, name: str | None = None
                        ) -> list[WorkflowInfo]:
-        with self._snapshot() as read:
+        with self._database.snapshot() as read:
             rows = read("list_workflows", limit=limit, before_id=before_id, workflow_name=name)
             if not rows:
                 return []
@@ -314,16 +192,16 @@ class WorkflowStore(Dialect):
 
     def parents_of(self, job_id: int) -> list[ParentEnd]:
         """The parents of a step, by name, with how each ended."""
-        return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), self._from_json(row["result"]),
-                          row["last_error"])
-                for row in self._rows("parents_of", job_id=job_id)]
+        from_json = self._database.from_json
+        return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), from_json(row["result"]), row["last_error"])
+                for row in self._database.rows("parents_of", job_id=job_id)]
 
     def step_names(self, workflow_id: int) -> dict[str, int]:
-        return {row["name"]: row["job_id"] for row in self._rows("step_names", workflow_id=workflow_id)}
+        return {row["name"]: row["job_id"] for row in self._database.rows("step_names", workflow_id=workflow_id)}
 
     def _workflow(self, row: Mapping[str, Any], counts: dict[str, int], skipped: int, open_ends: int,
                   compensations_run: int, steps: tuple[StepInfo, ...] = ()) -> WorkflowInfo:
-        return WorkflowInfo(id=row["id"], name=row["name"], created_at=self._to_time(row["created_at"]),
+        return WorkflowInfo(id=row["id"], name=row["name"], created_at=self._database.to_time(row["created_at"]),
                             idempotency_key=row["idempotency_key"], counts=counts, skipped=skipped,
                             open_ends=open_ends, compensations_run=compensations_run, steps=steps)
 
@@ -332,8 +210,8 @@ class WorkflowStore(Dialect):
             name=row["name"], job_id=row["job_id"], task_name=row["task_name"], queue_name=row["queue_name"],
             status=JobStatus(row["status"]), run_when=RunWhen(row["run_when"]), parents=parents,
             parents_left=row["parents_left"], attempt=row["attempt"], max_attempts=row["max_attempts"],
-            created_at=self._to_time(row["created_at"]), finished_at=self._to_time(row["finished_at"]),
-            result=self._from_json(row["result"]), last_error=row["last_error"],
+            created_at=self._database.to_time(row["created_at"]), finished_at=self._database.to_time(row["finished_at"]),
+            result=self._database.from_json(row["result"]), last_error=row["last_error"],
             added_by=None if row["added_by"] is None else name_of.get(row["added_by"], str(row["added_by"])),
             cancelled_by_parents=bool(row["cancelled_by_parents"]))
 
@@ -348,14 +226,6 @@ def _tally(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[dict[str, int],
         added = (int(row[column] or 0) for column in ("skipped", "open_ends", "compensations_run"))
         tallies[row["workflow_id"]] = (counts, *(total + more for total, more in zip(sums, added, strict=True)))
     return tallies
-
-
-def _reason(parent: str, status: str | None) -> str:
-    return f"parent {parent} failed" if status == JobStatus.FAILED.value else f"parent {parent} was cancelled"
-
-
-def _prepend(args: Any, value: Any) -> str:
-    return json.dumps([value, *(args if isinstance(args, list) else [])], ensure_ascii=False, separators=(",", ":"))
 
 
 def _renumber(steps: Sequence[NewStep], new: Sequence[NewStep], existing: Mapping[str, int]) -> list[NewStep]:

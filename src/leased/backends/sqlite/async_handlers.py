@@ -3,7 +3,7 @@ connection of ours, in a BEGIN IMMEDIATE transaction for the handler's whole run
 handler's is (backend.attempt_transaction).
 
 aiosqlite runs each connection's statements on a thread of its own. The transaction is begun,
-and the attempt's end (the fence, the finish, a step's record: the store's sync code, written once
+and the attempt's end (the fence, the finish, a step's record: sql/fenced.py's sync code, written once
 for every backend) is written, on a worker thread over the same sqlite3 connection while the
 handler is not using it; sqlite3 connections of ours allow other threads (check_same_thread off).
 The commit and the rollback go through aiosqlite, so that they wait behind a statement the handler

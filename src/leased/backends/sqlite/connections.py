@@ -140,8 +140,6 @@ class SQLiteConnections:
             if connection.in_transaction:
                 connection.execute("COMMIT")  # nothing was written: this only ends the read
 
-    # Periodic jobs: the shared ScheduleStore, on a write transaction of ours (_transaction).
-
 
 def switch_to_wal(connection: sqlite3.Connection) -> None:
     """WAL mode, waiting within the busy timeout for the lock it takes. SQLite itself gives up at
