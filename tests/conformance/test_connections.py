@@ -1,7 +1,7 @@
 """A worker's own connections on PostgreSQL: the worker pool's one, the claims pool's one and the
 listener, whatever its handlers do. A handler's own calls (an enqueue) take the app's pool, which
 grows for them and not for the worker (leased.backends.worker_calls). The same count across hosts
-and concurrencies is tests/test_hosts.py's.
+and concurrencies is tests/system/test_hosts.py's.
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@ connect(), migrator(), the URL parser, Django, the pytest plugin and the test ma
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
 from leased.backends import DIALECTS, dialect_named, migrator, parse_database_url
 from leased.errors import ConfigurationError
+from paths import SRC
 
-ENGINE = Path(__file__).resolve().parent.parent / "src" / "leased" / "engine"
+ENGINE = SRC / "leased" / "engine"
 BACKENDS = ENGINE.parent / "backends"
 
 

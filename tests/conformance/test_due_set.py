@@ -173,7 +173,7 @@ def test_claims_keep_claim_order_across_the_due_sets_generations(app):
     between rotations (so each of the three holds some), rows that rotations carry over, and jobs
     due far ahead in a generation of their own, claimed a few at a time with a rotation after each.
     (Reported as jobs started up to ~470 places late on PostgreSQL: the claims were in order, the
-    handler threads were not; see tests/test_slots.py.)"""
+    handler threads were not; see tests/unit/test_slots.py.)"""
     task = app.tasks["t"]
     jobs = []
     for burst in range(3):

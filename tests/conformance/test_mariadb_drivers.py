@@ -8,7 +8,6 @@ where the drivers differ (errors, lost connections, a caller's connection) on ea
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 import pytest
 
@@ -18,10 +17,10 @@ from leased.backends.mariadb import driver
 from leased.backends.mariadb.backend import connect_arguments
 from leased.errors import DatabaseUnavailable, InvalidTransition
 from leased.jobs import Outcome
+from paths import ROOT
 
 on_mariadb = pytest.mark.parametrize("backend_name", ["mariadb"], indirect=True)
 DRIVERS = {installed.name: installed for installed in driver.installed_drivers()}
-ROOT = Path(__file__).parent.parent
 
 
 @pytest.fixture(params=sorted(DRIVERS))

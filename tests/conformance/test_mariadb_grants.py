@@ -1,7 +1,7 @@
 """The least a MariaDB user needs to run leased (docs/reliability.md, "Least privilege"): a worker,
 a producer and the dashboard under exactly the documented grants, on a database another user
 migrated; and a missing grant said in one line naming it, not a traceback. The PostgreSQL twin is
-tests/test_postgres_grants.py.
+tests/conformance/test_postgres_grants.py.
 """
 
 from __future__ import annotations

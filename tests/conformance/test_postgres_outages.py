@@ -1,5 +1,5 @@
 """The PostgreSQL backend through what a failover shows it, each on the shared test server (the
-whole failover, with a standby the test makes itself, is tests/test_failover.py): a server that
+whole failover, with a standby the test makes itself, is tests/system/test_failover.py): a server that
 refuses writes, pooled connections whose server closed them, a claim that waited for a connection,
 and a multi-host URL that reaches no host.
 """

@@ -18,8 +18,9 @@ from leased import Leased
 from schemas import apply_script, empty_database, leased_schema
 from leased.backends import connect
 from leased.backends.sql import scripts
+from paths import SRC
 
-BACKENDS_DIR = Path(__file__).parent.parent / "src" / "leased" / "backends"
+BACKENDS_DIR = SRC / "leased" / "backends"
 EVERY_VERSION = [int(path.name[:4]) for path in sorted((BACKENDS_DIR / "sqlite" / "migrations").glob("[0-9]*.sql"))]
 
 

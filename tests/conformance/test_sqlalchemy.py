@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from conftest import raw_scalar, raw_sql
 from leased import ConfigurationError, Leased
+from paths import SRC
 
 
 def engine_options(database_url: str, driver: str) -> tuple[str, dict]:
@@ -186,9 +187,8 @@ def test_the_core_never_imports_contrib():
     """Unwrapping a Session is the core's (leased.backends.sqlalchemy_sessions, imported when one is
     given): contrib builds on the core, never the other way round."""
     import ast
-    from pathlib import Path
 
-    package = Path(__file__).parent.parent / "src" / "leased"
+    package = SRC / "leased"
     reaching = []
     for path in sorted(package.rglob("*.py")):
         if "contrib" in path.relative_to(package).parts:

@@ -1,7 +1,7 @@
 """Storage on every backend where the ports alone cannot show it: the per-worker rows that count
 finished jobs, and rows as an older version or a person left them (written with raw SQL). What
 a backend promises through its ports is the conformance suite's (leased.testing.conformance, run
-by tests/test_storage_conformance.py)."""
+by tests/conformance/test_storage_conformance.py)."""
 
 from __future__ import annotations
 

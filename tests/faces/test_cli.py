@@ -31,6 +31,7 @@ from leased.backends import parse_database_url
 from leased.backends.ports import ClaimRequest
 from leased.cli.main import describe_job
 from leased.jobs import Outcome
+from paths import SRC
 from servers import free_port
 
 APP = "tasks_app:app"
@@ -99,7 +100,7 @@ class Cli:
         (cwd / "broken_app.py").write_text("import os\nratio = 1 / 0\n")
         # This checkout's leased, not whichever the virtualenv has installed (a relative PYTHONPATH
         # such as `src` would not survive the change of directory).
-        self.env = {**os.environ, "TEST_APP_URL": url, "PYTHONPATH": str(Path(__file__).parent.parent / "src")}
+        self.env = {**os.environ, "TEST_APP_URL": url, "PYTHONPATH": str(SRC)}
         self.env.pop("LEASED_DATABASE_URL", None)  # the "neither APP nor --database" case must stay reachable
 
     def command(self, *args: str) -> list[str]:

@@ -1,7 +1,7 @@
 """The docs site builds as CI would build it: any warning fails it, and so does a broken reference
 (nitpicky: every name a signature or a page mentions must resolve) or a broken internal link.
 
-The code blocks of the pages are run by tests/test_readme.py, with the README's.
+The code blocks of the pages are run by tests/faces/test_readme.py, with the README's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+from paths import ROOT
+
 DOCS = ROOT / "docs"
 
 pytest.importorskip("sphinx", reason="the docs tools come with the test extra: pip install -e '.[test]'")

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
-from pathlib import Path
 
 import httpx
 import pytest
 
 from conftest import raw_scalar
+from paths import EXAMPLES
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "fastapi" / "shop.py"
+EXAMPLE = EXAMPLES / "fastapi" / "shop.py"
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from typing import NamedTuple
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+from paths import ROOT
+
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(page for page in DOCS.rglob("*.md") if "_build" not in page.parts)]
@@ -33,7 +34,7 @@ COMPILE_ONLY = {
                            "reader's own, and `await` needs the reader's event loop",
     "The dashboard and metrics": "a Starlette mount inside the reader's ASGI app, with their token",
     "Your own app in tests": "a conftest fixture around the reader's own app (`from myapp import app`)",
-    "Alembic": "a revision module, run by Alembic's command: tests/test_alembic.py runs one",
+    "Alembic": "a revision module, run by Alembic's command: tests/conformance/test_alembic.py runs one",
     "With Django": "fragments of the reader's settings and tasks modules; the runnable project, "
                    "examples/django, runs in tests/django/test_example.py",
 }
@@ -50,34 +51,34 @@ RUN_SEPARATELY = {
     "Two commands on a fresh machine": "the test command is CI's, word for word "
                                        "(test_ci_runs_the_readmes_test_command_word_for_word...), and both "
                                        "venv steps run in test_the_two_commands_one_after_the_other_leave_one_working_venv",
-    "The docs": "tests/test_docs.py builds the site as this command does, with warnings as errors",
+    "The docs": "tests/faces/test_docs.py builds the site as this command does, with warnings as errors",
 }
 # Blocks that are not Python, by (page, section heading), or by page for all of its blocks -> why
 # they are not run here, and what checks them instead.
 NOT_RUN = {
     ("docs/benchmarks.md", None): "the benchmarks' own commands, minutes each against real servers and peers "
                                   "installed from PyPI, and their output; bench/run.py writes this page",
-    ("docs/explanation/architecture.md", "Layout"): "a directory tree; tests/test_imports.py holds its layers",
+    ("docs/explanation/architecture.md", "Layout"): "a directory tree; tests/unit/test_imports.py holds its layers",
     ("docs/reference/cli.md", "The command line"): "a synopsis; the reference below it is generated from the "
-                                                   "commands, and tests/test_cli.py runs them",
-    ("docs/reference/states.md", "The job state machine"): "a diagram; tests/test_storage_conformance.py "
+                                                   "commands, and tests/faces/test_cli.py runs them",
+    ("docs/reference/states.md", "The job state machine"): "a diagram; tests/conformance/test_storage_conformance.py "
                                                            "drives every transition",
     ("docs/howto/dashboard.md", "The dashboard and metrics"): "installs and serves until stopped; "
-                                                              "tests/test_web.py serves the dashboard",
-    ("docs/howto/django.md", "With Django"): "examples/django's commands; tests/test_examples_install.py runs them",
-    ("docs/howto/failover.md", "Failover (PostgreSQL)"): "a URL for the reader's servers; tests/test_failover.py "
+                                                              "tests/faces/test_web.py serves the dashboard",
+    ("docs/howto/django.md", "With Django"): "examples/django's commands; tests/system/test_examples_install.py runs them",
+    ("docs/howto/failover.md", "Failover (PostgreSQL)"): "a URL for the reader's servers; tests/system/test_failover.py "
                                                          "connects with one of this form",
-    ("docs/howto/pgbouncer.md", "Behind PgBouncer"): "a URL for the reader's servers; tests/test_pgbouncer.py "
+    ("docs/howto/pgbouncer.md", "Behind PgBouncer"): "a URL for the reader's servers; tests/system/test_pgbouncer.py "
                                                      "connects with one of this form",
     ("docs/howto/why.md", "Why is my job not running?"): "what `leased why` prints for the reader's job; "
-                                                         "tests/test_why.py checks the text",
+                                                         "tests/features/test_why.py checks the text",
     ("docs/reliability.md", "Behind PgBouncer"): "URLs and log lines of the reader's servers; "
-                                                 "tests/test_pgbouncer.py checks them",
-    ("docs/reliability.md", "Failover"): "a URL for the reader's servers; tests/test_failover.py connects with one",
+                                                 "tests/system/test_pgbouncer.py checks them",
+    ("docs/reliability.md", "Failover"): "a URL for the reader's servers; tests/system/test_failover.py connects with one",
     ("docs/reliability.md", "Least privilege (PostgreSQL and MariaDB)"): "grants to the reader's roles; "
-                                                                         "tests/test_postgres_grants.py and "
-                                                                         "tests/test_mariadb_grants.py run them",
-    ("docs/tutorial.md", "Testing your handlers"): "the reader's pytest.ini; tests/test_testing.py sets the option",
+                                                                         "tests/conformance/test_postgres_grants.py and "
+                                                                         "tests/conformance/test_mariadb_grants.py run them",
+    ("docs/tutorial.md", "Testing your handlers"): "the reader's pytest.ini; tests/features/test_testing.py sets the option",
 }
 
 

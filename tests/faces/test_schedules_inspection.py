@@ -10,12 +10,12 @@ import subprocess
 import sys
 import warnings
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from leased import Leased
 from conftest import raw_sql
+from paths import SRC
 from test_schedules import scheduler, set_last_tick, state
 
 pytest.importorskip("starlette", reason="the dashboard needs the web extra: pip install -e '.[web]'")
@@ -26,7 +26,6 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from leased.web import dashboard  # noqa: E402
 
-SRC = Path(__file__).parent.parent / "src"
 APP_SOURCE = """
 import os
 from datetime import timedelta

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import _POSTGRES_PROBLEM, POSTGRES_URL, REQUIRE_POSTGRES
 from leased import ConfigurationError, DatabaseLocked, JobStatus, Leased
+from paths import TESTS
 
 # The app's first use is an enqueue inside the caller's open transaction, which has written a row
 # (so on SQLite it holds the write lock). Prints the job's id, or the error in one line.
@@ -48,7 +49,7 @@ print(job.id)
 
 
 def _first_use(database_url: str) -> list[str]:
-    process = subprocess.run([sys.executable, "-c", FIRST_USE, database_url, str(Path(__file__).parent)],
+    process = subprocess.run([sys.executable, "-c", FIRST_USE, database_url, str(TESTS)],
                              capture_output=True, text=True, timeout=120)
     assert process.returncode == 0 and process.stderr == "", process.stderr
     return process.stdout.splitlines()

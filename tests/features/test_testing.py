@@ -10,15 +10,13 @@ import threading
 import tomllib
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from conftest import _MARIADB_PROBLEM, _POSTGRES_PROBLEM, MARIADB_URL, POSTGRES_URL, running_worker, wait_for
 from leased import Backoff, ConfigurationError, JobStatus, Outcome, PermanentError, TaskContext
 from leased.testing import advance, assert_enqueued, assert_not_enqueued, enqueued, run_jobs
-
-ROOT = Path(__file__).parent.parent
+from paths import ROOT
 
 
 @dataclass

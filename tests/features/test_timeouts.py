@@ -12,13 +12,13 @@ import sys
 import threading
 import warnings
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from conftest import running_worker, wait_for
 from leased import Backoff, CancelReason, ConfigurationError, JobStatus, Leased, Outcome, TaskContext
 from leased.cli.main import describe_job
+from paths import SRC
 
 FAST = Backoff(base=0.01, cap=0.05, jitter=0.5)
 LIMIT = 0.2
@@ -220,7 +220,7 @@ def test_the_readme_example_runs_and_prints_what_it_says(tmp_path):
     from test_readme import section_code
 
     code = section_code("Time limits")  # docs/howto/time-limits.md
-    source = str(Path(__file__).parent.parent / "src")  # this checkout's leased, not an installed one
+    source = str(SRC)  # this checkout's leased, not an installed one
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                             env=environment)

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -28,6 +27,7 @@ import traced_handlers
 from conftest import callers_connection, raw_scalar, raw_sql, running_worker, wait_for
 from leased import Backoff, DatabaseUnavailable
 from leased.cli.main import cli
+from paths import pythonpath
 
 EXPORTED = InMemorySpanExporter()
 # One provider for the test process (OpenTelemetry takes the first set and ignores the rest).
@@ -38,8 +38,6 @@ if not isinstance(trace.get_tracer_provider(), TracerProvider):
 else:
     trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(EXPORTED))
 request_tracer = trace.get_tracer("shop.web")
-HERE = str(Path(__file__).parent)
-SRC = str(Path(__file__).parent.parent / "src")
 handler_tracer = trace.get_tracer("shop.handlers")
 
 
@@ -350,7 +348,7 @@ def test_a_worker_process_exports_the_jobs_attempt_over_otlp(database_url, app, 
     with request_tracer.start_as_current_span("POST /orders") as request:
         job = receipt.enqueue("o-7")
     [send] = named(spans(), "send mail")
-    env = {**os.environ, "LEASED_DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join([HERE, SRC]),
+    env = {**os.environ, "LEASED_DATABASE_URL": database_url, "PYTHONPATH": pythonpath(),
            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.server_port}"}
     worker = subprocess.Popen([sys.executable, "-m", "leased.cli.main", "worker", "otlp_app:app",
                                "--poll-interval", "100ms"], env=env, cwd=tmp_path, stderr=subprocess.PIPE)

@@ -17,6 +17,7 @@ from conftest import postgres_schema
 from leased import Leased
 from leased.backends import connect
 from leased.errors import ConfigurationError
+from paths import SRC
 
 SECRET = "s3cret"
 
@@ -81,7 +82,7 @@ def test_redacted_hides_every_password_in_a_url(url, shown):
 
 def run_cli(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != "LEASED_DATABASE_URL"}
-    env["PYTHONPATH"] = str(Path(__file__).parent.parent / "src")
+    env["PYTHONPATH"] = str(SRC)
     return subprocess.run([sys.executable, "-m", "leased.cli.main", *arguments], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 

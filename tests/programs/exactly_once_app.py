@@ -1,4 +1,4 @@
-"""The worker program of the exactly-once chaos test (tests/test_exactly_once_chaos.py):
+"""The worker program of the exactly-once chaos test (tests/system/test_exactly_once_chaos.py):
 `python exactly_once_app.py WORKER_ID`, its database from $LEASED_DATABASE_URL.
 
 Two tasks, registered by register(app) in the workers and in the test's producer alike:

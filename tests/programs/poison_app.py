@@ -1,4 +1,4 @@
-"""The app of the poison-job tests in tests/test_processes.py, run by `leased worker poison_app:app
+"""The app of the poison-job tests in tests/system/test_processes.py, run by `leased worker poison_app:app
 --processes 2`: handlers that take their process down, every attempt, beside a healthy one.
 
 Their long lease (30 s) is what tells the supervisor's release from the lease's expiry: a job

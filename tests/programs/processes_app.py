@@ -1,4 +1,4 @@
-"""The app of tests/test_processes.py, run by `leased worker processes_app:app --processes N`.
+"""The app of tests/system/test_processes.py, run by `leased worker processes_app:app --processes N`.
 
 Its handlers record which process ran them (each returns os.getpid()) and wait on files in
 $CRASH_MARKERS, so that the test decides when they end. With $PROCESSES_DIE_AT_START set, every

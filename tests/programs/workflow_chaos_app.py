@@ -1,4 +1,4 @@
-"""The worker program of the workflow chaos test (tests/test_workflow_chaos.py):
+"""The worker program of the workflow chaos test (tests/system/test_workflow_chaos.py):
 `python workflow_chaos_app.py WORKER_ID`, its database from $LEASED_DATABASE_URL.
 
 Two tasks, registered by register(app) in the workers and in the test's producer alike:

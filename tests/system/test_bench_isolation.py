@@ -4,11 +4,9 @@ isolated, and `--processes 2` drains the CPU-bound ones. Checks that the bench s
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from paths import BENCH
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
 

@@ -4,11 +4,9 @@ Checks that the bench still runs and that every job wrote its row, not its figur
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from paths import BENCH
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
 

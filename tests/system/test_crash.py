@@ -8,15 +8,14 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from conftest import kill_worker_sessions, needs_faketime, raw_scalar, raw_sql, wait_for
 from leased import JobStatus, Outcome, Progress
+from paths import PROGRAMS
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
-HERE = Path(__file__).parent
 
 
 @pytest.fixture
@@ -99,7 +98,7 @@ def test_several_worker_and_producer_processes_share_one_database(app, spawn, da
     producer = ("import os, sys; sys.path.insert(0, sys.argv[1]); import crash_app\n"
                 "for n in range(150): crash_app.share.enqueue()")
     env = {**os.environ, "LEASED_DATABASE_URL": database_url}
-    producers = [subprocess.Popen([sys.executable, "-c", producer, str(HERE)], env=env,
+    producers = [subprocess.Popen([sys.executable, "-c", producer, str(PROGRAMS)], env=env,
                                   stderr=subprocess.PIPE, text=True) for _ in range(2)]
     for process in producers:
         _, errors = process.communicate(timeout=120)

@@ -5,7 +5,7 @@ every job is done, each has exactly one effect row, and the counter equals the n
 The same faults hit handlers of three durable steps (TaskContext.step): a transactional step's
 effect happens once per job, a plain step's at least once and never after its record committed.
 
-The workers run tests/exactly_once_app.py. A kill or a lost session rolls an attempt's writes back
+The workers run tests/programs/exactly_once_app.py. A kill or a lost session rolls an attempt's writes back
 with it; a worker stopped past its lease finds the lease gone when it resumes, and its fenced end
 rolls back. bench/exactly_once.py soaks longer, and runs the same handlers without a transaction
 beside it, counting their duplicates.

@@ -26,10 +26,10 @@ import pytest
 
 from conftest import wait_for
 from leased import Leased
+from paths import EXAMPLES
 from servers import free_port, get, serving
 
 pytestmark = pytest.mark.system
-EXAMPLES = Path(__file__).parent.parent / "examples"
 REQUIRED = os.environ.get("LEASED_REQUIRE_EXAMPLES") == "1"
 
 

@@ -28,9 +28,9 @@ import standby
 from conftest import wait_for
 from leased import Leased
 from leased.errors import DatabaseUnavailable
+from paths import PROGRAMS, pythonpath
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
-HERE = Path(__file__).parent
 WORKERS = 3
 ORDERS_PER_SECOND = 40
 RESUME_SECONDS = 3.0  # the promise: workers start jobs again within this long of the promote
@@ -98,10 +98,10 @@ class DashboardProbe(threading.Thread):
 
 def start_worker(url: str, log: Path) -> subprocess.Popen:
     env = {**os.environ, "LEASED_DATABASE_URL": url,
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")])}
+           "PYTHONPATH": pythonpath()}
     return subprocess.Popen([sys.executable, "-m", "leased.cli.main", "worker", "failover_app:app",
                              "--concurrency", "4", "--poll-interval", "0.2s"],
-                            cwd=HERE, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+                            cwd=PROGRAMS, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
 def alive(workers: list[subprocess.Popen], logs: list[Path]) -> bool:
@@ -157,7 +157,7 @@ def test_workers_and_producers_carry_on_across_a_promoted_standby(clusters, sess
         wait_for(lambda: producer.failures, message="the producer to see the outage")
         if session_attrs:  # the command line's one line gives each host's reason
             stats = subprocess.run([sys.executable, "-m", "leased.cli.main", "stats", "--database", url],
-                                   cwd=HERE, capture_output=True, text=True, timeout=60)
+                                   cwd=PROGRAMS, capture_output=True, text=True, timeout=60)
             assert stats.returncode != 0 and len(stats.stderr.strip().splitlines()) == 1, stats.stderr
             assert f"127.0.0.1:{primary.port}: Connection refused" in stats.stderr, stats.stderr
             assert f"127.0.0.1:{replica.port}: session is read-only" in stats.stderr, stats.stderr

@@ -1,5 +1,5 @@
 """Many worker hosts on one PostgreSQL: each a network namespace of the test's own (tests/hosts.py)
-reaching the server over a veth link, running a real `leased worker` (tests/hosts_app.py).
+reaching the server over a veth link, running a real `leased worker` (tests/programs/hosts_app.py).
 
 A host cut off mid-job, a host whose clock is an hour ahead, and what a worker process costs in
 connections (docs/reliability.md, "Many hosts"). Without `ip` or root the tests skip, unless
@@ -25,9 +25,9 @@ import hosts
 from conftest import POSTGRES_URL, REQUIRE_POSTGRES, _POSTGRES_PROBLEM, faketime_env, needs_faketime, postgres_schema, \
     wait_for
 from leased import JobStatus, Leased, Outcome
+from paths import PROGRAMS, pythonpath
 
 pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.xdist_group("hosts")]
-HERE = Path(__file__).parent
 LEASE = 2.0  # hosts_app's tasks
 RETRY_IN = 2.5  # hosts_app's flaky: its one retry is due this long after its failure
 
@@ -76,14 +76,14 @@ class Workers:
         url = host.url(self.schema_url)
         url += f"{'&' if '?' in url else '?'}application_name=leased-host-{host.name}"
         env = {**os.environ, "LEASED_DATABASE_URL": url, "HOSTS_HOST": host.name, "HOSTS_MARKERS": str(self.markers),
-               "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")]), **extra_env}
+               "PYTHONPATH": pythonpath(), **extra_env}
         if clock:
             env.update(faketime_env(clock))
         log = self.markers / f"{host.name}-{len(self.started)}.log"
         process = subprocess.Popen(
             host.command(sys.executable, "-m", "leased.cli.main", "worker", "hosts_app:app", "--poll-interval", "0.2s",
                          *options),
-            cwd=HERE, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+            cwd=PROGRAMS, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
         self.started.append((process, log))
         return process
 

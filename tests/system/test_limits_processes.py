@@ -1,27 +1,20 @@
 """Limits hold across real worker processes, and a SIGKILLed worker's job counts until its lease ends.
 
 Several worker processes drain keyed, queue-limited, rate-limited and plain jobs together. Each
-handler records when it ran (tests/limits_app.py); the checker sweeps those intervals for the
+handler records when it ran (tests/programs/limits_app.py); the checker sweeps those intervals for the
 largest overlap per key and per queue, and counts the starts the database recorded per window.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
+import limits_app  # the same tasks the workers run (tests/programs)
 from conftest import raw_rows, wait_for
 from leased import JobStatus, Outcome
 from leased.backends.ports import ClaimRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-
-import limits_app  # noqa: E402  (the same tasks the workers run)
-
 
 @pytest.fixture
 def workers(worker_processes):

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from paths import ROOT
 from test_readme import quick_start, run
 
 pytestmark = pytest.mark.system
 
-ROOT = Path(__file__).parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 FLOOR = tuple(int(part) for part in re.fullmatch(r">=\s*(\d+)\.(\d+)", PROJECT["requires-python"]).groups())
 REQUIRED = os.environ.get("LEASED_REQUIRE_OLDEST_PYTHON") == "1"

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 import leased
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.system  # pip builds the wheel and installs it in a fresh venv
 
 
 @pytest.fixture(scope="module")

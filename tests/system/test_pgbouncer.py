@@ -24,9 +24,9 @@ from leased import Leased, Outcome
 from leased.backends.postgres.url import own_parameters
 from leased.errors import ConfigurationError
 from leased.testing import advance
+from paths import PROGRAMS, SRC, pythonpath
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
-HERE = Path(__file__).parent
 JOBS = 2_000
 
 _PROBLEM = _POSTGRES_PROBLEM or pgbouncer.missing()
@@ -51,15 +51,15 @@ def transaction_bouncer() -> Iterator[pgbouncer.PgBouncer]:
 
 def start_worker(url: str, log: Path, **env: str) -> subprocess.Popen:
     env = {**os.environ, "LEASED_DATABASE_URL": url,
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")]), **env}
+           "PYTHONPATH": pythonpath(), **env}
     return subprocess.Popen([sys.executable, "-m", "leased.cli.main", "worker", "pgbouncer_app:app",
                              "--concurrency", "10", "--poll-interval", "0.1s"],
-                            cwd=HERE, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+                            cwd=PROGRAMS, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
 def cli(*arguments: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
-    return subprocess.run([sys.executable, "-m", "leased.cli.main", *arguments], env=env, cwd=HERE,
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run([sys.executable, "-m", "leased.cli.main", *arguments], env=env, cwd=PROGRAMS,
                           capture_output=True, text=True, timeout=60)
 
 

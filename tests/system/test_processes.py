@@ -1,6 +1,6 @@
 """`leased worker APP --processes N`: a real supervisor and its real worker processes.
 
-The handlers of tests/processes_app.py return the pid that ran them and hold their first attempt
+The handlers of tests/programs/processes_app.py return the pid that ran them and hold their first attempt
 until the test drops a `go` file, so every wait below is on a condition the test can see: a file,
 a worker row, a log line, an exit.
 """
@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -22,9 +21,9 @@ from leased import JobStatus, Outcome
 from leased.cli import supervisor
 from leased.cli.main import cli
 from leased.worker_ids import supervisor_pid
+from paths import PROGRAMS, pythonpath
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
-HERE = Path(__file__).parent
 sqlite_only = pytest.mark.parametrize("backend_name", ["sqlite"], indirect=True)
 # The supervisor with a short first restart wait, so that a process dying five times does not take
 # the test eight seconds of backoff; everything else is the `leased worker` command as shipped.
@@ -56,9 +55,9 @@ def supervise(database_url, tmp_path):
         process = subprocess.Popen(
             [*command, "worker", app_spec, "--processes", "2", "--concurrency", "1",
              "--poll-interval", "50ms", *options],
-            cwd=HERE, stdout=log, stderr=subprocess.STDOUT,
+            cwd=PROGRAMS, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "LEASED_DATABASE_URL": url or database_url, "CRASH_MARKERS": str(tmp_path),
-                 "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "src")]), **env})
+                 "PYTHONPATH": pythonpath(), **env})
         started.append(process)
         return process
 

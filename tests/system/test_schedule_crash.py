@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import statistics
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,6 @@ from conftest import wait_for
 from leased import JobStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
-HERE = Path(__file__).parent
 # Ticks of the every-second schedule the three workers race for: enough for each to win some and
 # to show none missed or doubled, few enough for the suite's budget (raise it for a longer soak).
 TICKS = 8

@@ -2,7 +2,7 @@
 while a chaos loop SIGKILLs and restarts them. The fan-in runs to completion exactly once, after the
 last parent ended, and sees all 2,000 results; no step is lost, stuck or released twice.
 
-The workers run tests/workflow_chaos_app.py. The kills land while the parents drain: every 0.3 to
+The workers run tests/programs/workflow_chaos_app.py. The kills land while the parents drain: every 0.3 to
 0.8 s, of a worker that holds running jobs, for up to CHAOS_SECONDS. Then one more, deliberate,
 kills the worker whose fan-in attempt has started (its handler waits at a gate for that): the
 fan-in's next attempt, after the lease expires, must again see all 2,000 results. Only then is the

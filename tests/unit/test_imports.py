@@ -10,7 +10,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parent.parent / "src"
+from paths import SRC
+
+SOURCE = SRC
 
 
 def _modules() -> dict[str, Path]:

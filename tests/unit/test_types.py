@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from paths import ROOT
 
 
 def mypy(*arguments: str) -> subprocess.CompletedProcess[str]:
