@@ -9,7 +9,7 @@ The handler records each execution in a table of its own; the checker then deman
 (or failed by design), none lost, every done job's final attempt executed, and every job that ran
 twice did so only because an attempt expired or lost its lease on a worker that was killed or cut
 off. Prints a Markdown table; exits 1 if any invariant failed. The machinery is tests/chaos.py,
-which tests/test_chaos.py runs briefly in the suite.
+which tests/system/test_chaos.py runs briefly in the suite.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python bench/exactly_once.py                          # 5,000 jobs, 15 s of faults, SQLite, PostgreSQL, MariaDB
     python bench/exactly_once.py --jobs 20000 --chaos-seconds 60 --backend postgres
 
-Runs tests/test_exactly_once_chaos.py's soak (three worker processes, each with 4 slots, draining
+Runs tests/system/test_exactly_once_chaos.py's soak (three worker processes, each with 4 slots, draining
 jobs whose handler adds 1 to a counter row and inserts an effect row, while the chaos loop
 SIGKILLs them, SIGSTOPs them past their 1.5 s lease and, on PostgreSQL and MariaDB, ends their
 database sessions) with its sizes raised through EO_CHAOS_*, twice per database: with
@@ -41,7 +41,7 @@ def soak(backend: str, transactional: bool, jobs: int, chaos_seconds: float, see
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     env.setdefault("LEASED_MARIADB_DRIVER", "pymysql")
     command = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-               "tests/test_exactly_once_chaos.py", "-k", f"every_job_has_exactly_one_effect and {backend}"]
+               "tests/system/test_exactly_once_chaos.py", "-k", f"every_job_has_exactly_one_effect and {backend}"]
     began = time.monotonic()
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     found = SUMMARY.search(run.stdout)

@@ -10,7 +10,7 @@ and the p99 and longest wait from a producer seeing a job enqueued to a handler 
 Workers have free slots throughout (two per release, 4 slots each, against two producers' `--rate`
 jobs a second of a job that takes no time), so a job's wait is the time it sat pending beside idle
 workers: a poll at most (`--poll`, 0.2 s unless told) when nothing stalls. The processes are tests/rolling_upgrade.py's,
-whose short run is tests/test_rolling_upgrade.py; the older release is its OLD_RELEASE unless --old.
+whose short run is tests/system/test_rolling_upgrade.py; the older release is its OLD_RELEASE unless --old.
 Exits 1 if a job was lost or a process stopped.
 """
 

@@ -28,6 +28,7 @@ sys.path.insert(0, str(TESTS))
 
 import hosts  # tests/hosts.py
 import psycopg
+from paths import PROGRAMS  # tests/paths.py: where hosts_app.py is
 
 from leased import Leased
 from leased.testing.plugin import postgres_schema
@@ -61,11 +62,11 @@ def main() -> None:
             for host, level in zip(machines, LEVELS, strict=True):
                 env = {**os.environ, "LEASED_DATABASE_URL": f"{host.url(url)}&application_name=bench-host-{level}",
                        "HOSTS_HOST": host.name, "HOSTS_MARKERS": str(markers),
-                       "PYTHONPATH": os.pathsep.join([str(TESTS), str(Path(source).resolve())])}
+                       "PYTHONPATH": os.pathsep.join([str(PROGRAMS), str(TESTS), str(Path(source).resolve())])}
                 workers.append(subprocess.Popen(
                     host.command(sys.executable, "-m", "leased.cli.main", "worker", "hosts_app:app",
                                  "--concurrency", str(level), "--poll-interval", "0.2s"),
-                    cwd=TESTS, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+                    cwd=PROGRAMS, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
             while len(app.workers()) < len(LEVELS):
                 time.sleep(0.05)
             peaks: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""Workflow chaos soak: tests/test_workflow_chaos.py, bigger and again and again. Worker processes
+"""Workflow chaos soak: tests/system/test_workflow_chaos.py, bigger and again and again. Worker processes
 are SIGKILLed at random while they drain a workflow of N parallel steps and one fan-in step; then
 the test's checks: the fan-in ran to completion exactly once, after the last parent ended, seeing
 every result; no step lost, stuck or run again but by a killed worker's attempt.
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST = "tests/test_workflow_chaos.py"
+TEST = "tests/system/test_workflow_chaos.py"
 BACKENDS = ["sqlite", "postgres", "mariadb"]
 SUMMARY = re.compile(r"^(sqlite|postgres|mariadb): .*?(\d+) kills in ([\d.]+) s of chaos.*?all done after ([\d.]+) s; "
                      r"'could not renew' logged (\d+) times")

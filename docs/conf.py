@@ -1,7 +1,7 @@
 """Sphinx settings for leased's docs: MyST Markdown pages, the API from docstrings, the CLI from click.
 
 Build: .venv/bin/sphinx-build -W --keep-going -n -b html docs docs/_build/html
-(tests/test_docs.py builds it the same way: any warning, broken reference or broken link fails.)
+(tests/faces/test_docs.py builds it the same way: any warning, broken reference or broken link fails.)
 
 screenshots/site-*.png show the built site; re-take them after a change to its look with
     chromium --headless --hide-scrollbars --window-size=1280,900 --screenshot=docs/screenshots/site-home.png \

@@ -1,7 +1,7 @@
 """Chaos soak: real worker processes SIGKILLed (and, on PostgreSQL, their connections terminated)
 while they drain a queue, then an invariant checker over every job and every execution.
 
-Shared by bench/chaos_soak.py (tens of thousands of jobs) and tests/test_chaos.py (a short run).
+Shared by bench/chaos_soak.py (tens of thousands of jobs) and tests/system/test_chaos.py (a short run).
 It is also the worker program: `python tests/chaos.py WORKER_ID`, configured by the environment:
 
     LEASED_DATABASE_URL   the worker's database URL (on PostgreSQL it carries an application_name

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, settings
 
 import connections
 import databases
+from paths import LAYERS, PROGRAMS, SRC, TESTS, pythonpath
 from run_alone import RunAlone
 from leased import Leased
 from leased.backends import DIALECTS, parse_database_url
@@ -49,8 +50,13 @@ BACKENDS = list(DIALECTS)
 # Subprocesses (the CLI, crash and README tests) import leased from this tree, as this process does:
 # a relative PYTHONPATH=src would not hold in their working directories, and they would quietly
 # import whatever leased is installed.
-_SRC = str(Path(__file__).parent.parent / "src")
-os.environ["PYTHONPATH"] = os.pathsep.join([_SRC, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
+# The test programs (tests/programs) are imported by the tests too, as the producer's view of the
+# tasks a worker process runs; a test may import another layer's test module for its helpers
+# (test_timeouts reads test_readme's section_code). pytest puts a test's own folder on sys.path only
+# once it collects a file there, so a file run alone would not find them: all are put there at once.
+sys.path[:0] = [folder for folder in map(str, (PROGRAMS, *(TESTS / layer for layer in LAYERS))) if folder not in sys.path]
 
 # xdist's workers start with COLUMNS=80 and LINES=24 that the run's own environment did not set: the
 # CLI would then fit its tables to 80 columns, cutting what the tests read. As without xdist, unset.
@@ -248,7 +254,7 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Captured output and logs as text that xdist can send to its controller: a test may log a lone
-    surrogate (tests/test_logs.py does, on purpose), which execnet cannot encode, and the worker's
+    surrogate (tests/unit/test_logs.py does, on purpose), which execnet cannot encode, and the worker's
     report would crash the whole run."""
     outcome = yield
     report = outcome.get_result()
@@ -424,9 +430,8 @@ def faketime_env(clock: str) -> dict[str, str]:
 
 @pytest.fixture
 def worker_processes(database_url, tmp_path):
-    """start(script, worker_id, *args, clock=None, **env): a worker process running tests/<script>
+    """start(script, worker_id, *args, clock=None, **env): a worker process running tests/programs/<script>
     (this checkout's leased, logging to tmp_path/<worker_id>.log); all are killed afterwards."""
-    here = Path(__file__).parent
     processes = []
 
     def start(script: str, worker_id: str, *arguments: str, clock: str | None = None,
@@ -439,10 +444,10 @@ def worker_processes(database_url, tmp_path):
             worker_url = f"{database_url}&application_name=leased-crash-worker" if "?" in database_url else database_url
         env = {**os.environ, "LEASED_DATABASE_URL": worker_url, "CRASH_MARKERS": str(tmp_path),
                # This checkout's leased, not whichever one the virtualenv has installed.
-               "PYTHONPATH": os.pathsep.join([str(here), str(here.parent / "src")]), **extra_env}
+               "PYTHONPATH": pythonpath(), **extra_env}
         if clock:
             env.update(faketime_env(clock))
-        process = subprocess.Popen([sys.executable, str(here / script), worker_id, *arguments], env=env,
+        process = subprocess.Popen([sys.executable, str(PROGRAMS / script), worker_id, *arguments], env=env,
                                    stdout=log, stderr=subprocess.STDOUT)
         processes.append(process)
         return process

@@ -1,7 +1,7 @@
 """A rolling upgrade as teams deploy one, with the previous release's code taken from git history:
 its workers and a producer run under load, then this checkout's code migrates and its workers start
 beside them (or its workers start first and migrate as they start). Shared by
-tests/test_rolling_upgrade.py (seconds a run) and bench/stalls.py (a longer soak).
+tests/system/test_rolling_upgrade.py (seconds a run) and bench/stalls.py (a longer soak).
 
 Each process is rolling_upgrade_app.py on one release's `src`, in a subprocess of its own; what the
 producers saw enqueued and what the handlers ran is read from their record files afterwards.
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from paths import PROGRAMS, ROOT, TESTS
+
 NEW_SOURCE = ROOT / "src"
-PROGRAM = HERE / "rolling_upgrade_app.py"
+PROGRAM = PROGRAMS / "rolling_upgrade_app.py"
 TASK = "upgrade.record"  # the one task the program's producers enqueue and its workers run
 
 # Earlier releases a rolling upgrade starts from, by the schema version they run: the last commit
@@ -141,7 +141,7 @@ class Fleet:
 
     def environment(self, release: str) -> dict[str, str]:
         # PYTHONPATH whole, not prepended to: the tests' own points at this checkout's src.
-        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(self.sources[release])]),
+        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROGRAMS), str(TESTS), str(self.sources[release])]),
                 "LEASED_DATABASE_URL": self.database_url, "UPGRADE_RECORDS": str(self.folder),
                 "UPGRADE_RATE": str(self.load.rate), "UPGRADE_CONCURRENCY": str(self.load.concurrency),
                 "UPGRADE_POLL": str(self.load.poll_interval)}

@@ -1,4 +1,4 @@
-"""What a user's type checker sees of leased: checked by `mypy --strict` in tests/test_types.py, never run.
+"""What a user's type checker sees of leased: checked by `mypy --strict` in tests/unit/test_types.py, never run.
 
 Each `assert_type` pins a type a user relies on; each `# type: ignore[code]` is a mistake the checker
 must catch (mypy runs with warn_unused_ignores, so one that stops being an error fails the check).

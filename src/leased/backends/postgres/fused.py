@@ -4,7 +4,7 @@ the shared parts (backends/sql/) do them as the named statements of one transact
 A job and its attempt record change together in one statement on an autocommit connection, so
 each verb is one round trip and a transaction of its own: the hot path (renew, finish) and the
 reclaim cost a worker one statement each. They keep the promises of the shared sequence, which the
-conformance suite checks by running both on PostgreSQL (tests/test_postgres_fused.py): build a
+conformance suite checks by running both on PostgreSQL (tests/conformance/test_postgres_fused.py): build a
 backend with `PostgresBackend(url, fused=False)` to run the shared sequence instead.
 
 The statements are queries.sql's `fused_*` ones; what a step's end settles in its workflow, the

@@ -1355,7 +1355,7 @@ WHERE job_id = %(job_id)s ORDER BY started_at, name;
 -- The shared sequence (backends/sql/): the write verbs as the named statements of one transaction,
 -- as SQLite and MariaDB run them. A PostgresBackend runs its fused_* statements instead (fused.py),
 -- and these when built with fused=False, as the conformance suite builds one so that the two never
--- drift (tests/test_postgres_fused.py). Leases, ends and counts come as JSON arrays (jsonb), as the
+-- drift (tests/conformance/test_postgres_fused.py). Leases, ends and counts come as JSON arrays (jsonb), as the
 -- shared code writes them, in job id order; rows are locked in that order, as the fused ones are.
 
 -- name: renew

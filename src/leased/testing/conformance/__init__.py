@@ -4,7 +4,7 @@ Each check takes a factory of backends on one fresh database with leased's schem
 ports directly (`NewJob`, `ClaimRequest`, `AttemptEnd`, ...): no `Leased`, no task, no worker. Time
 moves through the backend's clock seam (`backend.clock.advance`), never by sleeping, and "now" is
 the database's. Together the checks call every verb of every port, sync and async
-(tests/test_storage_conformance.py fails naming any verb they leave uncalled, through a
+(tests/conformance/test_storage_conformance.py fails naming any verb they leave uncalled, through a
 `Recorder`). leased's own suite runs every check on SQLite, PostgreSQL and MariaDB; a backend of
 your own is done when it passes them too:
 
