@@ -109,10 +109,12 @@ def test_context_carries_job_and_attempt(app):
 
 
 def test_cancelling_a_running_job_stops_its_handler(app):
+    # The worker hears of a cancel on its next renewal (a third of the lease); a lease of seconds, not
+    # of a fraction of one, so that a machine busy for a moment does not let it expire first.
     started, stopped = threading.Event(), threading.Event()
     reasons = []
 
-    @app.task(name="long_sync", takes_context=True, lease=0.6)
+    @app.task(name="long_sync", takes_context=True, lease=3.0)
     def long_sync(context):
         started.set()
         context.cancelled.wait(30)
@@ -120,7 +122,7 @@ def test_cancelling_a_running_job_stops_its_handler(app):
         stopped.set()
         return "should be discarded"
 
-    @app.task(name="long_async", takes_context=True, lease=0.6)
+    @app.task(name="long_async", takes_context=True, lease=3.0)
     async def long_async(context):
         try:
             await asyncio.sleep(30)
@@ -156,7 +158,7 @@ def test_lost_lease_cancels_the_handler_and_discards_its_result(app):
     started, returned = threading.Event(), threading.Event()
     reasons = []
 
-    @app.task(name="slow", takes_context=True, lease=0.6)
+    @app.task(name="slow", takes_context=True, lease=3.0)
     def slow(context):
         started.set()
         context.cancelled.wait(30)
@@ -223,7 +225,7 @@ def test_shutdown_past_the_grace_period_releases_jobs_at_once(app):
 def test_a_cancelled_sync_handler_that_ignores_it_does_not_hold_up_the_shutdown(app):
     started, release, returned = threading.Event(), threading.Event(), threading.Event()
 
-    @app.task(name="deaf", lease=0.6)
+    @app.task(name="deaf", lease=3.0)
     def deaf():
         started.set()
         release.wait(60)  # never looks at its context
