@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,7 @@ def test_a_traced_request_continues_into_the_jobs_first_attempt(app, spans):
     assert process.status.status_code is not StatusCode.ERROR
 
 
-def test_a_retry_is_a_new_trace_linked_to_the_enqueue(app, spans):
+def test_a_retry_is_a_new_trace_linked_to_the_enqueue_and_each_says_its_wait(app, spans):
     tries: list[int] = []
 
     @app.task(name="flaky", max_attempts=2, backoff=Backoff(base=0.0, jitter=0.0))
@@ -98,7 +99,7 @@ def test_a_retry_is_a_new_trace_linked_to_the_enqueue(app, spans):
             raise ConnectionError("relay down")
 
     with request_tracer.start_as_current_span("nightly import"):
-        flaky.enqueue()
+        flaky.using(run_after=datetime.now(UTC) - timedelta(hours=1)).enqueue()  # due an hour ago
     app.run_until_empty()
     [send] = named(spans(), "send default")
     first, second = sorted(named(spans(), "process default"), key=lambda span: span.attributes["leased.attempt"])
@@ -109,6 +110,9 @@ def test_a_retry_is_a_new_trace_linked_to_the_enqueue(app, spans):
     assert second.parent is None and second.context.trace_id != send.context.trace_id
     assert [link.context.span_id for link in second.links] == [send.context.span_id]
     assert second.attributes["leased.attempt"] == 2 and second.attributes["leased.outcome"] == "done"
+    # From due to start by the database's clock: the enqueue's run_after, then the retry's (no backoff).
+    assert 3600 <= first.attributes["leased.queued_seconds"] < 3600 + 60
+    assert 0 <= second.attributes["leased.queued_seconds"] < 60
 
 
 def test_an_untraced_enqueue_exports_nothing_and_stores_no_context(app, spans):

@@ -155,10 +155,16 @@ def start_attempt(job: Any, worker_id: str) -> Any:
     parent = _extracted(trace_context)
     if parent is None:
         return None
-    attributes = {"messaging.system": SYSTEM, "messaging.operation.type": "process",
-                  "messaging.operation.name": "process", "messaging.destination.name": job.queue_name,
-                  "messaging.message.id": str(job.id), "leased.task": job.task_name, "leased.attempt": job.attempt,
-                  "leased.max_attempts": job.max_attempts, "leased.worker_id": worker_id}
+    attributes: dict[str, str | int | float] = {
+        "messaging.system": SYSTEM, "messaging.operation.type": "process", "messaging.operation.name": "process",
+        "messaging.destination.name": job.queue_name, "messaging.message.id": str(job.id),
+        "leased.task": job.task_name, "leased.attempt": job.attempt, "leased.max_attempts": job.max_attempts,
+        "leased.worker_id": worker_id}
+    # Messaging's conventions name no time spent waiting in the queue: leased's own, from due (not
+    # enqueued: a delayed job or a retry's backoff is not waiting) to start, by the database's clock.
+    queued = job.queued_seconds()
+    if queued is not None:
+        attributes["leased.queued_seconds"] = queued
     # From an empty context, as a retry's always was: the thread's or task's own is the worker's, not the job's.
     if job.attempt == 1:
         return _tracer(trace).start_span(f"process {job.queue_name}", context=trace.set_span_in_context(
