@@ -127,6 +127,7 @@ def test_an_untraced_enqueue_exports_nothing_and_stores_no_context(app, spans):
     app.run_until_empty()
     assert [span.name for span in spans()] == ["inside"] * 4  # the handler's own, as roots: none of leased's
     assert [span.parent for span in spans()] == [None] * 4
+    assert raw_scalar(app, "SELECT count(*) FROM leased_attempts WHERE trace_context IS NOT NULL") == 0
     assert {app.get_job(one.id).status for one in [job, *jobs]} == {"done"}
 
 
@@ -319,6 +320,41 @@ def test_a_workflows_steps_continue_its_enqueue_and_a_run_time_step_its_adding_a
     assert by_task["plan"].parent.span_id == send.context.span_id
     assert by_task["resize"].parent.span_id == by_task["plan"].context.span_id  # added by plan's attempt
     assert by_task["resize"].context.trace_id == request.get_span_context().trace_id
+
+
+def test_a_fan_in_steps_attempt_links_to_every_parents_attempt(app, spans):
+    """100 parents, one step after them all: its attempt links to each parent's own attempt span,
+    read from the parent's recorded attempt (leased_attempts.trace_context), and says which."""
+    @app.task(name="part")
+    def part(n: int) -> int:
+        return n
+
+    @app.task(name="merge")
+    def merge() -> None:
+        pass
+
+    @app.task(name="amerge")
+    async def amerge() -> None:  # an async handler's step: its parents are read off the worker's loop
+        pass
+
+    workflow = app.workflow("fan-in")
+    parts = [workflow.add(part, n, name=f"part-{n}") for n in range(100)]
+    workflow.add(merge, after=parts)
+    workflow.add(amerge, after=parts[:2])
+    with request_tracer.start_as_current_span("POST /reports"):
+        workflow.enqueue()
+    app.run_until_empty()
+    by_task: dict[str, list] = {}
+    for span in named(spans(), "process default"):
+        by_task.setdefault(span.attributes["leased.task"], []).append(span)
+    parent_attempts = {span.context.span_id: span for span in by_task["part"]}
+    [merged], [amerged] = by_task["merge"], by_task["amerge"]
+    assert len(parent_attempts) == 100
+    assert {link.context.span_id for link in merged.links} == set(parent_attempts)
+    assert sorted(link.attributes["leased.step.parent"] for link in merged.links) == sorted(
+        f"part-{n}" for n in range(100))
+    assert {link.attributes["leased.step.parent"] for link in amerged.links} == {"part-0", "part-1"}
+    assert merged.parent is not None and merged.parent.span_id not in parent_attempts  # a child of the enqueue
 
 
 class Receiver(http.server.ThreadingHTTPServer):

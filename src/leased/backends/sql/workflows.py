@@ -315,7 +315,7 @@ class WorkflowStore(Dialect):
     def parents_of(self, job_id: int) -> list[ParentEnd]:
         """The parents of a step, by name, with how each ended."""
         return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), self._from_json(row["result"]),
-                          row["last_error"])
+                          row["last_error"], row["trace_context"])
                 for row in self._rows("parents_of", job_id=job_id)]
 
     def step_names(self, workflow_id: int) -> dict[str, int]:
