@@ -286,15 +286,21 @@ def test_show_prints_a_traced_jobs_trace_id(app, database_url):
 
 
 def test_without_opentelemetry_imported_nothing_is_looked_up(tmp_path):
-    """A process that never imported OpenTelemetry: enqueue and run import none of it."""
+    """A process that never imported OpenTelemetry: enqueue and run (a fan-in step's too) import
+    none of it, and every attempt's record holds a null trace context."""
     code = f"""
-import sys
+import sqlite3, sys
 from leased import Leased
 app = Leased("sqlite:///{tmp_path / 'jobs.db'}")
 noop = app.task(name="noop")(lambda: None)
 noop.enqueue(); noop.enqueue_many([()] * 2)
+workflow = app.workflow("fan-in")
+workflow.add(noop, name="after", after=[workflow.add(noop, name=f"part-{{n}}") for n in range(2)])
+workflow.enqueue()
 app.run_until_empty()
 assert not [name for name in sys.modules if name.startswith("opentelemetry")], sorted(sys.modules)
+read = sqlite3.connect("{tmp_path / 'jobs.db'}").execute
+assert read("SELECT count(*), count(trace_context) FROM leased_attempts").fetchone() == (6, 0)
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
