@@ -303,10 +303,10 @@ class ClaimedJob:
 
     __slots__ = ("id", "task_name", "queue_name", "args", "kwargs", "attempt", "max_attempts", "lease_seconds",
                  "timeout_seconds", "workflow_id", "isolation", "crashes", "max_crashes", "trace_context", "lease",
-                 "lease_from", "unreadable", "_build", "_job")
+                 "lease_from", "unreadable", "_build", "_job", "_row", "_to_time")
 
     def __init__(self, row: Any, args: list[Any], kwargs: dict[str, Any], build: Callable[[], Job],
-                 unreadable: str | None = None):
+                 unreadable: str | None = None, to_time: Callable[[Any], datetime | None] | None = None):
         self.id: int = row["id"]
         self.task_name: str = row["task_name"]
         self.queue_name: str = row["queue_name"]
@@ -329,6 +329,16 @@ class ClaimedJob:
         self.unreadable = unreadable
         self._build = build
         self._job: Job | None = None
+        self._row = row  # read again only for what tracing asks (queued_seconds)
+        self._to_time = to_time  # how the backend's driver gives times; None: the row's are datetimes
+
+    def queued_seconds(self) -> float | None:
+        """Seconds from when this attempt was due (its run_after: the enqueue's, or its retry's) to
+        its start, both by the database's clock; None where the row does not say. Read on demand:
+        only a traced attempt asks."""
+        to_time = self._to_time or (lambda value: value)
+        due, started = to_time(self._row["run_after"]), to_time(self._row["attempt_started_at"])
+        return None if due is None or started is None else (started - due).total_seconds()
 
     @property
     def job(self) -> Job:

@@ -66,6 +66,9 @@ class ParentEnd:
     status: JobStatus
     result: Any = None
     error: str | None = None
+    #: the W3C trace context of its last attempt's span, when traced (leased.tracing): a traced
+    #: step's attempt links to it. Not compared: it names a span, not how the parent ended.
+    trace_context: str | None = field(default=None, compare=False)
 
     @property
     def succeeded(self) -> bool:

@@ -25,7 +25,7 @@ import functools
 import json
 import re
 import sys
-from typing import Any, ContextManager, Iterator, Sequence
+from typing import Any, ContextManager, Iterable, Iterator, Sequence
 
 SYSTEM = "leased"
 
@@ -67,7 +67,15 @@ def current_trace_context() -> str | None:
     trace = _trace()
     if trace is None:
         return None
-    span_context = trace.get_current_span().get_span_context()
+    return _w3c(trace.get_current_span().get_span_context())
+
+
+def trace_context_of(span: Any) -> str | None:
+    """A span's W3C trace context as current_trace_context() writes it; None for no span."""
+    return None if span is None else _w3c(span.get_span_context())
+
+
+def _w3c(span_context: Any) -> str | None:
     if not span_context.is_valid:
         return None
     # What the W3C propagator's inject() writes, written here: it costs a tenth of an enqueue.
@@ -155,16 +163,33 @@ def start_attempt(job: Any, worker_id: str) -> Any:
     parent = _extracted(trace_context)
     if parent is None:
         return None
-    attributes = {"messaging.system": SYSTEM, "messaging.operation.type": "process",
-                  "messaging.operation.name": "process", "messaging.destination.name": job.queue_name,
-                  "messaging.message.id": str(job.id), "leased.task": job.task_name, "leased.attempt": job.attempt,
-                  "leased.max_attempts": job.max_attempts, "leased.worker_id": worker_id}
+    attributes: dict[str, str | int | float] = {
+        "messaging.system": SYSTEM, "messaging.operation.type": "process", "messaging.operation.name": "process",
+        "messaging.destination.name": job.queue_name, "messaging.message.id": str(job.id),
+        "leased.task": job.task_name, "leased.attempt": job.attempt, "leased.max_attempts": job.max_attempts,
+        "leased.worker_id": worker_id}
+    # Messaging's conventions name no time spent waiting in the queue: leased's own, from due (not
+    # enqueued: a delayed job or a retry's backoff is not waiting) to start, by the database's clock.
+    queued = job.queued_seconds()
+    if queued is not None:
+        attributes["leased.queued_seconds"] = queued
     # From an empty context, as a retry's always was: the thread's or task's own is the worker's, not the job's.
     if job.attempt == 1:
         return _tracer(trace).start_span(f"process {job.queue_name}", context=trace.set_span_in_context(
             trace.NonRecordingSpan(parent), _context().Context()), kind=trace.SpanKind.CONSUMER, attributes=attributes)
     return _tracer(trace).start_span(f"process {job.queue_name}", context=_context().Context(),
                                      kind=trace.SpanKind.CONSUMER, attributes=attributes, links=[trace.Link(parent)])
+
+
+def link_parents(span: Any, parents: Iterable[Any]) -> None:
+    """Links from a workflow step's attempt span to each traced parent's last attempt (ParentEnd's
+    trace_context), named by the parent step: a fan-in step links to every one."""
+    if span is None or not span.is_recording():
+        return
+    for parent in parents:
+        span_context = _extracted(parent.trace_context) if parent.trace_context is not None else None
+        if span_context is not None:
+            span.add_link(span_context, {"leased.step.parent": parent.name})
 
 
 def current(span: Any) -> ContextManager[None]:

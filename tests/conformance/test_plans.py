@@ -203,6 +203,7 @@ def test_postgres_writes_of_a_batch_do_work_linear_in_the_batch(app, backend_nam
                 "results": ["null"] * batch, "last_errors": [None] * batch, "retry_in_seconds": [0.0] * batch,
                 "outcomes": ["done"] * batch, "error_types": [None] * batch, "error_messages": [None] * batch,
                 "tracebacks": [None] * batch, "progress": [None] * batch, "handler_outlived_limits": [False] * batch,
+                "trace_contexts": [None] * batch,
                 "counted_as": None}
         for name, params in [("fused_renew", {"job_ids": ids, "attempts": [1] * batch, "progress": [None] * batch,
                                               "worker_id": "w"}),
@@ -214,7 +215,8 @@ def test_postgres_writes_of_a_batch_do_work_linear_in_the_batch(app, backend_nam
 
 
 _PARAMETER_TYPES = {"job_ids": "bigint[]", "attempts": "int[]", "retry_in_seconds": "float8[]", "worker_id": "text",
-                    "outcome": "text", "message": "text", "counted_as": "text", "handler_outlived_limits": "boolean[]"}
+                    "outcome": "text", "message": "text", "counted_as": "text", "handler_outlived_limits": "boolean[]",
+                    "trace_contexts": "text[]"}
 
 
 def _rows_through_generic_plan(connection, sql: str, params: dict) -> int:

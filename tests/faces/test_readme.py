@@ -54,6 +54,10 @@ RUN_SEPARATELY = {
                                        "the test command's installs in test_the_test_command_installs_its_dependency_"
                                        "group_from_wheels_alone",
     "The docs": "tests/faces/test_docs.py builds the site as this command does, with warnings as errors",
+    "A FastAPI request, traced into its job": "test_a_request_traced_into_its_job_prints_the_chain checks its "
+                                              "trace",
+    "A Django view, traced into its job": "test_a_request_traced_into_its_job_prints_the_chain checks its trace "
+                                          "(Django 6 needs Python 3.12)",
 }
 # Blocks that are not Python, by (page, section heading), or by page for all of its blocks -> why
 # they are not run here, and what checks them instead.
@@ -161,6 +165,19 @@ def test_readme_block_compiles_or_runs(heading, line, code, tmp_path):
 
 def quick_start() -> str:
     return section_code("Quick start")
+
+
+@pytest.mark.parametrize("section, framework, request_span", [
+    ("A FastAPI request, traced into its job", "fastapi", "POST /orders/{order_id}"),
+    ("A Django view, traced into its job", "django.tasks", "POST orders/<order_id>"),
+])
+def test_a_request_traced_into_its_job_prints_the_chain(tmp_path, section, framework, request_span):
+    """The framework's request span, the enqueue's send span, the worker's attempt and the handler's
+    own span, each the parent of the next: the request's trace continues into the job."""
+    pytest.importorskip(framework)
+    (tmp_path / "example.py").write_text(section_code(section))
+    printed = run([sys.executable, "example.py"], tmp_path).stdout.splitlines()
+    assert printed[-1] == f"render receipt < process default < send default < {request_span}"
 
 
 def test_workflow_example_runs_and_prints_what_it_says(tmp_path):

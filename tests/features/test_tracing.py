@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
@@ -86,7 +87,7 @@ def test_a_traced_request_continues_into_the_jobs_first_attempt(app, spans):
     assert process.status.status_code is not StatusCode.ERROR
 
 
-def test_a_retry_is_a_new_trace_linked_to_the_enqueue(app, spans):
+def test_a_retry_is_a_new_trace_linked_to_the_enqueue_and_each_says_its_wait(app, spans):
     tries: list[int] = []
 
     @app.task(name="flaky", max_attempts=2, backoff=Backoff(base=0.0, jitter=0.0))
@@ -96,7 +97,7 @@ def test_a_retry_is_a_new_trace_linked_to_the_enqueue(app, spans):
             raise ConnectionError("relay down")
 
     with request_tracer.start_as_current_span("nightly import"):
-        flaky.enqueue()
+        flaky.using(run_after=datetime.now(UTC) - timedelta(hours=1)).enqueue()  # due an hour ago
     app.run_until_empty()
     [send] = named(spans(), "send default")
     first, second = sorted(named(spans(), "process default"), key=lambda span: span.attributes["leased.attempt"])
@@ -107,6 +108,9 @@ def test_a_retry_is_a_new_trace_linked_to_the_enqueue(app, spans):
     assert second.parent is None and second.context.trace_id != send.context.trace_id
     assert [link.context.span_id for link in second.links] == [send.context.span_id]
     assert second.attributes["leased.attempt"] == 2 and second.attributes["leased.outcome"] == "done"
+    # From due to start by the database's clock: the enqueue's run_after, then the retry's (no backoff).
+    assert 3600 <= first.attributes["leased.queued_seconds"] < 3600 + 60
+    assert 0 <= second.attributes["leased.queued_seconds"] < 60
 
 
 def test_an_untraced_enqueue_exports_nothing_and_stores_no_context(app, spans):
@@ -121,6 +125,7 @@ def test_an_untraced_enqueue_exports_nothing_and_stores_no_context(app, spans):
     app.run_until_empty()
     assert [span.name for span in spans()] == ["inside"] * 4  # the handler's own, as roots: none of leased's
     assert [span.parent for span in spans()] == [None] * 4
+    assert raw_scalar(app, "SELECT count(*) FROM leased_attempts WHERE trace_context IS NOT NULL") == 0
     assert {app.get_job(one.id).status for one in [job, *jobs]} == {"done"}
 
 
@@ -279,15 +284,21 @@ def test_show_prints_a_traced_jobs_trace_id(app, database_url):
 
 
 def test_without_opentelemetry_imported_nothing_is_looked_up(tmp_path):
-    """A process that never imported OpenTelemetry: enqueue and run import none of it."""
+    """A process that never imported OpenTelemetry: enqueue and run (a fan-in step's too) import
+    none of it, and every attempt's record holds a null trace context."""
     code = f"""
-import sys
+import sqlite3, sys
 from leased import Leased
 app = Leased("sqlite:///{tmp_path / 'jobs.db'}")
 noop = app.task(name="noop")(lambda: None)
 noop.enqueue(); noop.enqueue_many([()] * 2)
+workflow = app.workflow("fan-in")
+workflow.add(noop, name="after", after=[workflow.add(noop, name=f"part-{{n}}") for n in range(2)])
+workflow.enqueue()
 app.run_until_empty()
 assert not [name for name in sys.modules if name.startswith("opentelemetry")], sorted(sys.modules)
+read = sqlite3.connect("{tmp_path / 'jobs.db'}").execute
+assert read("SELECT count(*), count(trace_context) FROM leased_attempts").fetchone() == (6, 0)
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -313,6 +324,41 @@ def test_a_workflows_steps_continue_its_enqueue_and_a_run_time_step_its_adding_a
     assert by_task["plan"].parent.span_id == send.context.span_id
     assert by_task["resize"].parent.span_id == by_task["plan"].context.span_id  # added by plan's attempt
     assert by_task["resize"].context.trace_id == request.get_span_context().trace_id
+
+
+def test_a_fan_in_steps_attempt_links_to_every_parents_attempt(app, spans):
+    """100 parents, one step after them all: its attempt links to each parent's own attempt span,
+    read from the parent's recorded attempt (leased_attempts.trace_context), and says which."""
+    @app.task(name="part")
+    def part(n: int) -> int:
+        return n
+
+    @app.task(name="merge")
+    def merge() -> None:
+        pass
+
+    @app.task(name="amerge")
+    async def amerge() -> None:  # an async handler's step: its parents are read off the worker's loop
+        pass
+
+    workflow = app.workflow("fan-in")
+    parts = [workflow.add(part, n, name=f"part-{n}") for n in range(100)]
+    workflow.add(merge, after=parts)
+    workflow.add(amerge, after=parts[:2])
+    with request_tracer.start_as_current_span("POST /reports"):
+        workflow.enqueue()
+    app.run_until_empty()
+    by_task: dict[str, list] = {}
+    for span in named(spans(), "process default"):
+        by_task.setdefault(span.attributes["leased.task"], []).append(span)
+    parent_attempts = {span.context.span_id: span for span in by_task["part"]}
+    [merged], [amerged] = by_task["merge"], by_task["amerge"]
+    assert len(parent_attempts) == 100
+    assert {link.context.span_id for link in merged.links} == set(parent_attempts)
+    assert sorted(link.attributes["leased.step.parent"] for link in merged.links) == sorted(
+        f"part-{n}" for n in range(100))
+    assert {link.attributes["leased.step.parent"] for link in amerged.links} == {"part-0", "part-1"}
+    assert merged.parent is not None and merged.parent.span_id not in parent_attempts  # a child of the enqueue
 
 
 class Receiver(http.server.ThreadingHTTPServer):

@@ -55,6 +55,9 @@ class AttemptEnd:
     # Its time limit ended it while its handler's thread still ran (stuck, holding a slot): recorded
     # with the attempt (leased_attempts.handler_outlived_limit), for `leased why`.
     handler_outlived_limit: bool = False
+    # The W3C trace context of the attempt's own span when it was traced (leased.tracing), recorded
+    # with the attempt (leased_attempts.trace_context): a workflow step's attempt links to it.
+    trace_context: str | None = None
 
     @property
     def job_status(self) -> JobStatus:

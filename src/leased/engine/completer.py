@@ -48,7 +48,7 @@ class Completer:
         """From any thread: the attempt's handler is over; write its end, if it has one (with the
         attempt's latest progress report)."""
         if isinstance(end, AttemptEnd):
-            end = attempt.context.with_progress(end)
+            end = attempt.context.with_reports(end)
         self._inbox.put((attempt, end))
 
     def _arrived(self, ends: list[tuple[ClaimedAttempt, AttemptEnd | Written | None]]) -> None:

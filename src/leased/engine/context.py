@@ -58,6 +58,9 @@ class TaskContext:
     _connection: Any = field(default=None, init=False, repr=False)
     _steps: DurableSteps | None = field(default=None, init=False, repr=False)  # made on a handler's first step
     _progress: str | None = field(default=None, init=False, repr=False)  # the latest report, as JSON
+    #: The W3C trace context (JSON) of this attempt's span when its job was traced (leased.tracing),
+    #: recorded with its end; None: untraced.
+    trace_context: str | None = field(default=None, init=False, repr=False)
 
     @property
     def job(self) -> Job:
@@ -95,9 +98,12 @@ class TaskContext:
         if self.report_progress is not None:
             self.report_progress(self.claimed.lease, report)
 
-    def with_progress(self, end: AttemptEnd) -> AttemptEnd:
-        """The attempt's end, carrying its latest progress report, if its handler made one."""
-        return end if self._progress is None else replace(end, progress_json=self._progress)
+    def with_reports(self, end: AttemptEnd) -> AttemptEnd:
+        """The attempt's end, carrying its latest progress report, if its handler made one, and its
+        span's trace context, if traced."""
+        if self._progress is not None:
+            end = replace(end, progress_json=self._progress)
+        return end if self.trace_context is None else replace(end, trace_context=self.trace_context)
 
     # Durable steps (engine/durable.py).
     def step(self, name: str, fn: Callable[..., Any], *, transactional: bool = False) -> Any:

@@ -62,6 +62,7 @@ class Executor:
         """On a handler thread: run the handler once. None means it was cancelled and nothing is to
         be written; Written, a transactional handler's end, written with its writes."""
         with _attempt_context(attempt):
+            _link_parents(attempt)
             return self._run_sync(attempt)
 
     def _run_sync(self, attempt: ClaimedAttempt) -> AttemptEnd | Written | None:
@@ -90,7 +91,7 @@ class Executor:
             ended = run_in_transaction(
                 attempt, self._backend, lambda: _as_handler(handler.func, context, *args, **kwargs),
                 lambda error: _reported(context, self._error_end(attempt, error)),
-                lambda result: context.with_progress(self._result_end(attempt, result)))
+                lambda result: context.with_reports(self._result_end(attempt, result)))
             attempt.thread_id = None
             return ended
         try:
@@ -127,9 +128,11 @@ class Executor:
             running = run_in_transaction_async(
                 attempt, self._backend, lambda: _as_handler_async(handler.func(context, *args, **kwargs)),
                 lambda error: _reported(context, self._error_end(attempt, error)),
-                lambda result: context.with_progress(self._result_end(attempt, result)))
+                lambda result: context.with_reports(self._result_end(attempt, result)))
         else:
             running = _as_handler_async(handler.func(*((context,) if handler.takes_context else ()), *args, **kwargs))
+        if _has_parents_to_link(attempt):
+            running = _parents_linked_first(attempt, running)
         attempt.task = asyncio.get_running_loop().create_task(_contained(running))
         self.time_limits.arm(attempt)
         attempt.task.add_done_callback(lambda task: ended(attempt, self._async_end(attempt, task)))
@@ -211,7 +214,7 @@ class Executor:
 
 
 def _reported(context: TaskContext, end: AttemptEnd | None) -> AttemptEnd | None:
-    return None if end is None else context.with_progress(end)
+    return None if end is None else context.with_reports(end)
 
 
 def _found_as(kind: type[PayloadError], error: PayloadError) -> PayloadError:
@@ -234,8 +237,38 @@ def _attempt_context(attempt: ClaimedAttempt) -> Iterator[None]:
     traces nests under its attempt's span, which starts here (leased.tracing; attempts.py ends it)."""
     worker_id = attempt.context.worker_id
     attempt.span = tracing.start_attempt(attempt.job, worker_id)
+    attempt.context.trace_context = tracing.trace_context_of(attempt.span)
     with logs.about(**logs.job_fields(attempt.job, worker_id=worker_id)), tracing.current(attempt.span):
         yield
+
+
+def _has_parents_to_link(attempt: ClaimedAttempt) -> bool:
+    return attempt.span is not None and attempt.job.workflow_id is not None
+
+
+def _link_parents(attempt: ClaimedAttempt) -> None:
+    """A traced workflow step's attempt links to each parent's last attempt (a fan-in's to every
+    one): one read of its parents, as its handler's own (context.parents). A read that fails is the
+    trace's loss, never the attempt's."""
+    if not _has_parents_to_link(attempt):
+        return
+    try:
+        with worker_calls(mine=False):
+            parents = attempt.context.parents.values()
+    except Exception as error:
+        log.debug("job %d: its parents' attempts are not linked (%s)", attempt.job.id, one_line(error))
+        return
+    tracing.link_parents(attempt.span, parents)
+
+
+async def _parents_linked_first(attempt: ClaimedAttempt, handler_call: Any) -> Any:
+    """An async handler's call, after its attempt's links to its parents, read off the loop."""
+    try:
+        await asyncio.to_thread(_link_parents, attempt)
+    except BaseException:
+        handler_call.close()  # never started: closed, not left to warn that it was never awaited
+        raise
+    return await handler_call
 
 
 # A handler's own calls (an enqueue, a step) are not the worker's: they take the app's connections,

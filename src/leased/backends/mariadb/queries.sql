@@ -192,22 +192,24 @@ ON DUPLICATE KEY UPDATE done = leased_throughput.done + VALUES(done), failed = l
 -- worker and start); run before the job row's own end (finish, release, cancel, the reclaim of an
 -- expired lease), in the same transaction.
 -- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback,
--- progress, handler_outlived_limit (0 or 1; absent: not known)]; each is fenced on its lease as
+-- progress, handler_outlived_limit (0 or 1; absent: not known), trace_context (the attempt's span;
+-- absent: untraced)]; each is fenced on its lease as
 -- finish is, so a worker that lost it writes no outcome.
 -- A record that an older version opened at claim is closed in place (outcome is set last: the
 -- assignments run in order, and the others test the old one). Untold progress (a release, an
 -- expiry) is the attempt's latest report, as its last renewal wrote it, its attempt matched in the
 -- text Progress.to_json writes (comparing JSON_VALUE's text to a number fails a strict-mode insert).
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                             error_message, traceback, progress, handler_outlived_limit)
+                             error_message, traceback, progress, handler_outlived_limit, trace_context)
 SELECT job.id, job.attempt, job.lease_owner, COALESCE(job.attempt_started_at, leased_now()), leased_now(),
        ends.outcome, ends.error_type, ends.error_message, ends.traceback,
        COALESCE(ends.progress, IF(job.progress LIKE CONCAT('%%"attempt": ', job.attempt, '}'), job.progress, NULL)),
-       ends.handler_outlived_limit
+       ends.handler_outlived_limit, ends.trace_context
 FROM JSON_TABLE(%(ends)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$[0]', attempt INT PATH '$[1]', worker_id VARCHAR(255) PATH '$[2]',
     outcome VARCHAR(16) PATH '$[3]', error_type VARCHAR(255) PATH '$[4]', error_message LONGTEXT PATH '$[5]',
-    traceback LONGTEXT PATH '$[6]', progress LONGTEXT PATH '$[7]', handler_outlived_limit INT PATH '$[8]')) AS ends
+    traceback LONGTEXT PATH '$[6]', progress LONGTEXT PATH '$[7]', handler_outlived_limit INT PATH '$[8]',
+    trace_context TEXT PATH '$[9]')) AS ends
 JOIN leased_jobs AS job FORCE INDEX (PRIMARY)
   ON job.id = ends.job_id AND job.attempt = ends.attempt AND job.lease_owner = ends.worker_id
 WHERE job.status = 'running'
@@ -219,6 +221,8 @@ ON DUPLICATE KEY UPDATE
     leased_attempts.progress = IF(leased_attempts.outcome IS NULL, VALUES(progress), leased_attempts.progress),
     leased_attempts.handler_outlived_limit = IF(leased_attempts.outcome IS NULL, VALUES(handler_outlived_limit),
                                                 leased_attempts.handler_outlived_limit),
+    leased_attempts.trace_context = IF(leased_attempts.outcome IS NULL, VALUES(trace_context),
+                                       leased_attempts.trace_context),
     leased_attempts.outcome = IF(leased_attempts.outcome IS NULL, VALUES(outcome), leased_attempts.outcome);
 
 -- name: release
@@ -997,7 +1001,9 @@ JOIN leased_jobs AS j ON j.workflow_id = ids.value JOIN leased_steps AS s ON s.j
 GROUP BY j.workflow_id, j.status;
 
 -- name: parents_of
-SELECT s.name, p.id AS job_id, p.status, p.result, p.last_error
+-- With the trace context of each parent's last attempt, which a traced step's attempt links to.
+SELECT s.name, p.id AS job_id, p.status, p.result, p.last_error,
+       (SELECT a.trace_context FROM leased_attempts AS a WHERE a.job_id = p.id AND a.attempt = p.attempt) AS trace_context
 FROM leased_dependencies AS d JOIN leased_jobs AS p ON p.id = d.parent_id JOIN leased_steps AS s ON s.job_id = p.id
 WHERE d.child_id = %(job_id)s
 ORDER BY p.id;

@@ -53,7 +53,8 @@ def _finish_params(ends: Sequence[AttemptEnd], counted_as: str | None = None) ->
         outcomes=[end.outcome.value for end in ends], error_types=[end.error_type for end in ends],
         error_messages=[end.error_message for end in ends], tracebacks=[end.traceback for end in ends],
         progress=[end.progress_json for end in ends],
-        handler_outlived_limits=[end.handler_outlived_limit for end in ends])
+        handler_outlived_limits=[end.handler_outlived_limit for end in ends],
+        trace_contexts=[end.trace_context for end in ends])
 
 
 def _written(ends: Sequence[AttemptEnd], rows: Sequence[Mapping[str, Any]]) -> list[bool]:

@@ -218,9 +218,9 @@ WITH ends AS (
                          %(statuses)s::text[], %(results)s::text[], %(last_errors)s::text[],
                          %(retry_in_seconds)s::float8[], %(outcomes)s::text[], %(error_types)s::text[],
                          %(error_messages)s::text[], %(tracebacks)s::text[], %(progress)s::text[],
-                         %(handler_outlived_limits)s::boolean[])
+                         %(handler_outlived_limits)s::boolean[], %(trace_contexts)s::text[])
         AS ends (id, attempt, worker_id, status, result, last_error, retry_in_seconds, outcome, error_type,
-                 error_message, traceback, progress, handler_outlived_limit)
+                 error_message, traceback, progress, handler_outlived_limit, trace_context)
 ), held AS (
     -- Each row is found by its primary key alone, whatever the statistics say: a plan that read
     -- every 'running' index entry instead walked the dead entries of all jobs claimed since the
@@ -230,7 +230,7 @@ WITH ends AS (
     -- program wrote that is not JSON made the cast fail every finish and reclaim it was in.
     SELECT ends.id, ends.attempt, ends.worker_id, ends.status, ends.result, ends.last_error, ends.retry_in_seconds,
            ends.outcome, ends.error_type, ends.error_message, ends.traceback, ends.handler_outlived_limit,
-           job.attempt_started_at,
+           ends.trace_context, job.attempt_started_at,
            coalesce(ends.progress, CASE WHEN job.progress LIKE '%%"attempt": ' || job.attempt || '}'
                                         THEN job.progress END) AS progress
     FROM (SELECT * FROM ends ORDER BY id) AS ends
@@ -256,7 +256,7 @@ WITH ends AS (
     WHERE job.id = held.id
     RETURNING job.id, job.attempt, job.status, job.queue_name, job.task_name, job.workflow_id, held.worker_id,
               held.attempt_started_at, held.outcome, held.error_type, held.error_message, held.traceback,
-              held.progress, held.handler_outlived_limit
+              held.progress, held.handler_outlived_limit, held.trace_context
 ), counted AS (
     -- Finished jobs counted by minute in this worker's own rows (migration 0011), in key order; a
     -- transactional handler's in its thread's own row (:counted_as, store.finish_in).
@@ -272,14 +272,14 @@ WITH ends AS (
     -- The attempt's record, written once as it ends, from what the claim wrote in the job row. A
     -- record that an older version opened at claim is closed in place.
     INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                                      error_message, traceback, progress, handler_outlived_limit)
+                                      error_message, traceback, progress, handler_outlived_limit, trace_context)
     SELECT id, attempt, worker_id, coalesce(attempt_started_at, leased_now()), leased_now(), outcome, error_type,
-           error_message, traceback, progress, handler_outlived_limit
+           error_message, traceback, progress, handler_outlived_limit, trace_context
     FROM finished
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
         error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress,
-        handler_outlived_limit = excluded.handler_outlived_limit
+        handler_outlived_limit = excluded.handler_outlived_limit, trace_context = excluded.trace_context
     WHERE a.outcome IS NULL
 )
 SELECT id, attempt, status, workflow_id, worker_id FROM finished;
@@ -1258,21 +1258,21 @@ FOR UPDATE;
 -- the job row's own end, in its transaction (a workflow's cancel, and the shared sequence's verbs;
 -- the fused ones write theirs in their own statements). :ends is a JSON array of [job_id, attempt,
 -- worker_id, outcome, error_type, error_message, traceback, progress, handler_outlived_limit (0 or
--- 1; absent: not known)], fenced on the lease as the rest; untold progress is the attempt's latest
+-- 1; absent: not known), trace_context (the attempt's span; absent: untraced)], fenced on the lease as the rest; untold progress is the attempt's latest
 -- report, as its last renewal wrote it.
 INSERT INTO leased_attempts AS a (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                                  error_message, traceback, progress, handler_outlived_limit)
+                                  error_message, traceback, progress, handler_outlived_limit, trace_context)
 SELECT job.id, job.attempt, job.lease_owner, coalesce(job.attempt_started_at, leased_now()), leased_now(),
        e ->> 3, e ->> 4, e ->> 5, e ->> 6,
        coalesce(e ->> 7, CASE WHEN job.progress LIKE '%%"attempt": ' || job.attempt || '}' THEN job.progress END),
-       (e ->> 8)::int::boolean
+       (e ->> 8)::int::boolean, e ->> 9
 FROM jsonb_array_elements(%(ends)s::jsonb) AS ends (e)
 JOIN leased_jobs AS job ON job.id = (e ->> 0)::bigint
 WHERE job.attempt = (e ->> 1)::int AND job.lease_owner = e ->> 2 AND job.status = 'running'
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
     error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress,
-    handler_outlived_limit = excluded.handler_outlived_limit
+    handler_outlived_limit = excluded.handler_outlived_limit, trace_context = excluded.trace_context
 WHERE a.outcome IS NULL;
 
 -- name: cancel_unfinished_steps
@@ -1331,7 +1331,9 @@ JOIN leased_jobs AS j ON j.workflow_id = ids.value::bigint JOIN leased_steps AS 
 GROUP BY j.workflow_id, j.status;
 
 -- name: parents_of
-SELECT s.name, p.id AS job_id, p.status, p.result, p.last_error
+-- With the trace context of each parent's last attempt, which a traced step's attempt links to.
+SELECT s.name, p.id AS job_id, p.status, p.result, p.last_error,
+       (SELECT a.trace_context FROM leased_attempts AS a WHERE a.job_id = p.id AND a.attempt = p.attempt) AS trace_context
 FROM leased_dependencies AS d JOIN leased_jobs AS p ON p.id = d.parent_id JOIN leased_steps AS s ON s.job_id = p.id
 WHERE d.child_id = %(job_id)s
 ORDER BY p.id;

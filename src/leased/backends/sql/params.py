@@ -54,7 +54,7 @@ def ends_json(ends: Sequence[AttemptEnd]) -> tuple[str, str]:
         lease = end.lease
         job_id, attempt, worker_id = lease.job_id, lease.attempt, lease.worker_id
         records.append([job_id, attempt, worker_id, end.outcome, end.error_type, end.error_message, end.traceback,
-                        end.progress_json, int(end.handler_outlived_limit)])
+                        end.progress_json, int(end.handler_outlived_limit), end.trace_context])
         finishes.append([job_id, attempt, worker_id, end.job_status, end.result_json, end.last_error,
                          end.retry_in_seconds or 0.0, end.progress_json, end.outcome])
     return json.dumps(records), json.dumps(finishes)

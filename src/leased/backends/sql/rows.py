@@ -75,7 +75,7 @@ def _claimed(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[Any],
     except (ValueError, TypeError, RecursionError) as error:
         args, kwargs = [], {}
         unreadable = f"the job's stored arguments cannot be read: {type(error).__name__}: {str(error)[:200]}"
-    return ClaimedJob(row, args, kwargs, lambda: job_from_row(row, to_time, from_json), unreadable)
+    return ClaimedJob(row, args, kwargs, lambda: job_from_row(row, to_time, from_json), unreadable, to_time)
 
 
 def history_from_rows(job: Mapping[str, Any], attempts: list[Mapping[str, Any]], to_time: ToTime

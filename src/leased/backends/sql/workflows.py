@@ -193,7 +193,8 @@ class Workflows:
     def parents_of(self, job_id: int) -> list[ParentEnd]:
         """The parents of a step, by name, with how each ended."""
         from_json = self._database.from_json
-        return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), from_json(row["result"]), row["last_error"])
+        return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), from_json(row["result"]), row["last_error"],
+                          row["trace_context"])
                 for row in self._database.rows("parents_of", job_id=job_id)]
 
     def step_names(self, workflow_id: int) -> dict[str, int]:

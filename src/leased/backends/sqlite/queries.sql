@@ -150,29 +150,31 @@ SET done = done + excluded.done, failed = failed + excluded.failed;
 -- worker and start); run before the job row's own end (finish, release, cancel, the reclaim of an
 -- expired lease), in the same transaction.
 -- :ends is a JSON array of [job_id, attempt, worker_id, outcome, error_type, error_message, traceback,
--- progress, handler_outlived_limit (0 or 1; absent: not known)]; each is fenced on its lease as
+-- progress, handler_outlived_limit (0 or 1; absent: not known), trace_context (the attempt's span;
+-- absent: untraced)]; each is fenced on its lease as
 -- finish is, so a worker that lost it writes no outcome. A record that an older version opened at
 -- claim is closed in place.
 WITH ends AS (
     SELECT value ->> '$[0]' AS job_id, value ->> '$[1]' AS attempt, value ->> '$[2]' AS worker_id,
            value ->> '$[3]' AS outcome, value ->> '$[4]' AS error_type, value ->> '$[5]' AS error_message,
-           value ->> '$[6]' AS traceback, value ->> '$[7]' AS progress, value ->> '$[8]' AS handler_outlived_limit
+           value ->> '$[6]' AS traceback, value ->> '$[7]' AS progress, value ->> '$[8]' AS handler_outlived_limit,
+           value ->> '$[9]' AS trace_context
     FROM json_each(:ends)
 )
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
-                             error_message, traceback, progress, handler_outlived_limit)
+                             error_message, traceback, progress, handler_outlived_limit, trace_context)
 SELECT job.id, job.attempt, job.lease_owner, coalesce(job.attempt_started_at, leased_now()), leased_now(),
        ends.outcome, ends.error_type, ends.error_message, ends.traceback,
        -- untold (a release, an expiry), the attempt's latest report, as its last renewal wrote it;
        -- its attempt matched in the text Progress.to_json writes: ->> raises on a row that is not JSON
        coalesce(ends.progress, CASE WHEN job.progress LIKE '%"attempt": ' || job.attempt || '}' THEN job.progress END),
-       ends.handler_outlived_limit
+       ends.handler_outlived_limit, ends.trace_context
 FROM ends JOIN leased_jobs AS job ON job.id = ends.job_id
 WHERE job.attempt = ends.attempt AND job.lease_owner = ends.worker_id AND +job.status = 'running'
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error_type = excluded.error_type,
     error_message = excluded.error_message, traceback = excluded.traceback, progress = excluded.progress,
-    handler_outlived_limit = excluded.handler_outlived_limit
+    handler_outlived_limit = excluded.handler_outlived_limit, trace_context = excluded.trace_context
 WHERE outcome IS NULL;
 
 -- name: release
@@ -938,7 +940,9 @@ WHERE j.workflow_id IN (SELECT value FROM json_each(:workflow_ids))
 GROUP BY j.workflow_id, j.status;
 
 -- name: parents_of
-SELECT s.name, p.id AS job_id, p.status, p.result, p.last_error
+-- With the trace context of each parent's last attempt, which a traced step's attempt links to.
+SELECT s.name, p.id AS job_id, p.status, p.result, p.last_error,
+       (SELECT a.trace_context FROM leased_attempts AS a WHERE a.job_id = p.id AND a.attempt = p.attempt) AS trace_context
 FROM leased_dependencies AS d JOIN leased_jobs AS p ON p.id = d.parent_id JOIN leased_steps AS s ON s.job_id = p.id
 WHERE d.child_id = :job_id
 ORDER BY p.id;
