@@ -29,14 +29,16 @@ from leased.backends.sql.inspection import InspectionReads
 from leased.backends.sql.params import (CANCELLED_BY_A_USER, ends_json, expired_failures, expired_leases, filter_params,
                                         finished_counts, leases_json, progress_json, queue_limit_params, released_records,
                                         running_records, worker_params)
-from leased.backends.ports import AttemptEnd, JobFilter, PruneRule, WorkerRecord
+from leased.backends.ports import (AttemptEnd, JobFilter, PruneRule, SignalRequest, WaitAnswer, WaitRequest,
+                                   WorkerRecord)
 from leased.backends.sql.rows import claimed_from_rows, history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
 from leased.backends.sql.scripts import schema_problem
 from leased.backends.sql.schedules import ScheduleStore
+from leased.backends.sql.waits import Waits
 from leased.backends.sql.workflows import WorkflowStore
 from leased.errors import (ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, DatabaseConflict, InvalidTransition,
                            JobNotFound, SchemaNotReady)
-from leased.jobs import Attempt, ClaimedJob, DurableStep, Job, JobStatus, Lease, NewJob, Outcome
+from leased.jobs import Attempt, ClaimedJob, DurableStep, Job, JobStatus, Lease, NewJob, Outcome, Signal, SleepingOn
 from leased.limits import QueueLimit
 
 T = TypeVar("T")
@@ -76,6 +78,44 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
                     raise
                 time.sleep(0.001 * 2 ** attempt)  # let the transaction that won finish first
         raise AssertionError("unreachable")
+
+    # The dialect's names as the store's parts call them (waits.py).
+    def transact(self, work: Callable[[Any], T]) -> T:
+        return self._transact(work)
+
+    def execute(self, connection: Any, name: str, /, **params: Any) -> Any:
+        return self._execute(connection, name, **params)
+
+    def rows(self, name: str, **params: Any) -> Sequence[Any]:
+        return self._rows(name, **params)
+
+    def to_time(self, value: Any) -> Any:
+        return self._to_time(value)
+
+    def from_json(self, value: Any) -> Any:
+        return self._from_json(value)
+
+    # Jobs that wait (WaitPort): the part's verbs; what a signal wakes, woken after the commit.
+    @property
+    def _waits(self) -> Waits:
+        return Waits(self)
+
+    def begin_wait(self, request: WaitRequest) -> WaitAnswer:
+        return self._waits.begin_wait(request)
+
+    def send_signal(self, request: SignalRequest, connection: Any = None) -> Signal:
+        if connection is not None:
+            return self._in_callers(connection, lambda connection: self._waits.send_signal(connection, request))
+        return self._transact(lambda connection: self._waits.send_signal(connection, request))
+
+    def wake_sleepers(self, limit: int = 1000) -> int:
+        return self._waits.wake_sleepers(limit)
+
+    def job_wait(self, job_id: int) -> SleepingOn | None:
+        return self._waits.job_wait(job_id)
+
+    def signals(self, job_id: int) -> list[Signal]:
+        return self._waits.signals(job_id)
 
     def _all(self, connection: Any, name: str, /, **params: Any) -> list[Any]:
         return list(self._execute(connection, name, **params).fetchall())
@@ -358,7 +398,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
 
         row = self._transact(work)
         self.wake(released)
-        return self._changed_or_explain(row, job_id, "cancel", "waiting, pending or running")
+        return self._changed_or_explain(row, job_id, "cancel", "waiting, pending, running or sleeping")
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         def work(connection: Any) -> list[Any]:
