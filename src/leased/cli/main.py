@@ -541,6 +541,29 @@ def cancel(ctx: click.Context, target: tuple[str, ...], database: str | None, ev
                                                               else ""))
 
 
+@cli.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] JOB_ID NAME")
+@database_option
+@click.option("--data", metavar="JSON", help="The signal's payload, as JSON (e.g. '{\"by\": \"ann\"}'); none by default.")
+@click.pass_context
+def signal(ctx: click.Context, target: tuple[str, ...], database: str | None, data: str | None) -> None:
+    """Send signal NAME to a job: its handler's context.wait_for(NAME) returns the payload.
+
+    A job sleeping in that wait wakes now; one that has not reached it yet finds it in its mailbox.
+    A job that ended takes no signal.
+    """
+    if len(target) < 2:
+        raise click.UsageError("give the job's id and the signal's name: leased signal APP JOB_ID NAME")
+    try:
+        payload = None if data is None else json.loads(data)
+    except json.JSONDecodeError as error:
+        raise click.UsageError(f"--data {data!r} is not JSON ({error}); quote it for the shell, e.g. "
+                               "--data '{\"approved\": true}'") from None
+    app_spec, job_id = job_target(target[:-1])
+    sent = open_app(ctx, app_spec, database).signal(job_id, target[-1], payload)
+    output.echo(f"signal {sent.name!r} sent to job {sent.job_id} (signal {sent.id})")
+
+
 # Bulk retry and cancel: which jobs, and the question before touching them.
 def bulk_target(values: tuple[str, ...], flag: str) -> str | None:
     """[APP] alone: a bulk action takes no JOB_ID."""
