@@ -57,7 +57,7 @@ def test_a_job_that_waits_outlives_its_killed_workers_and_sees_its_signal_once(a
     """SIGKILL while the job sleeps, and while it waits for a signal that is then committed with no
     worker running: it resumes once each time, and its handler sees the payload once."""
 
-    @app.task(name="await_go", lease=1.0, takes_context=True)
+    @app.task(name="await_go", lease=10.0, takes_context=True)
     def await_go(context): ...
 
     job = await_go.enqueue()

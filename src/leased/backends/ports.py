@@ -329,7 +329,8 @@ class WorkerPort(Protocol):
         failed in their expired worker's rows of leased_throughput). With `skip_if_done_within`,
         the backend may do nothing if a reclaim so asked began that many seconds ago or less, by
         the database's clock, on any worker: a fleet's periodic reclaims take turns (PostgreSQL's
-        do; elsewhere each reclaims)."""
+        do; elsewhere each reclaims). Sleeping jobs whose wait has ended (WaitPort.wake_sleepers)
+        go back to the pool too, turn or not; the count includes them."""
 
     def bury_workers(self, id_prefix: str, how: str) -> int:
         """The workers whose ids start with `id_prefix` died (`how`: "killed by SIGKILL"), as their
@@ -414,7 +415,9 @@ class WaitPort(Protocol):
 
     def wake_sleepers(self, limit: int = 1000) -> int:
         """Sleeping jobs whose wait ended (a sleep's end, a signal's timeout) made pending, at most
-        `limit`; found through the waits' index on their end, not by reading the sleepers. How many."""
+        `limit`; found through the waits' index on their end, not by reading the sleepers. How many.
+        The periodic reclaim does it too (reclaim_expired, and a claim's reclaim): workers need not
+        call it."""
 
 
 class RuntimePort(ProducerPort, WorkerPort, RetentionPort, WorkflowPort, WaitPort, Protocol):

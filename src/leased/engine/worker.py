@@ -41,7 +41,6 @@ from leased.engine.executor import Executor
 from leased.engine.lease_keeper import LeaseKeeper
 from leased.engine.listening import ListenerService
 from leased.engine.reclaimer import Reclaimer
-from leased.engine.sleepers import SleepersWaker
 from leased.engine.scheduler import ScheduledTicks, Scheduler
 from leased.engine.threads import call_soon_threadsafe
 from leased.engine.timelimits import TimeLimits
@@ -179,10 +178,6 @@ class Worker:
                     self._service("announcer", self._announcer.run(listener.port if listener is not None else None))]
         if self._reclaimer is not None:
             services.append(self._service("reclaimer", self._reclaimer.run()))
-        waker = SleepersWaker(self.backend, self.id, woke=lambda: self._claimer.wake(), stopping=lambda: self._stopping)
-        if stop_when_idle:  # run_until_empty() drains what is due, sleepers whose time came included
-            await waker.wake()
-        services.append(self._service("sleepers waker", waker.run()))
         # run_until_empty() drains what is queued; ticking schedules would never let it be empty.
         if self.schedules and not stop_when_idle:
             services.append(self._service("scheduler", Scheduler(

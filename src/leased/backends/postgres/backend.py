@@ -134,10 +134,11 @@ class PostgresBackend(SQLStore):
 
     def reclaim_expired(self, skip_if_done_within: float | None = None) -> int:
         reclaimed = self.writes.reclaim_expired(skip_if_done_within)
-        # Once a second per worker, its turn at the reclaim or not (see rotate_due).
+        # Once a second per worker, its turn at the reclaim or not (see rotate_due); and the sleepers
+        # whose wait has ended go back to the pool (a read of the waits' index when none has).
         with self.connections.connection() as connection:
             rotate_due(connection)
-        return reclaimed
+        return reclaimed + self.wake_sleepers()
 
     def bury_workers(self, id_prefix: str, how: str) -> int:
         return self.writes.bury_workers(id_prefix, how)

@@ -46,6 +46,8 @@ T = TypeVar("T")
 # given up) is run again, at once after 1, 2, 4, ... ms: nothing of it was written, and the one
 # that won is about to commit. Past it, DatabaseConflict goes on to the engine's retry policy.
 CONFLICT_RETRIES = 5
+# Sleeping jobs woken by one reclaim at most (the rest by the next, a second later).
+WAKE_BATCH = 1000
 # How long `leased migrate` (and a first use) keeps trying a version whose locks another session holds.
 MIGRATION_PATIENCE_SECONDS = 120.0
 
@@ -108,7 +110,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
             return self._in_callers(connection, lambda connection: self._waits.send_signal(connection, request))
         return self._transact(lambda connection: self._waits.send_signal(connection, request))
 
-    def wake_sleepers(self, limit: int = 1000) -> int:
+    def wake_sleepers(self, limit: int = WAKE_BATCH) -> int:
         return self._waits.wake_sleepers(limit)
 
     def job_wait(self, job_id: int) -> SleepingOn | None:
@@ -332,7 +334,9 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
     def _reclaim(self, connection: Any, buried: tuple[str, str] | None = None) -> int:
         """In the caller's transaction: expired leases read once, so that their attempts' records
         (written before the reclaim clears the leases they are read from) and the jobs reclaimed
-        are the same set."""
+        are the same set. Sleeping jobs whose wait has ended go back to the pool with them (a read of
+        the waits' index when none has): an idle worker's poll stays one transaction."""
+        woken = self._waits.wake_due(connection, WAKE_BATCH)
         expired = expired_leases(self._all(connection, "expired_ids", silent_after=WORKER_GONE_AFTER),
                                  WORKER_GONE_AFTER, buried)
         if expired:
@@ -343,7 +347,7 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
             # it releases are claimed by the next poll: no wake-up is sent from inside a claim.)
             self._settle_rows(connection, ({"id": row["id"], "status": JobStatus.FAILED.value,
                                             "workflow_id": row["workflow_id"]} for row in expired if row["last_attempt"]))
-        return len(expired)
+        return len(expired) + woken
 
     def _count_finished(self, connection: Any, counts: str | None) -> None:
         if counts is not None:  # None: no job finished (every end a retry, every expired lease had attempts left)

@@ -97,18 +97,20 @@ class Waits:
                 store.execute(connection, "end_waits", job_ids=ids, due_only=0)
         return signal
 
-    # The waker's side.
+    # The waker's side: the periodic reclaim's (store._reclaim, PostgreSQL's reclaim_expired).
     def wake_sleepers(self, limit: int) -> int:
-        def work(connection: Any) -> int:
-            due = self.store.execute(connection, "due_waits", limit=limit).fetchall()
-            if not due:
-                return 0
-            ids = json.dumps([row["job_id"] for row in due])
-            woken = self.store.execute(connection, "wake_jobs", job_ids=ids).rowcount
-            self.store.execute(connection, "end_waits", job_ids=ids, due_only=1)
-            return int(woken)
+        return int(self.store.transact(lambda connection: self.wake_due(connection, limit)))
 
-        return int(self.store.transact(work))
+    def wake_due(self, connection: Any, limit: int) -> int:
+        """In the transaction open on `connection`: sleeping jobs whose wait has ended made pending
+        (at most `limit`), found through the waits' index on their end. How many."""
+        due = self.store.execute(connection, "due_waits", limit=limit).fetchall()
+        if not due:
+            return 0
+        ids = json.dumps([row["job_id"] for row in due])
+        woken = self.store.execute(connection, "wake_jobs", job_ids=ids).rowcount
+        self.store.execute(connection, "end_waits", job_ids=ids, due_only=1)
+        return int(woken)
 
     # Reads.
     def job_wait(self, job_id: int) -> SleepingOn | None:
