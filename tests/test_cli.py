@@ -820,6 +820,8 @@ def test_signal_wakes_a_job_that_why_says_waits_for_it(cli, app):
     sent = cli.run("signal", "--database", cli.url, str(job.id), "approved", "--data", '{"by": "ann"}')
     assert f"signal 'approved' sent to job {job.id}" in sent.stdout
     app.run_until_empty()
+    shown = cli.run("show", "--database", cli.url, str(job.id)).stdout
+    assert "signals" in shown and "approved" in shown and '{"by": "ann"}' in shown
     assert app.get_job(job.id).result == {"by": "ann"}
     refused = cli.run("signal", "--database", cli.url, str(job.id), "approved", code=1)
     assert f"cannot signal job {job.id} ('approved'): it is done" in refused.stderr

@@ -32,6 +32,7 @@ def test_a_sleep_frees_the_attempt_and_resumes_after_its_recorded_steps(app):
     assert app.counts()["default"]["sleeping"] == 1
     why = app.why(job.id)
     assert "is sleeping" in why.summary and "Sleeping until" in why.reasons[0].message
+    assert "Its next attempt resumes after step 'leased.sleep#1'" in why.reasons[-1].message
     advance(app, 2 * 86400)
     app.run_until_empty()
     assert app.get_job(job.id).status is JobStatus.SLEEPING, "the end is the first run's: three days"

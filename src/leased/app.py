@@ -45,6 +45,8 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 DEFAULT_DATABASE_URL = "sqlite:///leased.db"
+# Statuses whose `why` says which recorded durable step the next (or this) attempt resumes after.
+_RESUMABLE = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.SLEEPING)
 
 
 class TaskOptions(TypedDict, total=False):
@@ -308,6 +310,10 @@ class Leased:
         """The durable steps (TaskContext.step) the job's attempts recorded, in the order they ran."""
         return self.backend.durable_steps(job_id)
 
+    def job_signals(self, job_id: int) -> list[Signal]:
+        """The job's mailbox (signal()), oldest first: each signal with the attempt that took it, if one did."""
+        return self.backend.signals(job_id)
+
     def list_jobs(self, *, status: JobStatus | str | None = None, queue_name: str | None = None,
                   task_name: str | None = None, search: str | int | None = None, limit: int = 100,
                   before_id: int | None = None, after_id: int | None = None,
@@ -437,7 +443,7 @@ class Leased:
         if facts.job.status is JobStatus.PENDING:
             facts = replace(facts, old_transactions=self.old_transactions())
         recorded = [step.name for step in self.backend.durable_steps(job_id)] \
-            if facts.job.status in (JobStatus.PENDING, JobStatus.RUNNING) and facts.job.attempt > 0 else []
+            if facts.job.status in _RESUMABLE and facts.job.attempt > 0 else []
         return facts.job, explain(facts, self._step_facts(facts), recorded)
 
     def _step_facts(self, facts: JobFacts) -> StepFacts | None:

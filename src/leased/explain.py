@@ -117,7 +117,8 @@ def _progress(job: Job) -> Reason:
 def _resumes_after(job: Job, names: Sequence[str]) -> Reason:
     listed = ", ".join(repr(name) for name in names[:WAITING_NAMED]) + (
         f" and {len(names) - WAITING_NAMED} more" if len(names) > WAITING_NAMED else "")
-    attempt = "Its next attempt resumes" if job.status is JobStatus.PENDING else "This attempt resumed"
+    attempt = ("Its next attempt resumes" if job.status in (JobStatus.PENDING, JobStatus.SLEEPING)
+               else "This attempt resumed")
     recorded = (f"step {names[0]!r} is recorded, so it does not run again" if len(names) == 1
                 else f"its {len(names)} recorded steps ({listed}) do not run again")
     return Reason("resumes_after_step", f"{attempt} after step {names[-1]!r}: {recorded}.",

@@ -30,7 +30,7 @@ from leased.digits import whole_number
 from leased.errors import LeasedError
 from leased.terminal import printable
 from leased.events import AttemptEnded, Event
-from leased.jobs import DurableStep, Job, JobStatus, Outcome
+from leased.jobs import DurableStep, Job, JobStatus, Outcome, Signal
 from leased.logs import JsonFormatter
 from leased.tracing import trace_id
 from leased.suggest import did_you_mean
@@ -393,11 +393,12 @@ def show(ctx: click.Context, target: tuple[str, ...], database: str | None, as_j
     """Show one job: its fields, arguments, result and every attempt."""
     app_spec, job_id = job_target(target)
     app = open_app(ctx, app_spec, database)
-    job, steps = app.get_job(job_id), app.job_steps(job_id)
+    job, steps, signals = app.get_job(job_id), app.job_steps(job_id), app.job_signals(job_id)
     if as_json:
-        output.echo(output.to_json({**output.job_to_dict(job), "steps": [dataclasses.asdict(step) for step in steps]}))
+        output.echo(output.to_json({**output.job_to_dict(job), "steps": [dataclasses.asdict(step) for step in steps],
+                                    "signals": [dataclasses.asdict(signal) for signal in signals]}))
         return
-    output.echo(describe_job(job, steps))
+    output.echo(describe_job(job, steps, signals))
 
 
 def attempts_used(job: Job) -> str:
@@ -410,7 +411,7 @@ def attempts_used(job: Job) -> str:
             "(counted, but a release never fails the job)")
 
 
-def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
+def describe_job(job: Job, steps: Sequence[DurableStep] = (), signals: Sequence[Signal] = ()) -> str:
     fields = [
         ("status", str(job.status)),
         ("queue", job.queue_name),
@@ -459,6 +460,12 @@ def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
         parts += ["", "steps recorded", output.table(["STEP", "ATTEMPT", "FINISHED", "TOOK", "RESULT"], step_rows,
                                                      right=[1, 3], shrink=4, width=output.terminal_width(),
                                                      indent="  ")]
+    if signals:  # its mailbox (Leased.signal): each taken once, by the attempt named
+        signal_rows = [(signal.id, signal.name, output.local_time(signal.sent_at),
+                        output.NONE if signal.taken_by_attempt is None else signal.taken_by_attempt,
+                        output.one_line(output.readable_json(signal.payload))) for signal in signals]
+        parts += ["", "signals", output.table(["#", "NAME", "SENT", "TAKEN BY", "PAYLOAD"], signal_rows, right=[0, 3],
+                                              shrink=4, width=output.terminal_width(), indent="  ")]
     # Earlier tracebacks are usually the same story; the last failure's is the one to read.
     # A timed-out sync handler's is where its thread was at the limit: where it hung.
     failed = [attempt for attempt in job.history
