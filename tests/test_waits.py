@@ -4,11 +4,11 @@ when it wakes, its durable steps and its waits replayed; Leased.signal() fills a
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leased import ConfigurationError, InvalidTransition, SignalTimeout, TaskContext
+from leased import ConfigurationError, InvalidTransition, JobNotFound, PayloadError, SignalTimeout, TaskContext
 from leased.jobs import JobStatus, Outcome
 from leased.testing import advance
 
@@ -162,3 +162,45 @@ def test_a_wait_inside_a_durable_step_is_refused_with_why(app):
     app.run_until_empty()
     failed = app.get_job(job.id)
     assert failed.status is JobStatus.FAILED and "inside durable step 'outer'" in failed.last_error
+
+
+def test_async_handlers_sleep_and_wait_too(app):
+    @app.task(name="async_gate", takes_context=True)
+    async def async_gate(context: TaskContext):
+        await context.asleep(30)
+        return await context.await_for("approved")
+
+    job = async_gate.enqueue()
+    app.signal(job.id, "approved", "early")  # in the mailbox before the wait: taken when it comes
+    app.run_until_empty()
+    assert app.get_job(job.id).status is JobStatus.SLEEPING
+    advance(app, 31)
+    app.run_until_empty()
+    assert app.get_job(job.id).result == "early"
+
+
+def test_bad_waits_and_signals_are_clear_errors_before_anything_is_written(app):
+    problems: list[str] = []
+
+    @app.task(name="careless", takes_context=True, max_attempts=1)
+    def careless(context: TaskContext):
+        for wait in (lambda: context.sleep(), lambda: context.sleep(5, until=datetime.now(UTC)),
+                     lambda: context.sleep(-1), lambda: context.sleep(until=datetime(2030, 1, 1)),
+                     lambda: context.wait_for(""), lambda: context.wait_for("ok", timeout="soon")):
+            try:
+                wait()
+            except ConfigurationError as error:
+                problems.append(str(error))
+        return "went on"
+
+    job = careless.enqueue()
+    app.run_until_empty()
+    assert app.get_job(job.id).result == "went on" and len(problems) == 6
+    assert "either a duration" in problems[0] and "not both" in problems[1]
+    assert "0 or more" in problems[2] and "with a timezone" in problems[3]
+    assert "signal name" in problems[4] and "timeout" in problems[5]
+    assert app.job_steps(job.id) == []
+    with pytest.raises(PayloadError, match="signal 'go'"):
+        app.signal(job.id, "go", object())
+    with pytest.raises(JobNotFound, match="idempotency key 'nobody'"):
+        app.signal(None, "go", idempotency_key="nobody")
