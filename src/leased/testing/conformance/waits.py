@@ -87,7 +87,7 @@ def a_signal_not_sent_before_its_timeout_times_the_wait_out(make: MakeBackend) -
     assert backend.begin_wait(WaitRequest(first.lease, "leased.signal:paid#1", "paid", seconds=5)).outcome \
         is WaitOutcome.WAITING
     backend.clock.advance(6)
-    assert backend.wake_sleepers() == 1
+    assert backend.reclaim_expired() == 1, "the periodic reclaim wakes the sleepers whose wait has ended"
     (rerun,) = claim(backend)
     end = {step.name: step.result for step in backend.durable_steps(waiter.id)}["leased.signal:paid#1.end"]
     timed_out = backend.begin_wait(WaitRequest(rerun.lease, "leased.signal:paid#1", "paid", until_epoch=end,
