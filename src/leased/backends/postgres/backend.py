@@ -134,8 +134,7 @@ class PostgresBackend(SQLStore):
 
     def reclaim_expired(self, skip_if_done_within: float | None = None) -> int:
         reclaimed = self.writes.reclaim_expired(skip_if_done_within)
-        # Once a second per worker, its turn at the reclaim or not (see rotate_due); and the sleepers
-        # whose wait has ended go back to the pool (a read of the waits' index when none has).
+        # Once a second per worker, its turn at the reclaim or not: the rotation, and the sleepers woken.
         with self.connections.connection() as connection:
             rotate_due(connection)
         return reclaimed + self.wake_sleepers()
