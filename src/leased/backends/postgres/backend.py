@@ -55,9 +55,8 @@ class PostgresBackend(SQLStore):
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10, fused: bool = True):
         if not 0 <= min_connections <= max_connections or max_connections < 1:
-            raise ConfigurationError(
-                f"need 0 <= min_connections <= max_connections and max_connections >= 1, "
-                f"got {min_connections} and {max_connections}")
+            raise ConfigurationError(f"need 0 <= min_connections <= max_connections and max_connections >= 1, "
+                                     f"got {min_connections} and {max_connections}")
         url, own = own_parameters(url)
         params = parsed(url, "PostgreSQL URL")
         self._where = described(params)
@@ -69,7 +68,8 @@ class PostgresBackend(SQLStore):
         fused_writes = FusedWrites(self.connections, self)
         self.writes: Writes = fused_writes if fused else SharedSequence(self)
         # The claim's reclaim is one statement whatever the writes: the steps it leaves, the fused way.
-        self.claims = PostgresClaims(self.connections, self._claimed, fused_writes.reclaim_expired_steps)
+        self.claims = PostgresClaims(self.connections, self._claimed, fused_writes.reclaim_expired_steps,
+                                     self.wake_sleepers)
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self._where})"
