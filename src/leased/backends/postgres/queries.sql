@@ -459,9 +459,7 @@ SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running'
 UNION ALL
 SELECT queue_name, 'waiting', count(*) FROM leased_jobs WHERE status = 'waiting' GROUP BY queue_name
 UNION ALL
--- Sleeping jobs through their waits (each has one, migration 0026): leased_jobs has no status index.
-SELECT job.queue_name, 'sleeping', count(*) FROM leased_waits AS wait
-JOIN leased_jobs AS job ON job.id = wait.job_id AND job.status = 'sleeping' GROUP BY job.queue_name;
+SELECT queue_name, 'sleeping', count(*) FROM leased_jobs WHERE status = 'sleeping' GROUP BY queue_name;
 
 -- name: recent_quarantined
 -- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the

@@ -12,6 +12,9 @@ ALTER TABLE leased_attempts
         CHECK (outcome IN ('done', 'error', 'lease_lost', 'expired', 'cancelled', 'shutdown', 'timeout', 'crashed',
                            'waited'))
         NOT VALID;
+-- Sleeping jobs per queue, counted exactly as waiting ones are (count_active): leased_jobs has no
+-- index of its statuses, and this one holds an entry per sleeping job only.
+CREATE INDEX leased_jobs_sleeping ON leased_jobs (queue_name) WHERE status = 'sleeping';
 
 -- What a sleeping job waits for: a time (signal_name NULL), or a signal until wake_at (NULL: no
 -- timeout). Its end is found through leased_waits_wake_at, a range of the waits that are due: no
