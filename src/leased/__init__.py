@@ -15,6 +15,7 @@ from leased.errors import (
     PayloadError,
     PermanentError,
     SchemaNotReady,
+    SignalTimeout,
     WaitTimeout,
     WorkflowNotFound,
 )
@@ -29,7 +30,7 @@ __all__ = [
     "Attempt", "Backoff", "CancelReason", "ConfigurationError", "DatabaseFull", "DatabaseLocked",
     "DatabaseUnavailable", "Explanation", "InvalidTransition", "Job", "JobNotFound", "JobStatus", "Leased",
     "LeasedError", "Outcome", "OutcomeUnknown", "PayloadError", "Progress", "PermanentError", "Reason", "Retention",
-    "SchemaNotReady", "Task", "TaskContext", "WaitTimeout", "Run", "Workflow", "WorkflowInfo", "WorkflowNotFound",
-    "WorkflowStatus",
+    "SchemaNotReady", "SignalTimeout", "Task", "TaskContext", "WaitTimeout", "Run",
+    "Workflow", "WorkflowInfo", "WorkflowNotFound", "WorkflowStatus",
 ]
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it (tool.hatch.version)

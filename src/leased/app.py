@@ -13,7 +13,7 @@ from typing import Any, Callable, Concatenate, Literal, ParamSpec, TypedDict, Ty
 
 from leased.admin import WORKER_SILENT_AFTER, OldTransaction, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect, parse_database_url
-from leased.backends.ports import Backend, JobFilter, PruneRule, Throughput
+from leased.backends.ports import Backend, JobFilter, PruneRule, SignalRequest, Throughput
 from leased.backends.urls import redacted
 from leased.backoff import Backoff
 from leased.counts import JobCounts
@@ -23,15 +23,15 @@ from leased.engine.pruner import Pruner, count_prunable, older_than_rules, prune
 from leased.engine.retrying import retry_delay
 from leased.engine.worker import Worker, WorkerStats
 from leased.errors import (ConfigurationError, DatabaseLocked, DatabaseUnavailable, InvalidTransition, JobNotFound,
-                           WorkflowNotFound)
+                           PayloadError, WorkflowNotFound)
 from leased.events import Events
 from leased.explain import Explanation, StepFacts, explain, parents_to_read, reads_parents
 from leased.facts import JobFacts
 from leased.horizon import OLD_TRANSACTION_AFTER, check_old_transaction_after
-from leased.jobs import DurableStep, Job, JobStatus, NewJob
+from leased.jobs import DurableStep, Job, JobStatus, NewJob, Signal
 from leased.limits import QueueLimit, check_concurrency, parse_rate
 from leased.names import check_name
-from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from leased.payloads import DEFAULT_MAX_PAYLOAD_BYTES, encode_result
 from leased.retention import Retention, app_retention, period
 from leased.runs import Enqueued, NewWorkflow, WorkflowInfo
 from leased.schedules import Schedule, ScheduleInfo, describe_schedules, make_schedule, tick_handler
@@ -42,8 +42,11 @@ from leased.workflows import Workflow
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 DEFAULT_DATABASE_URL = "sqlite:///leased.db"
+# Statuses whose `why` says which recorded durable step the next (or this) attempt resumes after.
+_RESUMABLE = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.SLEEPING)
 
 
 class TaskOptions(TypedDict, total=False):
@@ -238,14 +241,21 @@ class Leased:
 
     # The producer interface (leased.tasks.Producer) tasks write their jobs through.
     def enqueue_jobs(self, jobs: list[NewJob], connection: Any) -> list[Job]:
-        if _is_sqlalchemy(connection):  # a Session or Connection: write in its open transaction
+        results = self._write(lambda backend, connection: backend.enqueue(jobs, connection), connection)
+        return [job for job, _ in results]
+
+    def _write(self, write: Callable[[Backend, Any], T], connection: Any) -> T:
+        """write(backend, connection): on the caller's connection if given (a SQLAlchemy Session or
+        Connection: its driver's, in its open transaction), then this process's workers woken, unless
+        it is the caller's transaction to commit (what it wrote exists only once that commits)."""
+        if _is_sqlalchemy(connection):
             from leased.backends.sqlalchemy_sessions import driver_connection
 
             connection = driver_connection(connection)
-        results = (self._backend or self._open(connection)).enqueue(jobs, connection)
-        if connection is None:  # in a caller's transaction the jobs exist only once they commit
+        written = write(self._backend or self._open(connection), connection)
+        if connection is None:
             self._wake_own_workers()
-        return [job for job, _ in results]
+        return written
 
     async def enqueue_jobs_async(self, jobs: list[NewJob], connection: Any) -> list[Job]:
         if _is_sqlalchemy(connection):
@@ -263,14 +273,7 @@ class Leased:
         return Workflow(self, name, idempotency_key)
 
     def enqueue_workflow(self, workflow: NewWorkflow, connection: Any = None) -> Enqueued:
-        if _is_sqlalchemy(connection):
-            from leased.backends.sqlalchemy_sessions import driver_connection
-
-            connection = driver_connection(connection)
-        enqueued = (self._backend or self._open(connection)).enqueue_workflow(workflow, connection)
-        if connection is None:
-            self._wake_own_workers()
-        return enqueued
+        return self._write(lambda backend, connection: backend.enqueue_workflow(workflow, connection), connection)
 
     def get_workflow(self, workflow_id: int) -> WorkflowInfo:
         """The run: its status, progress and every step with its job's status."""
@@ -306,6 +309,10 @@ class Leased:
     def job_steps(self, job_id: int) -> list[DurableStep]:
         """The durable steps (TaskContext.step) the job's attempts recorded, in the order they ran."""
         return self.backend.durable_steps(job_id)
+
+    def job_signals(self, job_id: int) -> list[Signal]:
+        """The job's mailbox (signal()), oldest first: each signal with the attempt that took it, if one did."""
+        return self.backend.signals(job_id)
 
     def list_jobs(self, *, status: JobStatus | str | None = None, queue_name: str | None = None,
                   task_name: str | None = None, search: str | int | None = None, limit: int = 100,
@@ -396,6 +403,38 @@ class Leased:
         self._job_ends.job_changed(job_id)
         return job
 
+    # Signals (TaskContext.wait_for).
+    def signal(self, job_id: int | None, name: str, payload: Any = None, *, idempotency_key: str | None = None,
+               connection: Any = None) -> Signal:
+        """Send signal `name` with `payload` (JSON) to a job, by id or by `idempotency_key` (then
+        job_id None): it goes in the job's mailbox, and wakes the job if it sleeps waiting for that
+        name. With `connection`, written in the transaction open on it: it is sent when that
+        commits, and never if it rolls back. A job that ended takes none: InvalidTransition."""
+        request = self._signal_request(job_id, name, payload, idempotency_key)
+        return self._write(lambda backend, connection: backend.send_signal(request, connection), connection)
+
+    async def asignal(self, job_id: int | None, name: str, payload: Any = None, *,
+                      idempotency_key: str | None = None) -> Signal:
+        """signal() for async code, on a thread (no connection of the caller's)."""
+        return await asyncio.to_thread(self.signal, job_id, name, payload, idempotency_key=idempotency_key)
+
+    def _signal_request(self, job_id: int | None, name: str, payload: Any, idempotency_key: str | None
+                        ) -> SignalRequest:
+        """The request, or an error naming the argument, before anything is written."""
+        if (job_id is None) == (idempotency_key is None):
+            raise ConfigurationError("signal(): name the job by its id or by idempotency_key=, not "
+                                     f"{'both' if job_id is not None else 'neither'}")
+        if job_id is not None and (isinstance(job_id, bool) or not isinstance(job_id, int)):
+            raise ConfigurationError(f"signal(job_id={job_id!r}): a job id is a whole number")
+        check_name(name, "signal name")
+        if idempotency_key is not None:
+            check_name(idempotency_key, "idempotency_key")
+        try:
+            payload_json = encode_result(payload, self.max_payload_bytes)
+        except PayloadError as error:
+            raise PayloadError(f"signal {name!r}: its payload cannot be stored: {error}") from None
+        return SignalRequest(name, payload_json, job_id, idempotency_key)
+
     def why(self, job_id: int) -> Explanation:
         """Why the job is where it is (waiting, running, failed...), in plain reasons from the database."""
         return self.job_and_why(job_id)[1]
@@ -408,7 +447,7 @@ class Leased:
         if facts.job.status is JobStatus.PENDING:
             facts = replace(facts, old_transactions=self.old_transactions())
         recorded = [step.name for step in self.backend.durable_steps(job_id)] \
-            if facts.job.status in (JobStatus.PENDING, JobStatus.RUNNING) and facts.job.attempt > 0 else []
+            if facts.job.status in _RESUMABLE and facts.job.attempt > 0 else []
         return facts.job, explain(facts, self._step_facts(facts), recorded)
 
     def _step_facts(self, facts: JobFacts) -> StepFacts | None:

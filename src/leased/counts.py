@@ -28,7 +28,7 @@ from leased.jobs import JobStatus
 
 EXACT_UP_TO = 10_000  # failed and cancelled jobs counted exactly, per status, before estimating
 SAMPLE_SIZE = 2_000  # job ids probed to estimate; a table whose ids span no more is counted exactly
-ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING)
+ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING, JobStatus.SLEEPING)
 CAPPED = (JobStatus.FAILED, JobStatus.CANCELLED)
 
 

@@ -42,9 +42,21 @@ class ResultNotStored(PayloadError):
 
 
 class JobNotFound(LeasedError, LookupError):
-    def __init__(self, job_id: int):
-        super().__init__(f"no job with id {job_id}")
+    def __init__(self, job_id: int | None, *, idempotency_key: str | None = None):
+        super().__init__(f"no job with id {job_id}" if idempotency_key is None
+                         else f"no job with idempotency key {idempotency_key!r}")
         self.job_id = job_id
+        self.idempotency_key = idempotency_key
+
+
+class SignalTimeout(LeasedError, TimeoutError):
+    """`context.wait_for(name, timeout=...)` saw no signal `name` before its timeout. Raised in the
+    handler's rerun after the timeout; a handler may catch it and go on."""
+
+    def __init__(self, job_id: int, name: str):
+        super().__init__(f"job {job_id}: no signal {name!r} came before the wait's timeout")
+        self.job_id = job_id
+        self.name = name
 
 
 class WorkflowNotFound(LeasedError, LookupError):

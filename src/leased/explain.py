@@ -97,7 +97,7 @@ def explain(facts: JobFacts, step: StepFacts | None = None, recorded_steps: Sequ
         reasons = _BY_STATUS[job.status](facts)
     if job.progress is not None and job.status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED):
         reasons = [*reasons, _progress(job)]
-    if recorded_steps and job.status in (JobStatus.PENDING, JobStatus.RUNNING):
+    if recorded_steps and job.status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.SLEEPING):
         reasons = [*reasons, _resumes_after(job, recorded_steps)]
     of = f", a step of workflow {job.workflow_id}" if job.workflow_id is not None else ""
     summary = f"Job {job.id} ({job.task_name} on queue {job.queue_name}{of}) {_IS[job.status]}."
@@ -117,7 +117,8 @@ def _progress(job: Job) -> Reason:
 def _resumes_after(job: Job, names: Sequence[str]) -> Reason:
     listed = ", ".join(repr(name) for name in names[:WAITING_NAMED]) + (
         f" and {len(names) - WAITING_NAMED} more" if len(names) > WAITING_NAMED else "")
-    attempt = "Its next attempt resumes" if job.status is JobStatus.PENDING else "This attempt resumed"
+    attempt = ("Its next attempt resumes" if job.status in (JobStatus.PENDING, JobStatus.SLEEPING)
+               else "This attempt resumed")
     recorded = (f"step {names[0]!r} is recorded, so it does not run again" if len(names) == 1
                 else f"its {len(names)} recorded steps ({listed}) do not run again")
     return Reason("resumes_after_step", f"{attempt} after step {names[-1]!r}: {recorded}.",
@@ -125,7 +126,8 @@ def _resumes_after(job: Job, names: Sequence[str]) -> Reason:
 
 
 _IS = {JobStatus.PENDING: "is pending", JobStatus.RUNNING: "is running", JobStatus.DONE: "is done",
-       JobStatus.FAILED: "has failed", JobStatus.CANCELLED: "was cancelled", JobStatus.WAITING: "is waiting"}
+       JobStatus.FAILED: "has failed", JobStatus.CANCELLED: "was cancelled", JobStatus.WAITING: "is waiting",
+       JobStatus.SLEEPING: "is sleeping"}
 
 
 # A workflow's step: its parents.
@@ -742,7 +744,23 @@ def _explain_cancelled(facts: JobFacts) -> list[Reason]:
             _retry_would(job)]
 
 
+# Sleeping: its handler waits (TaskContext.sleep, wait_for).
+def _explain_sleeping(facts: JobFacts) -> list[Reason]:
+    job, wait, now = facts.job, facts.sleeping_on, facts.now
+    if wait is None:  # its wait was just ended (its signal came, or its time) and the job not yet woken
+        return [Reason("sleeping", "Its handler waits; what for was not found: it is about to wake.", {})]
+    data = {"signal_name": wait.signal_name, "since": wait.since, "wakes_at": wait.wakes_at}
+    after = f"attempt {job.attempt} ended there (not counted against max_attempts {job.max_attempts})"
+    if wait.signal_name is None:
+        text = f"Sleeping until {_utc(wait.wakes_at or now)} ({_relative(wait.wakes_at or now, now)}): {after}."
+    else:
+        times_out = "it has no timeout" if wait.wakes_at is None else f"times out {_when(wait.wakes_at, now)}"
+        text = (f"Waiting for signal {wait.signal_name!r} since {_utc(wait.since)}, {times_out}: {after}; "
+                f"`leased signal APP {job.id} {wait.signal_name}` sends it.")
+    return [Reason("sleeping", text, data)]
+
+
 _BY_STATUS: dict[JobStatus, Callable[[JobFacts], list[Reason]]] = {
     JobStatus.PENDING: _explain_pending, JobStatus.RUNNING: _explain_running, JobStatus.FAILED: _explain_failed,
-    JobStatus.DONE: _explain_done, JobStatus.CANCELLED: _explain_cancelled,
+    JobStatus.DONE: _explain_done, JobStatus.CANCELLED: _explain_cancelled, JobStatus.SLEEPING: _explain_sleeping,
 }

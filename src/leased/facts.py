@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from leased.admin import OldTransaction, WorkerInfo
-from leased.jobs import Job
+from leased.jobs import Job, SleepingOn
 from leased.limits import Rate
 from leased.runs import RunWhen
 
@@ -30,6 +30,7 @@ class JobFacts:
     scheduled_by: ScheduleTick | None = None  # the schedule tick that enqueued it, if one did
     old_transactions: tuple[OldTransaction, ...] = ()  # pending jobs only: what holds back vacuum (PostgreSQL)
     step: StepRow | None = None  # a workflow step's own row; None for a job of no workflow
+    sleeping_on: SleepingOn | None = None  # sleeping jobs only: what it waits for (TaskContext.sleep, wait_for)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,9 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     WAITING = "waiting"  #: a workflow's step whose parents have not all ended: nobody claims it yet
+    #: its handler waits for a time or a signal (TaskContext.sleep, wait_for): no lease, no slot,
+    #: claimed again once it wakes
+    SLEEPING = "sleeping"
 
 
 class NewJob(NamedTuple):
@@ -69,6 +72,9 @@ class Outcome(StrEnum):
     #: The attempt's process died: a process-isolated handler's child (a signal, the OOM killer,
     #: os._exit), or its worker (the supervisor saw it die, or its lease expired with the worker gone).
     CRASHED = "crashed"
+    #: The handler waits (TaskContext.sleep, wait_for): the attempt ended there, and does not count
+    #: against max_attempts; the job sleeps, then its handler runs again.
+    WAITED = "waited"
 
 
 def quarantined_error(crashes: int, message: str) -> str:
@@ -102,6 +108,31 @@ class DurableStep:
     result: Any
     started_at: datetime
     finished_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A signal in a job's mailbox (Leased.signal): taken once, oldest first, by the attempt whose
+    `wait_for` of its name returned it (`taken_by_attempt`; None while not taken)."""
+
+    id: int
+    job_id: int
+    name: str
+    payload: Any
+    sent_at: datetime
+    taken_by_attempt: int | None = None
+    taken_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SleepingOn:
+    """What a sleeping job waits for, since when: a time (`signal_name` None), or a signal, until
+    `wakes_at` (None: a signal awaited with no timeout)."""
+
+    job_id: int
+    signal_name: str | None
+    since: datetime
+    wakes_at: datetime | None
 
 
 MAX_PROGRESS_NOTE = 200  # characters: a note travels with every renewal of the lease

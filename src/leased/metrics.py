@@ -2,7 +2,8 @@
 
 Two registries, because they come from different places:
 - database_registry(app): jobs by queue and status (some estimated, see leased.counts; a
-  workflow's steps that wait for their parents are status "waiting"), the wait of the oldest due
+  workflow's steps that wait for their parents are status "waiting", jobs whose handler waits for a
+  time or a signal "sleeping"), the wait of the oldest due
   job, paused queues, live workers, each schedule's last success and skipped ticks, the queues'
   limits, the latest workflow runs by status, poison jobs quarantined among the latest failed,
   read from the database on every scrape (the dashboard serves it on /metrics);
@@ -51,7 +52,8 @@ class DatabaseCollector:
     def collect(self) -> Iterator[Metric]:
         overview = self.app.overview()
         jobs = GaugeMetricFamily("leased_jobs", "Jobs by queue and status. Waiting (a workflow's steps whose "
-                                 "parents have not all ended), pending and running are exact; done, "
+                                 "parents have not all ended), sleeping (handlers waiting for a time or a "
+                                 "signal), pending and running are exact; done, "
                                  "failed and cancelled are estimated from a sample of job ids when "
                                  "leased_jobs_estimated says so for their status.", labels=["queue", "status"])
         estimated = GaugeMetricFamily("leased_jobs_estimated", "1 while leased_jobs of this status is an estimate "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-STEP_STATUSES = ("waiting", "pending", "running", "done", "failed", "cancelled")
+STEP_STATUSES = ("waiting", "pending", "running", "sleeping", "done", "failed", "cancelled")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

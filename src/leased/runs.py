@@ -133,7 +133,7 @@ def workflow_status(counts: dict[str, int], open_ends: int, compensations_run: i
     did, speaks for them. A compensation step that ran undid work that did not happen: while a step
     stays failed or cancelled, that run did not succeed either, though its ends did. A run that did
     not succeed failed if a step failed, and was cancelled if none did (someone cancelled steps)."""
-    if any(counts.get(status, 0) for status in ("waiting", "pending", "running")):
+    if any(counts.get(status, 0) for status in ("waiting", "pending", "running", "sleeping")):
         return WorkflowStatus.RUNNING
     unsuccessful = counts.get("failed", 0) + counts.get("cancelled", 0) - skipped
     if not open_ends and not (compensations_run and unsuccessful):

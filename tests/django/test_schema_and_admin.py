@@ -101,6 +101,6 @@ def test_the_admin_lists_jobs_shows_attempts_and_retries_and_cancels(backend, st
     assert backend.get_result(failed.id).status == "READY"
     cancelled = staff_client.post("/admin/leased/job/", {
         "action": "cancel_jobs", "_selected_action": [job_id(pending), job_id(waiting)]}, follow=True)
-    assert "1 cancelled" in cancelled.text and "only waiting, pending or running jobs" in cancelled.text
+    assert "1 cancelled" in cancelled.text and "only waiting, pending, running or sleeping jobs" in cancelled.text
     assert backend.get_result(pending.id).errors[0].exception_class_path.endswith("TaskCancelled")
     backend.app.cancel(job_id(failed))

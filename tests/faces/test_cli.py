@@ -239,11 +239,13 @@ def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
     assert "result 3" in " ".join(cli.run("show", "--database", cli.url, str(added["id"])).stdout.split())
 
     counts = cli.json("stats", APP)
-    assert counts["default"] == {"pending": 1, "running": 0, "done": 2, "failed": 0, "cancelled": 0, "waiting": 0}
+    assert counts["default"] == {"pending": 1, "running": 0, "done": 2, "failed": 0, "cancelled": 0, "waiting": 0,
+                                 "sleeping": 0}
     assert counts["other"]["failed"] == 1
     stats = cli.run("stats", "--database", cli.url).stdout.splitlines()
-    assert stats[0].split() == ["QUEUE", "PENDING", "RUNNING", "DONE", "FAILED", "CANCELLED", "WAITING", "TOTAL"]
-    assert stats[-1].split() == ["(all)", "1", "0", "2", "1", "0", "0", "4"]
+    assert stats[0].split() == ["QUEUE", "PENDING", "RUNNING", "DONE", "FAILED", "CANCELLED", "WAITING", "SLEEPING",
+                                "TOTAL"]
+    assert stats[-1].split() == ["(all)", "1", "0", "2", "1", "0", "0", "0", "4"]
 
     assert "is pending again" in cli.run("retry", APP, str(failing["id"])).stdout
     assert app.get_job(failing["id"]).status == "pending"
@@ -831,3 +833,24 @@ def test_show_names_releases_at_shutdown_beside_an_attempt_count_past_the_budget
     app.backend.claim(ClaimRequest("w2", ("slow",), None, 1))
     shown = " ".join(describe_job(app.get_job(job.id)).split())
     assert "attempt 2 of 1, 1 of them released at shutdown (counted, but a release never fails the job)" in shown
+
+
+def test_signal_wakes_a_job_that_why_says_waits_for_it(cli, app):
+    @app.task(name="gate", takes_context=True)
+    def gate(context):
+        return context.wait_for("approved", timeout=3600)
+
+    job = gate.enqueue()
+    app.run_until_empty()
+    why = " ".join(cli.run("why", "--database", cli.url, str(job.id)).stdout.split())
+    assert f"Job {job.id} (gate on queue default) is sleeping." in why
+    assert "Waiting for signal 'approved' since" in why and "times out in " in why
+    cli.run("signal", "--database", cli.url, str(job.id), "approved", "--data", "not json", code=2)
+    sent = cli.run("signal", "--database", cli.url, str(job.id), "approved", "--data", '{"by": "ann"}')
+    assert f"signal 'approved' sent to job {job.id}" in sent.stdout
+    app.run_until_empty()
+    shown = cli.run("show", "--database", cli.url, str(job.id)).stdout
+    assert "signals" in shown and "approved" in shown and '{"by": "ann"}' in shown
+    assert app.get_job(job.id).result == {"by": "ann"}
+    refused = cli.run("signal", "--database", cli.url, str(job.id), "approved", code=1)
+    assert f"cannot signal job {job.id} ('approved'): it is done" in refused.stderr

@@ -141,3 +141,15 @@ def test_a_quarantined_job_is_counted_and_shown_on_its_page(app):
     page = TestClient(dashboard(app)).get(f"/jobs/{poison.id}").text
     assert "quarantined after 1 crash" in page and "1 crashes" not in page and "killed by SIGSEGV" in page
     assert 'data-code="quarantined"' in page
+
+
+def test_sleeping_jobs_are_counted(app):
+    @app.task(name="nap", takes_context=True)
+    def nap(context):
+        context.sleep(60)
+
+    nap.enqueue()
+    app.run_until_empty()
+    scraped = samples(prometheus_client.generate_latest(database_registry(app)).decode())
+    assert scraped[("leased_jobs", (("queue", "default"), ("status", "sleeping")))] == 1
+    assert scraped[("leased_jobs_estimated", (("status", "sleeping"),))] == 0, "counted exactly, as running jobs are"

@@ -36,8 +36,8 @@ def test_a_table_the_sample_covers_is_counted_exactly(app):
     counts = app.job_counts()
     assert counts.estimated == frozenset()
     assert counts.by_queue == app.counts() == {
-        "default": {"pending": 3, "running": 0, "done": 100, "failed": 0, "cancelled": 3, "waiting": 0},
-        "mail": {"pending": 1, "running": 1, "done": 0, "failed": 20, "cancelled": 0, "waiting": 0},
+        "default": {"pending": 3, "running": 0, "done": 100, "failed": 0, "cancelled": 3, "waiting": 0, "sleeping": 0},
+        "mail": {"pending": 1, "running": 1, "done": 0, "failed": 20, "cancelled": 0, "waiting": 0, "sleeping": 0},
     }
     # Probing every id is a count, whatever the cap: nothing is estimated.
     assert app.backend.job_counts(exact_up_to=1, sample_size=1_000) == counts
@@ -102,7 +102,8 @@ def test_tally_scales_the_hits_and_keeps_the_exact_figures():
                    sampled=[{"queue_name": "q", "status": "done", "n": 90}, {"queue_name": "q", "status": "failed", "n": 5},
                             {"queue_name": "q", "status": "pending", "n": 1}],
                    low=1, high=1_000, probes=100, exact_up_to=10)
-    assert counts == JobCounts({"q": {"pending": 7, "running": 0, "done": 900, "failed": 50, "cancelled": 2, "waiting": 0}},
+    assert counts == JobCounts({"q": {"pending": 7, "running": 0, "done": 900, "failed": 50, "cancelled": 2, "waiting": 0,
+                                      "sleeping": 0}},
                                frozenset({"done", "failed"}))
 
 

@@ -189,8 +189,8 @@ def test_list_jobs_filters_and_pages_newest_first(app, notify):
     with pytest.raises(ConfigurationError, match="invalid status"):
         app.list_jobs(status="exploded")
     assert app.counts() == {
-        "default": {"pending": 4, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "waiting": 0},
-        "mail": {"pending": 3, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "waiting": 0},
+        "default": {"pending": 4, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "waiting": 0, "sleeping": 0},
+        "mail": {"pending": 3, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "waiting": 0, "sleeping": 0},
     }
 
 

@@ -31,7 +31,8 @@ def test_overview_counts_waits_and_recent_finishes(app):
     by_queue = {q.queue_name: q for q in overview.queues}
     assert (by_queue["default"].done_recently, by_queue["mail"].failed_recently) == (2, 1)
     assert by_queue["default"].oldest_due_seconds is None  # the delayed job is not due
-    assert overview.totals == {"pending": 1, "running": 0, "done": 2, "failed": 1, "cancelled": 0, "waiting": 0}
+    assert overview.totals == {"pending": 1, "running": 0, "done": 2, "failed": 1, "cancelled": 0, "waiting": 0,
+                               "sleeping": 0}
     assert (app.task_names(), app.queue_names()) == (["bad", "ok"], ["default", "mail"])
 
 
@@ -96,7 +97,8 @@ def test_retry_failed_takes_back_every_failed_job_of_a_task(app):
     untouched = other.enqueue()
     app.run_until_empty()
     assert app.retry_failed(task_name="fragile") == 3
-    assert app.counts()["default"] == {"pending": 3, "running": 0, "done": 0, "failed": 1, "cancelled": 0, "waiting": 0}
+    assert app.counts()["default"] == {"pending": 3, "running": 0, "done": 0, "failed": 1, "cancelled": 0, "waiting": 0,
+                                       "sleeping": 0}
     assert app.get_job(untouched.id).status is JobStatus.FAILED
 
 

@@ -105,7 +105,8 @@ def test_prune_deletes_finished_jobs_past_retention_with_their_attempts(app, his
 def test_older_than_prunes_every_finished_job_past_it_whatever_the_settings(app, history):
     assert app.prune(older_than="1d", dry_run=True) == {"done": 6, "failed": 1, "cancelled": 1}
     assert app.prune(older_than=timedelta(days=1)) == {"done": 6, "failed": 1, "cancelled": 1}
-    assert app.counts()["default"] == {"pending": 1, "running": 0, "done": 2, "failed": 0, "cancelled": 0, "waiting": 0}
+    assert app.counts()["default"] == {"pending": 1, "running": 0, "done": 2, "failed": 0, "cancelled": 0, "waiting": 0,
+                                       "sleeping": 0}
     with pytest.raises(ConfigurationError, match="invalid older_than 'later'"):
         app.prune(older_than="later")
 

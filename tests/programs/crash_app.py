@@ -34,6 +34,16 @@ def hold(context, mode):
     return f"done by {context.worker_id}"
 
 
+@app.task(name="await_go", lease=10.0, takes_context=True)
+def await_go(context):
+    """Sleeps, then waits for signal "go": its workers are killed while it sleeps and while it waits,
+    when it holds no lease (a long one: the test is not about leases running out under load)."""
+    context.sleep(2)
+    payload = context.wait_for("go")
+    (MARKERS / f"seen-{context.job_id}-{context.attempt}").touch()  # once per attempt that got the payload
+    return payload
+
+
 @app.task(name="share")
 def share():
     """A quick job under the default lease: a 1 s lease on a loaded machine expires when a process

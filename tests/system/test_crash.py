@@ -52,6 +52,34 @@ def test_sigkilled_worker_job_is_finished_by_another_after_the_lease(app, hold, 
     assert done.history[0].started_at == running.started_at  # the crashed attempt's record, from its job row
 
 
+def test_a_job_that_waits_outlives_its_killed_workers_and_sees_its_signal_once(app, spawn, tmp_path):
+    """SIGKILL while the job sleeps, and while it waits for a signal that is then committed with no
+    worker running: it resumes once each time, and its handler sees the payload once."""
+
+    @app.task(name="await_go", lease=10.0, takes_context=True)
+    def await_go(context): ...
+
+    job = await_go.enqueue()
+    waits = app.backend.job_wait
+    first = spawn("worker-a")
+    wait_for(lambda: app.get_job(job.id).status is JobStatus.SLEEPING, message="the job to sleep")
+    first.kill()
+    first.wait()
+    second = spawn("worker-b")  # wakes it once its sleep ends, and runs it up to its wait_for
+    wait_for(lambda: (wait := waits(job.id)) is not None and wait.signal_name == "go", message="the job to wait for go")
+    second.kill()
+    second.wait()
+    app.signal(job.id, "go", {"n": 1})  # committed while no worker runs: the job is pending again
+    assert app.get_job(job.id).status is JobStatus.PENDING
+    spawn("worker-c")
+    wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, message="worker-c to finish the job")
+    done = app.get_job(job.id)
+    assert done.result == {"n": 1}
+    assert [(a.worker_id, a.outcome) for a in done.history] == [
+        ("worker-a", Outcome.WAITED), ("worker-b", Outcome.WAITED), ("worker-c", Outcome.DONE)]
+    assert [path.name for path in tmp_path.glob(f"seen-{job.id}-*")] == [f"seen-{job.id}-3"]
+
+
 def test_a_killed_attempt_keeps_the_progress_its_last_renewal_carried(app, hold, spawn):
     """TaskContext.progress: the expired attempt's record and the job keep what the dead worker's
     last renewal carried; the next attempt, which reports nothing, leaves it as the job's."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from leased.admin import OldTransaction, WorkerInfo
@@ -21,7 +22,7 @@ from leased.clock import Clock
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
 from leased.digits import whole_number
 from leased.facts import JobFacts
-from leased.jobs import ClaimedJob, DurableStep, Job, JobStatus, Lease, NewJob, Outcome
+from leased.jobs import ClaimedJob, DurableStep, Job, JobStatus, Lease, NewJob, Outcome, Signal, SleepingOn
 from leased.limits import QueueLimit
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, WorkflowInfo
 
@@ -68,6 +69,50 @@ class AttemptEnd:
     @property
     def last_error(self) -> str | None:
         return None if self.error_message is None else f"{self.error_type}: {self.error_message}"
+
+
+class WaitOutcome(StrEnum):
+    """What a handler's wait came to (WaitPort.begin_wait)."""
+
+    TOOK = "took"  #: the signal was in the mailbox: taken, and its payload recorded with the step
+    DUE = "due"  #: the time has come (a sleep's end, a signal's timeout): the handler goes on
+    WAITING = "waiting"  #: the attempt ended and the job sleeps until its time or its signal
+    LOST = "lost"  #: the lease is gone: nothing was written
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRequest:
+    """A wait of the handler holding `lease`: a sleep (`signal_name` None) or a wait for a signal.
+
+    Its end is `until_epoch` (seconds since the epoch), else `seconds` from the database's now, else
+    none (a signal with no timeout). `step_name` is the durable step that records it: a sleep's end;
+    a signal's payload, or its timeout (the end of a signal's wait is recorded as `step_name +
+    ".end"`). The end is recorded at the first wait, so that reruns keep it: `end_recorded` says a
+    rerun's wait gives the end recorded already."""
+
+    lease: Lease
+    step_name: str
+    signal_name: str | None = None
+    seconds: float | None = None
+    until_epoch: float | None = None
+    end_recorded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WaitAnswer:
+    outcome: WaitOutcome
+    payload: Any = None  #: the signal's, when TOOK
+    ends_at: datetime | None = None  #: when the wait ends (DUE and WAITING), None: at its signal only
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRequest:
+    """A signal `name` with its payload (JSON) for one job, by id or by idempotency key."""
+
+    name: str
+    payload_json: str | None = None
+    job_id: int | None = None
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +339,8 @@ class WorkerPort(Protocol):
         failed in their expired worker's rows of leased_throughput). With `skip_if_done_within`,
         the backend may do nothing if a reclaim so asked began that many seconds ago or less, by
         the database's clock, on any worker: a fleet's periodic reclaims take turns (PostgreSQL's
-        do; elsewhere each reclaims)."""
+        do; elsewhere each reclaims). Sleeping jobs whose wait has ended (WaitPort.wake_sleepers)
+        go back to the pool too, turn or not; the count includes them."""
 
     def bury_workers(self, id_prefix: str, how: str) -> int:
         """The workers whose ids start with `id_prefix` died (`how`: "killed by SIGKILL"), as their
@@ -364,7 +410,31 @@ class WorkflowPort(Protocol):
         """Every step of the run: {name: job id}."""
 
 
-class RuntimePort(ProducerPort, WorkerPort, RetentionPort, WorkflowPort, Protocol):
+class WaitPort(Protocol):
+    """Jobs that wait (TaskContext.sleep and wait_for) and the signals that wake them (Leased.signal)."""
+
+    def begin_wait(self, request: WaitRequest) -> WaitAnswer:
+        """In one transaction fenced on the lease: a signal already in the mailbox is taken (the
+        oldest of its name, recorded with `step_name`: TOOK); else, if the wait's end has come, DUE
+        (a signal's timeout recorded with `step_name`); else the attempt ends (outcome waited, not
+        counted against max_attempts), the job sleeps until its end or its signal, and the end
+        computed from `seconds` is recorded so that the handler's rerun waits for the same one.
+        LOST, and nothing written, when the lease is gone."""
+
+    def send_signal(self, request: SignalRequest, connection: Any = None) -> Signal:
+        """Put a signal in the job's mailbox, and wake the job if it sleeps waiting for that name; in
+        the transaction open on `connection` (committed with it, or not at all), else in one of its
+        own. JobNotFound for no such job; InvalidTransition, naming the job and its status, for a
+        job that ended (done, failed or cancelled)."""
+
+    def wake_sleepers(self, limit: int = 1000) -> int:
+        """Sleeping jobs whose wait ended (a sleep's end, a signal's timeout) made pending, at most
+        `limit`; found through the waits' index on their end, not by reading the sleepers. How many.
+        The periodic reclaim does it too (reclaim_expired, and a claim's reclaim): workers need not
+        call it."""
+
+
+class RuntimePort(ProducerPort, WorkerPort, RetentionPort, WorkflowPort, WaitPort, Protocol):
     """All that the engine sees of storage: a worker and a producer need nothing else."""
 
 
@@ -411,6 +481,12 @@ class InspectionPort(Protocol):
 
     def why_facts(self, job_id: int) -> JobFacts | None:
         """What leased.explain needs about one job, in one consistent read with the database's now."""
+
+    def job_wait(self, job_id: int) -> SleepingOn | None:
+        """What the job waits for, if it sleeps (None otherwise)."""
+
+    def signals(self, job_id: int) -> list[Signal]:
+        """The job's mailbox, oldest first, taken or not."""
 
     def old_transactions(self, older_than_seconds: float) -> tuple[OldTransaction, ...]:
         """Other sessions of the database whose transaction, open longer than this, holds back vacuum."""

@@ -30,7 +30,7 @@ from leased.digits import whole_number
 from leased.errors import LeasedError
 from leased.terminal import printable
 from leased.events import AttemptEnded, Event
-from leased.jobs import DurableStep, Job, JobStatus, Outcome
+from leased.jobs import DurableStep, Job, JobStatus, Outcome, Signal
 from leased.logs import JsonFormatter
 from leased.tracing import trace_id
 from leased.suggest import did_you_mean
@@ -395,11 +395,12 @@ def show(ctx: click.Context, target: tuple[str, ...], database: str | None, as_j
     """Show one job: its fields, arguments, result and every attempt."""
     app_spec, job_id = job_target(target)
     app = open_app(ctx, app_spec, database)
-    job, steps = app.get_job(job_id), app.job_steps(job_id)
+    job, steps, signals = app.get_job(job_id), app.job_steps(job_id), app.job_signals(job_id)
     if as_json:
-        output.echo(output.to_json({**output.job_to_dict(job), "steps": [dataclasses.asdict(step) for step in steps]}))
+        output.echo(output.to_json({**output.job_to_dict(job), "steps": [dataclasses.asdict(step) for step in steps],
+                                    "signals": [dataclasses.asdict(signal) for signal in signals]}))
         return
-    output.echo(describe_job(job, steps))
+    output.echo(describe_job(job, steps, signals))
 
 
 def attempts_used(job: Job) -> str:
@@ -412,7 +413,7 @@ def attempts_used(job: Job) -> str:
             "(counted, but a release never fails the job)")
 
 
-def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
+def describe_job(job: Job, steps: Sequence[DurableStep] = (), signals: Sequence[Signal] = ()) -> str:
     fields = [
         ("status", str(job.status)),
         ("queue", job.queue_name),
@@ -461,6 +462,12 @@ def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
         parts += ["", "steps recorded", output.table(["STEP", "ATTEMPT", "FINISHED", "TOOK", "RESULT"], step_rows,
                                                      right=[1, 3], shrink=4, width=output.terminal_width(),
                                                      indent="  ")]
+    if signals:  # its mailbox (Leased.signal): each taken once, by the attempt named
+        signal_rows = [(signal.id, signal.name, output.local_time(signal.sent_at),
+                        output.NONE if signal.taken_by_attempt is None else signal.taken_by_attempt,
+                        output.one_line(output.readable_json(signal.payload))) for signal in signals]
+        parts += ["", "signals", output.table(["#", "NAME", "SENT", "TAKEN BY", "PAYLOAD"], signal_rows, right=[0, 3],
+                                              shrink=4, width=output.terminal_width(), indent="  ")]
     # Earlier tracebacks are usually the same story; the last failure's is the one to read.
     # A timed-out sync handler's is where its thread was at the limit: where it hung.
     failed = [attempt for attempt in job.history
@@ -541,6 +548,29 @@ def cancel(ctx: click.Context, target: tuple[str, ...], database: str | None, ev
     job = app.cancel(job_id)
     output.echo(f"job {job.id} ({job.task_name}) cancelled" + ("; its worker will stop the handler" if was_running
                                                               else ""))
+
+
+@cli.command()
+@click.argument("target", nargs=-1, required=True, metavar="[APP] JOB_ID NAME")
+@database_option
+@click.option("--data", metavar="JSON", help="The signal's payload, as JSON (e.g. '{\"by\": \"ann\"}'); none by default.")
+@click.pass_context
+def signal(ctx: click.Context, target: tuple[str, ...], database: str | None, data: str | None) -> None:
+    """Send signal NAME to a job: its handler's context.wait_for(NAME) returns the payload.
+
+    A job sleeping in that wait wakes now; one that has not reached it yet finds it in its mailbox.
+    A job that ended takes no signal.
+    """
+    if len(target) < 2:
+        raise click.UsageError("give the job's id and the signal's name: leased signal APP JOB_ID NAME")
+    try:
+        payload = None if data is None else json.loads(data)
+    except json.JSONDecodeError as error:
+        raise click.UsageError(f"--data {data!r} is not JSON ({error}); quote it for the shell, e.g. "
+                               "--data '{\"approved\": true}'") from None
+    app_spec, job_id = job_target(target[:-1])
+    sent = open_app(ctx, app_spec, database).signal(job_id, target[-1], payload)
+    output.echo(f"signal {sent.name!r} sent to job {sent.job_id} (signal {sent.id})")
 
 
 # Bulk retry and cancel: which jobs, and the question before touching them.

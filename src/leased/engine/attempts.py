@@ -48,10 +48,13 @@ class WorkerStats:
     retried: int = 0
     failed: int = 0
     abandoned: int = 0  # lease lost, cancelled by a user, or released at shutdown
+    waited: int = 0  # ended by their handler's wait (context.sleep, wait_for): the job sleeps
 
     def __str__(self) -> str:
         """What the worker's last log line says: '5 done, 1 failed, 2 retried (of 8 claimed)'."""
         text = f"{self.done} done, {self.failed} failed, {self.retried} retried (of {self.claimed} claimed)"
+        if self.waited:
+            text += f", {self.waited} waiting"
         if self.abandoned:
             text += f", {self.abandoned} given up (lease lost, cancelled by a user or released at shutdown)"
         return text
@@ -176,6 +179,10 @@ class ClaimedAttempts:
         """Close an attempt that ended without a written end. A lease lost is given back first."""
         if reason is None:  # the handler raised JobCancelled uncancelled: its lease expires
             closing.append((attempt, None, False))
+            return
+        if reason is CancelReason.WAITED:  # its end, the wait's, is written
+            self._stats.waited += 1
+            closing.append((attempt, Outcome.WAITED, False))
             return
         self._stats.abandoned += 1
         if reason is not CancelReason.LEASE_LOST:  # a user's cancel and a shutdown release closed its record

@@ -373,7 +373,7 @@ def _answer(call: Call, contexts: list[TaskContext], running: list[tuple[asyncio
         handler_args = list(call.args)
         if call.takes_context:
             context = TaskContext(_ChildClaim(call), call.worker_id, _store(stores, call.database_url, open_backend),  # type: ignore[arg-type]  # a _ChildClaim, not a ClaimedJob: what a context reads of it
-                                  report_progress=lambda lease, report: send(("progress", report)))
+                                  report_progress=lambda lease, report: send(("progress", report)), in_child=True)
             contexts[:] = [context]
             handler_args = [context, *handler_args]
         send(("started",))  # the handler's time limit counts from here, not from the process's start

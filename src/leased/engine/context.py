@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable
 
 from leased.engine.durable import DurableSteps
+from leased.engine.stopping import CancelReason as CancelReason, JobCancelled as JobCancelled  # theirs too
+from leased.engine.waits import HandlerWaits
 from leased.errors import ConfigurationError
 from leased.jobs import MAX_PROGRESS_NOTE, ClaimedJob, Job, Lease, Progress
 from leased.names import shown
@@ -17,19 +20,6 @@ from leased.workflows import BatchOutcome, RunningWorkflow, batch_outcome
 
 if TYPE_CHECKING:
     from leased.backends.ports import AttemptEnd
-
-
-class CancelReason(StrEnum):
-    """Why a handler was told to stop: `context.cancel_reason`."""
-
-    LEASE_LOST = "lease lost"
-    CANCELLED = "cancelled by a user"
-    SHUTDOWN = "worker shutting down"
-    TIMEOUT = "timeout"  #: the attempt ran past the job's time limit
-
-
-class JobCancelled(Exception):
-    """Raised by TaskContext.raise_if_cancelled(); the worker records the attempt by its reason."""
 
 
 @dataclass(eq=False)
@@ -57,6 +47,8 @@ class TaskContext:
     # A transactional task's connection, while its handler runs (engine/transactional.py).
     _connection: Any = field(default=None, init=False, repr=False)
     _steps: DurableSteps | None = field(default=None, init=False, repr=False)  # made on a handler's first step
+    _waits: HandlerWaits | None = field(default=None, init=False, repr=False)  # made on a handler's first wait
+    in_child: bool = field(default=False, repr=False)  # a process-isolated handler's (engine/children.py)
     _progress: str | None = field(default=None, init=False, repr=False)  # the latest report, as JSON
     #: The W3C trace context (JSON) of this attempt's span when its job was traced (leased.tracing),
     #: recorded with its end; None: untraced.
@@ -117,6 +109,35 @@ class TaskContext:
     async def astep(self, name: str, fn: Callable[..., Any]) -> Any:
         """step() for async handlers: `fn()` may return an awaitable."""
         return await self._durable_steps().run_async(name, fn, self._connection)
+
+    # Waits (engine/waits.py).
+    def sleep(self, seconds: float | timedelta | None = None, *, until: datetime | None = None) -> None:
+        """Sleep for `seconds` (a number or a timedelta), or until `until` (a datetime with a
+        timezone), without holding a slot or a lease: the attempt ends here (not counted against
+        max_attempts), the job sleeps, and when the time comes its handler runs again from the top,
+        its durable steps returning their recorded results and this sleep returning at once. The
+        end is fixed by the first run: a rerun sleeps until the same time."""
+        self._handler_waits().sleep(seconds, until)
+
+    async def asleep(self, seconds: float | timedelta | None = None, *, until: datetime | None = None) -> None:
+        """sleep() for async handlers."""
+        await asyncio.to_thread(self._handler_waits().sleep, seconds, until)
+
+    def wait_for(self, name: str, *, timeout: float | timedelta | None = None) -> Any:
+        """The payload of the job's next signal `name` (Leased.signal): at once if one was sent
+        already, else the attempt ends here as sleep()'s does and the job sleeps until the signal
+        comes (or `timeout` passes: then this raises SignalTimeout, which the handler may catch).
+        Each signal is taken once; its payload is recorded, so a retried attempt gets the same."""
+        return self._handler_waits().wait_for(name, timeout)
+
+    async def await_for(self, name: str, *, timeout: float | timedelta | None = None) -> Any:
+        """wait_for() for async handlers."""
+        return await asyncio.to_thread(self._handler_waits().wait_for, name, timeout)
+
+    def _handler_waits(self) -> HandlerWaits:
+        if self._waits is None:
+            self._waits = HandlerWaits(self, self._durable_steps(), self._step_lease_lost)
+        return self._waits
 
     def _durable_steps(self) -> DurableSteps:
         if self._steps is None:

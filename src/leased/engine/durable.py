@@ -37,6 +37,7 @@ class DurableSteps:
         self.claimed = claimed
         self.lease_lost = lease_lost
         self._recorded: dict[str, Any] | None = None
+        self.running: str | None = None  # the step whose fn runs now: a wait inside it is refused
 
     def recorded(self) -> dict[str, Any]:
         """The job's recorded steps by name, read once per attempt (none before a second attempt)."""
@@ -54,19 +55,29 @@ class DurableSteps:
             return recorded[name]
         with tracing.step(name):
             began = time.monotonic()
-            if transactional and handlers_connection is None:
-                with self.store.attempt_transaction() as connection:
-                    result_json = _result(name, fn(connection))
-                    if not self.store.record_step(self.claimed.lease, name, result_json, time.monotonic() - began,
-                                                  connection):
-                        raise self.lease_lost(name)  # leaves the block: the step's writes roll back
-            else:
-                result_json = _result(name, fn(handlers_connection) if transactional else fn())
-                if not self.store.record_step(self.claimed.lease, name, result_json, time.monotonic() - began,
-                                              handlers_connection):
-                    raise self.lease_lost(name)
+            self.running = name
+            try:
+                result_json = self._run_fn(name, fn, transactional, handlers_connection, began)
+            finally:
+                self.running = None
         recorded[name] = result = decode(result_json)  # what later attempts get: the value as stored
         return result
+
+    def _run_fn(self, name: str, fn: Callable[..., Any], transactional: bool, handlers_connection: Any,
+                began: float) -> str | None:
+        """fn's result as JSON, recorded (and committed with fn's writes when transactional)."""
+        if transactional and handlers_connection is None:
+            with self.store.attempt_transaction() as connection:
+                result_json = _result(name, fn(connection))
+                if not self.store.record_step(self.claimed.lease, name, result_json, time.monotonic() - began,
+                                              connection):
+                    raise self.lease_lost(name)  # leaves the block: the step's writes roll back
+            return result_json
+        result_json = _result(name, fn(handlers_connection) if transactional else fn())
+        if not self.store.record_step(self.claimed.lease, name, result_json, time.monotonic() - began,
+                                      handlers_connection):
+            raise self.lease_lost(name)
+        return result_json
 
     async def run_async(self, name: str, fn: Callable[..., Any], handlers_connection: Any) -> Any:
         """`handlers_connection`: an async transactional handler's, with which the record commits."""
@@ -77,9 +88,13 @@ class DurableSteps:
             return recorded[name]
         with tracing.step(name):
             began = time.monotonic()
-            value = fn()
-            if inspect.isawaitable(value):
-                value = await value
+            self.running = name
+            try:
+                value = fn()
+                if inspect.isawaitable(value):
+                    value = await value
+            finally:
+                self.running = None
             result_json = _result(name, value)
             lease, seconds = self.claimed.lease, time.monotonic() - began
             if handlers_connection is not None:

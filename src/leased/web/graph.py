@@ -23,7 +23,7 @@ PADDING = 8
 LABEL_CHARACTERS = 22  # a longer name is cut with "…"; the node's tooltip has it whole
 # The status a collapsed node shows: the one furthest from finished, then failure before success,
 # so that a group with one failed member among done ones reads as failed.
-_SHOWN_FIRST = ("running", "pending", "waiting", "failed", "cancelled", "done")
+_SHOWN_FIRST = ("running", "sleeping", "pending", "waiting", "failed", "cancelled", "done")
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,7 +137,7 @@ def progress_segments(info: WorkflowInfo) -> list[Segment]:
     """The run's steps by status, ended ones first (done, failed, cancelled), then those to come."""
     total = info.total or 1
     segments, x = [], 0.0
-    for status in ("done", "failed", "cancelled", "running", "pending", "waiting"):
+    for status in ("done", "failed", "cancelled", "running", "sleeping", "pending", "waiting"):
         count = info.counts.get(status, 0)
         if count:
             width = 100.0 * count / total
@@ -248,7 +248,8 @@ class Pages:
             "job": job, "started_at": started, "why": why, "steps": self.leased.job_steps(job.id),
             "total": job.finished_at - job.created_at if job.finished_at else None,
             "can_retry": job.status in (JobStatus.FAILED, JobStatus.CANCELLED),
-            "can_cancel": job.status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING),
+            "can_cancel": job.status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING,
+                                         JobStatus.SLEEPING),
         })
 
     def workflows(self, request: Request) -> Response:

@@ -80,6 +80,9 @@ class MariaDBBackend:
         self.claims = MariaDBClaims(self.connections, database, parts.leases)
         self.claim = self.claims.claim
         self.migrate, self.check_schema = parts.schema.migrate, parts.schema.check_schema
+        waits = parts.waits
+        self.begin_wait, self.send_signal, self.wake_sleepers = waits.begin_wait, waits.send_signal, waits.wake_sleepers
+        self.job_wait, self.signals = waits.job_wait, waits.signals
 
     def __repr__(self) -> str:
         return f"MariaDBBackend({self.where})"

@@ -326,7 +326,10 @@ SELECT queue_name, 'running', count(*) FROM leased_jobs FORCE INDEX (leased_jobs
 WHERE running_expires_at IS NOT NULL GROUP BY queue_name
 UNION ALL
 SELECT waiting_queue, 'waiting', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_waiting)
-WHERE waiting_queue IS NOT NULL GROUP BY waiting_queue;
+WHERE waiting_queue IS NOT NULL GROUP BY waiting_queue
+UNION ALL
+SELECT queue_name, 'sleeping', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_status_queue)
+WHERE status = 'sleeping' GROUP BY queue_name;
 
 -- name: recent_quarantined
 -- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
@@ -373,12 +376,12 @@ WHERE id = %(job_id)s AND status IN ('failed', 'cancelled');
 -- name: lock_for_cancel
 -- A running job's attempt and worker come along: its record is written before cancel clears them.
 SELECT id, attempt, lease_owner, status, workflow_id FROM leased_jobs
-WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting') FOR UPDATE;
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting', 'sleeping') FOR UPDATE;
 
 -- name: cancel
 UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting');
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting', 'sleeping');
 
 -- name: oldest_due
 SELECT queue_name, leased_now() - min(run_after) AS seconds FROM leased_jobs
@@ -1021,3 +1024,70 @@ VALUES (%(job_id)s, %(name)s, %(attempt)s, %(result)s, leased_now() - %(seconds)
 -- name: durable_steps
 SELECT name, attempt, result, started_at, finished_at FROM leased_durable_steps
 WHERE job_id = %(job_id)s ORDER BY started_at, name;
+
+-- Jobs that wait (backends/sql/waits.py, migration 0026).
+-- name: wait_ends_at
+-- A wait's end by the database's clock: the end recorded when it first began (:until), else
+-- :seconds from now, else NULL (a signal with no timeout); and whether it has come.
+SELECT ends_at, ends_at <= leased_now() AS due
+FROM (SELECT coalesce(%(until)s, leased_now() + %(seconds)s) AS ends_at) AS wait;
+
+-- name: oldest_signal
+SELECT id, payload FROM leased_signals
+WHERE job_id = %(job_id)s AND name = %(name)s AND taken_by_attempt IS NULL ORDER BY id LIMIT 1
+FOR UPDATE;
+
+-- name: take_signal
+UPDATE leased_signals SET taken_by_attempt = %(attempt)s, taken_at = leased_now()
+WHERE id = %(id)s AND taken_by_attempt IS NULL;
+
+-- name: begin_wait
+-- The attempt ends waiting, fenced on its lease (begin_wait's fence holds the row). max_attempts
+-- grows by one: the attempt a wait ends does not count against it.
+UPDATE leased_jobs
+SET status = 'sleeping', lease_owner = NULL, lease_expires_at = NULL, max_attempts = max_attempts + 1
+WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s AND status = 'running';
+
+-- name: set_wait
+INSERT INTO leased_waits (job_id, signal_name, since, wake_at)
+VALUES (%(job_id)s, %(signal_name)s, leased_now(), %(wake_at)s)
+ON DUPLICATE KEY UPDATE signal_name = VALUES(signal_name), since = VALUES(since), wake_at = VALUES(wake_at);
+
+-- name: due_waits
+-- Through leased_waits_wake_at: the range of waits whose end has come, and no other. A wait another
+-- waker holds is skipped: that one wakes its job.
+SELECT job_id FROM leased_waits FORCE INDEX (leased_waits_wake_at)
+WHERE wake_at IS NOT NULL AND wake_at <= leased_now() ORDER BY wake_at
+LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
+
+-- name: wake_jobs
+-- Sleeping jobs made pending, due now. :job_ids is a JSON array.
+UPDATE leased_jobs AS job FORCE INDEX (PRIMARY)
+JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
+SET status = 'pending', run_after = leased_now()
+WHERE status = 'sleeping';
+
+-- name: end_waits
+-- The waits of jobs just woken. Of those due_waits read, only the ones still due: a job woken by
+-- its signal meanwhile, which began a later wait, keeps that one.
+DELETE wait FROM leased_waits AS wait
+JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON wait.job_id = ids.value
+WHERE %(due_only)s = 0 OR wait.wake_at <= leased_now();
+
+-- name: lock_for_signal
+SELECT id, status FROM leased_jobs WHERE id = %(job_id)s FOR UPDATE;
+
+-- name: job_with_key
+-- The job an idempotency key names: its latest (an ended job's key may be taken again).
+SELECT id FROM leased_jobs WHERE idempotency_key = %(key)s ORDER BY id DESC LIMIT 1;
+
+-- name: insert_signal
+INSERT INTO leased_signals (job_id, name, payload, sent_at) VALUES (%(job_id)s, %(name)s, %(payload)s, leased_now())
+RETURNING id, job_id, name, payload, sent_at, taken_by_attempt, taken_at;
+
+-- name: job_wait
+SELECT job_id, signal_name, since, wake_at FROM leased_waits WHERE job_id = %(job_id)s;
+
+-- name: job_signals
+SELECT id, job_id, name, payload, sent_at, taken_by_attempt, taken_at FROM leased_signals
+WHERE job_id = %(job_id)s ORDER BY id;

@@ -55,9 +55,8 @@ class PostgresBackend:
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10, fused: bool = True):
         if not 0 <= min_connections <= max_connections or max_connections < 1:
-            raise ConfigurationError(
-                f"need 0 <= min_connections <= max_connections and max_connections >= 1, "
-                f"got {min_connections} and {max_connections}")
+            raise ConfigurationError(f"need 0 <= min_connections <= max_connections and max_connections >= 1, "
+                                     f"got {min_connections} and {max_connections}")
         url, own = own_parameters(url)
         params = parsed(url, "PostgreSQL URL")
         self.where = described(params)
@@ -99,8 +98,12 @@ class PostgresBackend:
         self.cancel_workflow, self.retry_workflow = flows.cancel_workflow, flows.retry_workflow
         self.migration_sql = parts.schema.migration_sql
         self.migrate, self.check_schema = parts.schema.migrate, parts.schema.check_schema
+        waits = parts.waits
+        self.begin_wait, self.send_signal, self.wake_sleepers = waits.begin_wait, waits.send_signal, waits.wake_sleepers
+        self.job_wait, self.signals = waits.job_wait, waits.signals
         # The claim's reclaim is one statement whatever the writes: the steps it leaves, the fused way.
-        self.claims = PostgresClaims(self.connections, database.claimed, fused_writes.reclaim_expired_steps)
+        self.claims = PostgresClaims(self.connections, database.claimed, fused_writes.reclaim_expired_steps,
+                                     self.wake_sleepers)
         self.claim = self.claims.claim
 
     def __repr__(self) -> str:
@@ -151,10 +154,10 @@ class PostgresBackend:
 
     def reclaim_expired(self, skip_if_done_within: float | None = None) -> int:
         reclaimed = self.writes.reclaim_expired(skip_if_done_within)
-        # Once a second per worker, its turn at the reclaim or not (see rotate_due).
+        # Once a second per worker, its turn at the reclaim or not: the rotation, and the sleepers woken.
         with self.connections.connection() as connection:
             rotate_due(connection)
-        return reclaimed
+        return reclaimed + self.wake_sleepers()
 
     def set_queue_limit(self, limit: QueueLimit) -> None:
         self.parts.admin.set_queue_limit(limit)

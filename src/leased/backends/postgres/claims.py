@@ -54,13 +54,14 @@ def _split_stale(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]
 class PostgresClaims:
     """`claim` of the runtime port. `claimed` turns rows into jobs (the database's, sql/database.py); `reclaim_steps`
     fails the workflow steps a claim's reclaim left, and settles their children (see reclaim_expired
-    in queries.sql)."""
+    in queries.sql); `wake_sleepers` is the WaitPort's, which a claim that reclaims runs first."""
 
     def __init__(self, connections: PostgresConnections, claimed: Callable[[list[Any]], list[ClaimedJob]],
-                 reclaim_steps: Callable[[], int]):
+                 reclaim_steps: Callable[[], int], wake_sleepers: Callable[[], int]):
         self._connections = connections
         self._claimed = claimed
         self._reclaim_steps = reclaim_steps
+        self._wake_sleepers = wake_sleepers
         # Whether limited jobs may wait, as last seen: while they do, every claim takes the lock that
         # serializes claims of limited jobs. The plain claim is safe whatever this says: it takes no
         # limited job. A short plain claim looks again, and a full one once a second.
@@ -74,6 +75,8 @@ class PostgresClaims:
                   "limit": request.limit}
         if not self.due_set_mended:
             self._mend_due_set()
+        if request.reclaim_expired:  # as reclaim_expired does: sleepers whose wait has ended, claimable now
+            self._wake_sleepers()
         with self._connections.connection(for_claims=True) as connection:
             # The lease runs from the claim statement, not from the call: the wait for a connection
             # (through a failover, seconds) must not eat into it (see ClaimedJob.lease_from).

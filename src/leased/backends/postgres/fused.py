@@ -189,7 +189,7 @@ class FusedWrites:
             return row
 
         return self._admin.changed_or_explain(self._database.transact(work), job_id, "cancel",
-                                                "waiting, pending or running")
+                                                "waiting, pending, running or sleeping")
 
     def cancel_pending(self, task_name: str | None, queue_name: str | None) -> int:
         def work(connection: DictConnection) -> int:

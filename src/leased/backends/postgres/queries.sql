@@ -461,7 +461,9 @@ WHERE status = 'pending' AND concurrency_key IS NOT NULL GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'running', count(*) FROM leased_jobs WHERE status = 'running' GROUP BY queue_name
 UNION ALL
-SELECT queue_name, 'waiting', count(*) FROM leased_jobs WHERE status = 'waiting' GROUP BY queue_name;
+SELECT queue_name, 'waiting', count(*) FROM leased_jobs WHERE status = 'waiting' GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'sleeping', count(*) FROM leased_jobs WHERE status = 'sleeping' GROUP BY queue_name;
 
 -- name: recent_quarantined
 -- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
@@ -510,7 +512,7 @@ SELECT retried.*, pg_notify(left('leased.' || current_schema(), 63), retried.que
 -- name: fused_cancel
 WITH target AS (
     SELECT id, status, attempt, lease_owner, attempt_started_at FROM leased_jobs
-    WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
+    WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting', 'sleeping')
     FOR UPDATE
 ), cancelled AS (
     UPDATE leased_jobs AS job
@@ -1503,13 +1505,13 @@ SELECT pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke FR
 -- name: lock_for_cancel
 -- A running job's attempt and worker come along: its record is written before cancel clears them.
 SELECT id, attempt, lease_owner, status, workflow_id FROM leased_jobs
-WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting', 'sleeping')
 FOR UPDATE;
 
 -- name: cancel
 UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting');
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting', 'sleeping');
 
 -- name: failed_to_retry
 SELECT id, queue_name, workflow_id FROM leased_jobs
@@ -1585,3 +1587,71 @@ DELETE FROM leased_throughput WHERE minute < %(cutoff)s AND worker_id <> '';
 -- app.wake_workers: every listening worker looks at these queues now, with no commit to carry it.
 SELECT pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke
 FROM unnest(%(queue_names)s::text[]) AS queue_name;
+
+-- Jobs that wait (backends/sql/waits.py, migration 0026). Now is the statement's, as lease_fence's.
+-- name: wait_ends_at
+-- A wait's end by the database's clock: the end recorded when it first began (:until), else
+-- :seconds from now, else NULL (a signal with no timeout); and whether it has come.
+SELECT ends_at, ends_at <= leased_now() + (statement_timestamp() - now()) AS due
+FROM (SELECT coalesce(to_timestamp(%(until)s::float8),
+                      leased_now() + (statement_timestamp() - now()) + make_interval(secs => %(seconds)s::float8))
+             AS ends_at) AS wait;
+
+-- name: oldest_signal
+SELECT id, payload FROM leased_signals
+WHERE job_id = %(job_id)s AND name = %(name)s AND taken_by_attempt IS NULL ORDER BY id LIMIT 1
+FOR UPDATE;
+
+-- name: take_signal
+UPDATE leased_signals SET taken_by_attempt = %(attempt)s, taken_at = leased_now() + (statement_timestamp() - now())
+WHERE id = %(id)s AND taken_by_attempt IS NULL;
+
+-- name: begin_wait
+-- The attempt ends waiting, fenced on its lease (begin_wait's fence holds the row). max_attempts
+-- grows by one: the attempt a wait ends does not count against it.
+UPDATE leased_jobs
+SET status = 'sleeping', lease_owner = NULL, lease_expires_at = NULL, max_attempts = max_attempts + 1
+WHERE id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(worker_id)s AND status = 'running';
+
+-- name: set_wait
+INSERT INTO leased_waits (job_id, signal_name, since, wake_at)
+VALUES (%(job_id)s, %(signal_name)s, leased_now() + (statement_timestamp() - now()), %(wake_at)s)
+ON CONFLICT (job_id) DO UPDATE SET signal_name = excluded.signal_name, since = excluded.since, wake_at = excluded.wake_at;
+
+-- name: due_waits
+-- Through leased_waits_wake_at: the range of waits whose end has come, and no other. A wait another
+-- waker holds is skipped: that one wakes its job.
+SELECT job_id FROM leased_waits
+WHERE wake_at IS NOT NULL AND wake_at <= leased_now() + (statement_timestamp() - now()) ORDER BY wake_at
+LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
+
+-- name: wake_jobs
+-- Sleeping jobs made pending, due now (the due set's trigger adds their rows). :job_ids is a JSON array.
+UPDATE leased_jobs SET status = 'pending', run_after = leased_now()
+WHERE id = ANY(ARRAY(SELECT json_array_elements_text(%(job_ids)s::json)::bigint)) AND status = 'sleeping';
+
+-- name: end_waits
+-- The waits of jobs just woken. Of those due_waits read, only the ones still due: a job woken by
+-- its signal meanwhile, which began a later wait, keeps that one.
+DELETE FROM leased_waits
+WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text(%(job_ids)s::json)::bigint))
+  AND (%(due_only)s = 0 OR wake_at <= leased_now() + (statement_timestamp() - now()));
+
+-- name: lock_for_signal
+SELECT id, status FROM leased_jobs WHERE id = %(job_id)s FOR UPDATE;
+
+-- name: job_with_key
+-- The job an idempotency key names: its latest (an ended job's key may be taken again).
+SELECT id FROM leased_jobs WHERE idempotency_key = %(key)s ORDER BY id DESC LIMIT 1;
+
+-- name: insert_signal
+INSERT INTO leased_signals (job_id, name, payload, sent_at)
+VALUES (%(job_id)s, %(name)s, %(payload)s::json, leased_now() + (statement_timestamp() - now()))
+RETURNING id, job_id, name, payload, sent_at, taken_by_attempt, taken_at;
+
+-- name: job_wait
+SELECT job_id, signal_name, since, wake_at FROM leased_waits WHERE job_id = %(job_id)s;
+
+-- name: job_signals
+SELECT id, job_id, name, payload, sent_at, taken_by_attempt, taken_at FROM leased_signals
+WHERE job_id = %(job_id)s ORDER BY id;

@@ -61,7 +61,7 @@ class Admin:
 
         row = self._database.transact(work)
         self._database.wake(released)
-        return self.changed_or_explain(row, job_id, "cancel", "waiting, pending or running")
+        return self.changed_or_explain(row, job_id, "cancel", "waiting, pending, running or sleeping")
 
     def retry_failed(self, task_name: str | None, queue_name: str | None) -> int:
         def work(connection: Any) -> list[Any]:

@@ -13,7 +13,8 @@ from leased.backends.ports import JobFilter, PruneRule, Throughput
 from leased.backends.sql.database import Database
 from leased.backends.sql.dialect import ReadRows
 from leased.backends.sql.params import filter_params
-from leased.backends.sql.rows import history_from_rows, job_from_row, queue_limit_from_row, worker_from_row
+from leased.backends.sql.rows import (history_from_rows, job_from_row, queue_limit_from_row, sleeping_on_from_row,
+                                      worker_from_row)
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts, sample_ids, tally
 from leased.facts import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick, StepRow
 from leased.jobs import DurableStep, Job, JobStatus
@@ -107,6 +108,7 @@ class Inspection:
                 paused = read_rows("why_queue_paused", queue_name=row["queue_name"])
             tick = read_rows("why_schedule_tick", task_name=row["task_name"], job_id=job_id)
             step = read_rows("why_step", job_id=job_id) if row["workflow_id"] is not None else []
+            wait = read_rows("job_wait", job_id=job_id) if row["status"] == JobStatus.SLEEPING else []
         to_time, from_json = self._database.to_time, self._database.from_json
         job = job_from_row(row, to_time, from_json, history_from_rows(row, history, to_time))
         return JobFacts(job, to_time(now), tuple(worker_from_row(worker, to_time, from_json, WORKER_SILENT_AFTER)
@@ -115,7 +117,8 @@ class Inspection:
                         scheduled_by=ScheduleTick(tick[0]["schedule_name"], to_time(tick[0]["tick_at"])) if tick
                         else None,
                         step=StepRow(RunWhen(step[0]["run_when"]), bool(step[0]["cancelled_by_parents"])) if step
-                        else None)
+                        else None,
+                        sleeping_on=sleeping_on_from_row(wait[0], to_time) if wait else None)
 
     def _why_limits(self, read_rows: ReadRows, job: Any) -> tuple[LimitFact, ...]:
         """The limits of a pending job's key and of its queue, with the running jobs of a full

@@ -15,13 +15,15 @@ from leased.backends.sql.database import Database
 from leased.backends.sql.params import (ends_json, expired_failures, expired_leases, finished_counts, leases_json,
                                         progress_json, released_records, running_records, worker_params)
 from leased.backends.sql.step_ends import StepEnds
+from leased.backends.sql.waits import WAKE_BATCH, Waits
 from leased.jobs import JobStatus, Lease, Outcome
 
 
 class Leases:
-    def __init__(self, database: Database, step_ends: StepEnds):
+    def __init__(self, database: Database, step_ends: StepEnds, waits: Waits):
         self._database = database
         self._step_ends = step_ends
+        self._waits = waits
         self._execute = database.execute
         self._all = database.all
 
@@ -122,7 +124,9 @@ class Leases:
     def reclaim(self, connection: Any, buried: tuple[str, str] | None = None) -> int:
         """In the caller's transaction: expired leases read once, so that their attempts' records
         (written before the reclaim clears the leases they are read from) and the jobs reclaimed
-        are the same set."""
+        are the same set. Sleeping jobs whose wait has ended go back to the pool with them (a read of
+        the waits' index when none has): an idle worker's poll stays one transaction."""
+        woken = self._waits.wake_due(connection, WAKE_BATCH)
         expired = expired_leases(self._all(connection, "expired_ids", silent_after=WORKER_GONE_AFTER),
                                  WORKER_GONE_AFTER, buried)
         if expired:
@@ -133,7 +137,7 @@ class Leases:
             # it releases are claimed by the next poll: no wake-up is sent from inside a claim.)
             self._step_ends.settle_rows(connection, ({"id": row["id"], "status": JobStatus.FAILED.value,
                                             "workflow_id": row["workflow_id"]} for row in expired if row["last_attempt"]))
-        return len(expired)
+        return len(expired) + woken
 
     def _count_finished(self, connection: Any, counts: str | None) -> None:
         if counts is not None:  # None: no job finished (every end a retry, every expired lease had attempts left)

@@ -7,7 +7,8 @@ import json
 from typing import Any, Callable, Mapping
 
 from leased.admin import ChildrenSummary, WorkerInfo
-from leased.jobs import Attempt, ClaimedJob, Job, JobStatus, Outcome, Progress, with_running_attempt
+from leased.jobs import (Attempt, ClaimedJob, Job, JobStatus, Outcome, Progress, Signal, SleepingOn,
+                         with_running_attempt)
 from leased.limits import QueueLimit, Rate
 
 ToTime = Callable[[Any], Any]
@@ -116,3 +117,15 @@ def worker_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable
 def queue_limit_from_row(row: Mapping[str, Any]) -> QueueLimit:
     rate = None if row["rate_count"] is None else Rate(row["rate_count"], row["rate_seconds"])
     return QueueLimit(row["queue_name"], row["concurrency"], rate)
+
+
+def sleeping_on_from_row(row: Mapping[str, Any], to_time: ToTime) -> SleepingOn:
+    """A row of leased_waits (migration 0026)."""
+    return SleepingOn(row["job_id"], row["signal_name"], to_time(row["since"]),
+                      None if row["wake_at"] is None else to_time(row["wake_at"]))
+
+
+def signal_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[Any], Any]) -> Signal:
+    """A row of leased_signals (migration 0026)."""
+    return Signal(row["id"], row["job_id"], row["name"], from_json(row["payload"]), to_time(row["sent_at"]),
+                  row["taken_by_attempt"], None if row["taken_at"] is None else to_time(row["taken_at"]))

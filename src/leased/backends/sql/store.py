@@ -9,7 +9,7 @@ rows to values and wake-ups) and the parts it needs, never a subclass of anythin
     leases.py      renew, finish, release, reclaim        admin.py      retry, cancel, pause, limits
     fenced.py      ends and steps in a caller's transaction
     retention.py   pruning                                schema.py     check and migrate
-    producer.py    enqueue
+    producer.py    enqueue                                waits.py      sleeps and signals
 
 The write verbs PostgreSQL may do in one statement each are listed in writes.py; `shared_writes`
 here is the shared way of doing them, which SQLite and MariaDB expose as they are.
@@ -26,6 +26,7 @@ from leased.backends.sql.retention import Retention
 from leased.backends.sql.schedules import Schedules
 from leased.backends.sql.schema import Schema
 from leased.backends.sql.step_ends import StepEnds
+from leased.backends.sql.waits import Waits
 from leased.backends.sql.workflows import Workflows
 from leased.backends.sql.writes import SharedSequence
 
@@ -35,7 +36,8 @@ class SQLParts:
         self.database = database
         self.inspection = Inspection(database)
         self.step_ends = StepEnds(database)
-        self.leases = Leases(database, self.step_ends)
+        self.waits = Waits(database)
+        self.leases = Leases(database, self.step_ends, self.waits)
         self.admin = Admin(database, self.step_ends, self.inspection)
         self.retention = Retention(database)
         self.shared_writes = SharedSequence(self.leases, self.admin, self.retention)

@@ -84,6 +84,9 @@ class SQLiteBackend:
         self.step_names, self.get_workflow, self.list_workflows = flows.step_names, flows.get_workflow, flows.list_workflows
         self.cancel_workflow, self.retry_workflow = flows.cancel_workflow, flows.retry_workflow
         self.migration_sql = parts.schema.migration_sql
+        waits = parts.waits
+        self.begin_wait, self.send_signal, self.wake_sleepers = waits.begin_wait, waits.send_signal, waits.wake_sleepers
+        self.job_wait, self.signals = waits.job_wait, waits.signals
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.path!r})"

@@ -280,7 +280,10 @@ SELECT queue_name, 'running', count(*) FROM leased_jobs INDEXED BY leased_jobs_l
 WHERE status = 'running' GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'waiting', count(*) FROM leased_jobs INDEXED BY leased_jobs_waiting
-WHERE status = 'waiting' GROUP BY queue_name;
+WHERE status = 'waiting' GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'sleeping', count(*) FROM leased_jobs INDEXED BY leased_jobs_status_queue
+WHERE status = 'sleeping' GROUP BY queue_name;
 
 -- name: recent_quarantined
 -- Poison jobs (migration 0023) among the latest failed jobs, by queue: a bounded read through the
@@ -327,13 +330,13 @@ WHERE id = :job_id AND status IN ('failed', 'cancelled');
 -- name: cancel
 UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = :job_id AND status IN ('pending', 'running', 'waiting');
+WHERE id = :job_id AND status IN ('pending', 'running', 'waiting', 'sleeping');
 
 -- name: lock_for_cancel
 -- A running job's attempt and worker come along: its record is written before cancel clears them.
 -- (The write transaction holds SQLite's one write lock: nothing changes the row meanwhile.)
 SELECT id, attempt, lease_owner, status, workflow_id FROM leased_jobs
-WHERE id = :job_id AND status IN ('pending', 'running', 'waiting');
+WHERE id = :job_id AND status IN ('pending', 'running', 'waiting', 'sleeping');
 
 -- name: oldest_due
 -- Through the due set's partial indexes, as count_active: SQLite would rather skip-scan a full index.
@@ -960,3 +963,62 @@ VALUES (:job_id, :name, :attempt, :result, leased_now() - :seconds, leased_now()
 -- name: durable_steps
 SELECT name, attempt, result, started_at, finished_at FROM leased_durable_steps
 WHERE job_id = :job_id ORDER BY started_at, name;
+
+-- Jobs that wait (backends/sql/waits.py, migration 0026).
+-- name: wait_ends_at
+-- A wait's end by the database's clock: the end recorded when it first began (:until), else
+-- :seconds from now, else NULL (a signal with no timeout); and whether it has come.
+SELECT ends_at, ends_at <= leased_now() AS due FROM (SELECT coalesce(:until, leased_now() + :seconds) AS ends_at);
+
+-- name: oldest_signal
+SELECT id, payload FROM leased_signals
+WHERE job_id = :job_id AND name = :name AND taken_by_attempt IS NULL ORDER BY id LIMIT 1;
+
+-- name: take_signal
+UPDATE leased_signals SET taken_by_attempt = :attempt, taken_at = leased_now()
+WHERE id = :id AND taken_by_attempt IS NULL;
+
+-- name: begin_wait
+-- The attempt ends waiting, fenced on its lease (begin_wait's fence holds the row). max_attempts
+-- grows by one: the attempt a wait ends does not count against it.
+UPDATE leased_jobs
+SET status = 'sleeping', lease_owner = NULL, lease_expires_at = NULL, max_attempts = max_attempts + 1
+WHERE id = :job_id AND attempt = :attempt AND lease_owner = :worker_id AND status = 'running';
+
+-- name: set_wait
+INSERT INTO leased_waits (job_id, signal_name, since, wake_at) VALUES (:job_id, :signal_name, leased_now(), :wake_at)
+ON CONFLICT (job_id) DO UPDATE SET signal_name = excluded.signal_name, since = excluded.since, wake_at = excluded.wake_at;
+
+-- name: due_waits
+-- Through leased_waits_wake_at: the range of waits whose end has come, and no other.
+SELECT job_id FROM leased_waits INDEXED BY leased_waits_wake_at
+WHERE wake_at IS NOT NULL AND wake_at <= leased_now() ORDER BY wake_at LIMIT :limit;
+
+-- name: wake_jobs
+-- Sleeping jobs made pending, due now. :job_ids is a JSON array.
+UPDATE leased_jobs SET status = 'pending', run_after = leased_now()
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'sleeping';
+
+-- name: end_waits
+-- The waits of jobs just woken. Of those due_waits read, only the ones still due: a job woken by
+-- its signal meanwhile, which began a later wait, keeps that one.
+DELETE FROM leased_waits
+WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND (:due_only = 0 OR wake_at <= leased_now());
+
+-- name: lock_for_signal
+SELECT id, status FROM leased_jobs WHERE id = :job_id;
+
+-- name: job_with_key
+-- The job an idempotency key names: its latest (an ended job's key may be taken again).
+SELECT id FROM leased_jobs WHERE idempotency_key = :key ORDER BY id DESC LIMIT 1;
+
+-- name: insert_signal
+INSERT INTO leased_signals (job_id, name, payload, sent_at) VALUES (:job_id, :name, :payload, leased_now())
+RETURNING id, job_id, name, payload, sent_at, taken_by_attempt, taken_at;
+
+-- name: job_wait
+SELECT job_id, signal_name, since, wake_at FROM leased_waits WHERE job_id = :job_id;
+
+-- name: job_signals
+SELECT id, job_id, name, payload, sent_at, taken_by_attempt, taken_at FROM leased_signals
+WHERE job_id = :job_id ORDER BY id;

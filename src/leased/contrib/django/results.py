@@ -41,6 +41,7 @@ STATUSES = {
     JobStatus.PENDING: TaskResultStatus.READY,
     JobStatus.WAITING: TaskResultStatus.READY,  # a workflow's step waiting for its parents: not started
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.SLEEPING: TaskResultStatus.RUNNING,  # started, and its handler waits for a time or a signal
     JobStatus.DONE: TaskResultStatus.SUCCESSFUL,
     JobStatus.FAILED: TaskResultStatus.FAILED,
     JobStatus.CANCELLED: TaskResultStatus.FAILED,

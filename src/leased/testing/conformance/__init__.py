@@ -37,6 +37,7 @@ from leased.testing.conformance import (  # noqa: F401 - imported for their chec
     schema,
     steps,
     transactional,
+    waits,
     workers,
     workflows,
 )

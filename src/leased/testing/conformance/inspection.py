@@ -150,7 +150,8 @@ def job_counts_are_exact_when_small_and_say_which_are_estimated(make: MakeBacken
     assert exact.estimated == frozenset()
     assert (exact.by_queue["default"]["done"], exact.by_queue["default"]["failed"],
             exact.by_queue["default"]["pending"], exact.by_queue["mail"]["pending"]) == (3, 5, 1, 1)
-    assert exact.totals == {"pending": 2, "running": 0, "done": 3, "failed": 5, "cancelled": 0, "waiting": 0}
+    assert exact.totals == {"pending": 2, "running": 0, "done": 3, "failed": 5, "cancelled": 0, "waiting": 0,
+                            "sleeping": 0}
     sampled = backend.job_counts(exact_up_to=2, sample_size=3)
     assert sampled.estimated == {"done", "failed"}, "more failed jobs than exact_up_to: estimated as done is"
     assert (sampled.by_queue["default"]["pending"], sampled.by_queue["mail"]["pending"]) == (1, 1)

@@ -6,7 +6,6 @@ from leased.contrib.django.schema import apply_leased_migrations
 
 
 class Migration(migrations.Migration):
-    # Renumber on merge: 0022 is reserved for leased's 0026, made elsewhere.
-    dependencies = [("leased", "0021_handler_outlived_limit")]
+    dependencies = [("leased", "0022_waits")]
 
     operations = [migrations.RunPython(apply_leased_migrations(up_to=27), migrations.RunPython.noop, atomic=False)]

@@ -6,7 +6,6 @@ from leased.contrib.django.schema import apply_leased_migrations
 
 
 class Migration(migrations.Migration):
-    # Renumber on merge: 0022 is reserved for leased's 0026, made elsewhere.
     dependencies = [("leased", "0023_attempt_trace_context")]
 
     operations = [migrations.RunPython(apply_leased_migrations(up_to=28), migrations.RunPython.noop, atomic=False)]
