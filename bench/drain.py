@@ -8,8 +8,9 @@ The jobs are enqueued in batches of 1,000 (enqueue_many), so the run is the drai
 thousands of enqueue round trips before it (one by one, 10,000 jobs took 37 s on PostgreSQL).
 `--one-by-one` enqueues each job in a call of its own, as every run did before 2026-12-07: the
 figures in docs/benchmarks.md that say "queued one by one", and the enqueue/s column of those
-runs, were measured that way. `--bulk` (one enqueue_many, the earlier opt-in) is now the default
-and still accepted, so the commands quoted there run as written.
+runs, were measured that way (the commands quoted beside them say --one-by-one). `--bulk`, the
+earlier opt-in (every job in one enqueue_many), is still accepted and does what the default does,
+so the commands quoted with it run as written; the drain after it is the same.
 
 A measurement, not a test: run it by hand and compare runs on the same machine. Issue 5's suite
 will put these figures side by side with the peers'.
