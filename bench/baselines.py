@@ -5,8 +5,8 @@
 - one psycopg connection inserting a row and committing, in a loop (a commit per job is the
   floor of an enqueue-one-at-a-time API);
 - SQLite in WAL mode, a row and a commit per loop, synchronous=NORMAL and FULL;
-- one connection (leased's MariaDB driver) to MariaDB inserting a small row and committing, in a loop for a fixed time
-  (InnoDB with the server's own durability settings, reported beside them).
+- one connection (leased's MariaDB driver) to MariaDB inserting a small row and committing, in a
+  loop for a fixed time (InnoDB with the server's own durability settings, reported beside them).
 """
 
 from __future__ import annotations
@@ -159,21 +159,27 @@ def _drain_loop(claim, finish, jobs: int) -> float:
 
 def _leased_postgres_loop(app, batch: int):
     """leased's `claim` on a claims connection (set up by the backend with claim_settings), and its
-    `finish` on an ordinary one: the two statements a PostgreSQL worker sends per batch."""
+    `fused_finish` on an ordinary one: the two statements a PostgreSQL worker sends per batch."""
+    from leased.backends.postgres.queries import QUERIES
+
     backend = app.backend
-    queries = backend._queries
     params = {"worker_id": CEILING_WORKER, "task_names": ["bench.noop"], "queue_names": None, "limit": batch}
 
     def claim():
-        with backend.connection(for_claims=True) as connection:
-            return [(row["id"], row["attempt"]) for row in connection.execute(queries["claim"], params)]
+        with backend.connections.connection(for_claims=True) as connection:
+            # A claim that takes nothing answers one row of its own, id NULL (see claim in queries.sql).
+            return [(row["id"], row["attempt"]) for row in connection.execute(QUERIES["claim"], params)
+                    if row["id"] is not None]
 
     def finish(held):
         count = len(held)
-        backend._rows("finish", job_ids=[job_id for job_id, _ in held], attempts=[attempt for _, attempt in held],
-                      worker_ids=[CEILING_WORKER] * count, statuses=["done"] * count, results=["null"] * count,
-                      last_errors=[None] * count, retry_in_seconds=[0.0] * count, outcomes=["done"] * count,
-                      error_types=[None] * count, error_messages=[None] * count, tracebacks=[None] * count)
+        backend.database.rows(
+            "fused_finish", counted_as=None, job_ids=[job_id for job_id, _ in held],
+            attempts=[attempt for _, attempt in held], worker_ids=[CEILING_WORKER] * count,
+            statuses=["done"] * count, results=["null"] * count, last_errors=[None] * count,
+            retry_in_seconds=[0.0] * count, outcomes=["done"] * count, error_types=[None] * count,
+            error_messages=[None] * count, tracebacks=[None] * count, progress=[None] * count,
+            handler_outlived_limits=[False] * count, trace_contexts=[None] * count)
 
     return claim, finish
 
@@ -183,22 +189,21 @@ def _leased_sqlite_loop(app, batch: int):
     in another, on the backend's own connection and write lock (WAL, synchronous=NORMAL)."""
     import json
 
-    backend = app.backend
-    queries = backend._queries
+    database = app.backend.database
     params = {"worker_id": CEILING_WORKER, "task_names": json.dumps(["bench.noop"]), "queue_names": None,
               "limit": batch}
 
     def claim():
-        with backend._write() as connection:
-            return [(row["id"], row["attempt"]) for row in connection.execute(queries["claim"], params)]
+        with database.transaction() as connection:
+            return [(row["id"], row["attempt"]) for row in database.execute(connection, "claim", **params)]
 
     def finish(held):
-        with backend._write() as connection:
-            connection.execute(queries["record_attempts"], {"ends": json.dumps(
-                [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held])})
-            connection.execute(queries["finish"], {"ends": json.dumps(
-                [[job_id, attempt, CEILING_WORKER, "done", "null", None, 0.0] for job_id, attempt in held])})
-            connection.execute(queries["count_finished"], {"counts": finished_count(held)})
+        with database.transaction() as connection:
+            database.execute(connection, "record_attempts", ends=json.dumps(
+                [[job_id, attempt, CEILING_WORKER, "done", None, None, None] for job_id, attempt in held]))
+            database.execute(connection, "finish", ends=json.dumps(
+                [[job_id, attempt, CEILING_WORKER, "done", "null", None, 0.0] for job_id, attempt in held]))
+            database.execute(connection, "count_finished", counts=finished_count(held))
 
     return claim, finish
 
@@ -340,8 +345,8 @@ def _minimal_mariadb(batch: int, jobs: int) -> float:
     connection = mariadb_connect(CEILING_DB)
     try:
         with connection.cursor() as cursor:
-            cursor.execute("CREATE TABLE minimal_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(16) NOT NULL,"
-                           " KEY minimal_jobs_status (status, id)) ENGINE=InnoDB")
+            cursor.execute("CREATE TABLE minimal_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
+                           "status VARCHAR(16) NOT NULL, KEY minimal_jobs_status (status, id)) ENGINE=InnoDB")
             cursor.execute(f"INSERT INTO minimal_jobs (status) SELECT 'pending' FROM seq_1_to_{int(jobs)}")
         connection.autocommit(False)
 
@@ -391,7 +396,8 @@ def main() -> None:
         for store in options.stores.split(","):
             for history in (0, options.history):
                 rate = ceiling_leased(store, 10, options.jobs, history)
-                print(f"ceiling_{store}_leased_b10, {history:,} finished jobs first: {rate:>9,.0f} jobs/s", flush=True)
+                print(f"ceiling_{store}_leased_b10, {history:,} finished jobs first: {rate:>9,.0f} jobs/s",
+                      flush=True)
         return
     for key, rate in ceilings(options.stores.split(","), options.jobs).items():
         print(f"{key:34} {rate:>9,.0f} jobs/s", flush=True)

@@ -62,13 +62,15 @@ ATTEMPTS = """
 INSERT INTO leased_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_type,
                              error_message, traceback)
 SELECT j.id, a, 'bench-worker-' || (j.id % 4), j.created_at + a * interval '1 s',
-       CASE WHEN j.status = 'running' AND a = j.attempt THEN NULL ELSE j.created_at + a * interval '1 s' + interval '40 ms' END,
+       CASE WHEN j.status = 'running' AND a = j.attempt THEN NULL
+            ELSE j.created_at + a * interval '1 s' + interval '40 ms' END,
        CASE WHEN j.status = 'running' AND a = j.attempt THEN NULL
             WHEN j.status = 'failed' OR a < j.attempt THEN 'error' ELSE 'done' END,
        CASE WHEN j.status = 'failed' OR a < j.attempt THEN 'ConnectionRefusedError' END,
        CASE WHEN j.status = 'failed' OR a < j.attempt THEN '[Errno 111] connection refused by smtp:587' END,
-       CASE WHEN j.status = 'failed' OR a < j.attempt THEN repeat('  File "app/mail.py", line 42, in send' || chr(10), 8)
-                                                        || 'ConnectionRefusedError: [Errno 111]' END
+       CASE WHEN j.status = 'failed' OR a < j.attempt
+            THEN repeat('  File "app/mail.py", line 42, in send' || chr(10), 8) || 'ConnectionRefusedError: [Errno 111]'
+       END
 FROM leased_jobs AS j, generate_series(1, j.attempt) AS a
 WHERE j.status IN ('failed', 'running') OR j.id % 10 = 0
 """
@@ -117,7 +119,8 @@ SELECT ELT(g % 8 + 1, 'send_receipt', 'send_newsletter', 'charge_card', 'refund'
        IF(g % 8 = 2, CONCAT('order:', g), NULL),
        IF(status = 'done', JSON_OBJECT('ok', true, 'n', g), NULL),
        IF(status = 'failed', 'ConnectionRefusedError: [Errno 111] connection refused by smtp:587', NULL)
-FROM (SELECT CAST(seq AS SIGNED) AS g, UNIX_TIMESTAMP(NOW(6)) AS now, UNIX_TIMESTAMP(NOW(6)) - ({jobs} - seq) * {spacing} AS created,
+FROM (SELECT CAST(seq AS SIGNED) AS g, UNIX_TIMESTAMP(NOW(6)) AS now,
+             UNIX_TIMESTAMP(NOW(6)) - ({jobs} - seq) * {spacing} AS created,
              CASE WHEN seq > {jobs} - 6000 AND seq % 2 = 0 THEN IF(seq % 15 = 0, 'running', 'pending')
                   WHEN seq % 19 = 0 THEN 'failed' WHEN seq % 250 = 7 THEN 'cancelled' ELSE 'done' END AS status
       FROM seq_1_to_{jobs}) AS s
@@ -148,7 +151,8 @@ FROM leased_jobs WHERE status IN ('done', 'failed') GROUP BY 1, 2, 3, 4
 
 OTHER_WORKERS = """
 INSERT INTO leased_workers (id, host, pid, concurrency, queues, tasks, started_at, last_seen_at)
-SELECT concat('bench-worker-', n), concat('host-', n), 1000 + n, 8, NULL, '["send_receipt", "charge_card"]', {now}, {now}
+SELECT concat('bench-worker-', n), concat('host-', n), 1000 + n, 8, NULL, '["send_receipt", "charge_card"]',
+       {now}, {now}
 FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3) AS workers
 """
 
@@ -182,22 +186,21 @@ def fill_other(url: str, database: str, jobs: int, spacing: float) -> None:
     app = Leased(url)
     app.backend.migrate()
     started = time.perf_counter()
-    if database == "sqlite":
-        with app.backend._write() as connection:
-            connection.execute(spaced(SQLITE_FILL, jobs, spacing))
-            connection.execute(COUNTED["sqlite"])
-            connection.execute(OTHER_WORKERS.replace("{now}", "(julianday('now') - 2440587.5) * 86400.0")
-                               .replace("concat('bench-worker-', n)", "'bench-worker-' || n")
-                               .replace("concat('host-', n)", "'host-' || n"))
-            connection.execute("ANALYZE")
-    else:
-        connection = app.backend.connection()
+    # One write transaction of the backend's own (its database part's), on its own connection.
+    with app.backend.database.transaction() as connection:
         cursor = connection.cursor()
-        cursor.execute(spaced(MARIADB_FILL, jobs, spacing))
-        cursor.execute(COUNTED["mariadb"])
-        cursor.execute(OTHER_WORKERS.replace("{now}", "UNIX_TIMESTAMP(NOW(6))"))
-        cursor.execute("ANALYZE TABLE leased_jobs")
-        connection.commit()
+        if database == "sqlite":
+            cursor.execute(spaced(SQLITE_FILL, jobs, spacing))
+            cursor.execute(COUNTED["sqlite"])
+            cursor.execute(OTHER_WORKERS.replace("{now}", "(julianday('now') - 2440587.5) * 86400.0")
+                           .replace("concat('bench-worker-', n)", "'bench-worker-' || n")
+                           .replace("concat('host-', n)", "'host-' || n"))
+            cursor.execute("ANALYZE")
+        else:
+            cursor.execute(spaced(MARIADB_FILL, jobs, spacing))
+            cursor.execute(COUNTED["mariadb"])
+            cursor.execute(OTHER_WORKERS.replace("{now}", "UNIX_TIMESTAMP(NOW(6))"))
+            cursor.execute("ANALYZE TABLE leased_jobs")
     app.close()
     print(f"filled {jobs:,} jobs in {time.perf_counter() - started:.1f}s")
 
@@ -255,18 +258,20 @@ def measure(url: str, targets: dict[str, str], repetitions: int) -> None:
 
 
 def explain(url: str, jobs: int) -> None:
-    from leased.backends.postgres.backend import QUERIES
+    from leased.backends.postgres.queries import QUERIES
 
-    none = {"status": None, "queue_name": None, "task_name": None, "search": None, "search_id": None,
-            "before_id": None, "after_id": None, "limit": 51}
+    none = {"status": None, "queue_name": None, "task_name": None, "worker_id": None, "search": None,
+            "search_id": None, "before_id": None, "after_id": None, "limit": 51}
     plans = {
         "counts": ("counts", {}),
         "oldest_due": ("oldest_due", {}),
         "finished_since": ("finished_since", {"window_seconds": 3600.0}),
         "list_workers": ("list_workers", {}),
         "task_names": ("task_names", {}),
-        "list_jobs_newest (failed, task)": ("list_jobs_newest", {**none, "status": "failed", "task_name": "charge_card"}),
-        "list_jobs_newest (queue, status)": ("list_jobs_newest", {**none, "status": "done", "queue_name": "reports"}),
+        "list_jobs_newest (failed, task)": ("list_jobs_newest",
+                                            {**none, "status": "failed", "task_name": "charge_card"}),
+        "list_jobs_newest (queue, status)": ("list_jobs_newest",
+                                             {**none, "status": "done", "queue_name": "reports"}),
         "list_jobs_newest (deep)": ("list_jobs_newest", {**none, "before_id": jobs // 10}),
         "list_jobs_oldest (previous page)": ("list_jobs_oldest", {**none, "after_id": jobs // 2}),
         "list_jobs_newest (search key)": ("list_jobs_newest", {**none, "search": "order:10"}),
@@ -282,7 +287,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--repetitions", type=int, default=7)
-    parser.add_argument("--explain", action="store_true", help="Print EXPLAIN ANALYZE of the queries behind the pages.")
+    parser.add_argument("--explain", action="store_true",
+                        help="Print EXPLAIN ANALYZE of the queries behind the pages.")
     parser.add_argument("--keep", action="store_true", help="Keep the schema (its name is printed) for a look.")
     parser.add_argument("--schema", help="Measure an existing (kept) schema instead of filling a new one.")
     parser.add_argument("--spacing", type=float, default=2.6,

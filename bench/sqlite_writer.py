@@ -5,8 +5,8 @@ write lock and hold it, against the drain's own time.
     python bench/sqlite_writer.py --jobs 10000 --slots 500 --sleep 0.05
 
 Drains N queued jobs with one worker in this process (`run_until_empty`) on a temporary SQLite
-file, timing each write transaction of the backend (SQLiteBackend._write, wrapped here) by the
-call that opened it: from asking for the lock to having it, and from having it to its commit.
+file, timing each write transaction of the backend (its connections' `transaction`, wrapped here)
+by the call that opened it: from asking for the lock to having it, and from having it to its commit.
 When claims plus finishes hold the lock for about the whole drain, the writer is the bound, and
 what a job costs inside the lock decides the rate. A measurement, not a test.
 """
@@ -41,7 +41,7 @@ def drain(jobs: int, slots: int, sleep: float) -> None:
         held: dict[str, float] = collections.defaultdict(float)
         calls: collections.Counter[str] = collections.Counter()
         caller = threading.local()
-        write = backend._write
+        write = backend.connections.transaction  # every write of ours: the claim's and database.transact's
 
         @contextlib.contextmanager
         def timed_write(*args, **kwargs):
@@ -66,7 +66,7 @@ def drain(jobs: int, slots: int, sleep: float) -> None:
                     caller.name = "other"
             return call
 
-        backend._write = timed_write
+        backend.connections.transaction = timed_write
         backend.claim = tagged("claim", backend.claim)
         backend.finish = tagged("finish", backend.finish)
         started = time.perf_counter()
@@ -79,7 +79,8 @@ def drain(jobs: int, slots: int, sleep: float) -> None:
           f"{busy:.2f} s ({busy / seconds:.0%} of the drain)")
     for name in ("claim", "finish"):
         print(f"  {name:7} {calls[name]:5} transactions, {jobs / max(1, calls[name]):6.0f} jobs each: held "
-              f"{held[name] / jobs * 1e6:5.1f} µs per job, waited {waited[name] / jobs * 1e6:5.1f} µs per job")
+              f"{held[name] / jobs * 1e6:5.1f} µs per job, "
+              f"waited {waited[name] / jobs * 1e6:5.1f} µs per job")
     print(f"  others  {calls['other']:5} transactions (the worker's record, renewals, the reclaim): held "
           f"{held['other'] * 1000:.1f} ms in all")
 
