@@ -33,7 +33,8 @@ BACKENDS = ["sqlite", "postgres", "mariadb"]
 
 def soak(backend: str, options: argparse.Namespace, folder: Path) -> chaos.Result:
     settings = {"jobs": options.jobs, "workers": options.workers, "concurrency": options.concurrency,
-                "seconds": options.seconds, "max_kills": options.max_kills, "pace": (options.pace_min, options.pace_max),
+                "seconds": options.seconds, "max_kills": options.max_kills,
+                "pace": (options.pace_min, options.pace_max),
                 "lease": options.lease, "seed": options.seed, "drain_timeout": options.drain_timeout, "progress": True}
     log_dir = folder / f"logs-{backend}"
     if backend == "sqlite":
@@ -84,7 +85,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--drain-timeout", type=float, default=900.0)
     parser.add_argument("--postgres-url", default=POSTGRES_URL)
-    parser.add_argument("--mariadb-url", default=MARIADB_URL, help="a URL on the server; the soak creates and drops a database of its own")
+    parser.add_argument("--mariadb-url", default=MARIADB_URL,
+                        help="a URL on the server; the soak creates and drops a database of its own")
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs even when all is well")
     options = parser.parse_args()
 

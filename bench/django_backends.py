@@ -48,7 +48,8 @@ from datetime import UTC, datetime
 from importlib import metadata
 
 import report
-from common import WORK, ProbeReceiver, Workers, median_range, percentile, recreate_database, remove_sqlite, spawn, wait_for_done
+from common import (
+    WORK, ProbeReceiver, Workers, median_range, percentile, recreate_database, remove_sqlite, spawn, wait_for_done)
 
 PROJECT = BENCH / "django_project"
 RESULTS = BENCH / "django_results.json"

@@ -221,7 +221,8 @@ def main() -> None:
             store.close()
         for path, figure in figures.items():
             print(f"{name:9} {path:13} {figure['rate']:9,.0f}/s ({figure['low']:,.0f}–{figure['high']:,.0f})"
-                  f"  p50 {figure['p50_ms']:.3f} ms  p99 {figure['p99_ms']:.3f} ms  client CPU {figure['cpu_us']:.0f} µs")
+                  f"  p50 {figure['p50_ms']:.3f} ms  p99 {figure['p99_ms']:.3f} ms"
+                  f"  client CPU {figure['cpu_us']:.0f} µs")
         leased = figures["leased"]["rate"]
         print(f"{name:9} leased ÷ bare {leased / figures['bare']['rate']:.2f}×, "
               f"leased ÷ leased_table {leased / figures['leased_table']['rate']:.2f}×")

@@ -89,7 +89,8 @@ class Paths:
         from leased.backends.sql.enqueue import jobs_json
         jobs = self._jobs(numbers)
         with self.connection.transaction():
-            self.connection.execute(self.queries["insert_jobs"], {"jobs": jobs_json(jobs, lambda t: t.isoformat())}).fetchall()
+            self.connection.execute(self.queries["insert_jobs"],
+                                    {"jobs": jobs_json(jobs, lambda t: t.isoformat())}).fetchall()
 
     def insert_jobs_no_conflict(self, numbers) -> None:
         """insert_jobs without ON CONFLICT: what the speculative insertion costs for jobs without keys."""
@@ -118,7 +119,8 @@ class Paths:
                 "SELECT array_agg(nextval(pg_get_serial_sequence('leased_jobs', 'id'))), leased_now() "
                 "FROM generate_series(1, %s)", (len(jobs),)).fetchone()
             with self.connection.cursor() as cursor:
-                with cursor.copy(f"COPY leased_jobs ({COLUMNS}) FROM STDIN" + (" (FORMAT BINARY)" if binary else "")) as copy:
+                binary_option = " (FORMAT BINARY)" if binary else ""
+                with cursor.copy(f"COPY leased_jobs ({COLUMNS}) FROM STDIN" + binary_option) as copy:
                     if binary:
                         copy.set_types(BINARY_TYPES)
                     for job_id, job in zip(ids, jobs, strict=True):
@@ -178,7 +180,8 @@ def report(label: str, runs: list[tuple[float, float, float]], base: tuple[float
     client = statistics.median(run[1] for run in runs)
     server = statistics.median(run[2] for run in runs)
     # An index's share of the batch: of the wall time, and of the server's CPU.
-    share = "" if base is None else f"   index's share: wall {1 - base[0] / rate:6.1%}, server CPU {1 - server / base[1]:6.1%}"
+    share = "" if base is None else (f"   index's share: wall {1 - base[0] / rate:6.1%}, "
+                                     f"server CPU {1 - server / base[1]:6.1%}")
     print(f"  {label:26} {rate:9,.0f} jobs/s   CPU/job: client {client:5.1f} us, server {server:5.1f} us{share}"
           f"   ({', '.join(f'{run[0]:,.0f}' for run in runs)})")
     return rate, server
@@ -215,7 +218,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-indexes", action="store_true")
     parser.add_argument("--index-path", default="insert_jobs", help="the path that measures what each index costs")
-    parser.add_argument("--paths", default="insert_jobs,insert_jobs_no_conflict,unnest,copy_text,copy_binary,enqueue_many,raw_insert_select")
+    parser.add_argument("--paths", default="insert_jobs,insert_jobs_no_conflict,unnest,copy_text,copy_binary,"
+                                           "enqueue_many,raw_insert_select")
     options = parser.parse_args()
     schema = f"leased_bench_{uuid.uuid4().hex[:8]}"
     admin = psycopg.connect(URL, autocommit=True)
@@ -257,7 +261,8 @@ def index_costs(paths: Paths, parts, rounds: int, application_name: str, path_na
     for name, predicate in connection.execute(
             "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
             "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'leased_jobs'::regclass ORDER BY 1").fetchall():
-        if predicate is None or connection.execute(f"SELECT EXISTS (SELECT FROM leased_jobs WHERE {predicate})").fetchone()[0]:
+        if predicate is None or connection.execute(
+                f"SELECT EXISTS (SELECT FROM leased_jobs WHERE {predicate})").fetchone()[0]:
             entered.append(name)
     droppable = [name for name in entered if not name.endswith("_pkey")]
     variants = ["all"] + [f"-{name}" for name in droppable] + ["only pkey"]

@@ -84,7 +84,8 @@ LAYOUTS: dict[str, dict[str, str]] = {
             CREATE TABLE due (id bigint PRIMARY KEY, priority integer NOT NULL, run_after timestamptz NOT NULL);
             CREATE INDEX due_order ON due (priority DESC, run_after, id);
         """,
-        "enqueue": """WITH job AS (INSERT INTO jobs (task_name, args) VALUES ('t', %s) RETURNING id, priority, run_after)
+        "enqueue": """WITH job AS (INSERT INTO jobs (task_name, args) VALUES ('t', %s)
+                                   RETURNING id, priority, run_after)
                       INSERT INTO due SELECT id, priority, run_after FROM job RETURNING id""",
         "claim": """
             WITH taken AS (

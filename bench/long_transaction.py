@@ -183,18 +183,22 @@ def soak(options) -> dict:
 def phase_figures(connection, start: datetime, end: datetime) -> dict:
     row = connection.execute(
         """SELECT count(*) AS n,
-                  percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - j.created_at)) * 1000 AS p50,
-                  percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - j.created_at)) * 1000 AS p99
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - j.created_at))
+                      * 1000 AS p50,
+                  percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - j.created_at))
+                      * 1000 AS p99
            FROM leased_attempts AS a JOIN leased_jobs AS j ON j.id = a.job_id
            WHERE a.finished_at >= %s AND a.finished_at < %s""", (start, end)).fetchone()
-    return {"finished": row["n"], "rate": row["n"] / (end - start).total_seconds(), "p50": row["p50"], "p99": row["p99"]}
+    return {"finished": row["n"], "rate": row["n"] / (end - start).total_seconds(),
+            "p50": row["p50"], "p99": row["p99"]}
 
 
 SIZES = """
 SELECT c.relname, pg_relation_size(c.oid) AS bytes, c.relkind
 FROM pg_class AS c
 WHERE c.relname IN ('leased_jobs', 'leased_attempts')
-   OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN ('leased_jobs'::regclass, 'leased_attempts'::regclass))
+   OR c.oid IN (SELECT indexrelid FROM pg_index
+                WHERE indrelid IN ('leased_jobs'::regclass, 'leased_attempts'::regclass))
    OR c.oid IN (SELECT reltoastrelid FROM pg_class WHERE relname IN ('leased_jobs', 'leased_attempts'))
 ORDER BY c.relname
 """
@@ -324,7 +328,8 @@ def drain_rate(schema: str, jobs: int) -> float:
         with psycopg.connect(url, autocommit=True, row_factory=dict_row) as connection:
             connection.execute("VACUUM ANALYZE leased_jobs")
             workers = start_worker(url, "drain")
-            count = lambda: connection.execute("SELECT count(*) AS n FROM leased_jobs WHERE status = 'done'").fetchone()["n"]
+            count = lambda: connection.execute(
+                "SELECT count(*) AS n FROM leased_jobs WHERE status = 'done'").fetchone()["n"]
             return wait_for_done(count, jobs, 300, workers).rate
     finally:
         if workers is not None:
@@ -456,7 +461,8 @@ def render(results: dict) -> str:
         attempts_total = sum(v for k, v in sizes.items() if k.startswith("leased_attempts"))
         measured = (f", leased at `{results['bytes']['leased_commit']}`, {results['bytes']['date']}"
                     if "leased_commit" in results["bytes"] else "")
-        lines += [f"Bytes per finished job ({results['bytes']['jobs']:,} jobs drained by a worker, then VACUUM{measured}): "
+        lines += [f"Bytes per finished job ({results['bytes']['jobs']:,} jobs drained by a worker, "
+                  f"then VACUUM{measured}): "
                   f"**{jobs_total:,.0f} without its attempt record, {jobs_total + attempts_total:,.0f} with it**.", "",
                   "| relation | bytes per job |", "|---|---|"]
         lines += [f"| {name} | {value:,.0f} |" for name, value in sorted(sizes.items(), key=lambda kv: -kv[1])]

@@ -75,7 +75,8 @@ def fresh_url(base: str | None, directory: Path) -> tuple[str, object]:
     """A database of its own for one measurement, and how to drop it."""
     if base is None:
         path = directory / f"bench-{uuid.uuid4().hex[:8]}.db"
-        return f"sqlite:///{path}", lambda: [Path(f"{path}{tail}").unlink(missing_ok=True) for tail in ("", "-wal", "-shm")]
+        return f"sqlite:///{path}", lambda: [Path(f"{path}{tail}").unlink(missing_ok=True)
+                                             for tail in ("", "-wal", "-shm")]
     from leased.testing.plugin import postgres_schema
 
     context = postgres_schema(base)
@@ -92,7 +93,8 @@ def measure(processes: int, args: argparse.Namespace, loops: int, directory: Pat
         for start in range(0, args.jobs, 1000):
             task.enqueue_many([[loops]] * min(1000, args.jobs - start))
         load = os.getloadavg()[0]
-        env = {**os.environ, "BENCH_DATABASE_URL": url, "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT / "src")])}
+        env = {**os.environ, "BENCH_DATABASE_URL": url,
+               "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT / "src")])}
         worker = subprocess.Popen([sys.executable, "-m", "leased", "worker", "bench_cpu_app:app", "--processes",
                                    str(processes), "--concurrency", str(args.concurrency), "--poll-interval", "50ms",
                                    "--log-level", "warning"], cwd=directory, env=env)

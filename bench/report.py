@@ -89,7 +89,8 @@ def render(results: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for peer in peers:
-        lines.append(f"| {peer['label']} | {peer['version']} | {peer['store']} | {peer['handler']} | {peer['settings']} |")
+        lines.append(f"| {peer['label']} | {peer['version']} | {peer['store']} | {peer['handler']} "
+                     f"| {peer['settings']} |")
     limits = env["limits"]
     lines += [
         "",
@@ -133,7 +134,8 @@ def render(results: dict) -> str:
     for peer in peers:
         name = peer["name"]
         base = {"PostgreSQL": pgbench, "SQLite": sqlite_normal, "MariaDB": mariadb}.get(peer["store"])
-        lines.append(f"| {peer['label']} | {cell(results, name, 'enqueue_one')} | {cell(results, name, 'enqueue_bulk')} "
+        lines.append(f"| {peer['label']} | {cell(results, name, 'enqueue_one')} "
+                     f"| {cell(results, name, 'enqueue_bulk')} "
                      f"| {cell(results, name, 'drain_1p')} | {cell(results, name, 'drain_2p')} "
                      f"| {_ratio(stat(results, name, 'drain_1p'), base) if base else '–'} "
                      f"| {_ratio(stat(results, name, 'drain_1p'), ceiling(results, peer['store'], 'minimal'))} |")
@@ -236,7 +238,8 @@ def key_ratios(results: dict) -> list[str]:
             out.append(f"{label.get(peer, peer)} drain, 1 process: {mine['median']:,.0f} jobs/s = {_ratio(mine, own)} "
                        f"of the ceiling with its own SQL ({own['median']:,.0f}: claim and finish 10 at a time, "
                        f"nothing else), {_ratio(mine, minimal)} of a minimal (id, status) table's "
-                       f"({minimal['median']:,.0f}); leased's own SQL reaches {_ratio(own, minimal)} of the minimal table's.")
+                       f"({minimal['median']:,.0f}); leased's own SQL reaches {_ratio(own, minimal)} "
+                       "of the minimal table's.")
     mine = s("leased-pg", "enqueue_one")
     if mine and base("psycopg_insert"):
         out.append(f"leased (PostgreSQL) enqueue one call per job = {_ratio(mine, base('psycopg_insert'))} a bare "
@@ -290,8 +293,8 @@ def chart(results: dict, path: Path = CHART) -> None:
         if metric == "latency":
             axis.set_xscale("log")
         for position, value, high in zip(positions, medians, highs, strict=True):
-            axis.text(value + high, position, f" {value:,.0f}" if value >= 10 else (f" {value:.1f}" if value else " n/a"),
-                      va="center", fontsize=7)
+            shown = f" {value:,.0f}" if value >= 10 else (f" {value:.1f}" if value else " n/a")
+            axis.text(value + high, position, shown, va="center", fontsize=7)
     baseline = median_range(results["baselines"].get("pgbench_c1", []))
     if baseline:
         for axis in (axes[1][0], axes[1][1]):

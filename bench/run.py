@@ -52,18 +52,29 @@ NOTES = [
     "work horse it forks per job.",
     "- **RQ runs one job at a time per worker process** (that is its model), so its \"1 process\" and "
     "\"2 processes\" rows have concurrency 1 and 2, and the slot and crash workloads do not apply.",
-    "- **What a completion costs differs.** leased updates the job row and writes the attempt's record (one row, inserted as the attempt ends); "
+    "- **What a completion costs differs.** leased updates the job row and writes the attempt's record "
+    "(one row, inserted as the attempt ends); "
     "procrastinate updates its job row (and its events table); pgqueuer deletes the job and writes a log row; "
     "RQ and Celery write a result to Redis (Celery's result backend is on so that completions can be counted); "
     "huey writes a result row (its handlers return True for that, since huey does not store None).",
-    "- **Durability differs.** The PostgreSQL libraries commit with synchronous_commit=on, except leased's claims (off: a claim forgotten in a server crash only means the job runs again; enqueues and results wait for the flush); leased on SQLite uses "
+    "- **Durability differs.** The PostgreSQL libraries commit with synchronous_commit=on, except leased's claims "
+    "(off: a claim forgotten in a server crash only means the job runs again; enqueues and results wait for the "
+    "flush); leased on SQLite uses "
     "synchronous=NORMAL (durable against a process crash, may lose the last commits on power loss); SqliteHuey's "
     "default is SQLite's synchronous=FULL; Redis here has no AOF and no RDB snapshots (`save \"\"`, "
     "`appendonly no`), so RQ and Celery lose everything queued on a Redis restart.",
-    "- **Fresh databases.** Every measurement starts from a new database (or file), as a new deployment would. On PostgreSQL that means no planner statistics until autoanalyze runs; leased's claims run on connections whose settings rule out the plans that would need them (see below).",
-    "- **RQ's latency is queueing**: its default worker finished about 25 jobs/s here (a fork per job), below the 50 jobs/s the latency workload sends. RQ's SimpleWorker (no fork, documented for when forking is not wanted) ran 300 no-op jobs in 1.9 s against 11.9 s for the default Worker, start-up included; the table uses the default.",
-    "- **Celery's bulk** is a `group`, which sends one message per task; it is no faster than `send_task` in a loop. **huey** has no bulk enqueue.",
-    "- **Slot utilisation with 500 slots** needs 10,000 job starts per second to reach 1.0 (2,000 jobs in an ideal 0.2 s, four waves), so it measures start-up and claim throughput more than waiting; the 20,000-job columns (an ideal 2 s) show the rate a worker keeps up once started.",
+    "- **Fresh databases.** Every measurement starts from a new database (or file), as a new deployment would. "
+    "On PostgreSQL that means no planner statistics until autoanalyze runs; leased's claims run on connections "
+    "whose settings rule out the plans that would need them (see below).",
+    "- **RQ's latency is queueing**: its default worker finished about 25 jobs/s here (a fork per job), below "
+    "the 50 jobs/s the latency workload sends. RQ's SimpleWorker (no fork, documented for when forking is not "
+    "wanted) ran 300 no-op jobs in 1.9 s against 11.9 s for the default Worker, start-up included; the table "
+    "uses the default.",
+    "- **Celery's bulk** is a `group`, which sends one message per task; it is no faster than `send_task` in a "
+    "loop. **huey** has no bulk enqueue.",
+    "- **Slot utilisation with 500 slots** needs 10,000 job starts per second to reach 1.0 (2,000 jobs in an "
+    "ideal 0.2 s, four waves), so it measures start-up and claim throughput more than waiting; the 20,000-job "
+    "columns (an ideal 2 s) show the rate a worker keeps up once started.",
     "- **Time limits** cut some drains short (\u2020): their rate is over the jobs they finished in 60 s.",
     "- **oban-py** runs its workers with `oban start` and async workers, as its README shows; **django-ox** "
     "runs in bench/django_project (Django 6.1, the Django backends benchmark's project and database settings) "

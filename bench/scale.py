@@ -22,7 +22,8 @@ delete and they stay. Then, on that table, in this order:
 
 PostgreSQL's autovacuum is on for the run (common.autovacuum_on, put back after): the test
 machine's server has it off (conf.d/90-ci.conf), no production server does; --autovacuum-off
-leaves it as the server has it, as every figure before 2026-12-02 was taken. Ratios are to the empty table. The issue's bar: the drain at 10^6 and 10^7 at least 0.8x the
+leaves it as the server has it, as every figure before 2026-12-02 was taken. Ratios are to the empty
+table. The issue's bar: the drain at 10^6 and 10^7 at least 0.8x the
 empty table's. Writes bench/scale_results.json and the section "Scale: drain with history" in
 docs/benchmarks.md (bench/scale.md too). Timing on this 2-core machine: a repeat of empty to 10^6
 takes about 2.5 min on PostgreSQL and 2 min on SQLite (the fill of 10^6 takes 15-35 s and 12 s of

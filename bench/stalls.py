@@ -107,7 +107,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", nargs="+", choices=BACKENDS, default=BACKENDS)
     parser.add_argument("--scenario", nargs="+", choices=SCENARIOS, default=SCENARIOS)
-    parser.add_argument("--seconds", type=float, default=20.0, help="load per scenario (split before/after the upgrade)")
+    parser.add_argument("--seconds", type=float, default=20.0,
+                        help="load per scenario (split before/after the upgrade)")
     parser.add_argument("--rate", type=float, default=50.0, help="jobs a second, each producer")
     parser.add_argument("--poll", type=float, default=0.2, help="the workers' poll interval, seconds")
     parser.add_argument("--old", default=rolling_upgrade.OLD_RELEASE, help="the older release's commit")

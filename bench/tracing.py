@@ -76,7 +76,8 @@ def child(mode: str, url: str, jobs: int, job_cpu_us: float) -> dict[str, float]
         assert not [name for name in sys.modules if name.startswith("opentelemetry")]
     app.close()
     return {"enqueue": jobs / (enqueued - started), "drain": jobs / (drained - enqueued),
-            "enqueue cpu": (cpu_enqueued - cpu_started) / jobs * 1e6, "drain cpu": (cpu_drained - cpu_enqueued) / jobs * 1e6}
+            "enqueue cpu": (cpu_enqueued - cpu_started) / jobs * 1e6,
+            "drain cpu": (cpu_drained - cpu_enqueued) / jobs * 1e6}
 
 
 def span_costs(rounds: int) -> dict[str, float]:
@@ -195,7 +196,8 @@ def main() -> None:
                 ratios += (f"  {_ratio(medians, 'before-on', 'before', cost):16.2f}"
                            f"  {_ratio(medians, 'off', 'before', cost):10.2f}")
             print(f"{backend:9} {figure:12} " + " ".join(f"{medians[mode]:9.0f}" for mode in modes) + ratios)
-    for label, src in [("", str(HERE.parent / "src"))] + ([("before ", options.before_src)] if options.before_src else []):
+    sources = [("", str(HERE.parent / "src"))] + ([("before ", options.before_src)] if options.before_src else [])
+    for label, src in sources:
         done = subprocess.run([sys.executable, __file__, "--child-spans", "--rounds", str(options.rounds)],
                               env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True, timeout=600,
                               check=True)

@@ -2,9 +2,10 @@
 """What a workflow's dependencies cost: a 10,000-step fan-out with one fan-in step, against the same
 10,000 jobs with no workflow, and against Celery's chord on Redis. Side by side, in one run.
 
-    PYTHONPATH=src /work/venv/bin/python bench/workflows.py                 # SQLite, PostgreSQL, MariaDB, Celery; 3 repeats
+    PYTHONPATH=src /work/venv/bin/python bench/workflows.py  # SQLite, PostgreSQL, MariaDB, Celery; 3 repeats
     PYTHONPATH=src /work/venv/bin/python bench/workflows.py --backends sqlite,postgres --repeats 5
-    PYTHONPATH=src /work/venv/bin/python bench/workflows.py --steps 500 --repeats 1 --backends sqlite --no-celery  # smoke, ~10 s
+    # a smoke run, ~10 s:
+    PYTHONPATH=src /work/venv/bin/python bench/workflows.py --steps 500 --repeats 1 --backends sqlite --no-celery
 
 It creates bench/.venv-workflows on first use (Celery and redis-py pinned in
 bench/requirements-workflows.txt, leased from this checkout with its postgres and mariadb extras)
@@ -444,9 +445,11 @@ def render(results: dict) -> str:
              f"{env.get('postgresql', '?')} with autovacuum {env.get('autovacuum', '?')} (the test machine's "
              "setting; harmless for runs this short). **The machine was shared** with other engineers' work "
              f"(1-minute load average {load_range(runs)} at the measurements' starts, on 2 cores): read the "
-             "ratios. A ratio's range in brackets is that of the repeats' own ratios.", "", "```sh", results["command"], "```", "",
+             "ratios. A ratio's range in brackets is that of the repeats' own ratios.", "",
+             "```sh", results["command"], "```", "",
              f"| | (a) workflow: enqueue to fan-in start | (b) {steps:,} plain jobs: enqueue to all done "
-             "| (a)/(b): cost of the dependencies | Celery's chord (c) ÷ (a), prefork / threads | workflow enqueue alone "
+             "| (a)/(b): cost of the dependencies | Celery's chord (c) ÷ (a), prefork / threads "
+             "| workflow enqueue alone "
              f"| enqueue_many of {steps:,} | workflow enqueue ÷ enqueue_many |",
              "|---|---|---|---|---|---|---|---|"]
     chords = [runs.get(f"celery-{pool}", {}).get("chord", []) for pool in CELERY_POOLS]

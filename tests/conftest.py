@@ -50,13 +50,15 @@ BACKENDS = list(DIALECTS)
 # Subprocesses (the CLI, crash and README tests) import leased from this tree, as this process does:
 # a relative PYTHONPATH=src would not hold in their working directories, and they would quietly
 # import whatever leased is installed.
-os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(SRC), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
 # The test programs (tests/programs) are imported by the tests too, as the producer's view of the
 # tasks a worker process runs; a test may import another layer's test module for its helpers
 # (test_timeouts reads test_readme's section_code). pytest puts a test's own folder on sys.path only
 # once it collects a file there, so a file run alone would not find them: all are put there at once.
-sys.path[:0] = [folder for folder in map(str, (PROGRAMS, *(TESTS / layer for layer in LAYERS))) if folder not in sys.path]
+sys.path[:0] = [folder for folder in map(str, (PROGRAMS, *(TESTS / layer for layer in LAYERS)))
+                if folder not in sys.path]
 
 # xdist's workers start with COLUMNS=80 and LINES=24 that the run's own environment did not set: the
 # CLI would then fit its tables to 80 columns, cutting what the tests read. As without xdist, unset.

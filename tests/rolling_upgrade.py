@@ -206,7 +206,8 @@ class Fleet:
     def wait_started(self, workers: tuple[str, ...]) -> None:
         """Until the workers have logged their start line (both releases say `worker NAME started`):
         jobs enqueued from then on wait beside them, not for their start-up."""
-        wait_until(lambda: all(f"worker {name} started" in (self.folder / f"{name}.log").read_text() for name in workers),
+        wait_until(lambda: all(f"worker {name} started" in (self.folder / f"{name}.log").read_text()
+                               for name in workers),
                    60, f"the start lines of {', '.join(workers)}", self)
 
     def check_alive(self) -> None:
@@ -260,7 +261,8 @@ def roll(database_url: str, old_source: Path, folder: Path, order: str, load: Lo
             fleet.start("old", "worker", name)
         fleet.wait_started(OLD_WORKERS)
         fleet.start("old", "producer", "old-producer")
-        wait_until(lambda: fleet.ran_since(OLD_WORKERS, 0) == set(OLD_WORKERS), 60, "the old workers' first jobs", fleet)
+        wait_until(lambda: fleet.ran_since(OLD_WORKERS, 0) == set(OLD_WORKERS), 60, "the old workers' first jobs",
+                   fleet)
         mark("old workers running")
         time.sleep(load.before)  # old processes alone under load for a while: the soak's length, not a wait
         mark("upgrade begins")
@@ -270,7 +272,8 @@ def roll(database_url: str, old_source: Path, folder: Path, order: str, load: Lo
             mark("migrated")
         for name in NEW_WORKERS:
             fleet.start("new", "worker", name)
-        wait_until(lambda: fleet.ran_since(NEW_WORKERS, 0) == set(NEW_WORKERS), 60, "the new workers' first jobs", fleet)
+        wait_until(lambda: fleet.ran_since(NEW_WORKERS, 0) == set(NEW_WORKERS), 60, "the new workers' first jobs",
+                   fleet)
         mark("new workers running")
         migrated = timeline[-1][1]  # the schema is the new one by now: its workers have run jobs
         fleet.start("new", "producer", "new-producer")

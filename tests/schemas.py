@@ -1,6 +1,6 @@
 """leased's tables, columns and indexes as a database reports them, comparable across databases and
-schemas of one kind, and empty databases to build it in: for the tests that two ways of building the schema (leased's migrations, the
-printed SQL, Django's migrations, Alembic) build the same one."""
+schemas of one kind, and empty databases to build it in: for the tests that two ways of building
+the schema (leased's migrations, the printed SQL, Django's migrations, Alembic) build the same one."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def _mariadb_schema(url: str) -> list[tuple]:
         columns = connections.execute(
             connection,
             "SELECT table_name, column_name, column_type, is_nullable, column_default, generation_expression"
-            " FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name LIKE 'leased%' ORDER BY 1, 2")
+            " FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name LIKE 'leased%'"
+            " ORDER BY 1, 2")
         indexes = connections.execute(
             connection,
             "SELECT table_name, index_name, seq_in_index, column_name, non_unique FROM information_schema.statistics"

@@ -7,7 +7,9 @@ import sqlite3
 import time
 import uuid
 
-from common import drop_database, drop_mariadb_database, mariadb_connect, recreate_database, recreate_mariadb_database, remove_sqlite, venv_bin
+from common import (
+    drop_database, drop_mariadb_database, mariadb_connect, recreate_database, recreate_mariadb_database, remove_sqlite,
+    venv_bin)
 
 from leased import Leased
 from peers.base import Peer, Unsupported, chunks, scratch

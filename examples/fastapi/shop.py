@@ -35,7 +35,8 @@ async def send_receipt(order: OrderPlaced) -> str:
     # Idempotent: at-least-once may run it twice, and the second run changes nothing.
     async with engine.begin() as connection:
         await connection.execute(text("INSERT INTO receipts (order_id, email) VALUES (:id, :email) "
-                                      "ON CONFLICT (order_id) DO NOTHING"), {"id": order.order_id, "email": order.email})
+                                      "ON CONFLICT (order_id) DO NOTHING"),
+                                 {"id": order.order_id, "email": order.email})
     return f"receipt for order {order.order_id} sent to {order.email}"
 
 
@@ -43,7 +44,8 @@ async def send_receipt(order: OrderPlaced) -> str:
 async def lifespan(api: FastAPI):
     jobs.migrate()  # leased's tables, before the first request enqueues inside a transaction
     async with engine.begin() as connection:
-        await connection.execute(text("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, email TEXT NOT NULL)"))
+        await connection.execute(text("CREATE TABLE IF NOT EXISTS orders "
+                                      "(id INTEGER PRIMARY KEY, email TEXT NOT NULL)"))
         await connection.execute(text("CREATE TABLE IF NOT EXISTS receipts (order_id INTEGER PRIMARY KEY, "
                                       "email TEXT NOT NULL)"))
     async with jobs.worker(concurrency=4):  # started with the app, stopped gracefully with it

@@ -580,7 +580,8 @@ class Leased:
         known = self.known_queue_names()
         if queue_name not in known:
             listed = ", ".join(sorted(known)) or "none yet"
-            fix = "so it is not paused" if verb == "resume" else f"to {verb} it before its first job, use {force_option}"
+            fix = ("so it is not paused" if verb == "resume"
+                   else f"to {verb} it before its first job, use {force_option}")
             raise ConfigurationError(f"unknown queue {queue_name!r}{did_you_mean(queue_name, known)}: no task or job "
                                      f"uses it (known queues: {listed}); {fix}")
 

@@ -691,7 +691,8 @@ def _quarantined(job: Job, data: dict[str, Any]) -> Reason:
                 crashed_attempts=[{"attempt": attempt.number, "worker_id": attempt.worker_id,
                                    "error_message": attempt.error_message} for attempt in crashes])
     each = "; ".join(f"attempt {attempt.number}: {attempt.error_message}" for attempt in crashes)
-    return Reason("quarantined", f"It was quarantined after {job.crashes} crash{'' if job.crashes == 1 else 'es'} (its task's max_crashes is "
+    return Reason("quarantined", f"It was quarantined after {job.crashes} crash{'' if job.crashes == 1 else 'es'} "
+                                 "(its task's max_crashes is "
                                  f"{job.max_crashes}): a poison job, whose attempts kill the process that runs them, "
                                  f"is failed rather than retried up to its {job.max_attempts} attempts"
                                  f"{' (' + each + ')' if each else ''}. A segfault in a C extension, the OOM killer "

@@ -120,7 +120,8 @@ class DatabaseCollector:
 def _limit_gauges(queues: list[QueueSummary]) -> tuple[Metric, Metric]:
     """The limits of the queues that have them (`leased limit`)."""
     concurrency = GaugeMetricFamily("leased_queue_concurrency_limit",
-                                    "Most jobs of the queue that may run at once, across all workers.", labels=["queue"])
+                                    "Most jobs of the queue that may run at once, across all workers.",
+                                    labels=["queue"])
     rate = GaugeMetricFamily("leased_queue_rate_limit_per_second",
                              "Starts of the queue's jobs allowed per second, averaged over the limit's window.",
                              labels=["queue"])

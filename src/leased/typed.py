@@ -216,7 +216,8 @@ def _hints(owner: Any) -> dict[str, Any]:
     resolved = {}
     for name, value in getattr(owner, "__annotations__", {}).items():
         try:
-            resolved[name] = eval(value, namespace) if isinstance(value, str) else value  # as typing.get_type_hints does
+            # as typing.get_type_hints does
+            resolved[name] = eval(value, namespace) if isinstance(value, str) else value
         except Exception:
             continue
     return resolved

@@ -75,7 +75,8 @@ def test_handlers_that_enqueue_take_the_apps_connections_not_the_workers():
         finally:
             sampler.stopping.set()
             sampler.join()
-        print(f"\nthe worker's sessions: {len(sampler.worker_pids)}; the handlers' enqueues': {len(sampler.enqueue_pids)}")
+        print(f"\nthe worker's sessions: {len(sampler.worker_pids)}; "
+              f"the handlers' enqueues': {len(sampler.enqueue_pids)}")
         assert len(sampler.worker_pids) == 3  # the worker pool's, the claims pool's, the listener
         assert len(sampler.enqueue_pids) > 1, "the handlers' enqueues took connections of the app's pool"
         assert not sampler.worker_pids & sampler.enqueue_pids, "no handler enqueued on the worker's connections"

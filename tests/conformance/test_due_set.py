@@ -287,7 +287,8 @@ def holding_due_row(app: Leased, job_id: int) -> Iterator[psycopg.Connection]:
 
 
 def blocked_on_a_lock(app: Leased) -> bool:
-    return bool(sql(app, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"))
+    return bool(sql(app, "SELECT 1 FROM pg_stat_activity "
+                         "WHERE datname = current_database() AND wait_event_type = 'Lock'"))
 
 
 @pytest.mark.alone  # blocked_on_a_lock reads every session of the database
@@ -341,7 +342,8 @@ def test_the_upgrade_to_0019_drops_the_due_rows_left_behind():
         try:
             app.task(name="t")(lambda: None)
             assert app.job_counts().totals["pending"] == 3  # the first use migrates the rest
-            indexes = {name for (name,) in sql(app, "SELECT indexname FROM pg_indexes WHERE tablename = 'leased_jobs' AND schemaname = current_schema()")}
+            indexes = {name for (name,) in sql(app, "SELECT indexname FROM pg_indexes WHERE tablename = 'leased_jobs' "
+                                                    "AND schemaname = current_schema()")}
             assert not indexes & {"leased_jobs_due", "leased_jobs_queue_due"}
             assert_due_set_matches_the_jobs(app)
         finally:

@@ -56,7 +56,8 @@ def empty_the_tables(app: Leased, restart_ids: bool) -> None:
     """What a test suite's teardown or a "clear the queue" does, as each database allows it."""
     backend = backend_of(app)
     if backend == "postgres":
-        raw_sql(app, "TRUNCATE leased_jobs, leased_attempts" + (" RESTART IDENTITY" if restart_ids else "") + " CASCADE")
+        raw_sql(app, "TRUNCATE leased_jobs, leased_attempts" + (" RESTART IDENTITY" if restart_ids else "")
+                + " CASCADE")
     else:
         raw_sql(app, "DELETE FROM leased_attempts")
         raw_sql(app, "DELETE FROM leased_jobs")
@@ -148,7 +149,8 @@ POSTGRES_ONLY = ["delete_without_triggers", "move_without_triggers", "insert_wit
 UNSEEN_BY_TRIGGERS = {"delete_without_triggers", "move_without_triggers", "insert_without_triggers"}
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=st.lists(st.sampled_from(EVERYWHERE + POSTGRES_ONLY), max_size=12), seed=st.integers(0, 2**16))
 def test_a_fresh_worker_starts_every_due_job_at_its_first_claim_and_the_counts_are_true(app, steps, seed):
     postgres = backend_of(app) == "postgres"

@@ -67,7 +67,8 @@ def _postgres_rows(app) -> int:
     params = {"worker_id": "w", "task_names": list(TASKS), "queue_names": None, "limit": 10}
     with psycopg.connect(app.database_url, autocommit=True) as connection:
         connection.execute("ANALYZE")
-        connection.execute(POSTGRES["claim_settings"], {"for_transaction": False})  # for the session, as a claim connection
+        # for the session, as a claim connection
+        connection.execute(POSTGRES["claim_settings"], {"for_transaction": False})
         with connection.transaction(force_rollback=True):  # EXPLAIN ANALYZE runs the claim: undo it
             (plan,), = connection.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + POSTGRES["claim_limited"],
                                           params).fetchall()
@@ -164,6 +165,7 @@ def test_claim_limited_reads_indexes_not_the_table(app, backend_name):
 
     params = {"worker_id": "w", "task_names": list(TASKS), "queue_names": None, "limit": 10}
     with psycopg.connect(app.database_url, autocommit=True) as connection:
-        connection.execute(POSTGRES["claim_settings"], {"for_transaction": False})  # for the session, as a claim connection
+        # for the session, as a claim connection
+        connection.execute(POSTGRES["claim_settings"], {"for_transaction": False})
         plan = "\n".join(row[0] for row in connection.execute("EXPLAIN " + POSTGRES["claim_limited"], params))
     assert "Seq Scan on leased_jobs" not in plan and "leased_jobs_keyed_due" in plan, plan

@@ -72,7 +72,8 @@ def test_the_drivers_errors_become_leased_errors(app, on_driver):
         cursor.execute("DROP TABLE leased_attempts")
     with pytest.raises(Exception) as raised:  # the driver's "no such table", told apart from the others
         app.get_job(first.id)
-    assert app.backend.dialect.is_missing_table(raised.value) or app.backend.dialect.is_missing_table(raised.value.__cause__)
+    dialect = app.backend.dialect
+    assert dialect.is_missing_table(raised.value) or dialect.is_missing_table(raised.value.__cause__)
 
 
 @on_mariadb

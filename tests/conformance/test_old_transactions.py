@@ -33,7 +33,8 @@ app = Leased(os.environ["TEST_APP_URL"], old_transaction_after=0)
 
 
 def named(app: Leased, job_id: int, pid: int) -> list:
-    return [reason for reason in app.why(job_id).reasons if reason.code == "old_transaction" and reason.data["pid"] == pid]
+    return [reason for reason in app.why(job_id).reasons
+            if reason.code == "old_transaction" and reason.data["pid"] == pid]
 
 
 def test_why_and_the_dashboard_name_a_transaction_that_holds_back_vacuum(database_url, capabilities, tmp_path):
@@ -55,7 +56,8 @@ def test_why_and_the_dashboard_name_a_transaction_that_holds_back_vacuum(databas
         (reason,) = named(app, job.id, pid)
         assert reason.data["application_name"] == HOLDER and reason.data["state"] == "idle in transaction"
         assert reason.data["query"] == "SELECT txid_current()" and reason.data["open_seconds"] >= 0
-        assert reason.message.startswith("A transaction open for ") and f"holds back vacuum: pid {pid} (" in reason.message
+        assert reason.message.startswith("A transaction open for ")
+        assert f"holds back vacuum: pid {pid} (" in reason.message
         assert "claims slow down" in reason.message and f"pg_terminate_backend({pid})" in reason.message
 
         (tmp_path / "horizon_app.py").write_text(APP_SOURCE)

@@ -167,7 +167,8 @@ def test_mariadb_writes_by_id_look_each_id_up(app, backend_name):
     if backend_name != "mariadb":
         return  # SQLite and PostgreSQL look up `id IN (...)` by the primary key themselves
     with _mariadb_history(app, 2) as cursor:
-        for name, params in [("take_leases", {"job_ids": "[2, 4]", "worker_id": "w"}), ("delete_jobs", {"ids": "[1, 3]"}),
+        for name, params in [("take_leases", {"job_ids": "[2, 4]", "worker_id": "w"}),
+                             ("delete_jobs", {"ids": "[1, 3]"}),
                              ("cancel_jobs", {"job_ids": "[2]"}), ("retry_jobs", {"job_ids": "[1]"})]:
             cursor.execute("EXPLAIN " + MARIADB[name], params)
             (plan,) = [row for row in cursor.fetchall() if row["table"] == "job"]
@@ -275,13 +276,15 @@ def test_the_overviews_counts_read_no_finished_history(app, backend_name):
         with psycopg.connect(app.database_url, autocommit=True) as connection:
             connection.execute(
                 "INSERT INTO leased_jobs (task_name, queue_name, status, max_attempts, lease_seconds, finished_at, "
-                f"lease_expires_at) SELECT 't', 'q' || (i %% 5), {statuses}, 3, 30, now() - i * interval '1 minute', now() "
+                "lease_expires_at) "
+                f"SELECT 't', 'q' || (i %% 5), {statuses}, 3, 30, now() - i * interval '1 minute', now() "
                 "FROM generate_series(1, %s) AS i", (HISTORY,))
             connection.execute("ANALYZE leased_jobs")
             for name, values in params.items():
                 (plan,) = connection.execute("EXPLAIN (FORMAT JSON) " + POSTGRES[name], values).fetchone()[0]
                 scans = list(_postgres_scans(plan["Plan"], HISTORY))
-                assert scans and all(kind != "Seq Scan" and rows <= HISTORY // 50 for kind, rows in scans), (name, scans)
+                assert scans and all(kind != "Seq Scan" and rows <= HISTORY // 50 for kind, rows in scans), \
+                    (name, scans)
             for name, values in counted.items():
                 (plan,) = connection.execute("EXPLAIN (FORMAT JSON) " + POSTGRES[name], values).fetchone()[0]
                 assert not list(_postgres_scans(plan["Plan"], HISTORY)), (name, plan)
@@ -368,7 +371,8 @@ def test_a_filtered_page_of_jobs_reads_about_a_page(app, backend_name):
     for a page at a million jobs). Pending jobs, listed or counted, are read from what holds them."""
     app.counts()
     history = ("INSERT INTO leased_jobs (task_name, queue_name, status, args, kwargs, max_attempts, lease_seconds, "
-               "run_after, created_at, finished_at) SELECT {task}, {queue}, {status}, '[]', '{{}}', 3, 30, {t}, {t}, {t} "
+               "run_after, created_at, finished_at) "
+               "SELECT {task}, {queue}, {status}, '[]', '{{}}', 3, 30, {t}, {t}, {t} "
                "FROM {rows}")
     page = {"search": None, "search_id": None, "before_id": None, "after_id": None, "limit": 50, "worker_id": None}
     if backend_name == "mariadb":
@@ -398,7 +402,8 @@ def test_a_filtered_page_of_jobs_reads_about_a_page(app, backend_name):
         connection = app.backend.connection()
         connection.execute(history.format(
             task="'t' || (i % 4)", queue="'q' || (i % 5)", status=STATUSES.format(i="i", percent="%"),
-            t="0", rows="(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) SELECT i FROM n)"),
+            t="0", rows="(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+                        "SELECT i FROM n)"),
             (HISTORY,))
         connection.execute("ANALYZE")
         every_row = _sqlite_work(connection, SQLITE["counts"], {})
@@ -492,5 +497,6 @@ def test_postgres_renewals_change_no_indexed_column(app, backend_name):
             "OR pg_get_expr(i.indpred, i.indrelid) LIKE '%%' || %(column)s || '%%' "
             "OR pg_get_expr(i.indexprs, i.indrelid) LIKE '%%' || %(column)s || '%%')", {"column": column}).fetchall()
             for column in ("lease_expires_at", "progress")]
-        options = connection.execute("SELECT reloptions FROM pg_class WHERE oid = 'leased_jobs'::regclass").fetchone()[0]
+        options = connection.execute("SELECT reloptions FROM pg_class "
+                                     "WHERE oid = 'leased_jobs'::regclass").fetchone()[0]
     assert reading == [[], []] and "fillfactor=90" in (options or []), (reading, options)

@@ -70,7 +70,8 @@ def test_the_longest_names_are_kept_whole_on_every_database(app):
 
 
 @pytest.mark.parametrize("field, value", [("task_name", "t" * 300), ("queue_name", "q" * 300),
-                                          ("max_attempts", 2**40), ("priority", -2**40), ("idempotency_key", "k" * 300)])
+                                          ("max_attempts", 2**40), ("priority", -2**40),
+                                          ("idempotency_key", "k" * 300)])
 @pytest.mark.parametrize("count", [1, 3], ids=["one", "batch"])
 def test_the_store_writes_a_value_whole_or_not_at_all(database_url, field, value, count):
     """Beneath the checks of names.py and tasks.py, no statement may change a value to fit: MariaDB's
@@ -129,4 +130,5 @@ def test_a_step_added_at_run_time_with_a_derived_name_past_255_characters_fails_
     workflow.enqueue()
     app.run_until_empty()
     (job,) = app.list_jobs()  # the adder alone: its step was not added
-    assert job.status is JobStatus.FAILED and "step of task" in job.last_error and "name=" in job.last_error, job.last_error
+    assert job.status is JobStatus.FAILED, job.last_error
+    assert "step of task" in job.last_error and "name=" in job.last_error, job.last_error

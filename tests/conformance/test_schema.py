@@ -187,7 +187,8 @@ def test_without_the_schema_the_first_use_says_to_migrate(database_url, capabili
     from leased import SchemaNotReady
 
     app = Leased(database_url, migrate=False)
-    expected = r"SQLite database '.*' does not exist .*run `leased migrate APP`" if capabilities.file_database else MISSING
+    expected = (r"SQLite database '.*' does not exist .*run `leased migrate APP`" if capabilities.file_database
+                else MISSING)
     for first_use in (app.counts, lambda: app.get_job(1), lambda: app.task(name="t")(lambda: None).enqueue()):
         with pytest.raises(SchemaNotReady, match=expected):
             first_use()
@@ -202,7 +203,8 @@ def test_without_the_schema_the_first_use_says_to_migrate(database_url, capabili
 def test_on_postgres_a_search_path_without_the_schema_is_named(backend_name, database_url):
     from leased import SchemaNotReady
 
-    elsewhere = database_url.replace("search_path%3D", "search_path%3Dnowhere_").replace("search_path=", "search_path=nowhere_")
+    elsewhere = database_url.replace("search_path%3D", "search_path%3Dnowhere_") \
+        .replace("search_path=", "search_path=nowhere_")
     assert elsewhere != database_url
     app = Leased(elsewhere, migrate=False)
     try:

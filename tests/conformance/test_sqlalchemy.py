@@ -69,7 +69,8 @@ def test_a_sync_session_or_connection_commits_and_rolls_back_the_job_with_the_ro
     def write(item: str, fail: bool) -> None:
         if kind == "session":
             with Session(engine) as session, session.begin():
-                session.execute(text("INSERT INTO orders (id, item) VALUES (:id, :item)"), {"id": len(item), "item": item})
+                session.execute(text("INSERT INTO orders (id, item) VALUES (:id, :item)"),
+                                {"id": len(item), "item": item})
                 confirm.using(connection=session).enqueue(len(item))
                 if fail:
                     raise RuntimeError("the request failed")

@@ -68,7 +68,8 @@ def test_a_write_lock_held_for_less_than_the_lease_costs_the_worker_nothing(sqli
         with write_lock_held(sqlite_app.backend.path):
             # Held past the renewal that was due a third of a lease in (about 1.5 renewal intervals).
             wait_for(lambda: _logged(caplog, "could not renew", "write lock"), message="a renewal to be blocked")
-        wait_for(lambda: _logged(caplog, "renewal went through after failing", "1 of 1 lease(s) still held"), message="the renewal after the lock")
+        wait_for(lambda: _logged(caplog, "renewal went through after failing", "1 of 1 lease(s) still held"),
+                 message="the renewal after the lock")
         finish.set()
         wait_for(lambda: sqlite_app.get_job(job.id).status is JobStatus.DONE, message="the job done")
     done = sqlite_app.get_job(job.id)

@@ -38,7 +38,8 @@ def counted(app) -> dict[tuple[str, str], tuple[int, int]]:
     """What leased_throughput holds per (task, worker): (done, failed)."""
     from conftest import raw_rows
     return {(task, worker): (int(done), int(failed)) for task, worker, done, failed in raw_rows(
-        app, "SELECT task_name, worker_id, sum(done), sum(failed) FROM leased_throughput GROUP BY task_name, worker_id")}
+        app, "SELECT task_name, worker_id, sum(done), sum(failed) FROM leased_throughput "
+             "GROUP BY task_name, worker_id")}
 
 
 def test_finished_jobs_are_counted_as_they_finish_in_their_workers_rows(app, tasks):

@@ -19,7 +19,8 @@ from typing import Any, Iterator
 import django
 import pytest
 
-from conftest import _MARIADB_PROBLEM as MARIADB_PROBLEM, _POSTGRES_PROBLEM as POSTGRES_PROBLEM, REQUIRE_MARIADB, REQUIRE_POSTGRES
+from conftest import (
+    _MARIADB_PROBLEM as MARIADB_PROBLEM, _POSTGRES_PROBLEM as POSTGRES_PROBLEM, REQUIRE_MARIADB, REQUIRE_POSTGRES)
 
 PROJECT = Path(__file__).parent
 SOURCE = PROJECT.parent.parent / "src"

@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import backend, close_leased_connections, db_alias, job_id, leased_tasks, run_async, run_queued, worker_process  # noqa: F401  (fixtures)
+from djangotest import (  # noqa: F401  (fixtures)
+    backend, close_leased_connections, db_alias, job_id, leased_tasks, run_async, run_queued, worker_process)
 
 from conftest import wait_for
 from django.db import transaction
@@ -50,8 +51,8 @@ def test_a_committed_job_is_run_by_the_worker_with_every_field_set(backend, db_a
     with transaction.atomic(using=db_alias):
         signup = Signup.objects.using(db_alias).create(email="new@example.com")
         result = tasks.send_welcome.enqueue(signup.id, db_alias)
-    assert (result.status, result.args, result.kwargs, result.backend) == (TaskResultStatus.READY, [signup.id, db_alias], {},
-                                                                            "default")
+    assert (result.status, result.args, result.kwargs, result.backend) == (
+        TaskResultStatus.READY, [signup.id, db_alias], {}, "default")
     assert result.enqueued_at is not None and result.started_at is None and result.finished_at is None
     assert result.worker_ids == [] and result.errors == [] and result.attempts == 0
     assert (result.task.queue_name, result.task.priority) == ("mail", 10)

@@ -10,7 +10,9 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django 6 (Python 3.12+); not this folder, which is also "django"
 
-from djangotest import backend, close_leased_connections, db_alias, job_id, leased_tasks, require_database, run_async, run_queued, tasks_setting, worker_process  # noqa: F401  (fixtures)
+from djangotest import (  # noqa: F401  (fixtures)
+    backend, close_leased_connections, db_alias, job_id, leased_tasks, require_database, run_async, run_queued,
+    tasks_setting, worker_process)
 
 from django.core.management import call_command
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -293,4 +295,5 @@ def test_leased_worker_warns_of_queued_jobs_whose_alias_left_tasks(db_alias):
     output = worker.communicate(timeout=120)[0]
     assert worker.returncode == 0, output
     assert (f"warning: DATABASES[{db_alias!r}] has 1 queued job(s) of signups.tasks.report_backend enqueued "
-            "through TASKS['other'], which TASKS no longer has: no worker runs them; put 'other' back in TASKS") in output
+            "through TASKS['other'], which TASKS no longer has: no worker runs them; "
+            "put 'other' back in TASKS") in output

@@ -112,7 +112,8 @@ class Cli:
                                     timeout=timeout)
         else:
             result = self.run_here(*args)
-        assert result.returncode == code, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        assert result.returncode == code, \
+            f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         assert "Traceback" not in result.stderr, result.stderr
         return result
 
@@ -137,7 +138,8 @@ class Cli:
             sys.path[:] = previous_path
             self._forget_project_modules()
         if outcome.exception is not None and not isinstance(outcome.exception, SystemExit):
-            raise AssertionError(f"leased {shlex.join(args)} raised:\n{''.join(traceback.format_exception(outcome.exception))}"
+            raise AssertionError(f"leased {shlex.join(args)} raised:\n"
+                                 f"{''.join(traceback.format_exception(outcome.exception))}"
                                  f"stdout:\n{outcome.stdout}\nstderr:\n{outcome.stderr}")
         return subprocess.CompletedProcess(["leased", *args], outcome.exit_code, outcome.stdout, outcome.stderr)
 
@@ -211,7 +213,8 @@ def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
                      "--idempotency-key", "once")
     delay = datetime.fromisoformat(later["run_after"]) - datetime.fromisoformat(later["created_at"])
     assert 3590 < delay.total_seconds() < 3610
-    assert cli.json("enqueue", APP, "add", "[5]", "--kwargs", '{"b": 2}', "--idempotency-key", "once")["id"] == later["id"]
+    again = cli.json("enqueue", APP, "add", "[5]", "--kwargs", '{"b": 2}', "--idempotency-key", "once")
+    assert again["id"] == later["id"]
     printed = cli.run("enqueue", APP, "add", "[3, 4]").stdout
     assert printed.startswith("job ") and " pending: add on queue default, runs now" in printed
     other_add = int(printed.split()[1])
@@ -250,7 +253,8 @@ def test_enqueue_inspect_retry_cancel_round_trip(cli, app):
     assert "is pending again" in cli.run("retry", APP, str(failing["id"])).stdout
     assert app.get_job(failing["id"]).status == "pending"
     assert "cannot retry" in cli.error("retry", APP, str(failing["id"]))
-    assert cli.run("cancel", "--database", cli.url, str(later["id"])).stdout.strip() == f"job {later['id']} (add) cancelled"
+    assert cli.run("cancel", "--database", cli.url, str(later["id"])).stdout.strip() == \
+        f"job {later['id']} (add) cancelled"
     assert app.get_job(later["id"]).status == "cancelled"
     assert "cannot cancel" in cli.error("cancel", "--database", cli.url, str(later["id"]))
     assert cli.error("show", APP, "999999") == "error: no job with id 999999"
@@ -281,7 +285,8 @@ def test_workers_lists_live_workers_first_and_warns_of_a_task_with_two_signature
                               "on worker shop:1:a, (user: str, amount: int) on worker fastapi:2:b. ")
     listed = cli.json("workers", "--database", cli.url)
     assert [(worker["id"], worker["task_signatures"]) for worker in listed] == [
-        ("shop:1:a", {"send_receipt": "(order_id: int)"}), ("fastapi:2:b", {"send_receipt": "(user: str, amount: int)"})]
+        ("shop:1:a", {"send_receipt": "(order_id: int)"}),
+        ("fastapi:2:b", {"send_receipt": "(user: str, amount: int)"})]
 
 
 def test_migrate_applies_once_and_prints_sql(cli):
@@ -408,7 +413,8 @@ def test_terminal_controls_in_an_error_are_shown_escaped(sqlite_cli):
     # The traceback keeps its lines and indentation: only what a terminal would obey is escaped.
     assert f"\n      raise ValueError(SNEAKY)\n  ValueError: {SNEAKY_SHOWN}\n  second line\n" in shown
     assert SNEAKY_SHOWN in sqlite_cli.run("why", APP, str(job.id)).stdout
-    assert json.loads(sqlite_cli.run("show", APP, str(job.id), "--json").stdout)["last_error"] == f"ValueError: {SNEAKY}"
+    shown_json = json.loads(sqlite_cli.run("show", APP, str(job.id), "--json").stdout)
+    assert shown_json["last_error"] == f"ValueError: {SNEAKY}"
 
 
 def test_worker_log_escapes_terminal_controls_in_an_error(sqlite_cli, tmp_path):
@@ -745,8 +751,8 @@ def test_without_the_schema_every_command_says_to_migrate_and_the_worker_exits_a
     if capabilities.file_database:
         Path(parse_database_url(cli.url).sqlite_path).unlink()  # a path to nothing: no command but migrate makes it
     missing = "no SQLite database at" if capabilities.file_database else "leased's schema is missing from"
-    for command in (["worker", "unmigrated_app:app"], ["jobs", "unmigrated_app:app"], ["show", "unmigrated_app:app", "1"],
-                    ["enqueue", "unmigrated_app:app", "add", "[1, 2]"]):
+    for command in (["worker", "unmigrated_app:app"], ["jobs", "unmigrated_app:app"],
+                    ["show", "unmigrated_app:app", "1"], ["enqueue", "unmigrated_app:app", "add", "[1, 2]"]):
         line = cli.error(*command)
         assert missing in line and "leased migrate" in line, (command, line)
     cli.run("migrate", "unmigrated_app:app")  # what the line says; then the same commands work
@@ -758,7 +764,8 @@ def test_queue_typos_are_refused_alike_with_words_that_fit_the_command(sqlite_cl
     assert resume.startswith("error: unknown queue 'zzz': no task or job uses it (known queues: default)")
     assert resume.endswith("so it is not paused") and "force" not in resume  # --force is pause's
     limit = sqlite_cli.error("limit", APP, "defualt", "--concurrency", "5")  # as `pause` refuses it
-    assert limit.startswith("error: unknown queue 'defualt' (did you mean 'default'?)") and limit.endswith("use --force")
+    assert limit.startswith("error: unknown queue 'defualt' (did you mean 'default'?)")
+    assert limit.endswith("use --force")
     pause = sqlite_cli.error("pause", APP, "defualt")  # before: "use force=True (--force)", Python's words
     assert pause.startswith("error: unknown queue 'defualt' (did you mean 'default'?)") and pause.endswith(
         "to pause it before its first job, use --force")

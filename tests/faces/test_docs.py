@@ -20,7 +20,8 @@ from paths import ROOT
 
 DOCS = ROOT / "docs"
 
-pytest.importorskip("sphinx", reason="the docs tools come with the test dependency group: pip install -e . --group test")
+pytest.importorskip("sphinx",
+                    reason="the docs tools come with the test dependency group: pip install -e . --group test")
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,8 @@ def test_the_state_diagram_draws_every_status_and_exactly_the_transitions_of_its
 
     svg = ElementTree.parse(DOCS / "reference" / "states.svg").getroot()
     groups = list(svg.iter("{http://www.w3.org/2000/svg}g"))
-    boxes = {group.get("id").removeprefix("status-") for group in groups if (group.get("id") or "").startswith("status-")}
+    boxes = {group.get("id").removeprefix("status-") for group in groups
+             if (group.get("id") or "").startswith("status-")}
     assert boxes == {status.value for status in JobStatus}
     arrows = {(group.get("data-from"), group.get("data-to")) for group in groups if group.get("data-from")}
     table = set()

@@ -110,7 +110,8 @@ def test_worker_command_serves_metrics(app, database_url, tmp_path):
                 return ""
 
         text = wait_for(lambda: "leased_attempts_total{" in scrape() and scrape(), message="a scrape with attempts")
-        assert samples(text)[("leased_attempts_total", (("outcome", "done"), ("queue", "default"), ("task", "hello")))] == 1
+        labels = (("outcome", "done"), ("queue", "default"), ("task", "hello"))
+        assert samples(text)[("leased_attempts_total", labels)] == 1
     finally:
         worker.send_signal(signal.SIGTERM)
         _, errors = worker.communicate(timeout=30)

@@ -47,10 +47,12 @@ RUN_SEPARATELY = {
     "Limits": "test_limits_example_runs_and_prints_what_it_says checks its output too",
     "Why is my job not running?": "test_why_example_runs_and_prints_what_it_says checks its output too",
     "Testing your handlers": "test_the_idempotency_example_catches_the_handler_that_is_not runs it with pytest",
-    "Workflows: steps that wait for other steps": "test_workflow_example_runs_and_prints_what_it_says checks its output",
+    "Workflows: steps that wait for other steps":
+        "test_workflow_example_runs_and_prints_what_it_says checks its output",
     "Two commands on a fresh machine": "the test command is CI's, word for word "
                                        "(test_ci_runs_the_readmes_test_command_word_for_word...), and both "
-                                       "venv steps run in test_the_two_commands_one_after_the_other_leave_one_working_venv, "
+                                       "venv steps run in "
+                                       "test_the_two_commands_one_after_the_other_leave_one_working_venv, "
                                        "the test command's installs in test_the_test_command_installs_its_dependency_"
                                        "group_from_wheels_alone",
     "The docs": "tests/faces/test_docs.py builds the site as this command does, with warnings as errors",
@@ -69,20 +71,23 @@ NOT_RUN = {
                                                    "commands, and tests/faces/test_cli.py runs them",
     ("docs/howto/dashboard.md", "The dashboard and metrics"): "installs and serves until stopped; "
                                                               "tests/faces/test_web.py serves the dashboard",
-    ("docs/howto/django.md", "With Django"): "examples/django's commands; tests/system/test_examples_install.py runs them",
-    ("docs/howto/failover.md", "Failover (PostgreSQL)"): "a URL for the reader's servers; tests/system/test_failover.py "
-                                                         "connects with one of this form",
+    ("docs/howto/django.md", "With Django"):
+        "examples/django's commands; tests/system/test_examples_install.py runs them",
+    ("docs/howto/failover.md", "Failover (PostgreSQL)"):
+        "a URL for the reader's servers; tests/system/test_failover.py connects with one of this form",
     ("docs/howto/pgbouncer.md", "Behind PgBouncer"): "a URL for the reader's servers; tests/system/test_pgbouncer.py "
                                                      "connects with one of this form",
     ("docs/howto/why.md", "Why is my job not running?"): "what `leased why` prints for the reader's job; "
                                                          "tests/features/test_why.py checks the text",
     ("docs/reliability.md", "Behind PgBouncer"): "URLs and log lines of the reader's servers; "
                                                  "tests/system/test_pgbouncer.py checks them",
-    ("docs/reliability.md", "Failover"): "a URL for the reader's servers; tests/system/test_failover.py connects with one",
-    ("docs/reliability.md", "Least privilege (PostgreSQL and MariaDB)"): "grants to the reader's roles; "
-                                                                         "tests/conformance/test_postgres_grants.py and "
-                                                                         "tests/conformance/test_mariadb_grants.py run them",
-    ("docs/tutorial.md", "Testing your handlers"): "the reader's pytest.ini; tests/features/test_testing.py sets the option",
+    ("docs/reliability.md", "Failover"):
+        "a URL for the reader's servers; tests/system/test_failover.py connects with one",
+    ("docs/reliability.md", "Least privilege (PostgreSQL and MariaDB)"):
+        "grants to the reader's roles; tests/conformance/test_postgres_grants.py and "
+        "tests/conformance/test_mariadb_grants.py run them",
+    ("docs/tutorial.md", "Testing your handlers"):
+        "the reader's pytest.ini; tests/features/test_testing.py sets the option",
 }
 
 
@@ -138,7 +143,8 @@ def test_every_block_is_checked_by_someone():
     assert "Quick start" in {heading for heading, _, _ in BLOCKS}
     python_sections = [(block.page, block.heading) for block in ALL_BLOCKS if block.language == "python"]
     assert len({heading for _, heading in python_sections}) == len(set(python_sections)), \
-        "two pages have a python block under the same heading: COMPILE_ONLY and RUN_SEPARATELY could not tell them apart"
+        ("two pages have a python block under the same heading: "
+         "COMPILE_ONLY and RUN_SEPARATELY could not tell them apart")
 
 
 def test_every_block_that_is_not_python_says_why_it_is_not_run_here():

@@ -411,10 +411,12 @@ def test_a_runs_status_follows_one_rule_for_every_shape_and_reads_alike_everywhe
     listed = leased("workflows", "--database", database_url).stdout.splitlines()[1:]
     assert {int(line.split()[0]): line.split()[2] for line in listed} == expected
     for run_id, status in expected.items():
-        assert json.loads(leased("workflow", "--database", database_url, str(run_id), "--json").stdout)["status"] == status
+        shown_json = json.loads(leased("workflow", "--database", database_url, str(run_id), "--json").stdout)
+        assert shown_json["status"] == status
         assert f'class="badge run-{status}">{status}</span>' in client.get(f"/workflows/{run_id}").text
     rows = client.get("/workflows").text.split('<tr')[2:]
-    shown = {int(re.search(r'href="/workflows/(\d+)"', row).group(1)): re.search(r'class="badge run-(\w+)"', row).group(1)
+    shown = {int(re.search(r'href="/workflows/(\d+)"', row).group(1)):
+             re.search(r'class="badge run-(\w+)"', row).group(1)
              for row in rows}
     assert shown == expected
 
@@ -467,8 +469,8 @@ def test_the_workflow_page_draws_the_run_as_a_graph_above_the_table(app, client)
     html = client.get(f"/workflows/{run.id}").text
     assert html.index('<figure class="graph">') < html.index("<h2>Steps</h2>") < html.index('<tr data-step="first">')
     graph = html[html.index('<figure class="graph">'):html.index("</figure>", html.index('<figure class="graph">'))]
-    nodes = re.findall(r'<g class="graph-node node-(\w+)[^"]*" data-status="\w+" data-count="(\d+)">\s*<title>([^<]*)</title>',
-                       graph)
+    nodes = re.findall(r'<g class="graph-node node-(\w+)[^"]*" data-status="\w+" data-count="(\d+)">'
+                       r'\s*<title>([^<]*)</title>', graph)
     assert sorted((status, int(count)) for status, count, _ in nodes) == [
         ("done", 1), ("done", 1), ("done", 1), ("done", 1), ("done", 1), ("done", 1), ("done", 1), ("failed", 12)]
     group = next(title for status, count, title in nodes if count == "12")
@@ -489,8 +491,8 @@ def test_the_workflow_page_draws_the_run_as_a_graph_above_the_table(app, client)
     app.run_until_empty()
     html = client.get(f"/workflows/{run.id}").text
     # The added steps are drawn after their adder, a dashed arrow from it, and hold back tally.
-    xs = {name: int(x) for x, name in re.findall(r'<rect x="(\d+)".*?<text[^>]*class="graph-label">([^<]+)</text>', html,
-                                                 flags=re.S)}
+    xs = {name: int(x) for x, name in re.findall(r'<rect x="(\d+)".*?<text[^>]*class="graph-label">([^<]+)</text>',
+                                                 html, flags=re.S)}
     assert xs["plan"] < xs["part × 7"] < xs["tally"]
     assert html.count('class="graph-edge graph-added"') == 1 and html.count('class="graph-edge"') == 2
     assert "A dashed arrow leads from a step to the steps it added while it ran." in html

@@ -99,11 +99,12 @@ def test_sample_ids_take_one_id_in_each_slice_or_every_id():
 def test_tally_scales_the_hits_and_keeps_the_exact_figures():
     counts = tally(active=[{"queue_name": "q", "status": "pending", "n": 7}],
                    capped={"failed": 11, "cancelled": 2}, split=[{"queue_name": "q", "status": "cancelled", "n": 2}],
-                   sampled=[{"queue_name": "q", "status": "done", "n": 90}, {"queue_name": "q", "status": "failed", "n": 5},
+                   sampled=[{"queue_name": "q", "status": "done", "n": 90},
+                            {"queue_name": "q", "status": "failed", "n": 5},
                             {"queue_name": "q", "status": "pending", "n": 1}],
                    low=1, high=1_000, probes=100, exact_up_to=10)
-    assert counts == JobCounts({"q": {"pending": 7, "running": 0, "done": 900, "failed": 50, "cancelled": 2, "waiting": 0,
-                                      "sleeping": 0}},
+    assert counts == JobCounts({"q": {"pending": 7, "running": 0, "done": 900, "failed": 50, "cancelled": 2,
+                                      "waiting": 0, "sleeping": 0}},
                                frozenset({"done", "failed"}))
 
 

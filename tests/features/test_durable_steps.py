@@ -211,9 +211,11 @@ def test_why_names_the_step_a_retried_job_resumes_after(app):
     job, single = resumable.enqueue(), one_step.enqueue()
     app.run_until_empty()
     reason = next(reason for reason in app.why(job.id).reasons if reason.code == "resumes_after_step")
-    assert reason.message == "Its next attempt resumes after step 'load': its 2 recorded steps ('extract', 'load') do not run again."
+    assert reason.message == ("Its next attempt resumes after step 'load': "
+                              "its 2 recorded steps ('extract', 'load') do not run again.")
     reason = next(reason for reason in app.why(single.id).reasons if reason.code == "resumes_after_step")
-    assert reason.message == "Its next attempt resumes after step 'extract': step 'extract' is recorded, so it does not run again."
+    assert reason.message == ("Its next attempt resumes after step 'extract': "
+                              "step 'extract' is recorded, so it does not run again.")
 
 
 def test_the_job_page_lists_the_recorded_steps(app):

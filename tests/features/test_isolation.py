@@ -122,7 +122,8 @@ def test_a_child_that_exits_is_crashed_with_its_code(app):
     job = exiting.enqueue()
     app.run_until_empty()
     (attempt,) = app.get_job(job.id).history
-    assert (attempt.outcome, attempt.error_message) == (Outcome.CRASHED, "the handler's child process exited with code 3")
+    assert (attempt.outcome, attempt.error_message) == (Outcome.CRASHED,
+                                                        "the handler's child process exited with code 3")
 
 
 def test_errors_and_results_cross_the_boundary_as_in_the_worker(app):

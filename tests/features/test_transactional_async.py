@@ -241,9 +241,11 @@ def test_sqlite_without_aiosqlite_says_what_to_install(tmp_path, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "aiosqlite" else real(name, *rest))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "aiosqlite" else real(name, *rest))
     app = Leased(f"sqlite:///{tmp_path / 'jobs.db'}")
-    with pytest.raises(ConfigurationError, match=r"pip install aiosqlite \(or 'leased\[aiosqlite\]'\), or define the handler with def"):
+    with pytest.raises(ConfigurationError,
+                       match=r"pip install aiosqlite \(or 'leased\[aiosqlite\]'\), or define the handler with def"):
         @app.task(name="credit", transactional=True, takes_context=True)
         async def credit(context):
             pass

@@ -67,7 +67,8 @@ def test_wait_sees_a_cancel_and_a_job_ended_by_another_process(app, gate, databa
 def test_wait_times_out_with_the_job_as_last_seen(app, gate):
     gated, _ = gate
     job = gated.enqueue()
-    with pytest.raises(WaitTimeout, match=rf"job {job.id} \(gated\) had not ended after 0.05 s: it is pending") as raised:
+    with pytest.raises(WaitTimeout,
+                       match=rf"job {job.id} \(gated\) had not ended after 0.05 s: it is pending") as raised:
         app.wait(job.id, timeout=0.05)
     assert isinstance(raised.value, TimeoutError) and raised.value.job.id == job.id
     with pytest.raises(JobNotFound):

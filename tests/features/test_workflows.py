@@ -260,7 +260,8 @@ def test_steps_added_at_run_time_are_named_after_their_adder_and_old_names_still
 
     # What the earlier release's attempt wrote, before its worker went away.
     legacy = f"add-1 of {claimed.id}"
-    (legacy_id,) = app.backend.add_steps(claimed.lease, [NewStep(legacy, tasks["add"].using().new_job((0,), {}))]).values()
+    (legacy_id,) = app.backend.add_steps(claimed.lease,
+                                         [NewStep(legacy, tasks["add"].using().new_job((0,), {}))]).values()
     app.backend.finish([AttemptEnd(claimed.lease, Outcome.SHUTDOWN, retry_in_seconds=0, workflow_id=old.id)])
     app.run_until_empty(queues=["default", "upgrade"])
     steps = steps_of(app, old.id)
@@ -410,7 +411,8 @@ def test_two_parents_ending_at_once_release_their_child_exactly_once(database_ur
             for job in claimed[worker]:
                 app_.backend.finish([AttemptEnd(job.lease, Outcome.DONE, result_json="1", workflow_id=job.workflow_id)])
 
-        threads = [threading.Thread(target=finish, args=(worker, app_)) for worker, app_ in zip(("a", "b"), apps, strict=True)]
+        threads = [threading.Thread(target=finish, args=(worker, app_))
+                   for worker, app_ in zip(("a", "b"), apps, strict=True)]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -1,6 +1,7 @@
 """A short run of bench/isolation.py (the long one: 200 CPU-bound and 2,000 no-op jobs a round,
 beside Celery's prefork pool): a real `leased worker` drains CPU-bound and no-op jobs on threads and
-isolated, and `--processes 2` drains the CPU-bound ones. Checks that the bench still runs and every job ended, not its figures."""
+isolated, and `--processes 2` drains the CPU-bound ones. Checks that the bench still runs and every
+job ended, not its figures."""
 
 from __future__ import annotations
 

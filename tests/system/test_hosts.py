@@ -280,7 +280,8 @@ def test_a_worker_holds_the_same_connections_at_concurrency_1_10_and_100(fleet, 
     # that gets the pruners' lock deletes them (a pass once grew the pool to two for good).
     old = hold.enqueue_many([("quick",)] * 5)
     with psycopg.connect(schema_url, autocommit=True) as connection:
-        connection.execute("UPDATE leased_jobs SET status = 'done', attempt = 1, finished_at = now() - interval '8 days'"
+        connection.execute("UPDATE leased_jobs"
+                           " SET status = 'done', attempt = 1, finished_at = now() - interval '8 days'"
                            " WHERE id = ANY(%s)", ([job.id for job in old],))
     processes = {host: workers.start(host, "--concurrency", str(level), HOSTS_PRUNE_AT_ONCE="1")
                  for host, level in levels.items()}

@@ -35,7 +35,8 @@ def older_release(request, tmp_path_factory):
     except OldReleaseUnavailable as error:
         if os.environ.get("LEASED_REQUIRE_OLD_RELEASE") == "1":
             pytest.fail(f"{error}, and LEASED_REQUIRE_OLD_RELEASE=1 forbids skipping")
-        pytest.skip(f"the release at schema {request.param:04d} ({commit[:7]}) is not in this checkout's history: {error}")
+        pytest.skip(f"the release at schema {request.param:04d} ({commit[:7]}) is not in this checkout's history: "
+                    f"{error}")
 
 
 @pytest.mark.parametrize("order", [MIGRATE_THEN_ROLL, NEW_WORKERS_FIRST])
@@ -60,14 +61,16 @@ def test_an_older_release_runs_beside_this_one_through_an_upgrade(database_url, 
     assert set(outcome.exit_codes.values()) == {0}, outcome.exit_codes
     if order == MIGRATE_THEN_ROLL:
         pending = [v for v in VERSIONS if v > version]
-        applied = ("applied migrations " if len(pending) > 1 else "applied migration ") + ", ".join(f"{v:04d}" for v in pending)
+        applied = (("applied migrations " if len(pending) > 1 else "applied migration ")
+                   + ", ".join(f"{v:04d}" for v in pending))
         assert applied in outcome.migrate_output, outcome.migrate_output
     for name, log in outcome.logs.items():
         assert "deadlock" not in log.lower() and "Traceback" not in log, f"{name}:\n{log}"
 
     assert outcome.enqueued and not outcome.lost and not outcome.run_twice, (outcome.lost, outcome.run_twice)
     waits = outcome.waits
-    assert max(waits) < STALL_BOUND, f"a job waited {max(waits):.1f}s beside idle workers (p99 {percentile(waits, 0.99):.2f}s)"
+    assert max(waits) < STALL_BOUND, \
+        f"a job waited {max(waits):.1f}s beside idle workers (p99 {percentile(waits, 0.99):.2f}s)"
 
     app = Leased(database_url, migrate=False)
     try:

@@ -61,7 +61,8 @@ def test_the_engine_imports_no_dialect_no_driver_and_never_connects():
     engine = _modules_of("leased.engine")
     assert engine
     assert not _breaches(engine, DIALECT_PACKAGES, DRIVERS)
-    assert not [f"{module} imports leased.backends" for module in engine if "leased.backends" in _leased_imports(module)]
+    assert not [f"{module} imports leased.backends" for module in engine
+                if "leased.backends" in _leased_imports(module)]
 
 
 def test_tasks_and_workflows_import_no_dialect_and_no_driver():

@@ -21,8 +21,10 @@ def every_test_file() -> list[Path]:
 
 def test_every_test_file_is_in_a_layer():
     homes = {*LAYERS, *OWN_FOLDERS}
-    astray = [str(path.relative_to(TESTS)) for path in every_test_file() if path.relative_to(TESTS).parts[0] not in homes]
-    assert not astray, f"test files outside the layers {', '.join(LAYERS)} (CONTRIBUTING.md, 'The test layers'): {astray}"
+    astray = [str(path.relative_to(TESTS)) for path in every_test_file()
+              if path.relative_to(TESTS).parts[0] not in homes]
+    assert not astray, \
+        f"test files outside the layers {', '.join(LAYERS)} (CONTRIBUTING.md, 'The test layers'): {astray}"
 
 
 def test_system_holds_the_files_marked_system_and_only_those():
@@ -35,7 +37,7 @@ def test_system_holds_the_files_marked_system_and_only_those():
 
 def test_programs_holds_no_tests_and_nothing_else_holds_programs():
     assert sorted(path.name for path in PROGRAMS.glob("test_*.py")) == []
-    started_by_path = [path.name for path in TESTS.glob("*_app.py")] + [path.name for path in TESTS.glob("*_handlers.py")]
+    started_by_path = [path.name for pattern in ("*_app.py", "*_handlers.py") for path in TESTS.glob(pattern)]
     assert started_by_path == [], "a program the tests start belongs in tests/programs"
 
 

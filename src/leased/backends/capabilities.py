@@ -2,8 +2,9 @@
 never a database's name, so a fourth database declares its own and edits nothing else.
 
 Each capability is a difference some code branches on: outside the backends, or in the parts
-they share (backends/sql/); a capability nothing reads does not belong here. The table of databases that holds these (backends.DIALECTS) is in
-backends/__init__.py; this module is a leaf, so that each backend class can name its own.
+they share (backends/sql/); a capability nothing reads does not belong here. The table of
+databases that holds these (backends.DIALECTS) is in backends/__init__.py; this module is a
+leaf, so that each backend class can name its own.
 """
 
 from __future__ import annotations

@@ -169,7 +169,8 @@ def worker(app_spec: str, concurrency: int, queues: str | None, poll_interval: f
     if processes > 1:
         if metrics_port is not None and metrics_port + processes - 1 > 65535:
             raise click.BadParameter(f"{processes} processes need ports {metrics_port} to "
-                                     f"{metrics_port + processes - 1}; choose a lower one", param_hint="'--metrics-port'")
+                                     f"{metrics_port + processes - 1}; choose a lower one",
+                                     param_hint="'--metrics-port'")
         arguments = [app_spec, "--concurrency", str(concurrency), "--poll-interval", f"{poll_interval!r}s",
                      "--shutdown-grace", f"{shutdown_grace!r}s", "--log-level", log_level,
                      "--log-format", log_format]
@@ -345,7 +346,8 @@ def enqueue(ctx: click.Context, app_spec: str, task_name: str, args_json: str, k
 @click.option("--status", type=click.Choice([status.value for status in JobStatus]))
 @click.option("--queue", "queue_name", metavar="QUEUE")
 @click.option("--task", "task_name", metavar="TASK")
-@click.option("--worker", "worker_id", metavar="ID", help="Jobs this worker ran or holds now (`leased workers` lists ids).")
+@click.option("--worker", "worker_id", metavar="ID",
+              help="Jobs this worker ran or holds now (`leased workers` lists ids).")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--before-id", type=Id(), metavar="ID", help="Next page: jobs older than ID (the last id shown).")
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON array.")
@@ -553,7 +555,8 @@ def cancel(ctx: click.Context, target: tuple[str, ...], database: str | None, ev
 @cli.command()
 @click.argument("target", nargs=-1, required=True, metavar="[APP] JOB_ID NAME")
 @database_option
-@click.option("--data", metavar="JSON", help="The signal's payload, as JSON (e.g. '{\"by\": \"ann\"}'); none by default.")
+@click.option("--data", metavar="JSON",
+              help="The signal's payload, as JSON (e.g. '{\"by\": \"ann\"}'); none by default.")
 @click.pass_context
 def signal(ctx: click.Context, target: tuple[str, ...], database: str | None, data: str | None) -> None:
     """Send signal NAME to a job: its handler's context.wait_for(NAME) returns the payload.

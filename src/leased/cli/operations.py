@@ -80,7 +80,8 @@ def limit(ctx: click.Context, app_spec: str, queue_name: str, concurrency: int |
         raise Failure(f"invalid --concurrency {concurrency}: use a whole number >= 1 (--clear removes the limits)")
     app = open_app(ctx, app_spec, None)
     if not force:
-        app.check_known_queue(queue_name, "limit", force_option="--force")  # as `leased pause`: a typo is named, not stored
+        # as `leased pause`: a typo is named, not stored
+        app.check_known_queue(queue_name, "limit", force_option="--force")
     queue_limit = app.limit(queue_name, concurrency=concurrency, rate_limit=rate_limit)
     output.echo(f"queue {queue_name}: " + ("no limits" if clear else queue_limit.describe()))
 

@@ -151,7 +151,8 @@ def counts_table(counts: dict[str, dict[str, int]], estimated: Collection[str] =
     """app.counts() as queues by statuses, with a total column (and row, for several queues); the
     `estimated` statuses, and any total over them, marked ≈ (leased.counts)."""
     statuses = [status.value for status in JobStatus]
-    rows = [(queue, [*(by_status[s] for s in statuses), sum(by_status.values())]) for queue, by_status in counts.items()]
+    rows = [(queue, [*(by_status[s] for s in statuses), sum(by_status.values())])
+            for queue, by_status in counts.items()]
     if len(rows) > 1:
         rows.append(("(all)", [sum(column) for column in zip(*(numbers for _, numbers in rows), strict=True)]))
     marked = [status in estimated for status in statuses] + [bool(estimated)]
@@ -173,7 +174,8 @@ def schedules_table(found: list[Any], now: datetime, indent: str = "") -> str:
         else:
             next_run = NONE if info.next_run_at is None else zoned_time(info.next_run_at, info.timezone)
         last_job = NONE if info.last_job_id is None else f"{info.last_job_id} {info.last_job_status or 'deleted'}"
-        skipped = str(info.skipped_ticks) + (f" (last {local_time(info.last_skipped_at)})" if info.skipped_ticks else "")
+        skipped = str(info.skipped_ticks) + (f" (last {local_time(info.last_skipped_at)})"
+                                             if info.skipped_ticks else "")
         rows.append((info.name, info.expression, info.timezone, next_run, last_job, local_time(info.last_success_at),
                      skipped))
     return table(["NAME", "SCHEDULE", "TIMEZONE", "NEXT RUN", "LAST JOB", "LAST SUCCESS", "SKIPPED"], rows,

@@ -149,7 +149,8 @@ class ClaimedAttempts:
                 job = attempt.job
                 if is_transient(result):  # an outage outlasted the lease: one line, as for every outage
                     log.warning("job %d (%s) attempt %d: could not record its end (%s); it runs again once its "
-                                "lease expires", job.id, job.task_name, job.attempt, one_line(result), extra=logs.extra(job))
+                                "lease expires", job.id, job.task_name, job.attempt, one_line(result),
+                                extra=logs.extra(job))
                 else:
                     log.error("job %d (%s) attempt %d: could not record its end", job.id, job.task_name,
                               job.attempt, exc_info=result, extra=logs.extra(job))

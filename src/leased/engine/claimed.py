@@ -34,8 +34,8 @@ class Handler(Protocol):
 class ClaimedAttempt:
     """One claimed attempt, from its claim until its end is written or its lease given back."""
 
-    __slots__ = ("job", "lease", "context", "handler", "isolation", "is_async", "task", "started", "limit_from", "thread_id",
-                 "time_limit", "lapse_cause", "closed", "stopped_child", "span")
+    __slots__ = ("job", "lease", "context", "handler", "isolation", "is_async", "task", "started", "limit_from",
+                 "thread_id", "time_limit", "lapse_cause", "closed", "stopped_child", "span")
 
     def __init__(self, job: ClaimedJob, context: TaskContext, handler: Handler):
         self.job = job

@@ -183,7 +183,8 @@ class Worker:
         # run_until_empty() drains what is queued; ticking schedules would never let it be empty.
         if self.schedules and not stop_when_idle:
             services.append(self._service("scheduler", Scheduler(
-                self.backend, self.schedules, wake_claimer=self.notify, poll_interval=self.poll_interval, worker_id=self.id).run()))
+                self.backend, self.schedules, wake_claimer=self.notify, poll_interval=self.poll_interval,
+                worker_id=self.id).run()))
         if self.pruner and not stop_when_idle:
             services.append(self._service("pruner", self.pruner.run(self.id)))
         if listener is not None:

@@ -73,7 +73,8 @@ async def _drain(app: Leased, backend: Any, tasks: dict[str, Task], queues: list
         await asyncio.to_thread(Scheduler(app.backend, list(app.schedules.values()), wake_claimer=lambda: None,
                                           poll_interval=1.0, worker_id="leased.testing").run_once)
     worker = Worker(backend, tasks, concurrency=concurrency, queues=queues, events=app.events, push=False,
-                    max_payload_bytes=app.max_payload_bytes, poll_interval=0.05, children=Children(open_backend=connect))
+                    max_payload_bytes=app.max_payload_bytes, poll_interval=0.05,
+                    children=Children(open_backend=connect))
     return await worker.run_async(stop_when_idle=True)
 
 

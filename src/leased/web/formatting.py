@@ -131,6 +131,7 @@ def explained(reason: Any) -> Markup:
 
 
 def install(env: Environment) -> None:
-    env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, count=count, memory=memory,
+    env.filters.update(duration=duration, period=period, ago=ago, utc=utc, iso=iso, number=number, count=count,
+                       memory=memory,
                        pretty_json=pretty_json, short_json=short_json, code_spans=code_spans, old_transaction=sentence,
                        isolated=isolated, explained=explained)

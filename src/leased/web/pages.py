@@ -278,7 +278,8 @@ class Pages:
             return self.problem(request, 404, "No such workflow", f"There is no workflow with id {workflow_id}.")
         rows = [(row, parents_note(row)) for row in step_tree(info.steps)]
         return self.render(request, "workflow.html", {
-            "run": info, "rows": rows, "segments": progress_segments(info), "graph": step_graph(info.steps), "fan_out_shown": FAN_OUT_SHOWN,
+            "run": info, "rows": rows, "segments": progress_segments(info), "graph": step_graph(info.steps),
+            "fan_out_shown": FAN_OUT_SHOWN,
             "summary": step_counts(info.counts, info.skipped), "step_statuses": STEP_STATUSES,
             **workflow_actions(info),
         })

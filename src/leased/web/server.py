@@ -28,7 +28,8 @@ def is_loopback(host: str) -> bool:
         addresses = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
     except OSError:
         return False
-    return bool(addresses) and all(ipaddress.ip_address(str(address).split("%")[0]).is_loopback for address in addresses)
+    return bool(addresses) and all(ipaddress.ip_address(str(address).split("%")[0]).is_loopback
+                                   for address in addresses)
 
 
 def loopback_hosts(listening_on: str, also: Iterable[str] = ()) -> list[str]:

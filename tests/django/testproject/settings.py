@@ -16,7 +16,8 @@ POSTGRES_TEST_NAME = f"test_leased_django_{RUN_ID}"
 MARIADB_TEST_NAME = f"test_leased_django_{RUN_ID}"
 # Under pytest-xdist, pytest-django names each worker's test databases with the worker's id appended
 # (`_gw0`); the worker processes a test starts inherit PYTEST_XDIST_WORKER and open the same ones.
-_XDIST_SUFFIX = f"_{os.environ['PYTEST_XDIST_WORKER']}" if USE_TEST_DBS and os.environ.get("PYTEST_XDIST_WORKER") else ""
+_XDIST_SUFFIX = (f"_{os.environ['PYTEST_XDIST_WORKER']}" if USE_TEST_DBS and os.environ.get("PYTEST_XDIST_WORKER")
+                 else "")
 
 SECRET_KEY = "leased-tests-only"
 DEBUG = False

@@ -69,11 +69,13 @@ class MariaDBBackend:
         self.finished_since, self.task_names, self.queue_names = read.finished_since, read.task_names, read.queue_names
         self.count_jobs, self.recent_quarantined = read.count_jobs, read.recent_quarantined
         self.paused_queues, self.queue_limits, self.throughput = read.paused_queues, read.queue_limits, read.throughput
-        self.why_facts, self.count_prunable, self.durable_steps = read.why_facts, read.count_prunable, read.durable_steps
+        self.why_facts, self.count_prunable = read.why_facts, read.count_prunable
+        self.durable_steps = read.durable_steps
         self.schedule_states, self.run_schedules = parts.schedules.schedule_states, parts.schedules.run_schedules
         flows = parts.workflows
-        self.enqueue_workflow, self.add_steps, self.parents_of = flows.enqueue_workflow, flows.add_steps, flows.parents_of
-        self.step_names, self.get_workflow, self.list_workflows = flows.step_names, flows.get_workflow, flows.list_workflows
+        self.enqueue_workflow, self.add_steps = flows.enqueue_workflow, flows.add_steps
+        self.parents_of, self.step_names = flows.parents_of, flows.step_names
+        self.get_workflow, self.list_workflows = flows.get_workflow, flows.list_workflows
         self.cancel_workflow, self.retry_workflow = flows.cancel_workflow, flows.retry_workflow
         self.migration_sql = parts.schema.migration_sql
         self.enqueue_async = parts.producer.enqueue_async

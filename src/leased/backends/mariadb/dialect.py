@@ -80,7 +80,8 @@ class MariaDBDialect:
         statement, params = insert_statement(QUERIES, jobs, epoch)
         size = statement_bytes(statement, params)
         if self.connections.max_packet is not None and size > self.connections.max_packet:
-            raise PayloadError(f"{self.where}: {packet_problem(size, self.connections.max_packet)}; nothing was written")
+            raise PayloadError(f"{self.where}: {packet_problem(size, self.connections.max_packet)}; "
+                               "nothing was written")
         try:
             with driver.tuple_cursor(connection) as cursor:
                 cursor.execute(statement, params)

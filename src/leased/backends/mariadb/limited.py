@@ -17,7 +17,8 @@ Read = Callable[..., Rows]  # read(query_name, **params): the rows of one named 
 
 
 def pick_limited(read: Read, params: dict[str, Any]) -> Rows:
-    """The jobs (rows with their id) to lease, at most params["limit"], in claim order (priority DESC, run_after, id)."""
+    """The jobs (rows with their id) to lease, at most params["limit"], in claim order (priority DESC,
+    run_after, id)."""
     limit = params["limit"]
     filters = {"task_names": params["task_names"], "queue_names": params["queue_names"]}
     queue_rooms = {row["queue_name"]: row["room"] for row in read("limited_queue_rooms", limit=limit)}

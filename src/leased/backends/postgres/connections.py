@@ -40,7 +40,8 @@ _STALE_PLAN = "cached plan must not change result type"
 # What a role that runs leased needs, by what a refusal names (docs/reliability.md, Least privilege).
 _GRANTS = {"sequence": "GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA <leased's schema> TO <role>",
            "schema": "GRANT USAGE ON SCHEMA <leased's schema> TO <role>",
-           "table": "GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA <leased's schema> TO <role>"}
+           "table": "GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE "
+                    "ON ALL TABLES IN SCHEMA <leased's schema> TO <role>"}
 
 
 # Our connections' rows are mappings (dict_row): the parts' statements read columns by name.

@@ -117,8 +117,8 @@ class FusedWrites:
         statement fences each end itself: the rows of `held` are not needed."""
         with connection.cursor(row_factory=dict_row) as cursor:
             rows = cursor.execute(FINISH_AT_STATEMENT_TIME, _finish_params(ends, counted_as)).fetchall()
-        released = self._step_ends.settle_rows(connection, rows) if any(row["workflow_id"] is not None for row in rows) \
-            else set()
+        in_workflows = any(row["workflow_id"] is not None for row in rows)
+        released = self._step_ends.settle_rows(connection, rows) if in_workflows else set()
         return _written(ends, rows), released
 
     def release(self, leases: Sequence[Lease], outcome: Outcome, message: str, explains_expiry: bool = False) -> None:

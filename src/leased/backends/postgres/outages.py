@@ -44,7 +44,8 @@ def first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-_HOST_FAILED = re.compile(r'connection to server (?:at "(?P<host>[^"]*)", port (?P<port>\d+)|on socket "(?P<socket>[^"]*)")'
+_HOST_FAILED = re.compile(r'connection to server (?:at "(?P<host>[^"]*)", port (?P<port>\d+)'
+                          r'|on socket "(?P<socket>[^"]*)")'
                           r" failed: (?P<reason>[^\n]*)")
 _ALL_FAILURES = "All failures were:"
 

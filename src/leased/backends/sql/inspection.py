@@ -33,7 +33,8 @@ class Inspection:
         if not rows:
             return None
         to_time = self._database.to_time
-        return self._database.job(rows[0], history_from_rows(rows[0], self._rows("get_history", job_id=job_id), to_time))
+        history = history_from_rows(rows[0], self._rows("get_history", job_id=job_id), to_time)
+        return self._database.job(rows[0], history)
 
     def list_jobs(self, where: JobFilter) -> list[Job]:
         query = "list_jobs_newest" if where.newest_first else "list_jobs_oldest"

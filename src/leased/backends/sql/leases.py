@@ -136,7 +136,8 @@ class Leases:
             # A step out of attempts has failed: its children settle in this transaction. (Those
             # it releases are claimed by the next poll: no wake-up is sent from inside a claim.)
             self._step_ends.settle_rows(connection, ({"id": row["id"], "status": JobStatus.FAILED.value,
-                                            "workflow_id": row["workflow_id"]} for row in expired if row["last_attempt"]))
+                                                      "workflow_id": row["workflow_id"]}
+                                                     for row in expired if row["last_attempt"]))
         return len(expired) + woken
 
     def _count_finished(self, connection: Any, counts: str | None) -> None:

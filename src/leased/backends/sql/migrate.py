@@ -90,4 +90,5 @@ def _other_kind(migration: Migration) -> str:
         return (f"{named} runs outside a transaction (PostgreSQL builds an index without blocking writes only so, "
                 "CREATE INDEX CONCURRENTLY), and this connection is in one: apply it on a connection of its own, "
                 "as `leased migrate APP` does (in Django, the migration that applies it has atomic = False)")
-    return f"{named} runs in a transaction, and this connection is in none: apply it in one, as `leased migrate APP` does"
+    return (f"{named} runs in a transaction, and this connection is in none: apply it in one, "
+            "as `leased migrate APP` does")

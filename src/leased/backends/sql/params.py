@@ -19,7 +19,8 @@ def running_records(rows: Sequence[Mapping[str, Any]], outcome: Outcome | None, 
     """record_attempts' :ends for the running attempts of these job rows (id, attempt, lease_owner):
     how an expired lease's or a cancelled job's attempt ended, as `outcome` with `message`, or each
     with the row's own (an expired lease's outcome says whether its worker is gone)."""
-    return json.dumps([[row["id"], row["attempt"], row["lease_owner"], row["outcome"] if outcome is None else outcome.value,
+    return json.dumps([[row["id"], row["attempt"], row["lease_owner"],
+                        row["outcome"] if outcome is None else outcome.value,
                         None, row["message"] if message is None else message, None] for row in rows])
 
 

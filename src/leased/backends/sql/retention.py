@@ -26,7 +26,8 @@ class Retention:
             deleted = self._execute(connection, "delete_jobs", ids=self._database.ids(ids)).rowcount
             workflows = {row["workflow_id"] for row in ids if row["workflow_id"] is not None}
             if workflows:  # a run goes once the last of its steps has
-                self._execute(connection, "delete_empty_workflows", workflow_ids=self._database.list_param(sorted(workflows)))
+                self._execute(connection, "delete_empty_workflows",
+                              workflow_ids=self._database.list_param(sorted(workflows)))
             return deleted
 
         return self._database.transact(work)

@@ -76,7 +76,8 @@ class StepEnds:
                               self._all(connection, "names_of_steps", job_ids=json.dumps(unnamed))}
                 self._execute(connection, "cancel_steps", steps=json.dumps([
                     [job_id, "skipped: no parent failed" if parent is None else "a parent failed" if parent is _EARLIER
-                     else _reason(names.get(parent, str(parent)), failed_ids.get(parent))] for job_id, parent in cancel]))
+                     else _reason(names.get(parent, str(parent)), failed_ids.get(parent))]
+                    for job_id, parent in cancel]))
                 self._execute(connection, "mark_cancelled_by_parents",
                               job_ids=json.dumps([job_id for job_id, _ in cancel]))
             ended = [(job_id, JobStatus.CANCELLED.value) for job_id, _ in cancel]
@@ -86,7 +87,8 @@ class StepEnds:
         chained = self._all(connection, "previous_results", job_ids=json.dumps(job_ids))
         if chained:  # a chain's step gets its previous step's result as its first argument
             self._execute(connection, "set_args", steps=json.dumps([
-                [row["job_id"], _prepend(self._database.from_json(row["args"]), self._database.from_json(row["result"]))]
+                [row["job_id"], _prepend(self._database.from_json(row["args"]),
+                                         self._database.from_json(row["result"]))]
                 for row in chained]))
         released |= self._release(connection, json.dumps(job_ids))
 

@@ -193,8 +193,8 @@ class Workflows:
     def parents_of(self, job_id: int) -> list[ParentEnd]:
         """The parents of a step, by name, with how each ended."""
         from_json = self._database.from_json
-        return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), from_json(row["result"]), row["last_error"],
-                          row["trace_context"])
+        return [ParentEnd(row["name"], row["job_id"], JobStatus(row["status"]), from_json(row["result"]),
+                          row["last_error"], row["trace_context"])
                 for row in self._database.rows("parents_of", job_id=job_id)]
 
     def step_names(self, workflow_id: int) -> dict[str, int]:
@@ -211,7 +211,8 @@ class Workflows:
             name=row["name"], job_id=row["job_id"], task_name=row["task_name"], queue_name=row["queue_name"],
             status=JobStatus(row["status"]), run_when=RunWhen(row["run_when"]), parents=parents,
             parents_left=row["parents_left"], attempt=row["attempt"], max_attempts=row["max_attempts"],
-            created_at=self._database.to_time(row["created_at"]), finished_at=self._database.to_time(row["finished_at"]),
+            created_at=self._database.to_time(row["created_at"]),
+            finished_at=self._database.to_time(row["finished_at"]),
             result=self._database.from_json(row["result"]), last_error=row["last_error"],
             added_by=None if row["added_by"] is None else name_of.get(row["added_by"], str(row["added_by"])),
             cancelled_by_parents=bool(row["cancelled_by_parents"]))

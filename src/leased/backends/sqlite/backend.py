@@ -33,7 +33,8 @@ from leased.backends.sqlite.async_handlers import AsyncHandlerConnections
 from leased.backends.sqlite.connections import SQLiteConnections
 from leased.backends.sqlite.dialect import SQLiteDialect, callers
 from leased.backends.sqlite.locking import write_lock
-from leased.backends.sqlite.queries import MIGRATIONS, MIGRATOR, QUERIES, applied_versions, schema_compatibility, time_value
+from leased.backends.sqlite.queries import (
+    MIGRATIONS, MIGRATOR, QUERIES, applied_versions, schema_compatibility, time_value)
 from leased.clock import Clock
 from leased.errors import SchemaNotReady
 from leased.jobs import ClaimedJob, Job, Lease, NewJob
@@ -77,11 +78,13 @@ class SQLiteBackend:
         self.finished_since, self.task_names, self.queue_names = read.finished_since, read.task_names, read.queue_names
         self.count_jobs, self.recent_quarantined = read.count_jobs, read.recent_quarantined
         self.paused_queues, self.queue_limits, self.throughput = read.paused_queues, read.queue_limits, read.throughput
-        self.why_facts, self.count_prunable, self.durable_steps = read.why_facts, read.count_prunable, read.durable_steps
+        self.why_facts, self.count_prunable = read.why_facts, read.count_prunable
+        self.durable_steps = read.durable_steps
         self.schedule_states, self.run_schedules = parts.schedules.schedule_states, parts.schedules.run_schedules
         flows = parts.workflows
-        self.enqueue_workflow, self.add_steps, self.parents_of = flows.enqueue_workflow, flows.add_steps, flows.parents_of
-        self.step_names, self.get_workflow, self.list_workflows = flows.step_names, flows.get_workflow, flows.list_workflows
+        self.enqueue_workflow, self.add_steps = flows.enqueue_workflow, flows.add_steps
+        self.parents_of, self.step_names = flows.parents_of, flows.step_names
+        self.get_workflow, self.list_workflows = flows.get_workflow, flows.list_workflows
         self.cancel_workflow, self.retry_workflow = flows.cancel_workflow, flows.retry_workflow
         self.migration_sql = parts.schema.migration_sql
         waits = parts.waits

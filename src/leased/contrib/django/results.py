@@ -165,6 +165,7 @@ def task_result(task: Task, job: Job, alias: str, database: str) -> TaskResult:
 
 def new_result(task: Task, job: Job, alias: str, database: str, args: list, kwargs: dict) -> TaskResult:
     """The TaskResult enqueue() returns: READY, nothing run yet."""
-    return TaskResult(task=task, id=result_id(job.id, database), status=TaskResultStatus.READY, enqueued_at=django_time(job.created_at),
+    return TaskResult(task=task, id=result_id(job.id, database), status=TaskResultStatus.READY,
+                      enqueued_at=django_time(job.created_at),
                       started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
                       backend=alias, errors=[], worker_ids=[])

@@ -22,8 +22,9 @@ def renewal_extends_held_leases_and_reports_the_lost(make: MakeBackend) -> None:
     assert backend.renew([stranger]) == set(), "a lease another worker holds is not renewed"
     assert backend.renew([Lease(one.id, one.attempt + 1, "w1")]) == set(), "nor another attempt's"
     report = Progress(3, 10, "copying", attempt=one.attempt)
+    other_attempt = Lease(two.id, two.attempt + 1, "w1")
     assert backend.renew([one.lease, two.lease], progress={one.lease: report.to_json(),
-                                                           Lease(two.id, two.attempt + 1, "w1"): Progress(9).to_json()}) \
+                                                           other_attempt: Progress(9).to_json()}) \
         == {one.lease, two.lease}
     assert job(backend, one.id).progress == report, "a report is written with the renewal"
     assert job(backend, two.id).progress is None, "only to attempts still held"
@@ -76,7 +77,8 @@ def an_attempt_whose_worker_died_is_a_crash_and_max_crashes_quarantine_the_job(m
     assert backend.bury_workers("w3", "killed by SIGKILL") == 1, "ended at once, not a lease later"
     poison = job(backend, written.id)
     assert poison.status is JobStatus.FAILED and poison.quarantined and poison.crashes == 2
-    assert poison.last_error == "quarantined after 2 crashes: worker w3 died: killed by SIGKILL (seen by its supervisor)"
+    assert poison.last_error == ("quarantined after 2 crashes: worker w3 died: killed by SIGKILL "
+                                 "(seen by its supervisor)")
     assert [a.outcome for a in poison.history] == [Outcome.EXPIRED, Outcome.CRASHED, Outcome.CRASHED]
     assert not [each for each in backend.list_workers(silent_after=15) if each.id == "w3" and each.alive]
     backend.retry(written.id)

@@ -41,7 +41,8 @@ def a_transactional_end_is_fenced_on_its_lease_and_its_expiry(make: MakeBackend)
     enqueue(backend, new_job(lease_seconds=5), new_job(lease_seconds=60))
     expiring, held = claim(backend)
     with backend.attempt_transaction() as connection:
-        assert backend.finish_in(connection, done(Lease(held.id, held.attempt, "intruder"))) == (False, set()), "another worker's lease"
+        assert backend.finish_in(connection, done(Lease(held.id, held.attempt, "intruder"))) == (False, set()), \
+            "another worker's lease"
     backend.clock.advance(6)
     with backend.attempt_transaction() as connection:
         assert backend.finish_in(connection, done(expiring.lease)) == (False, set()), "an expired lease"

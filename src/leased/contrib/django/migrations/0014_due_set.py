@@ -1,4 +1,5 @@
-"""leased migration 0018: on PostgreSQL, the plain claim's due set in a table of its own, in generations that are truncated."""
+"""leased migration 0018: on PostgreSQL, the plain claim's due set in a table of its own, in generations that are
+truncated."""
 
 from django.db import migrations
 
