@@ -134,3 +134,23 @@ def test_wake_workers_reaches_the_workers_of_another_app_on_the_database(app, pr
         raw_sql(app, f"UPDATE leased_jobs SET run_after = created_at WHERE id = {job.id}")
         producer.wake_workers()
         wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a nudged start")
+
+
+def test_a_signal_sent_elsewhere_starts_the_job_that_waits_for_it(app, producer, capabilities):
+    # The signal makes the sleeping job pending in the sender's transaction: PostgreSQL's NOTIFY
+    # rides that commit, and elsewhere the sender's datagram follows it, as for an enqueue.
+    @app.task(name="approval", takes_context=True)
+    def approval(context):
+        return context.wait_for("approved")
+
+    waits = producer.task(name="approval", takes_context=True)(lambda context: None)
+    with running_worker(app, poll_interval=SLOW_POLL):
+        if capabilities.listen_notify:
+            wait_for(lambda: listening(app), message="the listener to connect")
+        else:
+            wait_for(lambda: app.workers(), message="the worker to record its port")
+        job = waits.enqueue()
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.SLEEPING, timeout=20, message="the wait")
+        producer.signal(job.id, "approved", {"by": "ann"})
+        wait_for(lambda: app.get_job(job.id).status is JobStatus.DONE, timeout=20, message="a pushed resume")
+    assert app.get_job(job.id).result == {"by": "ann"}

@@ -1075,7 +1075,7 @@ JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON w
 WHERE %(due_only)s = 0 OR wait.wake_at <= leased_now();
 
 -- name: lock_for_signal
-SELECT id, status FROM leased_jobs WHERE id = %(job_id)s FOR UPDATE;
+SELECT id, status, queue_name FROM leased_jobs WHERE id = %(job_id)s FOR UPDATE;
 
 -- name: job_with_key
 -- The job an idempotency key names: its latest (an ended job's key may be taken again).

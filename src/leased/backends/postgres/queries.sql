@@ -1627,8 +1627,11 @@ LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
 
 -- name: wake_jobs
 -- Sleeping jobs made pending, due now (the due set's trigger adds their rows). :job_ids is a JSON array.
+-- Each wakes the workers listening for its queue at commit, as an enqueue does: a signal's job
+-- starts at once, in the sender's transaction or ours.
 UPDATE leased_jobs SET status = 'pending', run_after = leased_now()
-WHERE id = ANY(ARRAY(SELECT json_array_elements_text(%(job_ids)s::json)::bigint)) AND status = 'sleeping';
+WHERE id = ANY(ARRAY(SELECT json_array_elements_text(%(job_ids)s::json)::bigint)) AND status = 'sleeping'
+RETURNING pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke;
 
 -- name: end_waits
 -- The waits of jobs just woken. Of those due_waits read, only the ones still due: a job woken by
@@ -1638,7 +1641,7 @@ WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text(%(job_ids)s::json)::big
   AND (%(due_only)s = 0 OR wake_at <= leased_now() + (statement_timestamp() - now()));
 
 -- name: lock_for_signal
-SELECT id, status FROM leased_jobs WHERE id = %(job_id)s FOR UPDATE;
+SELECT id, status, queue_name FROM leased_jobs WHERE id = %(job_id)s FOR UPDATE;
 
 -- name: job_with_key
 -- The job an idempotency key names: its latest (an ended job's key may be taken again).

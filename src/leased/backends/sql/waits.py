@@ -75,12 +75,16 @@ class Waits:
     # The sender's side.
     def send_signal(self, request: SignalRequest, connection: Any = None) -> Signal:
         """In the caller's open transaction on `connection` (a rolled-back one sends nothing), or in one of ours."""
-        if connection is not None:
-            return self.store.in_callers(connection, lambda callers: self.signal_in(callers, request))
-        return self.store.transact(lambda own: self.signal_in(own, request))
+        if connection is not None:  # PostgreSQL's NOTIFY rides the caller's commit; elsewhere, the next poll
+            return self.store.in_callers(connection, lambda callers: self.signal_in(callers, request)[0])
+        signal, woken_queue = self.store.transact(lambda own: self.signal_in(own, request))
+        if woken_queue is not None:  # after the commit: the job is claimable now (datagrams; NOTIFY is sent)
+            self.store.wake([woken_queue])
+        return signal
 
-    def signal_in(self, connection: Any, request: SignalRequest) -> Signal:
-        """In the transaction open on `connection` (the caller's, or one of ours)."""
+    def signal_in(self, connection: Any, request: SignalRequest) -> tuple[Signal, str | None]:
+        """In the transaction open on `connection` (the caller's, or one of ours): the signal, and
+        the queue of the job it woke, if it woke one."""
         store = self.store
         job_id = request.job_id
         if job_id is None:
@@ -103,7 +107,8 @@ class Waits:
                 ids = json.dumps([job_id])
                 store.execute(connection, "wake_jobs", job_ids=ids)
                 store.execute(connection, "end_waits", job_ids=ids, due_only=0)
-        return signal
+                return signal, job["queue_name"]
+        return signal, None
 
     # The waker's side: the periodic reclaim's (store._reclaim, PostgreSQL's reclaim_expired).
     def wake_sleepers(self, limit: int = WAKE_BATCH) -> int:

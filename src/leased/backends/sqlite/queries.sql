@@ -1006,7 +1006,7 @@ DELETE FROM leased_waits
 WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND (:due_only = 0 OR wake_at <= leased_now());
 
 -- name: lock_for_signal
-SELECT id, status FROM leased_jobs WHERE id = :job_id;
+SELECT id, status, queue_name FROM leased_jobs WHERE id = :job_id;
 
 -- name: job_with_key
 -- The job an idempotency key names: its latest (an ended job's key may be taken again).
