@@ -249,7 +249,7 @@ def _rows_through_generic_plan(connection, sql: str, params: dict) -> int:
 
 
 ACTIVE_INDEXES = ("leased_jobs_due", "leased_jobs_queue_due", "leased_jobs_keyed_due", "leased_jobs_leases",
-                  "leased_jobs_waiting")
+                  "leased_jobs_waiting", "leased_jobs_fair_due")
 
 
 def test_the_overviews_counts_read_no_finished_history(app, backend_name):

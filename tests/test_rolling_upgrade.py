@@ -48,6 +48,12 @@ def test_an_older_release_runs_beside_this_one_through_an_upgrade(database_url, 
         # once. Releases from 0023 on forget stale plans (test_worker.py), which the run from 0024,
         # across 0025's new column, shows.
         pytest.xfail("a release before 0023's PostgreSQL workers stop once at a migration that adds a column")
+    if database_url.startswith("sqlite") and version < 29:
+        # Known and documented (docs/upgrading.md, 0029): SQLite's 0029 narrows the plain claim's
+        # partial indexes to jobs without a fairness key, which the older claims name (INDEXED BY)
+        # with a condition that no longer implies them; it says so (oldest code version 29), and
+        # the older workers stop rather than fail each claim.
+        pytest.xfail("a release before 0029 does not run beside SQLite's 0029 (it records that)")
     folder = tmp_path / "records"
     folder.mkdir()
     outcome = roll(database_url, old_source, folder, order, Load())

@@ -9,7 +9,7 @@ import time
 import weakref
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Callable, Concatenate, Literal, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Callable, Concatenate, Literal, Mapping, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from leased.admin import WORKER_SILENT_AFTER, OldTransaction, Overview, QueueSummary, WorkerInfo
 from leased.backends import connect, parse_database_url
@@ -27,6 +27,7 @@ from leased.errors import (ConfigurationError, DatabaseLocked, DatabaseUnavailab
 from leased.events import Events
 from leased.explain import Explanation, StepFacts, explain, parents_to_read, reads_parents
 from leased.facts import JobFacts
+from leased.fairness import QueueFairness, check_weights
 from leased.horizon import OLD_TRANSACTION_AFTER, check_old_transaction_after
 from leased.jobs import DurableStep, Job, JobStatus, NewJob
 from leased.limits import QueueLimit, check_concurrency, parse_rate
@@ -63,6 +64,7 @@ class TaskOptions(TypedDict, total=False):
     transactional: bool
     isolation: Isolation
     max_crashes: int
+    fairness_key: str | Callable[..., str] | None
 
 
 class Leased:
@@ -164,7 +166,8 @@ class Leased:
              timeout: float | timedelta | str | None = None, concurrency: int | None = None,
              concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
              retention: Retention | dict[str, Any] | None = _UNSET, transactional: bool = False,
-             isolation: Isolation = "thread", max_crashes: int = 2) -> Any:
+             isolation: Isolation = "thread", max_crashes: int = 2,
+             fairness_key: str | Callable[..., str] | None = None) -> Any:
         """Register a handler. Give it an explicit `name` to keep queued jobs valid across refactors.
 
         `timeout` limits each attempt (seconds or a timedelta; None: no limit): an async handler is
@@ -181,7 +184,9 @@ class Leased:
         whose death ends the attempt as `crashed`; the handler must be defined at a module's top level.
         `max_crashes` (default 2): after that many attempts ended by their process dying (a
         segfault, the OOM killer, a killed worker), the job is failed as a poison job
-        ("quarantined after N crashes") instead of being retried up to max_attempts."""
+        ("quarantined after N crashes") instead of being retried up to max_attempts.
+        `fairness_key` (a template over the arguments, "tenant-{tenant_id}", or a function of them)
+        shares the queue's starts between keys by weight (see `fairness`); `using(fairness_key=)` overrides it."""
 
         def register(function: Callable[..., Any]) -> Task[..., Any]:
             task_name = check_name(f"{function.__module__}.{function.__qualname__}" if name is None else name,
@@ -194,7 +199,7 @@ class Leased:
                               takes_context=takes_context, timeout=timeout, concurrency=concurrency,
                               concurrency_key=concurrency_key, rate_limit=rate_limit,
                               retention=retention, transactional=transactional, isolation=isolation,
-                              max_crashes=max_crashes)
+                              max_crashes=max_crashes, fairness_key=fairness_key)
             self.tasks[task_name] = task
             return task
 
@@ -423,6 +428,18 @@ class Leased:
         self.backend.set_queue_limit(limit)
         self._wake_own_workers()
         return limit
+
+    def fairness(self, queue_name: str, *, weights: Mapping[str, float] | None = None,
+                 default: float = 1) -> QueueFairness:
+        """Set a queue's fairness weights: each key in `weights` gets its weight, other keys `default`
+        (1 unless set). Keys listed before and not now keep theirs. Applies from the next claim."""
+        fairness = check_weights(check_queue_name(queue_name), {} if weights is None else weights, default)
+        self.backend.set_fairness(fairness)
+        return self.fairness_of(queue_name)
+
+    def fairness_of(self, queue_name: str, *, keys: int = 20) -> QueueFairness:
+        """A queue's weights and up to `keys` of its waiting keys, the next to be served first."""
+        return self.backend.queue_fairness(check_queue_name(queue_name), keys)
 
     def limits(self) -> dict[str, QueueLimit]:
         """{queue_name: its limits}, for queues that have any."""

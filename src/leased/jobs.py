@@ -54,6 +54,8 @@ class NewJob(NamedTuple):
     max_crashes: int = 2  # attempts ended by a process's death before the job is quarantined (failed)
     # The W3C trace context of the span that enqueued it (leased.tracing), as JSON; None: untraced.
     trace_context: str | None = None
+    # The key whose fair share of its queue's starts it waits for (docs/howto/fairness.md); None: none.
+    fairness_key: str | None = None
 
 
 class Outcome(StrEnum):
@@ -248,6 +250,7 @@ class Job:
     #: row gives it (get_job, the listings); None: untraced, and on the Job an enqueue returns, which
     #: is built without reading the row back. Not compared: it names a span, not the job's state.
     trace_context: str | None = field(default=None, compare=False)
+    fairness_key: str | None = None  #: the key whose fair share of its queue it waits for; None: none
 
     @property
     def lease(self) -> Lease:

@@ -114,23 +114,25 @@ def key_limit(task_name: str, signature: inspect.Signature, takes_context: bool,
     if concurrency_key is None:
         return KeyLimit(task_name, task_name, concurrency, rate, own)
     if isinstance(concurrency_key, str):
-        _check_template(task_name, concurrency_key, own)
+        check_template(task_name, concurrency_key, own)
     elif not callable(concurrency_key):
         raise ConfigurationError(f"invalid concurrency_key {concurrency_key!r} on task {task_name!r}: give a "
                                  "template such as 'customer:{customer_id}' or a function of the task's arguments")
     return KeyLimit(task_name, concurrency_key, concurrency, rate, own)
 
 
-def _check_template(task_name: str, template: str, signature: inspect.Signature) -> None:
+def check_template(task_name: str, template: str, signature: inspect.Signature,
+                   field: str = "concurrency_key") -> None:
+    """A key's template names only the task's arguments (a concurrency or a fairness key's)."""
     try:
         fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as error:
-        raise ConfigurationError(f"invalid concurrency_key {template!r} on task {task_name!r}: {error}") from None
+        raise ConfigurationError(f"invalid {field} {template!r} on task {task_name!r}: {error}") from None
     known = [name for name, parameter in signature.parameters.items()
              if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)]
     for name in fields:
         root = re.split(r"[.\[]", name, maxsplit=1)[0]
         if root == "" or root not in known:
             raise ConfigurationError(
-                f"concurrency_key {template!r} on task {task_name!r} names {{{name}}}, which is not one of its "
+                f"{field} {template!r} on task {task_name!r} names {{{name}}}, which is not one of its "
                 f"arguments ({', '.join(known) or 'none'}); name arguments as {{customer_id}}")

@@ -17,6 +17,7 @@ from leased.backends import DatabaseKind, parse_database_url
 from leased.backoff import Backoff
 from leased.durations import LONGEST_SECONDS, parse_duration
 from leased.errors import ConfigurationError, PayloadError
+from leased.fairness import check_fairness_key, fairness_key_of
 from leased.jobs import Job, JobStatus, NewJob
 from leased.limits import KeyLimit, check_key, key_limit
 from leased.names import check_name
@@ -229,14 +230,18 @@ class TaskCall(Generic[P, R]):
     concurrency_key: str | None = None  # overrides the key the task computes from the arguments
     isolation: str | None = None  # "thread" or "process" for these jobs; None: the task's own
     max_crashes: int = 2  # attempts whose process dies before the job is quarantined
+    fairness_key: str | None = None  # overrides the key the task computes from the arguments
 
     def using(self, *, queue_name: str = _UNSET, priority: int = _UNSET,
               run_after: datetime | timedelta | None = _UNSET, idempotency_key: str | None = _UNSET,
               connection: Any = _UNSET, max_attempts: int = _UNSET, lease: float | timedelta | str = _UNSET,
               timeout: float | timedelta | str | None = _UNSET,
               concurrency_key: str | None = _UNSET, isolation: Isolation = _UNSET,
-              max_crashes: int = _UNSET) -> TaskCall[P, R]:
+              max_crashes: int = _UNSET, fairness_key: str | None = _UNSET) -> TaskCall[P, R]:
         changes: dict[str, Any] = {}
+        if fairness_key is not _UNSET:
+            changes["fairness_key"] = None if fairness_key is None else self.task.check_fair(
+                check_fairness_key(fairness_key, "using()"))
         if isolation is not _UNSET:
             task = self.task
             chosen = check_isolation(task.name, isolation, task.func, task.is_async, task.transactional)
@@ -283,6 +288,7 @@ class TaskCall(Generic[P, R]):
         name, queue_name, priority, max_attempts = task.name, self.queue_name, self.priority, self.max_attempts
         lease, key, timeout, key_limit = self.lease_seconds, self.idempotency_key, self.timeout_seconds, task.key_limit
         isolation, max_crashes = self.isolation, self.max_crashes
+        fairness_key, fairness_key_of = self.fairness_key, task.fairness_key_of
         run_at, delay = schedule(self.run_after)
         trace_context = tracing.current_trace_context()  # the enqueue's span, which its attempts continue
         jobs = []
@@ -296,7 +302,9 @@ class TaskCall(Generic[P, R]):
             args_json, kwargs_json = encode_arguments(args, kwargs, limit)
             job = NewJob(name, queue_name, args_json, kwargs_json, priority, max_attempts, lease, run_at, delay, key,
                          timeout, isolation=isolation, max_crashes=max_crashes,
-                         trace_context=trace_context)
+                         trace_context=trace_context,
+                         fairness_key=fairness_key if fairness_key is not None or fairness_key_of is None
+                         else fairness_key_of.key_for(args, kwargs))
             jobs.append(job if key_limit is None else self._with_key(job, key_limit, args, kwargs))
         return jobs
 
@@ -348,6 +356,7 @@ class CallOptions(TypedDict, total=False):
     concurrency_key: str | None
     isolation: Isolation
     max_crashes: int
+    fairness_key: str | None
 
 
 class Task(Generic[P, R]):
@@ -362,7 +371,7 @@ class Task(Generic[P, R]):
                  concurrency_key: str | Callable[..., str] | None = None, rate_limit: str | None = None,
                  retention: Any = _UNSET, transactional: bool = False,
                  transaction: Callable[[], AbstractContextManager[Any]] | None = None, isolation: Isolation = "thread",
-                 max_crashes: int = 2):
+                 max_crashes: int = 2, fairness_key: str | Callable[..., str] | None = None):
         if not callable(func):
             raise ConfigurationError(f"a task needs a function, got {func!r}")
         if not isinstance(backoff, Backoff):
@@ -390,6 +399,9 @@ class Task(Generic[P, R]):
             parse_database_url(app.database_url).dialect)
         self.isolation = check_isolation(name, isolation, func, self.is_async, self.transactional)
         self.key_limit = key_limit(name, self.signature, takes_context, concurrency, concurrency_key, rate_limit)
+        self.fairness_key_of = fairness_key_of(name, fairness_key, self.call_shape)
+        if self.fairness_key_of is not None:
+            self.check_fair(fairness_key)
         self.defaults: TaskCall[P, R] = TaskCall(
             self, check_queue_name(queue_name), check_priority(priority), check_max_attempts(max_attempts),
             lease_seconds(lease), timeout_seconds=check_timeout(timeout), max_crashes=check_max_crashes(max_crashes))
@@ -401,6 +413,17 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
+
+    def check_fair(self, fairness_key: Any) -> Any:
+        """A fairness key is refused where its jobs could not be served fairly: on a database whose
+        claim does not share by key, and beside a limit per key (a job waits on one key or the other)."""
+        if not parse_database_url(self.app.database_url).dialect.capabilities.fair_claims:
+            raise ConfigurationError(f"task {self.name!r}: fairness_key is not supported on this database yet "
+                                     "(SQLite only in this release); drop fairness_key, or use a queue per tenant")
+        if self.key_limit is not None:
+            raise ConfigurationError(f"task {self.name!r} has a limit per key (concurrency=/rate_limit=), so its jobs "
+                                     "wait on their concurrency key: drop fairness_key, or the limit per key")
+        return fairness_key
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -442,7 +465,8 @@ class Task(Generic[P, R]):
 
     def using(self, **options: Unpack[CallOptions]) -> TaskCall[P, R]:
         """Per-call options: queue_name, priority, run_after, idempotency_key, connection, max_attempts, lease,
-        timeout, concurrency_key, isolation ("thread" or "process": where these jobs' handler runs), max_crashes."""
+        timeout, concurrency_key, isolation ("thread" or "process": where these jobs' handler runs), max_crashes,
+        fairness_key (the key whose fair share of the queue these jobs wait for; docs/howto/fairness.md)."""
         return self.defaults.using(**options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:

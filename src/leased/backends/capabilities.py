@@ -49,19 +49,26 @@ class Capabilities:
     # Its sessions read at REPEATABLE READ unless told otherwise (MariaDB): a framework's connection
     # that enqueues in its transactions must be set to READ COMMITTED.
     repeatable_read_by_default: bool
+    # The claim shares a queue's starts between fairness keys by weight (migration 0029's key
+    # table and claim_fair); without it, a job with a fairness key is refused at its enqueue's
+    # declaration rather than served in plain order.
+    fair_claims: bool
 
 
 SQLITE = Capabilities(
     single_writer=True, listen_notify=False, transactional_ddl=True, async_transactions=True,
     typed_times_and_json=False, runs_whole_scripts=False, reports_old_transactions=False, pruning_lock=False,
-    file_database=True, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=False)
+    file_database=True, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=False,
+    fair_claims=True)
 
 POSTGRES = Capabilities(
     single_writer=False, listen_notify=True, transactional_ddl=True, async_transactions=True,
     typed_times_and_json=True, runs_whole_scripts=True, reports_old_transactions=True, pruning_lock=True,
-    file_database=False, schemas_in_url=True, libpq_url=True, repeatable_read_by_default=False)
+    file_database=False, schemas_in_url=True, libpq_url=True, repeatable_read_by_default=False,
+    fair_claims=False)
 
 MARIADB = Capabilities(
     single_writer=False, listen_notify=False, transactional_ddl=False, async_transactions=False,
     typed_times_and_json=False, runs_whole_scripts=False, reports_old_transactions=False, pruning_lock=True,
-    file_database=False, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=True)
+    file_database=False, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=True,
+    fair_claims=False)

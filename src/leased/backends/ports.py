@@ -22,6 +22,7 @@ from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts
 from leased.digits import whole_number
 from leased.facts import JobFacts
 from leased.jobs import ClaimedJob, DurableStep, Job, JobStatus, Lease, NewJob, Outcome
+from leased.fairness import QueueFairness
 from leased.limits import QueueLimit
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, WorkflowInfo
 
@@ -393,6 +394,9 @@ class InspectionPort(Protocol):
 
     def queue_limits(self) -> list[QueueLimit]: ...
 
+    def queue_fairness(self, queue_name: str, keys: int) -> QueueFairness:
+        """A queue's fairness weights, and up to `keys` of its waiting keys, least pass (next served) first."""
+
     def throughput(self, window_seconds: float, by_task: bool = True) -> list[Throughput]:
         """Done and failed per minute, queue and task (without `by_task`, per minute alone), counted
         as jobs finished (pruned jobs included), oldest minute first."""
@@ -433,6 +437,9 @@ class AdminPort(Protocol):
 
     def set_queue_limit(self, limit: QueueLimit) -> None:
         """Set a queue's limits, replacing any before; a limit of neither kind removes them."""
+
+    def set_fairness(self, fairness: QueueFairness) -> None:
+        """Set a queue's default weight and the weights of the keys it lists, in one transaction."""
 
     def cancel_workflow(self, workflow_id: int) -> int:
         """Cancel every unfinished step of the run (running ones lose their leases); how many."""

@@ -1011,3 +1011,32 @@ VALUES (%(job_id)s, %(name)s, %(attempt)s, %(result)s, leased_now() - %(seconds)
 -- name: durable_steps
 SELECT name, attempt, result, started_at, finished_at FROM leased_durable_steps
 WHERE job_id = %(job_id)s ORDER BY started_at, name;
+
+-- Fairness weights (migration 0029). This claim does not share by key yet (capabilities:
+-- fair_claims), so leased_fair_keys stays empty; the weights are kept for when it does.
+
+-- name: set_fairness_weight
+INSERT INTO leased_fairness_weights (queue_name, fairness_key, weight)
+VALUES (%(queue_name)s, %(fairness_key)s, %(weight)s)
+ON DUPLICATE KEY UPDATE weight = VALUE(weight);
+
+-- name: set_fairness_default
+INSERT INTO leased_fairness_defaults (queue_name, weight) VALUES (%(queue_name)s, %(weight)s)
+ON DUPLICATE KEY UPDATE weight = VALUE(weight);
+
+-- name: fairness_weights
+-- A queue's weights: its default (fairness_key NULL) and each key's.
+SELECT NULL AS fairness_key, weight FROM leased_fairness_defaults WHERE queue_name = %(queue_name)s
+UNION ALL
+SELECT fairness_key, weight FROM leased_fairness_weights WHERE queue_name = %(queue_name)s;
+
+-- name: fair_keys
+SELECT fair.fairness_key, fair.pass, fair.waiting,
+       coalesce((SELECT weight FROM leased_fairness_weights AS w
+                 WHERE w.queue_name = fair.queue_name AND w.fairness_key = fair.fairness_key),
+                (SELECT weight FROM leased_fairness_defaults AS d WHERE d.queue_name = fair.queue_name),
+                1.0) AS weight
+FROM leased_fair_keys AS fair
+WHERE fair.queue_name = %(queue_name)s
+ORDER BY fair.pass, fair.fairness_key
+LIMIT %(limit)s;

@@ -1571,3 +1571,32 @@ DELETE FROM leased_throughput WHERE minute < %(cutoff)s AND worker_id <> '';
 -- app.wake_workers: every listening worker looks at these queues now, with no commit to carry it.
 SELECT pg_notify(left('leased.' || current_schema(), 63), queue_name) AS woke
 FROM unnest(%(queue_names)s::text[]) AS queue_name;
+
+-- Fairness weights (migration 0029). This claim does not share by key yet (capabilities:
+-- fair_claims), so leased_fair_keys stays empty; the weights are kept for when it does.
+
+-- name: set_fairness_weight
+INSERT INTO leased_fairness_weights (queue_name, fairness_key, weight)
+VALUES (%(queue_name)s, %(fairness_key)s, %(weight)s)
+ON CONFLICT (queue_name, fairness_key) DO UPDATE SET weight = excluded.weight;
+
+-- name: set_fairness_default
+INSERT INTO leased_fairness_defaults (queue_name, weight) VALUES (%(queue_name)s, %(weight)s)
+ON CONFLICT (queue_name) DO UPDATE SET weight = excluded.weight;
+
+-- name: fairness_weights
+-- A queue's weights: its default (fairness_key NULL) and each key's.
+SELECT NULL AS fairness_key, weight FROM leased_fairness_defaults WHERE queue_name = %(queue_name)s
+UNION ALL
+SELECT fairness_key, weight FROM leased_fairness_weights WHERE queue_name = %(queue_name)s;
+
+-- name: fair_keys
+SELECT fair.fairness_key, fair.pass, fair.waiting,
+       coalesce((SELECT weight FROM leased_fairness_weights AS w
+                 WHERE w.queue_name = fair.queue_name AND w.fairness_key = fair.fairness_key),
+                (SELECT weight FROM leased_fairness_defaults AS d WHERE d.queue_name = fair.queue_name),
+                1.0) AS weight
+FROM leased_fair_keys AS fair
+WHERE fair.queue_name = %(queue_name)s
+ORDER BY fair.pass, fair.fairness_key
+LIMIT %(limit)s;

@@ -180,20 +180,23 @@ def created_jobs(jobs: Sequence[NewJob], rows: Iterable[Sequence[Any]], to_time:
             priority=job.priority, max_attempts=job.max_attempts, lease_seconds=job.lease_seconds,
             run_after=times[run_after], created_at=times[created_at], idempotency_key=job.idempotency_key,
             timeout_seconds=job.timeout_seconds, concurrency_key=job.concurrency_key, status=job.status,
-            workflow_id=job.workflow_id, isolation=job.isolation, max_crashes=job.max_crashes))
+            workflow_id=job.workflow_id, isolation=job.isolation, max_crashes=job.max_crashes,
+            fairness_key=job.fairness_key))
     return created
 
 
 def _created_job(id: int, task_name: str, queue_name: str, args: list[Any], kwargs: dict[str, Any], priority: int,
                  max_attempts: int, lease_seconds: float, run_after: datetime, created_at: datetime,
                  idempotency_key: str | None, timeout_seconds: float | None, concurrency_key: str | None,
-                 status: str, workflow_id: int | None, isolation: str | None, max_crashes: int) -> Job:
+                 status: str, workflow_id: int | None, isolation: str | None, max_crashes: int,
+                 fairness_key: str | None) -> Job:
     """A job as an enqueue wrote it. Built as a JobDraft (see there), and with positional
     arguments: a class called with keywords collects them in a dict first, which costs as much
     as the rest of building it. In the order of Job's fields."""
     return JobDraft(id, task_name, queue_name, _STATUSES[status], args, kwargs, priority, 0, max_attempts,
                     lease_seconds, run_after, created_at, None, None, idempotency_key, None, None, None,
-                    timeout_seconds, (), concurrency_key, workflow_id, None, isolation, 0, max_crashes, True).job()
+                    timeout_seconds, (), concurrency_key, workflow_id, None, isolation, 0, max_crashes, True, None,
+                    fairness_key).job()
 
 
 _STATUSES = {status.value: status for status in (JobStatus.PENDING, JobStatus.WAITING)}

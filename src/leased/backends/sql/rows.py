@@ -42,6 +42,7 @@ def job_from_row(row: Mapping[str, Any], to_time: ToTime, from_json: Callable[[A
         crashes=row["crashes"],
         max_crashes=row["max_crashes"],
         trace_context=row["trace_context"],
+        fairness_key=row["fairness_key"],
     )
 
 

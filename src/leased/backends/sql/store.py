@@ -37,6 +37,7 @@ from leased.backends.sql.workflows import WorkflowStore
 from leased.errors import (ASYNC_TRANSACTIONS_NOT_ON_MARIADB, ConfigurationError, DatabaseConflict, InvalidTransition,
                            JobNotFound, SchemaNotReady)
 from leased.jobs import Attempt, ClaimedJob, DurableStep, Job, JobStatus, Lease, NewJob, Outcome
+from leased.fairness import FairKey, QueueFairness
 from leased.limits import QueueLimit
 
 T = TypeVar("T")
@@ -409,6 +410,16 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
             self._transact(lambda connection: self._execute(connection, "set_queue_limit",
                                                             **queue_limit_params(limit)))
 
+    def set_fairness(self, fairness: QueueFairness) -> None:
+        def work(connection: Any) -> None:
+            self._execute(connection, "set_fairness_default", queue_name=fairness.queue_name,
+                          weight=fairness.default_weight)
+            for key, weight in fairness.weights.items():
+                self._execute(connection, "set_fairness_weight", queue_name=fairness.queue_name, fairness_key=key,
+                              weight=weight)
+
+        self._transact(work)
+
     # Pruning: short transactions, so that a claim waits for one batch, not the pass.
     def prune_batch(self, rule: PruneRule, limit: int) -> int:
         def work(connection: Any) -> int:
@@ -455,6 +466,13 @@ class SQLStore(InspectionReads, ScheduleStore, WorkflowStore):
 
     def queue_limits(self) -> list[QueueLimit]:
         return [queue_limit_from_row(row) for row in self._rows("queue_limits")]
+
+    def queue_fairness(self, queue_name: str, keys: int) -> QueueFairness:
+        weights = {row["fairness_key"]: row["weight"] for row in self._rows("fairness_weights", queue_name=queue_name)}
+        waiting = tuple(FairKey(row["fairness_key"], row["waiting"], row["weight"], row["pass"])
+                        for row in self._rows("fair_keys", queue_name=queue_name, limit=keys))
+        default = weights.pop(None, 1.0)
+        return QueueFairness(queue_name, default, weights, waiting)
 
     def _changed_or_explain(self, row: Any, job_id: int, action: str, allowed: str) -> Job:
         """The job after a one-job action; when the action changed nothing (`row` None), why."""

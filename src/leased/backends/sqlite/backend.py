@@ -174,10 +174,19 @@ class SQLiteBackend(SQLStore):
             # One writer at a time: no other claim can run between counting a limit's room and taking it.
             limited = connection.execute(QUERIES["limits_in_use"]).fetchone()[0]
             rows = connection.execute(QUERIES["claim_limited" if limited else "claim"], params).fetchall()
+            if len(rows) < request.limit and connection.execute(QUERIES["fairness_in_use"]).fetchone()[0]:
+                rows += self._claim_fair(connection, {**params, "limit": request.limit - len(rows)})
             if rows and limited:
                 connection.execute(QUERIES["record_starts"], {"job_ids": json.dumps([row["id"] for row in rows])})
                 connection.execute(QUERIES["forget_old_starts"])
         return self._claimed(rows)
+
+    def _claim_fair(self, connection: sqlite3.Connection, params: dict[str, Any]) -> list[sqlite3.Row]:
+        """Fair jobs for the room the plain claim left, and their keys' passes moved on."""
+        rows = connection.execute(QUERIES["claim_fair"], params).fetchall()
+        if rows:
+            connection.execute(QUERIES["advance_fair_keys"], {"job_ids": json.dumps([row["id"] for row in rows])})
+        return rows
 
     # How rows hold times and JSON (seconds since the epoch, JSON text), for the shared reads.
     _to_time = staticmethod(time_value)

@@ -5,7 +5,7 @@
 -- A batch in one statement. Each job is a JSON array [task_name, queue_name, args, kwargs, priority,
 -- max_attempts, lease_seconds, run_at, delay_seconds, idempotency_key, timeout_seconds,
 -- concurrency_key, key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
--- max_crashes, trace_context],
+-- max_crashes, trace_context, fairness_key],
 -- and the batch one array of them.
 -- A job whose key a pending job holds is skipped. Ids follow the batch's order, which is how
 -- the caller matches rows to jobs (RETURNING's own order is unspecified): the rows are inserted
@@ -15,7 +15,7 @@
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                         max_crashes, trace_context)
+                         max_crashes, trace_context, fairness_key)
 WITH clock AS MATERIALIZED (SELECT leased_now() AS now)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
@@ -23,7 +23,7 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(va
        clock.now, json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
        json_extract(value, '$[12]'), json_extract(value, '$[13]'), json_extract(value, '$[14]'),
        json_extract(value, '$[15]'), json_extract(value, '$[16]'), json_extract(value, '$[17]'),
-       json_extract(value, '$[18]'), json_extract(value, '$[19]')
+       json_extract(value, '$[18]'), json_extract(value, '$[19]'), json_extract(value, '$[20]')
 FROM json_each(:jobs), clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ORDER BY key
@@ -39,11 +39,11 @@ RETURNING id, run_after, created_at, idempotency_key;
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                          run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                          key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                         max_crashes, trace_context)
+                         max_crashes, trace_context, fairness_key)
 SELECT :task_name, :queue_name, :args_json, :kwargs_json, :priority, :max_attempts, :lease_seconds,
        coalesce(:run_at, clock.now + :delay_seconds), clock.now, :idempotency_key, :timeout_seconds,
        :concurrency_key, :key_concurrency, :key_rate_count, :key_rate_seconds, :status, :workflow_id,
-       :isolation, :max_crashes, :trace_context
+       :isolation, :max_crashes, :trace_context, :fairness_key
 FROM (SELECT leased_now() AS now) AS clock
 WHERE true  -- without a WHERE, SQLite would read ON CONFLICT as the join's constraint
 ON CONFLICT (idempotency_key) WHERE status = 'pending' AND attempt = 0 AND idempotency_key IS NOT NULL
@@ -64,7 +64,7 @@ WHERE id IN (
     -- The planner would rather use leased_jobs_status and sort every pending row; the due index
     -- is already in claim order, so the scan stops after `limit` matches.
     SELECT id FROM leased_jobs INDEXED BY leased_jobs_due
-    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+    WHERE status = 'pending' AND concurrency_key IS NULL AND fairness_key IS NULL AND run_after <= leased_now()
       AND task_name IN (SELECT value FROM json_each(:task_names))
       AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
       AND queue_name NOT IN (SELECT queue_name FROM leased_queue_limits)
@@ -263,10 +263,13 @@ SELECT (SELECT min(id) FROM leased_jobs) AS low, (SELECT max(id) FROM leased_job
 -- Exact, each part through a partial index of the claim or the reclaim: the due set and the leases
 -- (named: for the GROUP BY, SQLite would rather walk a full index in queue order).
 SELECT queue_name, 'pending' AS status, count(*) AS n FROM leased_jobs INDEXED BY leased_jobs_queue_due
-WHERE status = 'pending' AND concurrency_key IS NULL GROUP BY queue_name
+WHERE status = 'pending' AND concurrency_key IS NULL AND fairness_key IS NULL GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'pending', count(*) FROM leased_jobs INDEXED BY leased_jobs_keyed_due
 WHERE status = 'pending' AND concurrency_key IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'pending', count(*) FROM leased_jobs INDEXED BY leased_jobs_fair_due
+WHERE status = 'pending' AND fairness_key IS NOT NULL GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'running', count(*) FROM leased_jobs INDEXED BY leased_jobs_leases
 WHERE status = 'running' GROUP BY queue_name
@@ -331,10 +334,13 @@ WHERE id = :job_id AND status IN ('pending', 'running', 'waiting');
 -- Through the due set's partial indexes, as count_active: SQLite would rather skip-scan a full index.
 SELECT queue_name, leased_now() - min(run_after) AS seconds FROM (
     SELECT queue_name, run_after FROM leased_jobs INDEXED BY leased_jobs_queue_due
-    WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+    WHERE status = 'pending' AND concurrency_key IS NULL AND fairness_key IS NULL AND run_after <= leased_now()
     UNION ALL
     SELECT queue_name, run_after FROM leased_jobs INDEXED BY leased_jobs_keyed_due
     WHERE status = 'pending' AND concurrency_key IS NOT NULL AND run_after <= leased_now()
+    UNION ALL
+    SELECT queue_name, run_after FROM leased_jobs INDEXED BY leased_jobs_fair_due
+    WHERE status = 'pending' AND fairness_key IS NOT NULL AND run_after <= leased_now()
 )
 GROUP BY queue_name;
 
@@ -594,7 +600,7 @@ WITH RECURSIVE keys (key) AS (
 ), candidates AS (
     SELECT * FROM (
         SELECT id, priority, run_after, queue_name FROM leased_jobs INDEXED BY leased_jobs_due
-        WHERE status = 'pending' AND concurrency_key IS NULL AND run_after <= leased_now()
+        WHERE status = 'pending' AND concurrency_key IS NULL AND fairness_key IS NULL AND run_after <= leased_now()
           AND task_name IN (SELECT value FROM json_each(:task_names))
           AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
           AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
@@ -605,7 +611,7 @@ WITH RECURSIVE keys (key) AS (
     SELECT job.id, job.priority, job.run_after, job.queue_name
     FROM queue_room JOIN leased_jobs AS job ON job.id IN (
         SELECT id FROM leased_jobs INDEXED BY leased_jobs_queue_due
-        WHERE status = 'pending' AND concurrency_key IS NULL AND queue_name = queue_room.queue_name
+        WHERE status = 'pending' AND concurrency_key IS NULL AND fairness_key IS NULL AND queue_name = queue_room.queue_name
           AND run_after <= leased_now()
           AND task_name IN (SELECT value FROM json_each(:task_names))
           AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
@@ -950,3 +956,125 @@ VALUES (:job_id, :name, :attempt, :result, leased_now() - :seconds, leased_now()
 -- name: durable_steps
 SELECT name, attempt, result, started_at, finished_at FROM leased_durable_steps
 WHERE job_id = :job_id ORDER BY started_at, name;
+
+-- Fairness by key (migration 0029). A claim takes jobs without a fairness key first (claim or
+-- claim_limited), then fills what room is left with fair jobs through claim_fair, in the same
+-- BEGIN IMMEDIATE transaction: one writer at a time, so no two claims read the same passes.
+
+-- name: fairness_in_use
+-- Whether any fair job waits: one probe of a table that holds a row per waiting key.
+SELECT EXISTS (SELECT 1 FROM leased_fair_keys) AS in_use;
+
+-- name: claim_fair
+-- Stride scheduling over each queue's waiting keys. Taking `limit` jobs one at a time, each from
+-- the key with the least pass, then advancing that key by 1/weight, takes the `limit` jobs of least
+-- virtual time, where a key's r-th job in claim order (r from 0) has virtual time pass + r/weight.
+-- Those jobs come from at most `limit` keys, the keys of least pass that have a job due: so the
+-- claim reads at most `limit` keys per queue (through leased_fair_keys_pass) and at most `limit`
+-- jobs of each (through leased_jobs_fair_due), however many keys wait. Keys whose every job is
+-- due later, or of tasks this worker does not run, are stepped over at one probe each.
+-- Queues are compared by virtual time from each one's least pass; a queue's limits hold as in
+-- claim_limited (room = cap minus running, and starts in the rate window), and paused queues are
+-- left out. advance_fair_keys then moves the passes of the keys taken from.
+WITH RECURSIVE queues (queue_name) AS (
+    SELECT min(queue_name) FROM leased_fair_keys
+    UNION ALL
+    SELECT (SELECT min(queue_name) FROM leased_fair_keys WHERE queue_name > queues.queue_name)
+    FROM queues WHERE queues.queue_name IS NOT NULL
+), open_queues AS MATERIALIZED (
+    SELECT queue_name FROM queues
+    WHERE queue_name IS NOT NULL
+      AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
+      AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
+), keys AS MATERIALIZED (
+    SELECT fair.queue_name, fair.fairness_key, fair.pass,
+           coalesce((SELECT weight FROM leased_fairness_weights AS w
+                     WHERE w.queue_name = fair.queue_name AND w.fairness_key = fair.fairness_key),
+                    (SELECT weight FROM leased_fairness_defaults AS d WHERE d.queue_name = fair.queue_name),
+                    1.0) AS weight
+    FROM open_queues JOIN leased_fair_keys AS fair ON fair.rowid IN (
+        SELECT candidate.rowid FROM leased_fair_keys AS candidate INDEXED BY leased_fair_keys_pass
+        WHERE candidate.queue_name = open_queues.queue_name
+          AND EXISTS (SELECT 1 FROM leased_jobs INDEXED BY leased_jobs_fair_due
+                      WHERE status = 'pending' AND fairness_key IS NOT NULL
+                        AND queue_name = candidate.queue_name AND fairness_key = candidate.fairness_key
+                        AND run_after <= leased_now()
+                        AND task_name IN (SELECT value FROM json_each(:task_names)))
+        ORDER BY candidate.pass
+        LIMIT :limit)
+), queue_room AS (
+    SELECT l.queue_name, min(
+        coalesce(l.concurrency - (SELECT count(*) FROM leased_jobs AS r
+                                  WHERE r.queue_name = l.queue_name AND r.status = 'running'), :limit),
+        coalesce(l.rate_count - (SELECT count(*) FROM leased_starts
+                                 WHERE limit_name = 'queue:' || l.queue_name
+                                   AND started_at > leased_now() - l.rate_seconds), :limit),
+        :limit) AS room
+    FROM leased_queue_limits AS l WHERE l.queue_name IN (SELECT queue_name FROM open_queues)
+), timed AS (
+    SELECT job.id, keys.queue_name,
+           keys.pass - min(keys.pass) OVER (PARTITION BY keys.queue_name)
+           + (row_number() OVER (PARTITION BY keys.queue_name, keys.fairness_key
+                                 ORDER BY job.priority DESC, job.run_after, job.id) - 1) / keys.weight
+               AS virtual_time
+    FROM keys JOIN leased_jobs AS job ON job.id IN (
+        SELECT id FROM leased_jobs INDEXED BY leased_jobs_fair_due
+        WHERE status = 'pending' AND fairness_key IS NOT NULL
+          AND queue_name = keys.queue_name AND fairness_key = keys.fairness_key
+          AND run_after <= leased_now()
+          AND task_name IN (SELECT value FROM json_each(:task_names))
+        ORDER BY priority DESC, run_after, id
+        LIMIT :limit)
+), ranked AS (
+    SELECT timed.*, row_number() OVER (PARTITION BY queue_name ORDER BY virtual_time, id) AS place FROM timed
+)
+UPDATE leased_jobs
+SET status = 'running', attempt = attempt + 1, lease_owner = :worker_id,
+    lease_expires_at = leased_now() + lease_seconds, attempt_started_at = leased_now()
+WHERE id IN (
+    SELECT ranked.id FROM ranked LEFT JOIN queue_room ON queue_room.queue_name = ranked.queue_name
+    WHERE queue_room.queue_name IS NULL OR ranked.place <= queue_room.room
+    ORDER BY ranked.virtual_time, ranked.id
+    LIMIT :limit
+)
+RETURNING *;
+
+-- name: advance_fair_keys
+-- Each key a fair claim took from moves on by the jobs taken over its weight. A key whose last
+-- waiting job was taken has no row left (the trigger deleted it): it starts afresh when it waits again.
+UPDATE leased_fair_keys
+SET pass = pass + taken.n / coalesce(
+        (SELECT weight FROM leased_fairness_weights AS w
+         WHERE w.queue_name = leased_fair_keys.queue_name AND w.fairness_key = leased_fair_keys.fairness_key),
+        (SELECT weight FROM leased_fairness_defaults AS d WHERE d.queue_name = leased_fair_keys.queue_name),
+        1.0)
+FROM (SELECT queue_name, fairness_key, count(*) AS n FROM leased_jobs
+      WHERE id IN (SELECT value FROM json_each(:job_ids)) AND fairness_key IS NOT NULL
+      GROUP BY queue_name, fairness_key) AS taken
+WHERE leased_fair_keys.queue_name = taken.queue_name AND leased_fair_keys.fairness_key = taken.fairness_key;
+
+-- name: set_fairness_weight
+INSERT INTO leased_fairness_weights (queue_name, fairness_key, weight) VALUES (:queue_name, :fairness_key, :weight)
+ON CONFLICT (queue_name, fairness_key) DO UPDATE SET weight = excluded.weight;
+
+-- name: set_fairness_default
+INSERT INTO leased_fairness_defaults (queue_name, weight) VALUES (:queue_name, :weight)
+ON CONFLICT (queue_name) DO UPDATE SET weight = excluded.weight;
+
+-- name: fairness_weights
+-- A queue's weights: its default (fairness_key NULL) and each key's.
+SELECT NULL AS fairness_key, weight FROM leased_fairness_defaults WHERE queue_name = :queue_name
+UNION ALL
+SELECT fairness_key, weight FROM leased_fairness_weights WHERE queue_name = :queue_name;
+
+-- name: fair_keys
+-- A queue's waiting keys, least pass first (the next to be served), with their weights.
+SELECT fair.fairness_key, fair.pass, fair.waiting,
+       coalesce((SELECT weight FROM leased_fairness_weights AS w
+                 WHERE w.queue_name = fair.queue_name AND w.fairness_key = fair.fairness_key),
+                (SELECT weight FROM leased_fairness_defaults AS d WHERE d.queue_name = fair.queue_name),
+                1.0) AS weight
+FROM leased_fair_keys AS fair INDEXED BY leased_fair_keys_pass
+WHERE fair.queue_name = :queue_name
+ORDER BY fair.pass, fair.fairness_key
+LIMIT :limit;

@@ -29,6 +29,7 @@ from leased.testing.conformance import (  # noqa: F401 - imported for their chec
     claims,
     ends,
     enqueueing,
+    fairness,
     inspection,
     leases,
     limits,
