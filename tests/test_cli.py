@@ -673,7 +673,35 @@ def test_queue_limits_are_set_listed_shown_and_cleared(cli):
     assert cli.json("limits", APP) == {}
 
 
+def test_fairness_weights_are_set_and_listed(cli):
+    assert cli.run("fairness", APP, "default").stdout.splitlines() == [
+        "queue default: default weight 1", "no key has jobs waiting"]
+    assert cli.run("fairness", APP, "default", "--weight", "tenant-a=3", "--weight", "b=0.5",
+                   "--default", "2").stdout.splitlines()[0] == "queue default: default weight 2; b=0.5, tenant-a=3"
+    assert cli.run("fairness", APP, "default", "--weight", "tenant-a=1").stdout.splitlines()[0] == (
+        "queue default: default weight 2; b=0.5, tenant-a=1"), "the default and other keys are kept"
+
+
+@pytest.mark.needs("fair_claims")
+def test_fairness_lists_the_waiting_keys_next_served_first(cli):
+    app = Leased(cli.url)
+    try:
+        @app.task(name="work", fairness_key="{tenant}")
+        def work(tenant): ...
+
+        work.enqueue_many([("a",), ("a",), ("b",)])
+    finally:
+        app.close()
+    table = cli.run("fairness", APP, "default", "--weight", "a=3").stdout.splitlines()[1:]
+    assert [line.split() for line in table] == [["KEY", "WAITING", "WEIGHT", "PASS"], ["a", "2", "3", "0.00"],
+                                                ["b", "1", "1", "0.00"]]
+
+
 @pytest.mark.parametrize("args, message", [
+    (["fairness", APP, "default", "--weight", "a"], "invalid --weight 'a': write KEY=N"),
+    (["fairness", APP, "default", "--weight", "a=x"], "invalid --weight 'a=x': write KEY=N"),
+    (["fairness", APP, "default", "--weight", "a=0"], "invalid weight of 'a' 0.0: give a number > 0"),
+    (["fairness", APP, "default", "--default", "-1"], "invalid default weight -1.0: give a number > 0"),
     (["limit", APP, "default", "--concurrency", "0"], "invalid --concurrency 0: use a whole number >= 1"),
     (["limit", APP, "default", "--rate", "100/x"], "invalid rate_limit '100/x'"),
     (["limit", APP, "default", "--rate", "0/m"], "invalid rate_limit '0/m'"),

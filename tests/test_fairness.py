@@ -159,3 +159,19 @@ def test_bad_fairness_input_is_refused_naming_the_field_before_anything_is_writt
         app.task(name="both", concurrency=1, fairness_key="{customer}")(lambda customer: None)
     with pytest.raises(ConfigurationError, match="invalid fairness_key 7 from the fairness_key of task"):
         app.task(name="computed", fairness_key=lambda n: 7)(lambda n: None).enqueue(1)
+
+
+@fair
+def test_why_says_a_fair_job_waits_for_its_keys_turn(app, work):
+    app.fairness("default", weights={"tenant-A": 3})
+    work.enqueue_many([("A", n) for n in range(10)])
+    waiting = work.enqueue_many([("B", n) for n in range(10)])[-1]
+    claim(app, limit=4)  # three of A, one of B running
+    reasons = {reason.code: reason for reason in app.why(waiting.id).reasons}
+    assert "jobs_ahead" not in reasons, "plain claim order does not apply to a fair job"
+    fair_turn = reasons["fair_turn"]
+    assert fair_turn.data["weight"] == 1 and fair_turn.data["total_weight"] == 4 and fair_turn.data["share"] == 0.25
+    assert (fair_turn.data["running_with_key"], fair_turn.data["running_in_queue"]) == (1, 4)
+    assert fair_turn.message.startswith("It waits for its fairness key's turn: tenant-B has weight 1 of 4 among 2 keys "
+                                        "waiting in queue default (25% of its starts while they all wait); 1 of queue "
+                                        "default's 4 running jobs are its key's;"), fair_turn.message

@@ -460,7 +460,7 @@ def _busy_worker(worker: WorkerInfo) -> str:
 
 def _jobs_ahead(facts: JobFacts) -> list[Reason]:
     ahead, job = facts.jobs_ahead, facts.job
-    if not ahead or not _is_due(facts):
+    if not ahead or not _is_due(facts) or facts.fairness is not None:  # a fair job waits for its key's turn
         return []
     count = f"more than {AHEAD_LIMIT:,}" if ahead > AHEAD_LIMIT else f"{ahead:,}"
     are = "is" if ahead == 1 else "are"
@@ -468,6 +468,25 @@ def _jobs_ahead(facts: JobFacts) -> list[Reason]:
                                  f"it in claim order (higher priority, due earlier, or enqueued before it).",
                    {"jobs_ahead": min(ahead, AHEAD_LIMIT), "more": ahead > AHEAD_LIMIT,
                     "queue_name": job.queue_name})]
+
+
+def _fair_turn(facts: JobFacts) -> list[Reason]:
+    """A fair job waits for its key's turn: its key's share of the queue, by weight, among the keys waiting."""
+    fair, queue = facts.fairness, facts.job.queue_name
+    if fair is None or not _is_due(facts) or fair.keys_waiting < 2:
+        return []
+    share = fair.weight / fair.total_weight if fair.total_weight else 1.0
+    running = (f"{fair.running_with_key} of queue {queue}'s {_count(fair.running_in_queue, 'running job')} are "
+               f"its key's" if fair.running_in_queue else f"queue {queue} has no job running")
+    ahead = (f"{_count(fair.keys_ahead, 'other key')} {'is' if fair.keys_ahead == 1 else 'are'} served before its "
+             f"key's next job" if fair.keys_ahead else "its key is among the next served")
+    message = (f"It waits for its fairness key's turn: {fair.fairness_key} has weight {fair.weight:g} of "
+               f"{fair.total_weight:g} among {fair.keys_waiting} keys waiting in queue {queue} "
+               f"({share:.0%} of its starts while they all wait); {running}; {ahead}.")
+    return [Reason("fair_turn", message,
+                   {"fairness_key": fair.fairness_key, "weight": fair.weight, "total_weight": fair.total_weight,
+                    "keys_waiting": fair.keys_waiting, "keys_ahead": fair.keys_ahead, "share": share,
+                    "running_with_key": fair.running_with_key, "running_in_queue": fair.running_in_queue})]
 
 
 def _should_start(facts: JobFacts) -> Reason:
@@ -544,7 +563,7 @@ def _rate(rate: Rate) -> str:
 
 # Rules that keep a pending job from being claimed now, in the order they are told.
 PENDING_BLOCKERS: tuple[Callable[[JobFacts], list[Reason]], ...] = (
-    _not_due, _queue_paused, _no_worker, _workers_busy, _concurrency_full, _rate_full, _jobs_ahead)
+    _not_due, _queue_paused, _no_worker, _workers_busy, _concurrency_full, _rate_full, _fair_turn, _jobs_ahead)
 
 
 # Running.

@@ -30,6 +30,20 @@ class JobFacts:
     scheduled_by: ScheduleTick | None = None  # the schedule tick that enqueued it, if one did
     old_transactions: tuple[OldTransaction, ...] = ()  # pending jobs only: what holds back vacuum (PostgreSQL)
     step: StepRow | None = None  # a workflow step's own row; None for a job of no workflow
+    fairness: FairnessFact | None = None  # pending jobs with a fairness key only: its key's share
+
+
+@dataclass(frozen=True, slots=True)
+class FairnessFact:
+    """A fair job's key among its queue's waiting keys (up to AHEAD_LIMIT of them read)."""
+
+    fairness_key: str
+    weight: float
+    keys_waiting: int  # keys of the queue with jobs waiting, its own included
+    total_weight: float  # of those keys
+    keys_ahead: int  # keys of a lesser pass: a claim serves them before this key's next job
+    running_with_key: int  # the queue's running jobs of this key
+    running_in_queue: int  # the queue's running jobs
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from leased.errors import ConfigurationError
 from leased.limits import MAX_KEY, check_template
@@ -39,7 +39,7 @@ class QueueFairness:
     queue_name: str
     default_weight: float = 1.0
     weights: Mapping[str, float] = field(default_factory=dict)
-    waiting_keys: tuple[FairKey, ...] = ()
+    waiting_keys: Sequence[FairKey] = ()
 
     def weight_of(self, fairness_key: str) -> float:
         return self.weights.get(fairness_key, self.default_weight)

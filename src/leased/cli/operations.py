@@ -1,4 +1,4 @@
-"""The commands for queues as a whole: counts, pause and resume, limits, schedules, pruning."""
+"""The commands for queues as a whole: counts, pause and resume, limits, fairness, schedules, pruning."""
 
 from __future__ import annotations
 
@@ -107,6 +107,47 @@ def limits_table(found: dict[str, QueueLimit]) -> str:
          "-" if queue_limit.rate_limit is None else queue_limit.rate_limit) for name, queue_limit in found.items()])
 
 
+# Fairness by key within a queue.
+def parse_weight(text: str) -> tuple[str, float]:
+    """--weight KEY=N as (KEY, N); the library then checks N > 0 and KEY as any fairness key."""
+    key, equals, weight = text.rpartition("=")
+    try:
+        if equals and key:
+            return key, float(weight)
+    except ValueError:
+        pass
+    raise Failure(f"invalid --weight {text!r}: write KEY=N with N a number > 0, e.g. --weight tenant-42=3")
+
+
+@click.command()
+@click.argument("app_spec", metavar="APP")
+@click.argument("queue_name", metavar="QUEUE")
+@click.option("--weight", "weights", multiple=True, metavar="KEY=N",
+              help="A key's weight (repeat for more keys): weight 3 starts three jobs for each of weight 1.")
+@click.option("--default", "default_weight", type=float, metavar="N",
+              help="The weight of keys given none (1 unless set).")
+@click.option("--keys", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="How many waiting keys to list.")
+@click.pass_context
+def fairness(ctx: click.Context, app_spec: str, queue_name: str, weights: tuple[str, ...],
+             default_weight: float | None, keys: int) -> None:
+    """Set fairness weights of QUEUE's keys, and list its waiting keys, next served first."""
+    parsed = dict(parse_weight(text) for text in weights)
+    app = open_app(ctx, app_spec, None)
+    if weights or default_weight is not None:
+        current = app.fairness_of(queue_name, keys=keys)
+        app.fairness(queue_name, weights=parsed,
+                     default=current.default_weight if default_weight is None else default_weight)
+    found = app.fairness_of(queue_name, keys=keys)
+    listed = ", ".join(f"{key}={weight:g}" for key, weight in sorted(found.weights.items()))
+    output.echo(f"queue {queue_name}: default weight {found.default_weight:g}" + (f"; {listed}" if listed else ""))
+    if found.waiting_keys:
+        output.echo(output.table(["KEY", "WAITING", "WEIGHT", "PASS"], [
+            (key.fairness_key, key.waiting, f"{key.weight:g}", f"{key.pass_:.2f}") for key in found.waiting_keys]))
+    else:
+        output.echo("no key has jobs waiting")
+
+
 # Pausing queues, and pruning finished jobs.
 def queue_target(values: tuple[str, ...]) -> tuple[str | None, str]:
     """[APP] QUEUE: split by count, since a queue name may hold a colon as APP does."""
@@ -163,4 +204,4 @@ def prune(ctx: click.Context, app_spec: str | None, database: str | None, older_
                + f" ({sum(counts.values()):,} jobs)")
 
 
-COMMANDS = [stats, pause, resume, limit, limits, schedules, prune]
+COMMANDS = [stats, pause, resume, limit, limits, fairness, schedules, prune]

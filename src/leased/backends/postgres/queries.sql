@@ -1600,3 +1600,27 @@ FROM leased_fair_keys AS fair
 WHERE fair.queue_name = %(queue_name)s
 ORDER BY fair.pass, fair.fairness_key
 LIMIT %(limit)s;
+
+-- name: why_fairness
+-- A fair job's key among its queue's waiting keys (`leased why`): its weight, the keys waiting and
+-- their weights, the keys a claim serves before it (a lesser pass), and the queue's running jobs,
+-- of its key and in all. Keys are read up to `limit`, least pass first.
+WITH fair_keys AS (
+    SELECT fair.fairness_key, fair.pass,
+           coalesce((SELECT weight FROM leased_fairness_weights AS w
+                     WHERE w.queue_name = fair.queue_name AND w.fairness_key = fair.fairness_key),
+                    (SELECT weight FROM leased_fairness_defaults AS d WHERE d.queue_name = fair.queue_name),
+                    1.0) AS weight
+    FROM leased_fair_keys AS fair WHERE fair.queue_name = %(queue_name)s
+    ORDER BY fair.pass
+    LIMIT %(limit)s
+)
+SELECT coalesce((SELECT weight FROM leased_fairness_weights WHERE queue_name = %(queue_name)s AND fairness_key = %(fairness_key)s),
+                (SELECT weight FROM leased_fairness_defaults WHERE queue_name = %(queue_name)s), 1.0) AS weight,
+       (SELECT count(*) FROM fair_keys) AS keys_waiting,
+       coalesce((SELECT sum(weight) FROM fair_keys), 0) AS total_weight,
+       (SELECT count(*) FROM fair_keys
+        WHERE pass < (SELECT pass FROM leased_fair_keys WHERE queue_name = %(queue_name)s AND fairness_key = %(fairness_key)s)) AS keys_ahead,
+       (SELECT count(*) FROM leased_jobs WHERE status = 'running' AND queue_name = %(queue_name)s
+          AND fairness_key = %(fairness_key)s) AS running_with_key,
+       (SELECT count(*) FROM leased_jobs WHERE status = 'running' AND queue_name = %(queue_name)s) AS running_in_queue;

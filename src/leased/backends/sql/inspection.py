@@ -13,7 +13,7 @@ from leased.backends.ports import PruneRule, Throughput
 from leased.backends.sql.dialect import Dialect, ReadRows
 from leased.backends.sql.rows import history_from_rows, job_from_row, worker_from_row
 from leased.counts import EXACT_UP_TO, SAMPLE_SIZE, JobCounts, sample_ids, tally
-from leased.facts import AHEAD_LIMIT, RUNNING_NAMED, JobFacts, LimitFact, ScheduleTick, StepRow
+from leased.facts import AHEAD_LIMIT, RUNNING_NAMED, FairnessFact, JobFacts, LimitFact, ScheduleTick, StepRow
 from leased.jobs import JobStatus
 from leased.limits import Rate
 from leased.runs import RunWhen
@@ -67,7 +67,11 @@ class InspectionReads(Dialect):
             row = found[0]
             history = read_rows("get_history", job_id=job_id)
             workers = read_rows("list_workers")
-            ahead, limits, paused = None, (), None
+            ahead, limits, paused, fairness = None, (), None, None
+            if row["status"] == JobStatus.PENDING and row["fairness_key"] is not None:
+                (share,) = read_rows("why_fairness", queue_name=row["queue_name"], fairness_key=row["fairness_key"],
+                                     limit=AHEAD_LIMIT)
+                fairness = FairnessFact(row["fairness_key"], **share)
             if row["status"] == JobStatus.PENDING:
                 ahead = read_rows("jobs_ahead", job_id=job_id, limit=AHEAD_LIMIT + 1)[0]["n"]
                 limits = self._why_limits(read_rows, row)
@@ -82,7 +86,7 @@ class InspectionReads(Dialect):
                         scheduled_by=ScheduleTick(tick[0]["schedule_name"], to_time(tick[0]["tick_at"])) if tick
                         else None,
                         step=StepRow(RunWhen(step[0]["run_when"]), bool(step[0]["cancelled_by_parents"])) if step
-                        else None)
+                        else None, fairness=fairness)
 
     def _why_limits(self, read_rows: ReadRows, job: Any) -> tuple[LimitFact, ...]:
         """The limits of a pending job's key and of its queue, with the running jobs of a full

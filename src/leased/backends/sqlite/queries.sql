@@ -1078,3 +1078,27 @@ FROM leased_fair_keys AS fair INDEXED BY leased_fair_keys_pass
 WHERE fair.queue_name = :queue_name
 ORDER BY fair.pass, fair.fairness_key
 LIMIT :limit;
+
+-- name: why_fairness
+-- A fair job's key among its queue's waiting keys (`leased why`): its weight, the keys waiting and
+-- their weights, the keys a claim serves before it (a lesser pass), and the queue's running jobs,
+-- of its key and in all. Keys are read up to `limit`, least pass first.
+WITH fair_keys AS (
+    SELECT fair.fairness_key, fair.pass,
+           coalesce((SELECT weight FROM leased_fairness_weights AS w
+                     WHERE w.queue_name = fair.queue_name AND w.fairness_key = fair.fairness_key),
+                    (SELECT weight FROM leased_fairness_defaults AS d WHERE d.queue_name = fair.queue_name),
+                    1.0) AS weight
+    FROM leased_fair_keys AS fair WHERE fair.queue_name = :queue_name
+    ORDER BY fair.pass
+    LIMIT :limit
+)
+SELECT coalesce((SELECT weight FROM leased_fairness_weights WHERE queue_name = :queue_name AND fairness_key = :fairness_key),
+                (SELECT weight FROM leased_fairness_defaults WHERE queue_name = :queue_name), 1.0) AS weight,
+       (SELECT count(*) FROM fair_keys) AS keys_waiting,
+       coalesce((SELECT sum(weight) FROM fair_keys), 0) AS total_weight,
+       (SELECT count(*) FROM fair_keys
+        WHERE pass < (SELECT pass FROM leased_fair_keys WHERE queue_name = :queue_name AND fairness_key = :fairness_key)) AS keys_ahead,
+       (SELECT count(*) FROM leased_jobs INDEXED BY leased_jobs_leases WHERE status = 'running' AND queue_name = :queue_name
+          AND fairness_key = :fairness_key) AS running_with_key,
+       (SELECT count(*) FROM leased_jobs INDEXED BY leased_jobs_leases WHERE status = 'running' AND queue_name = :queue_name) AS running_in_queue;
