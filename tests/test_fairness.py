@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta, timezone
+from fractions import Fraction
 
 import pytest
 
@@ -175,3 +176,24 @@ def test_why_says_a_fair_job_waits_for_its_keys_turn(app, work):
     assert fair_turn.message.startswith("It waits for its fairness key's turn: tenant-B has weight 1 of 4 among 2 keys "
                                         "waiting in queue default (25% of its starts while they all wait); 1 of queue "
                                         "default's 4 running jobs are its key's;"), fair_turn.message
+
+
+@fair
+def test_batches_share_as_claims_of_one_would_with_more_keys_than_a_batch(app, work):
+    # Stride scheduling one job at a time, in exact arithmetic: the key of least pass goes next and
+    # moves on by 1/weight. Claims of 4 from 6 keys must start as many of each key's jobs, give or
+    # take one (the order of keys level with each other), after every claim.
+    weights = {"tenant-0": 3, "tenant-1": 2, "tenant-2": 1.5}
+    app.fairness("default", weights=weights)
+    work.enqueue_many([(str(key), n) for n in range(12) for key in range(6)])
+    passes = {f"tenant-{key}": Fraction(0) for key in range(6)}
+    expected, started = Counter(), Counter()
+    for _ in range(15):  # 60 of the 72 jobs: tenant-0's run out first
+        for _ in range(4):
+            key = min((key for key in passes if expected[key] < 12), key=lambda key: (passes[key], key))
+            expected[key] += 1
+            passes[key] += 1 / Fraction(weights.get(key, 1))
+        started.update(tenants(app, claim(app, limit=4)))
+        assert all(abs(started[key] - expected[key]) <= 1 for key in passes), (started, expected)
+    assert started["tenant-0"] == 12, "weight 3: its jobs all started, while each weight-1 key waits"
+

@@ -986,7 +986,7 @@ WITH RECURSIVE queues (queue_name) AS (
     WHERE queue_name IS NOT NULL
       AND (:queue_names IS NULL OR queue_name IN (SELECT value FROM json_each(:queue_names)))
       AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
-), keys AS MATERIALIZED (
+), candidate_keys AS MATERIALIZED (
     SELECT fair.queue_name, fair.fairness_key, fair.pass,
            coalesce((SELECT weight FROM leased_fairness_weights AS w
                      WHERE w.queue_name = fair.queue_name AND w.fairness_key = fair.fairness_key),
@@ -1000,8 +1000,18 @@ WITH RECURSIVE queues (queue_name) AS (
                         AND queue_name = candidate.queue_name AND fairness_key = candidate.fairness_key
                         AND run_after <= leased_now()
                         AND task_name IN (SELECT value FROM json_each(:task_names)))
-        ORDER BY candidate.pass
+        ORDER BY candidate.pass, candidate.fairness_key
         LIMIT :limit)
+), keys AS (
+    -- How many of each key's jobs can be among the `limit` of least virtual time: with `limit`
+    -- keys read, the first job of each is at its pass, so none beyond the greatest of those passes
+    -- is needed (a few ten-billionths spare for the sums of 1/weight). Keys level with each other
+    -- then read one job each, not `limit`.
+    SELECT candidate_keys.*,
+           CASE WHEN count(*) OVER (PARTITION BY queue_name) < :limit THEN :limit
+                ELSE min(:limit, CAST((max(pass) OVER (PARTITION BY queue_name) - pass) * weight + 1e-9 AS INTEGER) + 1)
+           END AS jobs_needed
+    FROM candidate_keys
 ), queue_room AS (
     SELECT l.queue_name, min(
         coalesce(l.concurrency - (SELECT count(*) FROM leased_jobs AS r
@@ -1011,12 +1021,10 @@ WITH RECURSIVE queues (queue_name) AS (
                                    AND started_at > leased_now() - l.rate_seconds), :limit),
         :limit) AS room
     FROM leased_queue_limits AS l WHERE l.queue_name IN (SELECT queue_name FROM open_queues)
-), timed AS (
-    SELECT job.id, keys.queue_name,
-           keys.pass - min(keys.pass) OVER (PARTITION BY keys.queue_name)
-           + (row_number() OVER (PARTITION BY keys.queue_name, keys.fairness_key
-                                 ORDER BY job.priority DESC, job.run_after, job.id) - 1) / keys.weight
-               AS virtual_time
+), key_jobs AS (
+    -- Keys that may give more than one job read up to `limit` in claim order; the others (SQLite's
+    -- LIMIT cannot read a column) their head alone.
+    SELECT keys.queue_name, keys.fairness_key, keys.pass, keys.weight, job.id, job.priority, job.run_after
     FROM keys JOIN leased_jobs AS job ON job.id IN (
         SELECT id FROM leased_jobs INDEXED BY leased_jobs_fair_due
         WHERE status = 'pending' AND fairness_key IS NOT NULL
@@ -1025,8 +1033,30 @@ WITH RECURSIVE queues (queue_name) AS (
           AND task_name IN (SELECT value FROM json_each(:task_names))
         ORDER BY priority DESC, run_after, id
         LIMIT :limit)
+    WHERE keys.jobs_needed > 1
+    UNION ALL
+    SELECT keys.queue_name, keys.fairness_key, keys.pass, keys.weight, job.id, job.priority, job.run_after
+    FROM keys JOIN leased_jobs AS job ON job.id = (
+        SELECT id FROM leased_jobs INDEXED BY leased_jobs_fair_due
+        WHERE status = 'pending' AND fairness_key IS NOT NULL
+          AND queue_name = keys.queue_name AND fairness_key = keys.fairness_key
+          AND run_after <= leased_now()
+          AND task_name IN (SELECT value FROM json_each(:task_names))
+        ORDER BY priority DESC, run_after, id
+        LIMIT 1)
+    WHERE keys.jobs_needed = 1
+), timed AS (
+    -- Rounded: keys level in exact arithmetic (1/3 + 1/3 + 1/3 and 1) are level here too, and a
+    -- tie goes to the lesser key, as candidate_keys are read.
+    SELECT id, queue_name, fairness_key, priority, run_after,
+           round(pass + (row_number() OVER (PARTITION BY queue_name, fairness_key
+                                            ORDER BY priority DESC, run_after, id) - 1) / weight, 9)
+           - min(pass) OVER (PARTITION BY queue_name) AS virtual_time
+    FROM key_jobs
 ), ranked AS (
-    SELECT timed.*, row_number() OVER (PARTITION BY queue_name ORDER BY virtual_time, id) AS place FROM timed
+    SELECT timed.*, row_number() OVER (PARTITION BY queue_name
+                                       ORDER BY virtual_time, fairness_key, priority DESC, run_after, id) AS place
+    FROM timed
 )
 UPDATE leased_jobs
 SET status = 'running', attempt = attempt + 1, lease_owner = :worker_id,
@@ -1034,7 +1064,7 @@ SET status = 'running', attempt = attempt + 1, lease_owner = :worker_id,
 WHERE id IN (
     SELECT ranked.id FROM ranked LEFT JOIN queue_room ON queue_room.queue_name = ranked.queue_name
     WHERE queue_room.queue_name IS NULL OR ranked.place <= queue_room.room
-    ORDER BY ranked.virtual_time, ranked.id
+    ORDER BY ranked.virtual_time, ranked.fairness_key, ranked.priority DESC, ranked.run_after, ranked.id
     LIMIT :limit
 )
 RETURNING *;

@@ -29,7 +29,7 @@ CREATE TABLE leased_fair_keys (
     waiting INTEGER NOT NULL,
     PRIMARY KEY (queue_name, fairness_key)
 );
-CREATE INDEX leased_fair_keys_pass ON leased_fair_keys (queue_name, pass);
+CREATE INDEX leased_fair_keys_pass ON leased_fair_keys (queue_name, pass, fairness_key);
 
 -- Weights an operator sets (`leased fairness`, Leased.fairness): per key, and a queue's default
 -- for keys not listed (1 where none is set). Kept apart from leased_fair_keys, whose rows come and go.
