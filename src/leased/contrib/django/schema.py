@@ -14,7 +14,8 @@ from typing import Any, Callable
 from leased.backends import dialect_named, migrator
 
 # Dropping, for `manage.py migrate leased zero`: children first.
-LEASED_TABLES = ("leased_due", "leased_durable_steps", "leased_dependencies", "leased_steps", "leased_workflows",
+LEASED_TABLES = ("leased_fair_keys", "leased_fairness_weights", "leased_fairness_defaults", "leased_due",
+                 "leased_durable_steps", "leased_dependencies", "leased_steps", "leased_workflows",
                  "leased_schedule_ticks", "leased_schedules", "leased_starts", "leased_queue_limits", "leased_throughput",
                  "leased_queues", "leased_attempts", "leased_workers", "leased_jobs", "leased_schema_compatibility",
                  "leased_schema_version")
