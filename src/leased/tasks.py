@@ -419,7 +419,8 @@ class Task(Generic[P, R]):
         claim does not share by key, and beside a limit per key (a job waits on one key or the other)."""
         if not parse_database_url(self.app.database_url).dialect.capabilities.fair_claims:
             raise ConfigurationError(f"task {self.name!r}: fairness_key is not supported on this database yet "
-                                     "(SQLite only in this release); drop fairness_key, or use a queue per tenant")
+                                     "(SQLite and MariaDB in this release); drop fairness_key, or use a queue per "
+                                     "tenant")
         if self.key_limit is not None:
             raise ConfigurationError(f"task {self.name!r} has a limit per key (concurrency=/rate_limit=), so its jobs "
                                      "wait on their concurrency key: drop fairness_key, or the limit per key")

@@ -71,4 +71,4 @@ MARIADB = Capabilities(
     single_writer=False, listen_notify=False, transactional_ddl=False, async_transactions=False,
     typed_times_and_json=False, runs_whole_scripts=False, reports_old_transactions=False, pruning_lock=True,
     file_database=False, schemas_in_url=False, libpq_url=False, repeatable_read_by_default=True,
-    fair_claims=False)
+    fair_claims=True)

@@ -19,6 +19,7 @@ from leased.admin import WORKER_SILENT_AFTER
 from leased.backends import capabilities
 from leased.backends.mariadb import driver
 from leased.backends.mariadb.connections import MariaDBConnections, is_missing_table
+from leased.backends.mariadb.fair import pick_fair
 from leased.backends.mariadb.limited import pick_limited
 from leased.backends.mariadb.server import (ER_DUP_ENTRY, KEY_INDEX, MIGRATOR, QUERIES, connect_arguments,
                                             epoch, errno, packet_problem, refused_by, statement_bytes, time_value)
@@ -142,6 +143,9 @@ class MariaDBBackend(SQLStore):
         rows = self._transact(claim_plain)
         if len(rows) < request.limit and self._rows("limits_in_use")[0]["in_use"]:
             rows += self._claim_limited({**params, "limit": request.limit - len(rows)})
+        if len(rows) < request.limit and self._rows("fairness_in_use")[0]["in_use"]:
+            fair = {**params, "limit": request.limit - len(rows)}
+            rows += self._claim_under_lock(lambda connection: self._lease_fair(connection, fair))
         return self._claimed(rows)
 
     def _lease(self, connection: Any, picked: list[dict[str, Any]], worker_id: str,
@@ -161,14 +165,26 @@ class MariaDBBackend(SQLStore):
         return {row["queue_name"] for row in self._all(connection, "released_queues", job_ids=job_ids)}
 
     def _claim_limited(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """Claims of limited jobs take turns under a named lock: no two count the same free room."""
+        return self._claim_under_lock(
+            lambda own: self._lease(own, self.pick_limited(own, params), params["worker_id"], limited=True))
+
+    def _lease_fair(self, connection: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Fair jobs (fair.py), leased, and their keys' passes moved on, in one transaction."""
+        picked = pick_fair(lambda name, **query_params: self._all(connection, name, **query_params), params)
+        rows = self._lease(connection, picked, params["worker_id"], limited=True)
+        if rows:
+            self._execute(connection, "advance_fair_keys", job_ids=self._ids(rows))
+        return rows
+
+    def _claim_under_lock(self, claim: Callable[[Any], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Claims of limited or fair jobs take turns under a named lock: no two count the same free
+        room, nor read the same passes."""
         connection = self.connections.connection()
         with self.connections.translated():
             if not self._execute(connection, "limited_claim_lock").fetchone()["locked"]:
                 raise DatabaseConflict(f"{self._where}: another claim held the limited-claim lock too long")
         try:
-            return self._transact(lambda own: self._lease(own, self.pick_limited(own, params), params["worker_id"],
-                                                          limited=True))
+            return self._transact(claim)
         finally:
             with self.connections.translated():
                 self._execute(connection, "limited_claim_unlock")

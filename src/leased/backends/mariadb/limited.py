@@ -32,7 +32,8 @@ def pick_limited(read: Read, params: dict[str, Any]) -> Rows:
         after, room = rows[0]["limit_key"], rows[0]["room"]
         if room > 0:
             candidates += _key_jobs(read, after, room, filters)
-    return _within_queue_rooms(candidates, queue_rooms, limit)
+    in_claim_order = sorted(candidates, key=lambda row: (-row["priority"], row["run_after"], row["id"]))
+    return within_queue_rooms(in_claim_order, queue_rooms, limit)
 
 
 def _key_jobs(read: Read, limit_key: str, room: int, filters: dict[str, Any]) -> Rows:
@@ -49,10 +50,11 @@ def _key_jobs(read: Read, limit_key: str, room: int, filters: dict[str, Any]) ->
     return jobs
 
 
-def _within_queue_rooms(candidates: Rows, queue_rooms: dict[str, int], limit: int) -> Rows:
+def within_queue_rooms(candidates: Rows, queue_rooms: dict[str, int], limit: int) -> Rows:
+    """The first `limit` of `candidates` (in the order to take them), at most a limited queue's room of each."""
     picked: Rows = []
     taken_in_queue: dict[str, int] = {}
-    for row in sorted(candidates, key=lambda row: (-row["priority"], row["run_after"], row["id"])):
+    for row in candidates:
         queue_name = row["queue_name"]
         if queue_name in queue_rooms and taken_in_queue.get(queue_name, 0) >= queue_rooms[queue_name]:
             continue

@@ -26,11 +26,11 @@ SET @leased_clock_offset = %(offset)s;
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                                max_crashes, trace_context)
+                                max_crashes, trace_context, fairness_key)
 SELECT j.task_name, j.queue_name, j.args, j.kwargs, j.priority, j.max_attempts, j.lease_seconds,
        COALESCE(j.run_at, leased_now() + j.delay_seconds), leased_now(), j.idempotency_key,
        j.timeout_seconds, j.concurrency_key, j.key_concurrency, j.key_rate_count, j.key_rate_seconds,
-       j.status, j.workflow_id, j.isolation, j.max_crashes, j.trace_context
+       j.status, j.workflow_id, j.isolation, j.max_crashes, j.trace_context, j.fairness_key
 FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     position FOR ORDINALITY,
     task_name LONGTEXT PATH '$[0]', queue_name LONGTEXT PATH '$[1]', args LONGTEXT PATH '$[2]',
@@ -40,7 +40,7 @@ FROM JSON_TABLE(%(jobs)s, '$[*]' COLUMNS (
     concurrency_key LONGTEXT PATH '$[11]', key_concurrency LONGTEXT PATH '$[12]', key_rate_count LONGTEXT PATH '$[13]',
     key_rate_seconds DOUBLE PATH '$[14]', status LONGTEXT PATH '$[15]', workflow_id LONGTEXT PATH '$[16]',
     isolation LONGTEXT PATH '$[17]', max_crashes LONGTEXT PATH '$[18]',
-    trace_context LONGTEXT PATH '$[19]')) AS j
+    trace_context LONGTEXT PATH '$[19]', fairness_key LONGTEXT PATH '$[20]')) AS j
 ORDER BY j.position
 RETURNING id, run_after, created_at, idempotency_key;
 
@@ -52,11 +52,12 @@ RETURNING id, run_after, created_at, idempotency_key;
 INSERT INTO leased_jobs (task_name, queue_name, args, kwargs, priority, max_attempts, lease_seconds,
                                 run_after, created_at, idempotency_key, timeout_seconds, concurrency_key,
                                 key_concurrency, key_rate_count, key_rate_seconds, status, workflow_id, isolation,
-                                max_crashes, trace_context)
+                                max_crashes, trace_context, fairness_key)
 VALUES (%(task_name)s, %(queue_name)s, %(args_json)s, %(kwargs_json)s, %(priority)s, %(max_attempts)s,
         %(lease_seconds)s, COALESCE(%(run_at)s, leased_now() + %(delay_seconds)s), leased_now(),
         %(idempotency_key)s, %(timeout_seconds)s, %(concurrency_key)s, %(key_concurrency)s, %(key_rate_count)s,
-        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s, %(max_crashes)s, %(trace_context)s)
+        %(key_rate_seconds)s, %(status)s, %(workflow_id)s, %(isolation)s, %(max_crashes)s, %(trace_context)s,
+        %(fairness_key)s)
 RETURNING id, run_after, created_at, idempotency_key;
 
 -- name: pending_with_key
@@ -313,6 +314,9 @@ WHERE due_rank IS NOT NULL GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'pending', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_keyed_due)
 WHERE due_key IS NOT NULL GROUP BY queue_name
+UNION ALL
+SELECT queue_name, 'pending', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_fair_due)
+WHERE fair_due_key IS NOT NULL GROUP BY queue_name
 UNION ALL
 SELECT queue_name, 'running', count(*) FROM leased_jobs FORCE INDEX (leased_jobs_leases)
 WHERE running_expires_at IS NOT NULL GROUP BY queue_name
@@ -1012,8 +1016,59 @@ VALUES (%(job_id)s, %(name)s, %(attempt)s, %(result)s, leased_now() - %(seconds)
 SELECT name, attempt, result, started_at, finished_at FROM leased_durable_steps
 WHERE job_id = %(job_id)s ORDER BY started_at, name;
 
--- Fairness weights (migration 0029). This claim does not share by key yet (capabilities:
--- fair_claims), so leased_fair_keys stays empty; the weights are kept for when it does.
+-- Fairness by key (migration 0029). A claim takes jobs without a fairness key first, then fills
+-- the room left with fair jobs (backends/mariadb/fair.py picks them from these reads, under the
+-- limited-claim lock, so that no two claims read the same passes): the queues with waiting keys,
+-- each queue's keys of least pass with a job due, and as many of each key's jobs as can be taken.
+
+-- name: fairness_in_use
+SELECT EXISTS (SELECT 1 FROM leased_fair_keys) AS in_use;
+
+-- name: fair_queues
+-- The queues with keys waiting, one probe each (a loose scan of the primary key), open to this claim.
+SELECT queue_name FROM leased_fair_keys
+WHERE (%(queue_names)s IS NULL OR JSON_CONTAINS(%(queue_names)s, JSON_QUOTE(queue_name)))
+  AND queue_name NOT IN (SELECT queue_name FROM leased_queues WHERE paused_at IS NOT NULL)
+GROUP BY queue_name;
+
+-- name: fair_candidate_keys
+-- A queue's keys of least pass (a tie: the lesser key) that have a job due for these workers, up
+-- to :limit, with their weights; a key with nothing due costs one probe.
+SELECT fair.fairness_key, fair.pass,
+       COALESCE((SELECT weight FROM leased_fairness_weights AS w
+                 WHERE w.queue_name = fair.queue_name AND w.fairness_key = fair.fairness_key),
+                (SELECT weight FROM leased_fairness_defaults AS d WHERE d.queue_name = fair.queue_name),
+                1.0) AS weight
+FROM leased_fair_keys AS fair FORCE INDEX (leased_fair_keys_pass)
+WHERE fair.queue_name = %(queue_name)s
+  AND EXISTS (SELECT 1 FROM leased_jobs AS job FORCE INDEX (leased_jobs_fair_due)
+              WHERE job.queue_name = fair.queue_name AND job.fair_due_key = fair.fairness_key
+                AND job.run_after <= leased_now() AND JSON_CONTAINS(%(task_names)s, JSON_QUOTE(job.task_name)))
+ORDER BY fair.pass, fair.fairness_key
+LIMIT %(limit)s;
+
+-- name: fair_key_jobs
+-- Up to :room of a key's due jobs, in claim order (the index's).
+SELECT id, priority, run_after, queue_name FROM leased_jobs FORCE INDEX (leased_jobs_fair_due)
+WHERE queue_name = %(queue_name)s AND fair_due_key = %(fairness_key)s AND run_after <= leased_now()
+  AND JSON_CONTAINS(%(task_names)s, JSON_QUOTE(task_name))
+ORDER BY fair_rank, run_after, id
+LIMIT %(room)s;
+
+-- name: advance_fair_keys
+-- Each key a fair claim took from moves on by the jobs taken over its weight (a key whose last job
+-- was taken has no row left: the trigger deleted it).
+UPDATE leased_fair_keys AS fair
+JOIN (SELECT queue_name, fairness_key, count(*) AS n FROM leased_jobs
+      WHERE id IN (SELECT value FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids)
+        AND fairness_key IS NOT NULL
+      GROUP BY queue_name, fairness_key) AS taken
+  ON fair.queue_name = taken.queue_name AND fair.fairness_key = taken.fairness_key
+SET fair.pass = fair.pass + taken.n / COALESCE(
+        (SELECT weight FROM leased_fairness_weights AS w
+         WHERE w.queue_name = fair.queue_name AND w.fairness_key = fair.fairness_key),
+        (SELECT weight FROM leased_fairness_defaults AS d WHERE d.queue_name = fair.queue_name),
+        1.0);
 
 -- name: set_fairness_weight
 INSERT INTO leased_fairness_weights (queue_name, fairness_key, weight)

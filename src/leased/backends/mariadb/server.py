@@ -106,7 +106,7 @@ def _migration_lock(connection: Any) -> Iterator[None]:
 
 MIGRATOR = Migrator(MIGRATIONS, QUERIES["create_version_table"], QUERIES["applied_versions"],
                     now_sql="UNIX_TIMESTAMP(NOW(6))",  # the schema's own clock, not leased_now()'s seam
-                    run=_run_statement, lock=_migration_lock)
+                    run=_run_statement, lock=_migration_lock, delimits_bodies=True)
 
 
 def connect_arguments(url: str) -> tuple[dict[str, Any], str]:

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from leased.backends.sql.scripts import Migration, statements
+from leased.backends.sql.scripts import BODY_END, Migration, statements
 
 
 def _no_lock(connection: Any) -> AbstractContextManager[None]:
@@ -38,6 +38,9 @@ class Migrator:
     # None needed where the transaction the connection is in already excludes the others (SQLite's).
     lock: Callable[[Any], AbstractContextManager[None]] = _no_lock
     whole_scripts: bool = False  # the driver runs a migration's script in one call (PostgreSQL)
+    # The printed script wraps each trigger with a body between DELIMITER lines: the mysql client
+    # cuts a script at every ';', a body's included (MariaDB).
+    delimits_bodies: bool = False
 
     def apply(self, connection: Any, up_to: int | None = None) -> list[int]:
         """Apply the migrations up to version `up_to` (all: None) that are not recorded yet, on
@@ -60,7 +63,11 @@ class Migrator:
         """Every migration, and the statement recording it, as one script (`leased migrate --sql`)."""
         parts = [self.create_version_table + ";"]
         for migration in self.migrations:
-            parts.append(f"-- {migration.version:04d}_{migration.name}\n{migration.sql.strip()}")
+            sql = migration.sql.strip()
+            if self.delimits_bodies and BODY_END in sql:
+                sql = "\n".join(f"DELIMITER //\n{statement}//\nDELIMITER ;" if statement.endswith(BODY_END)
+                                else f"{statement};" for statement in statements(sql))
+            parts.append(f"-- {migration.version:04d}_{migration.name}\n{sql}")
             parts.append(self._record(migration) + ";")
         return "\n\n".join(parts) + "\n"
 

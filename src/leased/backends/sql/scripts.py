@@ -82,6 +82,9 @@ def schema_problem(applied: set[int], migrations: Sequence[Migration], where: st
     return None
 
 
+BODY_END = "\nEND"  # how a trigger's body ends its statement
+
+
 def statements(script: str) -> list[str]:
     """A script's statements one by one, for drivers that run a single statement per call (sqlite3,
     MySQLdb) and for sqlite3 inside a transaction (executescript would commit it). SQLite's own
@@ -90,6 +93,10 @@ def statements(script: str) -> list[str]:
     statements go with the next one, and a script's trailing comments are no statement."""
     found, current = [], []
     for line in script.splitlines():
+        if line.startswith("DELIMITER "):  # a printed MariaDB script's (Migrator.delimits_bodies)
+            continue
+        if line == "END//":
+            line = "END;"
         current.append(line)
         if sqlite3.complete_statement("\n".join(current)):
             found.append("\n".join(current).strip().removesuffix(";").strip())

@@ -1,7 +1,7 @@
 -- Fairness by key (docs/howto/fairness.md): a job's fairness key, and the weights an operator
 -- sets per (queue, key) and per queue. Only the column and the weights for now: this database's
 -- claim does not yet share by key (its capabilities say fair_claims=False, so an enqueue with a
--- fairness key is refused); SQLite's migration 0029 has the key table and claim. Code from
+-- fairness key is refused); SQLite's and MariaDB's 0029 have the triggers and claim. Code from
 -- version 21 on runs on this schema (it leaves the column null).
 ALTER TABLE leased_jobs ADD COLUMN fairness_key text;
 CREATE TABLE leased_fairness_weights (
@@ -14,7 +14,7 @@ CREATE TABLE leased_fairness_defaults (
     queue_name text PRIMARY KEY,
     weight double precision NOT NULL CHECK (weight > 0)
 );
--- The waiting keys and their passes, which SQLite's claim keeps; empty here until this claim does.
+-- The waiting keys and their passes, which SQLite's and MariaDB's claims keep; empty here for now.
 CREATE TABLE leased_fair_keys (
     queue_name text NOT NULL,
     fairness_key text NOT NULL,
