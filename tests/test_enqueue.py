@@ -56,7 +56,7 @@ def test_a_created_job_takes_each_field_where_job_has_it():
              "max_attempts": 4, "lease_seconds": 5.0, "run_after": datetime(2030, 1, 1, tzinfo=timezone.utc),
              "created_at": datetime(2029, 1, 1, tzinfo=timezone.utc), "idempotency_key": "key",
              "timeout_seconds": 6.0, "concurrency_key": "c", "workflow_id": 7, "isolation": "process",
-             "max_crashes": 8}
+             "max_crashes": 8, "fairness_key": "tenant-9"}
     job = enqueue._created_job(**given, status="waiting")
     expected = Job(**given, status=JobStatus.WAITING, attempt=0, created=True)
     assert {field.name: getattr(job, field.name) for field in fields(Job)} == {
