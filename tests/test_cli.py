@@ -692,6 +692,8 @@ def test_fairness_lists_the_waiting_keys_next_served_first(cli):
         work.enqueue_many([("a",), ("a",), ("b",)])
     finally:
         app.close()
+    shown = cli.run("show", APP, "1").stdout
+    assert "fairness key" in shown and shown.split("fairness key", 1)[1].split()[0] == "a"
     table = cli.run("fairness", APP, "default", "--weight", "a=3").stdout.splitlines()[1:]
     assert [line.split() for line in table] == [["KEY", "WAITING", "WEIGHT", "PASS"], ["a", "2", "3", "0.00"],
                                                 ["b", "1", "1", "0.00"]]

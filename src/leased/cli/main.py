@@ -431,6 +431,8 @@ def describe_job(job: Job, steps: Sequence[DurableStep] = ()) -> str:
                                     f"(lease {output.format_duration(job.lease_seconds)})"))
     if job.idempotency_key:
         fields.append(("idempotency key", job.idempotency_key))
+    if job.fairness_key:
+        fields.append(("fairness key", job.fairness_key))
     if (trace := trace_id(job.trace_context)) is not None:  # its enqueue's, which its first attempt continues
         fields.append(("trace", trace))
     if job.explaining_error:
