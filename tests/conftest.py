@@ -361,11 +361,11 @@ def running_worker(app: Leased, worker: Worker | None = None, **options) -> Iter
 
     thread = threading.Thread(target=run, name="test-worker")
     thread.start()
-    wait_for(lambda: worker._loop is not None or failure or not thread.is_alive(), message="worker start")
+    wait_for(lambda: worker.running or failure or not thread.is_alive(), message="worker start")
     try:
         yield worker
     finally:
-        if not worker._stopping:
+        if not worker.stopping:
             worker.stop()
         thread.join(timeout=60)
         assert not thread.is_alive(), "worker did not stop"

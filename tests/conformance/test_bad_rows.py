@@ -56,7 +56,7 @@ def test_a_bad_row_ends_its_job_and_the_worker_and_the_jobs_beside_it_go_on(app,
         wait_for(lambda: sorted(n for n in ran if n) == list(range(1, 11)), message="the healthy jobs to run")
         wait_for(lambda: app.get_job(bad.id).status not in (JobStatus.PENDING, JobStatus.RUNNING),
                  message="the bad job to end")
-        assert not worker._stopping
+        assert not worker.stopping
 
     ended = app.get_job(bad.id)
     if ended.status is JobStatus.FAILED:
@@ -84,7 +84,7 @@ def test_arguments_and_results_nested_too_deep_are_refused_in_one_line(app):
     with running_worker(app) as worker:
         wait_for(lambda: app.get_job(job.id).status is JobStatus.FAILED and app.get_job(healthy.id).result == 1,
                  message="the nested result to fail its job and the other job to run")
-        assert not worker._stopping
+        assert not worker.stopping
     assert "nested too deeply" in app.get_job(job.id).last_error
 
 
@@ -150,7 +150,7 @@ def test_a_row_whose_json_cannot_be_read_is_claimed_finished_and_reclaimed(app, 
         wait_for(lambda: sorted(n for n in ran if n) == list(range(1, 6)), message="the healthy jobs to run")
         wait_for(lambda: app.get_job(bad.id).status not in (JobStatus.PENDING, JobStatus.RUNNING),
                  message="the bad job to end")
-        assert not worker._stopping
+        assert not worker.stopping
     assert all(app.get_job(job.id).status is JobStatus.DONE for job in healthy)
     ended = app.get_job(bad.id)
     if ended.status is JobStatus.FAILED:

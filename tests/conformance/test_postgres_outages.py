@@ -53,7 +53,7 @@ def test_a_server_that_refuses_writes_is_an_outage_the_worker_waits_out(url, cap
     caplog.set_level(logging.WARNING, logger="leased.worker")
     with running_worker(app) as worker:  # raises on exit if the worker stopped on the error
         wait_for(lambda: "refused a write" in caplog.text, message="the worker to retry")
-        assert not worker._stopping
+        assert not worker.stopping
     app.close()
 
 
@@ -159,7 +159,7 @@ def test_a_dbas_timeout_on_the_role_is_an_outage_the_worker_rides_out(url, setti
                 wait_for(lambda: "canceling statement" in caplog.text, message="the worker to meet the timeout")
                 holder.rollback()
                 wait_for(lambda: len(ran) == 20, message="the jobs to run once the lock is gone")
-                assert not worker._stopping
+                assert not worker.stopping
         assert sorted(ran) == list(range(20)) and app.job_counts().totals["done"] == 20
     finally:
         app.close()

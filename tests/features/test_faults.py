@@ -84,7 +84,7 @@ def test_a_full_disk_is_an_outage_the_sqlite_worker_waits_out(tmp_path, caplog):
         caplog.set_level(logging.WARNING, logger="leased.worker")
         with running_worker(app) as worker:  # raises on exit if the worker stopped on the error
             wait_for(lambda: "is full" in caplog.text, message="the worker to meet the full disk")
-            assert not ran and not worker._stopping
+            assert not ran and not worker.stopping
             filler.unlink()
             wait_for(lambda: len(ran) == 20, message="the jobs to run once space returns")
         assert sorted(ran) == list(range(20)) and app.job_counts().totals["done"] == 20

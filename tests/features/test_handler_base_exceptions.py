@@ -73,5 +73,5 @@ def test_a_running_worker_survives_a_handler_that_raises_a_base_exception(app, r
         wait_for(lambda: app.get_job(job.id).is_finished, message="the poison job to end")
         after.enqueue()
         assert ran.wait(30), "the worker stopped after the poison job"
-        assert not worker._stopping
+        assert not worker.stopping
     assert app.get_job(job.id).status is JobStatus.FAILED

@@ -273,8 +273,8 @@ def test_a_schedule_whose_stored_state_cannot_be_computed_is_skipped_and_the_oth
     # Edited by hand (or written by another version): the tick after it is past year 9999.
     set_last_tick(app, "broken", datetime(9999, 12, 31, 23, 30, tzinfo=UTC))
     with running_worker(app, poll_interval=0.05) as worker:
-        wait_for(lambda: len(scheduled_times(app, "healthy")) >= 2 or worker._stopping, message="two healthy ticks")
-        assert not worker._stopping, "the worker stopped over one schedule's arithmetic"
+        wait_for(lambda: len(scheduled_times(app, "healthy")) >= 2 or worker.stopping, message="two healthy ticks")
+        assert not worker.stopping, "the worker stopped over one schedule's arithmetic"
     assert app.list_jobs(task_name="broken") == []
     reported = [record.getMessage() for record in caplog.records if "schedule broken" in record.getMessage()]
     assert len(reported) == 1, "logged once, not at every wake-up"

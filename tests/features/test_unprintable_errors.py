@@ -58,8 +58,8 @@ def test_an_unprintable_exception_fails_its_attempt_and_the_worker_goes_on(app, 
 
     with running_worker(app, concurrency=2) as worker:
         job, beside = poison.enqueue(REFUSES[refuses]), healthy.enqueue()
-        wait_for(lambda: app.get_job(job.id).is_finished or worker._stopping, message="the poison job to end")
-        assert not worker._stopping, "the worker stopped over a job's exception"
+        wait_for(lambda: app.get_job(job.id).is_finished or worker.stopping, message="the poison job to end")
+        assert not worker.stopping, "the worker stopped over a job's exception"
         wait_for(lambda: app.get_job(beside.id).is_finished, message="the healthy job to end")
 
     failed = app.get_job(job.id)

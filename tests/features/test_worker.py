@@ -255,7 +255,7 @@ def test_second_stop_forces_cancellation(app):
     with running_worker(app, shutdown_grace=600) as worker:
         assert started.wait(10)
         worker.stop()
-        wait_for(lambda: worker._stopping, message="first stop")
+        wait_for(lambda: worker.stopping, message="first stop")
         worker.stop()  # the second must not wait out the 600 s grace
     assert app.get_job(job.id).status is JobStatus.PENDING
 
@@ -369,7 +369,7 @@ def test_a_dead_heartbeat_stops_the_worker_loudly_and_releases_its_jobs(app):
     with pytest.raises(RuntimeError, match="service failed"):
         with running_worker(app) as worker:
             assert started.wait(10)
-            wait_for(lambda: worker._stopping, message="the worker to stop itself")
+            wait_for(lambda: worker.stopping, message="the worker to stop itself")
     released = app.get_job(job.id)
     # Given back at once: by the shutdown, or by the watchdog first if the lease was about to run out.
     assert released.status is JobStatus.PENDING
@@ -405,7 +405,7 @@ def test_a_dead_listener_stops_the_worker_loudly(app):
 
     with pytest.raises(RuntimeError, match="service failed") as stopped:
         with running_worker(app) as worker:
-            wait_for(lambda: worker._stopping, message="the worker to stop itself")
+            wait_for(lambda: worker.stopping, message="the worker to stop itself")
     assert "a bug in the listener" in str(stopped.value.__cause__)
     assert broken.closed.is_set()
 

@@ -132,6 +132,17 @@ class Worker:
         """Run until stopped (SIGINT/SIGTERM in the main thread, or stop()). Blocks."""
         return asyncio.run(self.run_async(stop_when_idle=stop_when_idle))
 
+    @property
+    def running(self) -> bool:
+        """Whether run() has started its loop and not yet closed it."""
+        return self._loop is not None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether it stopped claiming: asked to (stop(), a signal), or on its own (a service that
+        failed); it may still be finishing its jobs."""
+        return self._stopping
+
     def stop(self) -> None:
         """First call: stop claiming and let running jobs finish. Second call: cancel them now."""
         with self._stop_lock:
