@@ -38,7 +38,7 @@ from leased.schedules import Schedule, ScheduleInfo, describe_schedules, make_sc
 from leased.suggest import did_you_mean
 from leased.tasks import _UNSET, ContextTask, Isolation, Task, check_queue_name
 from leased.waiting import JobEndSignals, JobWait
-from leased.workflows import Workflow
+from leased.workflows import Workflow, wait_step_task
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -497,6 +497,7 @@ class Leased:
             raise ConfigurationError("no tasks registered: decorate handlers with @app.task before starting a worker")
         for queue in queues or ():
             check_queue_name(queue)
+        wait_step_task(self)  # a step that only waits (Workflow.wait_for), of any of this app's workflows
         worker = Worker(self.backend, self.tasks, concurrency=concurrency, queues=queues,
                         poll_interval=poll_interval, shutdown_grace=shutdown_grace, worker_id=worker_id,
                         max_payload_bytes=self.max_payload_bytes, events=self.events, push=push,

@@ -16,11 +16,13 @@ an unknown task, no steps, a name twice) is refused before anything is written. 
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from datetime import timedelta
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from leased import tracing
-from leased.errors import ConfigurationError
+from leased.errors import ConfigurationError, PermanentError, SignalTimeout
 from leased.jobs import JobStatus, NewJob
 from leased.runs import Enqueued, NewStep, NewWorkflow, ParentEnd, RunWhen
 from leased.names import check_derived_name, check_name
@@ -40,6 +42,27 @@ class WorkflowApp(Protocol):
     def tasks(self) -> Mapping[str, Task[..., Any]]: ...
 
     def enqueue_workflow(self, workflow: NewWorkflow, connection: Any = None) -> Enqueued: ...
+
+    def task(self, *, takes_context: bool, name: str) -> Callable[[Callable[..., Any]], Task[..., Any]]: ...
+
+
+# The task of a step that only waits for a signal (Workflow.wait_for): leased's own, registered on an
+# app by the first wait_for() of its workflows and by each of its workers, which run such steps.
+WAIT_STEP = "leased.wait_for"
+
+
+def wait_step(context: Any, signal: str, timeout_seconds: float | None = None) -> Any:
+    """A step that only waits: its result is the signal's payload; past its timeout it fails, as a
+    step fails (its children then follow their `when`), not retried."""
+    try:
+        return context.wait_for(signal, timeout=timeout_seconds)
+    except SignalTimeout as timed_out:
+        raise PermanentError(str(timed_out)) from timed_out
+
+
+def wait_step_task(app: WorkflowApp) -> Task[..., Any]:
+    """The app's wait step task, registered on first use."""
+    return app.tasks.get(WAIT_STEP) or app.task(takes_context=True, name=WAIT_STEP)(wait_step)
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +153,17 @@ class Workflow:
             previous = steps[-1] if steps else None
             steps.append(self._add(task, args, {}, None, [previous] if previous else after, "succeeded", previous))
         return steps
+
+    def wait_for(self, signal: str, *, after: Iterable[Step] = (), timeout: float | timedelta | None = None,
+                 name: str | None = None) -> Step:
+        """A step that only waits for signal `signal` (Leased.signal, to this step's job:
+        `run.job_ids[name]`), once every step in `after` has succeeded; its result, which its
+        children read, is the signal's payload. Past `timeout` (seconds or a timedelta, counted
+        from when the step began to wait) it fails like any step. Named after the signal unless
+        `name` says otherwise: an approval gate in one line."""
+        check_name(signal, "signal name")
+        seconds = None if timeout is None else _timeout_seconds(timeout, name or signal)
+        return self.add(wait_step_task(self.app), signal, seconds, name=name or signal, after=after)
 
     def batch(self, task: StepTask, calls: Iterable[Sequence[Any]], *, then: StepTask | tuple[Any, ...],
               name: str | None = None) -> tuple[list[Step], Step]:
@@ -327,3 +361,12 @@ def _run_when(when: Any, step: str) -> RunWhen:
     except ValueError:
         choices = ", ".join(repr(value.value) for value in RunWhen)
         raise ConfigurationError(f"step {step!r}: invalid when={when!r}; use one of {choices}") from None
+
+
+def _timeout_seconds(timeout: Any, step: str) -> float:
+    """A wait step's timeout in seconds, or an error naming the step and the fix."""
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigurationError(f"step {step!r}: timeout must be a positive number of seconds or a timedelta, "
+                                 f"got {timeout!r}")
+    return float(seconds)

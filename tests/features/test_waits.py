@@ -204,3 +204,62 @@ def test_bad_waits_and_signals_are_clear_errors_before_anything_is_written(app):
         app.signal(job.id, "go", object())
     with pytest.raises(JobNotFound, match="idempotency key 'nobody'"):
         app.signal(None, "go", idempotency_key="nobody")
+
+
+def test_a_workflow_step_that_only_waits_is_an_approval_gate(app):
+    @app.task(name="plan")
+    def plan():
+        return {"amount": 120}
+
+    @app.task(name="pay", takes_context=True)
+    def pay(context: TaskContext):
+        return {"paid": context.parent_results["plan"]["amount"], "by": context.parent_results["approved"]["by"]}
+
+    flow = app.workflow("payout")
+    planned = flow.add(plan)
+    gate = flow.wait_for("approved", after=[planned], timeout=timedelta(hours=1))
+    flow.add(pay, after=[planned, gate])
+    run = flow.enqueue()
+    app.run_until_empty()
+    assert app.get_job(run.job_ids["approved"]).status is JobStatus.SLEEPING
+    assert app.get_job(run.job_ids["pay"]).status is JobStatus.WAITING
+    app.signal(run.job_ids["approved"], "approved", {"by": "ann"})
+    app.run_until_empty()
+    assert app.get_job(run.job_ids["approved"]).result == {"by": "ann"}
+    assert app.get_job(run.job_ids["pay"]).result == {"paid": 120, "by": "ann"}
+
+
+def test_a_wait_step_past_its_timeout_fails_and_its_children_follow_their_when(app):
+    @app.task(name="pay")
+    def pay():
+        return "paid"
+
+    @app.task(name="refund")
+    def refund():
+        return "refunded"
+
+    flow = app.workflow("payout")
+    gate = flow.wait_for("approved", timeout=60, name="approval")
+    flow.add(pay, after=[gate])
+    flow.add(refund, after=[gate], when="failed")
+    run = flow.enqueue()
+    app.run_until_empty()
+    assert app.get_job(run.job_ids["approval"]).status is JobStatus.SLEEPING
+    advance(app, 120)
+    app.run_until_empty()
+    approval = app.get_job(run.job_ids["approval"])
+    assert approval.status is JobStatus.FAILED
+    assert "no signal 'approved' came before the wait's timeout" in approval.last_error
+    assert app.get_job(run.job_ids["pay"]).status is JobStatus.CANCELLED
+    assert app.get_job(run.job_ids["refund"]).result == "refunded"
+
+
+@pytest.mark.parametrize("signal, options, message", [
+    ("approved", {"timeout": 0}, "step 'approved': timeout must be a positive number of seconds or a timedelta, got 0"),
+    ("approved", {"timeout": timedelta(seconds=-1), "name": "gate"}, "step 'gate': timeout must be a positive"),
+    ("approved", {"timeout": "1h"}, "step 'approved': timeout must be a positive number"),
+    ("", {}, "signal name"),
+])
+def test_a_wait_step_refuses_a_bad_timeout_or_signal_name_as_it_is_added(app, signal, options, message):
+    with pytest.raises(ConfigurationError, match=message.replace("(", r"\(")):
+        app.workflow("payout").wait_for(signal, **options)
