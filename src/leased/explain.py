@@ -366,6 +366,8 @@ def _previous_attempt(facts: JobFacts) -> list[Reason]:
         Outcome.DONE: "finished, and the job was retried since",
         Outcome.TIMEOUT: f"ran past its time limit of {_time_limit(job)}",
         Outcome.CRASHED: f"crashed: {last.error_message or 'its child process died'}",
+        Outcome.WAITED: "ended in a wait (not counted), which is over: its handler runs again from the top, "
+                        "its steps and waits replayed",
     }[last.outcome]
     return [Reason("previous_attempt", f"Attempt {last.number} of {job.max_attempts} {how}; {_due_for(facts)}.",
                    data)]

@@ -265,6 +265,30 @@ def test_cancel_and_refused_transitions_are_confirmed(app, client, jobs):
     assert app.get_job(jobs["done"][0]).status == JobStatus.DONE
 
 
+def test_a_sleeping_job_page_sends_the_signal_it_waits_for(app):
+    @app.task(name="approval", takes_context=True)
+    def approval(context):
+        return context.wait_for("approved")
+
+    job = approval.enqueue()
+    app.run_until_empty()
+    client = TestClient(dashboard(app))
+    page = client.get(f"/jobs/{job.id}").text
+    assert 'value="approved"' in page and "Its mailbox is empty." in page  # the form names what it waits for
+    token = csrf_token(client, f"/jobs/{job.id}")
+    refused = client.post(f"/jobs/{job.id}/signal", data={"csrf_token": token, "name": "approved", "payload": "{by"})
+    assert "Not sent: the payload is not JSON" in refused.text and app.job_signals(job.id) == []
+    sent = client.post(f"/jobs/{job.id}/signal",
+                       data={"csrf_token": token, "name": "approved", "payload": '{"by": "ann"}'}).text
+    assert f"Signal &#39;approved&#39; is in job {job.id}&#39;s mailbox" in sent
+    # Woken, not yet run: why says its wait is over (before, it raised KeyError on the 'waited' outcome).
+    assert any("ended in a wait (not counted), which is over" in reason.message for reason in app.why(job.id).reasons)
+    app.run_until_empty()
+    assert app.get_job(job.id).result == {"by": "ann"}
+    page = client.get(f"/jobs/{job.id}").text
+    assert "by attempt 2" in page and "Send signal" not in page  # listed, taken; a job that ended takes none
+
+
 def test_retry_all_failed_jobs_of_a_task(app, client, jobs):
     listing = client.get("/jobs?status=failed&task=boom").text
     assert "Retry all failed boom jobs" in listing

@@ -61,6 +61,7 @@ def build(leased: Leased, *, read_only: bool, token: str | None, secret: str | b
         Route("/jobs/{job_id:id}", pages.job, name="job"),
         Route("/jobs/{job_id:id}/retry", pages.retry, methods=["POST"], name="retry"),
         Route("/jobs/{job_id:id}/cancel", pages.cancel, methods=["POST"], name="cancel"),
+        Route("/jobs/{job_id:id}/signal", pages.signal, methods=["POST"], name="signal"),
         Route("/workflows", pages.workflows, name="workflows"),
         Route("/workflows/{workflow_id:id}", pages.workflow, name="workflow"),
         Route("/workflows/{workflow_id:id}/retry", pages.retry_workflow, methods=["POST"], name="retry_workflow"),

@@ -9,6 +9,8 @@ in its thread pool) or hands the call to the pool itself.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Callable
@@ -22,7 +24,7 @@ from starlette.templating import Jinja2Templates
 from leased.admin import WorkerInfo
 from leased.app import Leased
 from leased.digits import whole_number
-from leased.errors import ConfigurationError, InvalidTransition, JobNotFound, WorkflowNotFound
+from leased.errors import ConfigurationError, InvalidTransition, JobNotFound, PayloadError, WorkflowNotFound
 from leased.jobs import Job, JobStatus
 from leased.run_views import STEP_STATUSES, parents_note, step_counts, step_tree
 from leased.runs import WorkflowInfo, WorkflowStatus
@@ -250,6 +252,12 @@ class Pages:
             "can_retry": job.status in (JobStatus.FAILED, JobStatus.CANCELLED),
             "can_cancel": job.status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING,
                                          JobStatus.SLEEPING),
+            # A job that has not ended takes signals (before its wait_for too); a sleeping one names
+            # the signal it waits for, which the form offers.
+            "signals": self.leased.job_signals(job.id),
+            "can_signal": not job.is_finished,
+            "awaited": next((reason.data["signal_name"] for reason in why.reasons
+                             if reason.code == "sleeping" and reason.data.get("signal_name")), None),
         })
 
     def workflows(self, request: Request) -> Response:
@@ -335,6 +343,26 @@ class Pages:
             return f"Job {job.id} ({job.task_name}) is cancelled.{stopping}"
 
         return await self._on_job(request, "Not cancelled", cancel)
+
+    async def signal(self, request: Request) -> Response:
+        """The job page's form: a signal name, and its payload as JSON (empty: none)."""
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        job_id = request.path_params["job_id"]
+        back = request.url_for("job", job_id=job_id).path
+        name, text = str(form.get("name") or "").strip(), str(form.get("payload") or "").strip()
+        try:
+            payload = json.loads(text) if text else None
+        except ValueError as error:
+            return self._redirect(request, back, "error", f"Not sent: the payload is not JSON ({error}); "
+                                                          "write it as JSON, e.g. {\"by\": \"ann\"}, or leave it empty")
+        try:
+            sent = await run_in_threadpool(self.leased.signal, job_id, name, payload)
+        except (JobNotFound, InvalidTransition, ConfigurationError, PayloadError) as error:
+            return self._redirect(request, back, "error", f"Not sent: {error}")
+        return self._redirect(request, back, "ok", f"Signal {sent.name!r} is in job {job_id}'s mailbox; a job "
+                                                   "waiting for it wakes now.")
 
     async def _on_workflow(self, request: Request, refused: str, act: Callable[[int], str]) -> Response:
         """Run one action on the workflow in the path; back to its page saying what happened."""
