@@ -49,7 +49,7 @@ def test_workers_announce_themselves_and_sign_off(app):
         assert started.wait(10)
         (info,) = wait_for(lambda: [w for w in app.workers() if w.running == 1], message="worker row")
         assert (info.id, info.concurrency, info.queues, info.tasks, info.alive) == (
-            worker.id, 3, ["default"], ["block"], True)
+            worker.id, 3, ["default"], ["block", "leased.wait_for"], True)  # and leased's own wait step
         assert [w.id for w in app.overview().workers] == [worker.id]
         release.set()
     assert app.workers() == []
