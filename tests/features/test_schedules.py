@@ -17,6 +17,7 @@ import pytest
 from conftest import raw_scalar, raw_sql, running_worker, time_literal, wait_for
 from leased import Leased
 from leased.engine.scheduler import Scheduler
+from leased.testing import advance
 
 
 def scheduler(app: Leased) -> Scheduler:
@@ -158,6 +159,10 @@ def test_workers_ticking_at_once_write_one_job_per_tick(app, database_url):
 def test_overlap_skip_skips_a_tick_while_the_last_run_is_pending_and_records_it(app):
     @app.periodic(every=timedelta(minutes=1), name="slow", overlap="skip")
     def slow(scheduled_at): ...
+
+    # Mid-minute by the app's clock: the ticks compared below are a minute apart, and a run that
+    # straddled a minute's turn saw the next one (a fast-loop run failed so, at 14:39:59).
+    advance(app, (30 - datetime.now(UTC).second) % 60)
 
     scheduler(app).run_once()
     latest = state(app, "slow").last_tick_at
