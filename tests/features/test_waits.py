@@ -263,3 +263,18 @@ def test_a_wait_step_past_its_timeout_fails_and_its_children_follow_their_when(a
 def test_a_wait_step_refuses_a_bad_timeout_or_signal_name_as_it_is_added(app, signal, options, message):
     with pytest.raises(ConfigurationError, match=message.replace("(", r"\(")):
         app.workflow("payout").wait_for(signal, **options)
+
+
+def test_a_run_waiting_at_its_gate_is_unfinished_keeps_its_key_and_cancels_whole(app):
+    def payout_flow():
+        flow = app.workflow("payout", idempotency_key="order-9")
+        flow.wait_for("approved")
+        return flow
+
+    run = payout_flow().enqueue()
+    app.run_until_empty()
+    assert app.get_job(run.job_ids["approved"]).status is JobStatus.SLEEPING
+    again = payout_flow().enqueue()  # the run still waits: it holds its key
+    assert (again.id, again.created) == (run.id, False)
+    assert app.cancel_workflow(run.id) == 1  # the sleeping gate is one of its unfinished steps
+    assert app.get_job(run.job_ids["approved"]).status is JobStatus.CANCELLED

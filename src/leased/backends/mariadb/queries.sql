@@ -557,7 +557,7 @@ INSERT INTO leased_schedule_ticks (schedule_name, tick_at) VALUES (%(schedule_na
 RETURNING tick_at;
 
 -- name: job_active
-SELECT 1 AS active FROM leased_jobs WHERE id = %(job_id)s AND status IN ('pending', 'running');
+SELECT 1 AS active FROM leased_jobs WHERE id = %(job_id)s AND status IN ('pending', 'running', 'sleeping');
 
 -- name: set_tick_job
 UPDATE leased_schedule_ticks SET job_id = %(job_id)s WHERE schedule_name = %(schedule_name)s AND tick_at = %(tick_at)s;
@@ -715,7 +715,7 @@ SELECT id, workflow_id FROM leased_jobs FORCE INDEX (leased_jobs_finished)
 WHERE finished_at < leased_now() - %(older_than)s AND status = %(status)s
   AND (workflow_id IS NULL OR NOT EXISTS (
       SELECT 1 FROM leased_jobs AS step WHERE step.workflow_id = leased_jobs.workflow_id
-        AND step.status IN ('waiting', 'pending', 'running')))
+        AND step.status IN ('waiting', 'pending', 'running', 'sleeping')))
   AND (%(task_names)s IS NULL
        OR task_name IN (SELECT value FROM JSON_TABLE(%(task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS t))
   AND task_name NOT IN (SELECT value FROM JSON_TABLE(%(except_task_names)s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS x)
@@ -836,7 +836,7 @@ SELECT @@hostname AS host, @@port AS port, @@datadir AS datadir, DATABASE() AS d
 -- A finished run gives up its key, so that enqueueing the same workflow again starts a new one.
 UPDATE leased_workflows SET idempotency_key = NULL
 WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (
-    SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running'));
+    SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running', 'sleeping'));
 
 -- name: insert_workflow
 -- No row back: an unfinished run holds the key (the backend catches its unique index's refusal,
@@ -959,14 +959,14 @@ WHERE job.status = 'cancelled';
 
 -- name: unfinished_steps
 SELECT id, attempt, lease_owner, status FROM leased_jobs
-WHERE workflow_id = %(workflow_id)s AND status IN ('waiting', 'pending', 'running')
+WHERE workflow_id = %(workflow_id)s AND status IN ('waiting', 'pending', 'running', 'sleeping')
 FOR UPDATE;
 
 -- name: cancel_unfinished_steps
 UPDATE leased_jobs AS job FORCE INDEX (PRIMARY) JOIN JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS ids ON job.id = ids.value
 SET job.status = 'cancelled', job.finished_at = leased_now(), job.lease_owner = NULL, job.lease_expires_at = NULL,
     job.last_error = 'workflow cancelled'
-WHERE job.status IN ('waiting', 'pending', 'running');
+WHERE job.status IN ('waiting', 'pending', 'running', 'sleeping');
 
 -- name: failed_steps
 SELECT id, queue_name FROM leased_jobs WHERE workflow_id = %(workflow_id)s AND status = 'failed' FOR UPDATE;

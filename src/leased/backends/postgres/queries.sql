@@ -780,7 +780,7 @@ ON CONFLICT (schedule_name, tick_at) DO NOTHING
 RETURNING tick_at;
 
 -- name: job_active
-SELECT 1 AS active FROM leased_jobs WHERE id = %(job_id)s AND status IN ('pending', 'running');
+SELECT 1 AS active FROM leased_jobs WHERE id = %(job_id)s AND status IN ('pending', 'running', 'sleeping');
 
 -- name: set_tick_job
 UPDATE leased_schedule_ticks SET job_id = %(job_id)s
@@ -1007,7 +1007,7 @@ WITH picked AS (
       -- A workflow's step goes only once no step of its run can still run.
       AND (workflow_id IS NULL OR NOT EXISTS (
           SELECT 1 FROM leased_jobs AS step WHERE step.workflow_id = leased_jobs.workflow_id
-            AND step.status IN ('waiting', 'pending', 'running')))
+            AND step.status IN ('waiting', 'pending', 'running', 'sleeping')))
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -1134,7 +1134,7 @@ LIMIT %(limit)s;
 -- A finished run gives up its key, so that enqueueing the same workflow again starts a new one.
 UPDATE leased_workflows SET idempotency_key = NULL
 WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (
-    SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running'));
+    SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running', 'sleeping'));
 
 -- name: insert_workflow
 -- No row back: an unfinished run holds the key (a concurrent enqueue with it waits for that
@@ -1251,7 +1251,7 @@ WHERE job.id = ids.value::bigint AND job.status = 'cancelled';
 
 -- name: unfinished_steps
 SELECT id, attempt, lease_owner, status FROM leased_jobs
-WHERE workflow_id = %(workflow_id)s AND status IN ('waiting', 'pending', 'running')
+WHERE workflow_id = %(workflow_id)s AND status IN ('waiting', 'pending', 'running', 'sleeping')
 ORDER BY id
 FOR UPDATE;
 
@@ -1282,7 +1282,7 @@ UPDATE leased_jobs AS job
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL,
     last_error = 'workflow cancelled'
 FROM jsonb_array_elements_text(%(job_ids)s::jsonb) AS ids (value)
-WHERE job.id = ids.value::bigint AND job.status IN ('waiting', 'pending', 'running');
+WHERE job.id = ids.value::bigint AND job.status IN ('waiting', 'pending', 'running', 'sleeping');
 
 -- name: failed_steps
 SELECT id, queue_name FROM leased_jobs WHERE workflow_id = %(workflow_id)s AND status = 'failed' FOR UPDATE;
@@ -1559,7 +1559,7 @@ WHERE finished_at < leased_now() - make_interval(secs => %(older_than)s::float8)
   AND task_name <> ALL(%(except_task_names)s::text[])
   AND (workflow_id IS NULL OR NOT EXISTS (
       SELECT 1 FROM leased_jobs AS step WHERE step.workflow_id = leased_jobs.workflow_id
-        AND step.status IN ('waiting', 'pending', 'running')))
+        AND step.status IN ('waiting', 'pending', 'running', 'sleeping')))
 ORDER BY finished_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;

@@ -518,7 +518,7 @@ ON CONFLICT (schedule_name, tick_at) DO NOTHING
 RETURNING tick_at;
 
 -- name: job_active
-SELECT 1 AS active FROM leased_jobs WHERE id = :job_id AND status IN ('pending', 'running');
+SELECT 1 AS active FROM leased_jobs WHERE id = :job_id AND status IN ('pending', 'running', 'sleeping');
 
 -- name: set_tick_job
 UPDATE leased_schedule_ticks SET job_id = :job_id WHERE schedule_name = :schedule_name AND tick_at = :tick_at;
@@ -691,7 +691,7 @@ WHERE finished_at < leased_now() - :older_than AND status = :status
   AND task_name NOT IN (SELECT value FROM json_each(:except_task_names))
   AND (workflow_id IS NULL OR NOT EXISTS (
       SELECT 1 FROM leased_jobs AS step INDEXED BY leased_jobs_workflow
-      WHERE step.workflow_id = leased_jobs.workflow_id AND step.status IN ('waiting', 'pending', 'running')))
+      WHERE step.workflow_id = leased_jobs.workflow_id AND step.status IN ('waiting', 'pending', 'running', 'sleeping')))
 ORDER BY finished_at
 LIMIT :limit;
 
@@ -798,7 +798,7 @@ SELECT file FROM pragma_database_list WHERE name = 'main';
 -- A finished run gives up its key, so that enqueueing the same workflow again starts a new one.
 UPDATE leased_workflows SET idempotency_key = NULL
 WHERE idempotency_key = :idempotency_key AND NOT EXISTS (
-    SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running'));
+    SELECT 1 FROM leased_jobs WHERE workflow_id = leased_workflows.id AND status IN ('waiting', 'pending', 'running', 'sleeping'));
 
 -- name: insert_workflow
 -- No row back: an unfinished run holds the key.
@@ -898,13 +898,13 @@ WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'cancelled';
 
 -- name: unfinished_steps
 SELECT id, attempt, lease_owner, status FROM leased_jobs INDEXED BY leased_jobs_workflow
-WHERE workflow_id = :workflow_id AND status IN ('waiting', 'pending', 'running');
+WHERE workflow_id = :workflow_id AND status IN ('waiting', 'pending', 'running', 'sleeping');
 
 -- name: cancel_unfinished_steps
 UPDATE leased_jobs
 SET status = 'cancelled', finished_at = leased_now(), lease_owner = NULL, lease_expires_at = NULL,
     last_error = 'workflow cancelled'
-WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status IN ('waiting', 'pending', 'running');
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status IN ('waiting', 'pending', 'running', 'sleeping');
 
 -- name: failed_steps
 SELECT id, queue_name FROM leased_jobs INDEXED BY leased_jobs_workflow
